@@ -1,0 +1,94 @@
+"""Clipped PPO on a RolloutBuffer."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from rlcollect.algos.gae import generalized_advantage_estimate
+from rlcollect.buffers.rollout import RolloutBuffer, iterate_minibatches, transition_view
+from rlcollect.modules.actor_critic import ActorCritic
+
+
+class PPO:
+    """Clipped-surrogate PPO with GAE, advantage normalisation, value and entropy terms.
+
+    Args:
+        actor_critic: the module trained (also the collector's policy).
+        lr: Adam learning rate at the start; with ``anneal_lr`` it decays linearly to 0
+            over ``total_frames``.
+        epochs, minibatch_size: passes over each rollout and transitions per step.
+        clip_epsilon: policy-ratio clip; annealed with the lr when ``anneal_clip``.
+    """
+
+    def __init__(self, actor_critic: ActorCritic, *, lr: float = 3e-4, gamma: float = 0.99,
+                 gae_lambda: float = 0.95, clip_epsilon: float = 0.2, epochs: int = 10,
+                 minibatch_size: int = 64, value_coef: float = 0.5, entropy_coef: float = 0.0,
+                 max_grad_norm: float = 0.5, normalize_advantage: bool = True,
+                 anneal_lr: bool = True, anneal_clip: bool = False, total_frames: int = -1) -> None:
+        self.actor_critic = actor_critic
+        self.lr, self.gamma, self.gae_lambda = lr, gamma, gae_lambda
+        self.clip_epsilon, self.epochs, self.minibatch_size = clip_epsilon, epochs, minibatch_size
+        self.value_coef, self.entropy_coef, self.max_grad_norm = value_coef, entropy_coef, max_grad_norm
+        self.normalize_advantage = normalize_advantage
+        self.anneal_lr, self.anneal_clip, self.total_frames = anneal_lr, anneal_clip, total_frames
+        if (anneal_lr or anneal_clip) and total_frames <= 0:
+            raise ValueError("anneal_lr / anneal_clip need a finite total_frames")
+        self.optimizer = torch.optim.Adam(actor_critic.parameters(), lr=lr, eps=1e-5)
+
+    @torch.no_grad()
+    def compute_advantages(self, buffer: RolloutBuffer) -> None:
+        """Fill ``state_value`` (all T + 1 slots), ``advantage`` and ``value_target``."""
+        rollout = buffer.rollout
+        rollout.set("state_value", self.actor_critic.value(rollout.get("observation")))
+        transitions = transition_view(rollout)
+        next_state_value = self.actor_critic.value(transitions.get(("next", "observation")))
+        advantage, value_target = generalized_advantage_estimate(
+            transitions.get(("next", "reward")), transitions.get("state_value"), next_state_value,
+            transitions.get(("next", "terminated")), transitions.get(("next", "done")),
+            gamma=self.gamma, gae_lambda=self.gae_lambda,
+        )
+        padding = torch.zeros_like(advantage[:, :1])
+        rollout.set("advantage", torch.cat([advantage, padding], 1))
+        rollout.set("value_target", torch.cat([value_target, padding], 1))
+
+    def update(self, buffer: RolloutBuffer, frames: int) -> dict[str, float]:
+        """Several epochs of minibatch updates on the buffer's rollout; returns mean losses."""
+        progress = min(frames / self.total_frames, 1.0) if self.total_frames > 0 else 0.0
+        remaining = 1.0 - progress
+        lr = self.lr * remaining if self.anneal_lr else self.lr
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        clip = self.clip_epsilon * remaining if self.anneal_clip else self.clip_epsilon
+        self.compute_advantages(buffer)
+        transitions = buffer.get(flatten=True)
+        totals: dict[str, torch.Tensor] = {}
+        steps = 0
+        for _ in range(self.epochs):
+            for minibatch in iterate_minibatches(transitions, self.minibatch_size):
+                for key, value in self._minibatch_step(minibatch, clip).items():
+                    totals[key] = totals[key] + value if key in totals else value
+                steps += 1
+        metrics = {key: value.item() / steps for key, value in totals.items()}  # one sync per update
+        metrics["lr"] = lr
+        return metrics
+
+    def _minibatch_step(self, minibatch, clip: float) -> dict[str, torch.Tensor]:
+        log_prob, entropy, value = self.actor_critic.evaluate_actions(
+            minibatch.get("observation"), minibatch.get("action"))
+        advantage = minibatch.get("advantage")
+        if self.normalize_advantage and advantage.numel() > 1:
+            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        log_ratio = log_prob - minibatch.get("action_log_prob")
+        ratio = log_ratio.exp()
+        loss_policy = -torch.min(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
+        loss_value = 0.5 * (value - minibatch.get("value_target")).pow(2).mean()
+        entropy_mean = entropy.mean()
+        loss = loss_policy + self.value_coef * loss_value - self.entropy_coef * entropy_mean
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.actor_critic.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        with torch.no_grad():
+            return {"loss_policy": loss_policy.detach(), "loss_value": loss_value.detach(),
+                    "entropy": entropy_mean.detach(), "approx_kl": ((ratio - 1) - log_ratio).mean(),
+                    "clip_fraction": ((ratio - 1).abs() > clip).float().mean()}

@@ -1,0 +1,374 @@
+"""Collector: the single-process per-step loop.
+
+    for t in range(T):
+        carrier ──(cast to policy_device if it differs)──▶ policy ──▶ action, log_prob, ...
+        carrier + policy output ──copy──▶ batch[..., t]
+        env._step(action)  ──▶ staged ("next", ...) ──copy──▶ batch["next"][..., t]
+                           ──▶ carrier obs = reset obs where done (is_init), next obs elsewhere
+        new traj ids where an env finished
+
+The carrier persists across batches, so a trajectory that crosses a batch boundary
+continues with the right observation and the same traj id. The batch is allocated once,
+from a dry-run of the policy at construction, and written by index; every step writes
+precomputed views, so the loop allocates nothing it can avoid.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from typing import Callable, Union
+
+import numpy as np
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import set_interaction_type
+
+from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.devices import CollectorDevices, DeviceLike, sync_function
+from rlcollect.collectors.trajectories import TRAJ_IDS, TrajectoryPool, split_trajectories
+from rlcollect.envs.gym_env import NEXT_KEYS, GymEnv
+
+log = logging.getLogger(__name__)
+
+EnvFactory = Union[GymEnv, Callable[[], GymEnv]]
+Policy = Callable[[TensorDictBase], TensorDictBase]
+EXPLORATION_TYPES = ("random", "deterministic")
+CARRIER_KEYS = ("observation", "is_init")
+
+
+def _as_env(create_env_fn: EnvFactory) -> GymEnv:
+    env = create_env_fn if isinstance(create_env_fn, GymEnv) else create_env_fn()
+    if not isinstance(env, GymEnv):
+        raise TypeError(f"create_env_fn must be a GymEnv or return one, got {type(env).__name__}")
+    return env
+
+
+def _policy_param_device(policy) -> torch.device | None:
+    if isinstance(policy, torch.nn.Module):
+        for tensor in (*policy.parameters(), *policy.buffers()):
+            return tensor.device
+    return None
+
+
+class Collector(CollectorBase):
+    """Collects batches from one (possibly batched) GymEnv in the calling process.
+
+    Yields TensorDicts of batch shape ``[T]`` (single env) or ``[P, T]`` (batched env of
+    P), ``P * T == frames_per_batch`` (rounded up to a multiple of P). See DESIGN.md for
+    the keys and collector-internals.txt for the semantics of every argument.
+
+    Args:
+        create_env_fn: a GymEnv or a zero-argument callable returning one.
+        policy: callable TensorDict -> TensorDict writing ``"action"``; None: uniform random.
+        frames_per_batch: frames per yielded batch.
+        total_frames: stop after this many frames; -1 for endless.
+        device: sets policy_device, env_device and storing_device at once.
+        max_frames_per_traj: cut trajectories after this many steps (marked truncated).
+        init_random_frames: the first frames use random actions (the policy is not called).
+        reset_at_each_iter: reset every env at the start of every batch.
+        reset_when_done: reset envs that finish (False leaves them to the env).
+        split_trajs: yield the legacy padded ``[N_traj, T_max]`` layout with a mask.
+        exploration_type: "random" or "deterministic", set around the policy call.
+        track_traj_ids: write ("collector", "traj_ids").
+        set_truncated: mark the last step of each batch truncated (and done); the next
+            batch starts new trajectories.
+        postproc: TensorDict -> TensorDict applied to each batch before it is yielded.
+        pre_collect_hook: called with no argument before each batch.
+        post_collect_hook: called with exactly the batch that is yielded.
+        no_cuda_sync: skip the explicit CUDA syncs after cross-device copies.
+    """
+
+    def __init__(
+        self,
+        create_env_fn: EnvFactory,
+        policy: Policy | None = None,
+        *,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        device: DeviceLike = None,
+        policy_device: DeviceLike = None,
+        env_device: DeviceLike = None,
+        storing_device: DeviceLike = None,
+        max_frames_per_traj: int | None = None,
+        init_random_frames: int = 0,
+        reset_at_each_iter: bool = False,
+        reset_when_done: bool = True,
+        split_trajs: bool = False,
+        exploration_type: str = "random",
+        track_traj_ids: bool = True,
+        set_truncated: bool = False,
+        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
+        pre_collect_hook: Callable[[], None] | None = None,
+        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
+        no_cuda_sync: bool = False,
+        traj_pool: TrajectoryPool | None = None,
+    ) -> None:
+        super().__init__()
+        self.env = _as_env(create_env_fn)
+        self.devices = self._setup_devices(policy, device, policy_device, env_device, storing_device, no_cuda_sync)
+        self.policy = self._setup_policy(policy)
+        self.frames_per_batch, self._time_steps = self._setup_frames_per_batch(frames_per_batch)
+        self.total_frames = self._setup_total_frames(total_frames)
+        self.max_frames_per_traj = self._setup_max_frames_per_traj(max_frames_per_traj)
+        self.init_random_frames = self._setup_non_negative("init_random_frames", init_random_frames)
+        self.exploration_type = self._setup_exploration_type(exploration_type)
+        self.split_trajs = self._setup_split_trajs(split_trajs, track_traj_ids)
+        self.reset_at_each_iter = reset_at_each_iter
+        self.reset_when_done = reset_when_done
+        self.track_traj_ids = track_traj_ids
+        self.set_truncated = set_truncated
+        self.postproc = postproc
+        self.pre_collect_hook = pre_collect_hook
+        self.post_collect_hook = post_collect_hook
+        self._traj_pool = traj_pool if traj_pool is not None else TrajectoryPool()
+        self._env_batch = tuple(self.env.batch_size)
+        self._num_envs = self.env.num_envs or 1
+        self._steps_in_traj = np.zeros(self._num_envs, np.int64)
+        self._make_carrier()
+        self._allocate_batch()
+
+    # ------------------------------------------------------------------ construction
+    def _setup_devices(self, policy, device, policy_device, env_device, storing_device, no_cuda_sync):
+        devices = CollectorDevices.resolve(
+            device=device,
+            policy_device=policy_device,
+            env_device=env_device,
+            storing_device=storing_device,
+            policy_param_device=_policy_param_device(policy),
+            env_own_device=self.env.device,
+        )
+        self.env.to(devices.env)
+        self._cast_to_policy_device = devices.policy != devices.env
+        self._sync_policy = sync_function(devices.policy, no_cuda_sync)
+        self._sync_storage = sync_function(devices.storing, no_cuda_sync)
+        return devices
+
+    def _setup_policy(self, policy):
+        """Use the policy as is, or a copy on policy_device when its weights live elsewhere
+        (``update_policy_weights_()`` then refreshes the copy from the original)."""
+        self._source_policy = None
+        if policy is None:
+            return None
+        if not callable(policy):
+            raise TypeError(f"policy must be callable TensorDict -> TensorDict, got {type(policy).__name__}")
+        param_device = _policy_param_device(policy)
+        if param_device is not None and param_device != self.devices.policy:
+            self._source_policy = policy
+            policy = copy.deepcopy(policy).to(self.devices.policy)
+        return policy
+
+    def _setup_frames_per_batch(self, frames_per_batch: int) -> tuple[int, int]:
+        if not isinstance(frames_per_batch, int) or frames_per_batch < 1:
+            raise ValueError(f"frames_per_batch must be a positive int, got {frames_per_batch!r}")
+        num_envs = self.env.num_envs or 1
+        time_steps = math.ceil(frames_per_batch / num_envs)
+        if time_steps * num_envs != frames_per_batch:
+            log.info("frames_per_batch=%d rounded up to %d (a multiple of %d envs)",
+                     frames_per_batch, time_steps * num_envs, num_envs)
+        return time_steps * num_envs, time_steps
+
+    @staticmethod
+    def _setup_max_frames_per_traj(max_frames_per_traj: int | None) -> int | None:
+        if max_frames_per_traj is not None and (not isinstance(max_frames_per_traj, int) or max_frames_per_traj < 1):
+            raise ValueError(f"max_frames_per_traj must be None or a positive int, got {max_frames_per_traj!r}")
+        return max_frames_per_traj
+
+    @staticmethod
+    def _setup_non_negative(name: str, value: int) -> int:
+        if not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        return value
+
+    @staticmethod
+    def _setup_exploration_type(exploration_type: str) -> str:
+        if exploration_type not in EXPLORATION_TYPES:
+            raise ValueError(f"exploration_type must be one of {EXPLORATION_TYPES}, got {exploration_type!r}")
+        return exploration_type
+
+    @staticmethod
+    def _setup_split_trajs(split_trajs: bool, track_traj_ids: bool) -> bool:
+        if split_trajs and not track_traj_ids:
+            raise ValueError("split_trajs=True needs track_traj_ids=True")
+        return split_trajs
+
+    def _make_carrier(self) -> None:
+        """Reset every env and start a trajectory in each (the carrier's initial state)."""
+        self.env.reset()
+        self._steps_in_traj[:] = 0
+        carrier = self.env.staged.select(*CARRIER_KEYS)
+        if self.track_traj_ids:
+            carrier.set(TRAJ_IDS, self._traj_pool.take(self._num_envs).reshape(self._env_batch).to(self.devices.env))
+        self._carrier = carrier
+        self._carrier_is_fresh = True  # no step taken since this reset
+
+    def _allocate_batch(self) -> None:
+        """Dry-run the policy once to learn what it writes, then preallocate the batch
+        ``[*env_batch, T]`` on storing_device and the per-step views written by index."""
+        probe = self._carrier.clone()
+        with torch.no_grad(), set_interaction_type(self.exploration_type):
+            probe = self._act(probe, random=self.policy is None)
+        step = probe.exclude("next")
+        step.set("next", self.env.staged.get("next").clone())
+        time_dim = len(self._env_batch)
+        self._batch = step.apply(
+            lambda x: torch.zeros((*self._env_batch, self._time_steps, *x.shape[time_dim:]),
+                                  dtype=x.dtype, device=self.devices.storing),
+            batch_size=[*self._env_batch, self._time_steps],
+            device=self.devices.storing,
+        )
+
+        def views(key):
+            return self._batch.get(key).unbind(time_dim)
+
+        carrier_keys = [key for key in self._carrier.keys(True, True)]
+        self._policy_keys = [key for key in probe.exclude("next").keys(True, True) if key not in carrier_keys]
+        self._carrier_views = [(key, views(key)) for key in carrier_keys]
+        self._policy_views = [(key, views(key)) for key in self._policy_keys]
+        self._next_views = [(self.env.staged.get(("next", key)), views(("next", key))) for key in NEXT_KEYS]
+        self._truncated_views = views(("next", "truncated"))
+        self._done_views = views(("next", "done"))
+
+    # ------------------------------------------------------------------ the loop
+    def _act(self, carrier: TensorDictBase, random: bool) -> TensorDictBase:
+        if random:
+            carrier.set("action", self.env.random_action())
+            return carrier
+        if self._cast_to_policy_device:
+            policy_input = carrier.to(self.devices.policy, non_blocking=True)
+            self._sync_policy()
+        else:
+            policy_input = carrier
+        output = self.policy(policy_input)
+        return policy_input if output is None else output
+
+    def _rollout(self) -> TensorDictBase:
+        if self.pre_collect_hook is not None:
+            self.pre_collect_hook()
+        if self.reset_at_each_iter and not self._carrier_is_fresh:
+            self._make_carrier()
+        self._carrier_is_fresh = False
+        with torch.no_grad(), set_interaction_type(self.exploration_type):
+            for t in range(self._time_steps):
+                random = self.policy is None or self._frames + t * self._num_envs < self.init_random_frames
+                self._step(t, random)
+        if self.set_truncated:
+            self._truncate_last_step()
+        self._sync_storage()
+        return self._batch.clone()
+
+    def _step(self, t: int, random: bool) -> None:
+        carrier, staged = self._carrier, self.env.staged
+        for key in CARRIER_KEYS:  # a policy may replace these entries: point back to staging
+            carrier.set(key, staged.get(key))
+        for key, views in self._carrier_views:
+            views[t].copy_(carrier.get(key))
+        policy_output = self._act(carrier, random)
+        action = policy_output.get("action")
+        if random and self.policy is not None:
+            for key, views in self._policy_views:
+                if key == "action":
+                    views[t].copy_(action)
+                else:
+                    views[t].zero_()
+        else:
+            for key, views in self._policy_views:
+                views[t].copy_(policy_output.get(key))
+        done = self.env._step(action, auto_reset=self.reset_when_done)
+        for source, views in self._next_views:
+            views[t].copy_(source)
+        restarted = done if self.reset_when_done else np.zeros_like(done)
+        if self.max_frames_per_traj is not None:
+            restarted = restarted | self._cut_long_trajectories(t, done)
+        if restarted.any():
+            self._start_trajectories(restarted)
+
+    def _cut_long_trajectories(self, t: int, done: np.ndarray) -> np.ndarray:
+        """Mark truncated (and reset) the envs that reached max_frames_per_traj; returns them."""
+        self._steps_in_traj += 1
+        cut = (self._steps_in_traj >= self.max_frames_per_traj) & ~done
+        if cut.any():
+            cut_mask = torch.from_numpy(cut).reshape(self._env_batch).to(self.devices.storing)
+            self._truncated_views[t].logical_or_(cut_mask)
+            self._done_views[t].logical_or_(cut_mask)
+            self.env._reset_indices(np.flatnonzero(cut))
+        return cut
+
+    def _start_trajectories(self, restarted: np.ndarray) -> None:
+        """Envs that were reset start a trajectory: step count 0 and a fresh id."""
+        self._steps_in_traj[restarted] = 0
+        if not self.track_traj_ids:
+            return
+        mask = torch.from_numpy(restarted).reshape(self._env_batch).to(self.devices.env)
+        traj_ids = self._carrier.get(TRAJ_IDS)
+        traj_ids.masked_scatter_(mask, self._traj_pool.take(int(restarted.sum())).to(self.devices.env))
+
+    def _truncate_last_step(self) -> None:
+        """set_truncated: cut every trajectory at the batch boundary."""
+        last = self._time_steps - 1
+        still_running = ~self._done_views[last]
+        self._truncated_views[last].logical_or_(still_running)
+        self._done_views[last].fill_(True)
+        running = still_running.reshape(-1).cpu().numpy()
+        if running.any():
+            self.env.staged.get("is_init").reshape(-1)[torch.from_numpy(running)] = True
+            self._start_trajectories(running)
+
+    # ------------------------------------------------------------------ public API
+    def _next_batch(self) -> TensorDictBase:
+        batch = self._rollout()
+        if self.split_trajs:
+            batch = split_trajectories(batch)
+        if self.postproc is not None:
+            batch = self.postproc(batch)
+        if self.post_collect_hook is not None:
+            self.post_collect_hook(batch)
+        return batch
+
+    def set_seed(self, seed: int) -> int:
+        """Seed torch's RNG and the envs, and restart every env from the seeded reset:
+        the same seed gives the same batches. Returns the seed."""
+        torch.manual_seed(seed)
+        self.env.set_seed(seed)
+        self._make_carrier()
+        return seed
+
+    def reset(self) -> None:
+        """Reset every env; each starts a new trajectory."""
+        self._make_carrier()
+
+    def update_policy_weights_(self, weights=None) -> None:
+        """Refresh the collector's policy copy.
+
+        ``weights`` may be None (copy from the policy the collector was built with, a no-op
+        when no copy was made), an ``nn.Module``, a state_dict, or a TensorDict of
+        parameters (``TensorDict.from_module``).
+        """
+        if self.policy is None or not isinstance(self.policy, torch.nn.Module):
+            return
+        if weights is None:
+            if self._source_policy is None:
+                return
+            weights = self._source_policy
+        if isinstance(weights, torch.nn.Module):
+            weights = weights.state_dict()
+        if isinstance(weights, TensorDictBase):
+            weights.to_module(self.policy)
+        else:
+            self.policy.load_state_dict(weights)
+
+    def state_dict(self) -> dict:
+        """Frame count and the trajectory-id pool (ids never repeat after a reload)."""
+        return {"frames": self._frames, "traj_pool": self._traj_pool.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._frames = int(state["frames"])
+        self._traj_pool.load_state_dict(state["traj_pool"])
+        self._make_carrier()
+
+    def _close(self) -> None:
+        self.env.close()
+
+    def __repr__(self) -> str:
+        return (f"Collector(env={self.env!r}, frames_per_batch={self.frames_per_batch}, "
+                f"total_frames={self.total_frames}, devices={self.devices})")

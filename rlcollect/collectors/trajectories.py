@@ -1,0 +1,70 @@
+"""Trajectory ids and the legacy padded trajectory layout."""
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict, lazy_stack
+
+TRAJ_IDS = ("collector", "traj_ids")
+MASK = ("collector", "mask")
+
+
+class TrajectoryPool:
+    """Hands out trajectory ids that never repeat (also after ``load_state_dict``)."""
+
+    def __init__(self, start: int = 0) -> None:
+        self._next_id = start
+
+    def take(self, count: int) -> torch.Tensor:
+        """``count`` fresh ids as an int64 tensor."""
+        ids = torch.arange(self._next_id, self._next_id + count, dtype=torch.int64)
+        self._next_id += count
+        return ids
+
+    def state_dict(self) -> dict:
+        return {"next_id": self._next_id}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._next_id = int(state["next_id"])
+
+
+def _trajectory_ids(flat: TensorDict, row_length: int) -> torch.Tensor:
+    """Per-step trajectory ids of a flat batch made of rows of ``row_length`` steps:
+    ("collector", "traj_ids") when present, else rebuilt from ("next", "done")."""
+    if TRAJ_IDS in flat.keys(include_nested=True):
+        return flat.get(TRAJ_IDS)
+    done = flat.get(("next", "done")).reshape(-1, row_length)
+    starts = torch.zeros_like(done)
+    starts[:, 0] = True
+    starts[:, 1:] = done[:, :-1]
+    return starts.reshape(-1).cumsum(0)
+
+
+def split_trajectories(batch: TensorDict, *, as_nested: bool = False) -> TensorDict:
+    """Split a collector batch (time last: ``[*B, T]``) into its trajectories.
+
+    Returns the legacy padded ``[N_traj, T_max]`` layout, zero-padded, with a bool
+    ``("collector", "mask")`` marking real steps; or, with ``as_nested=True``, a lazily
+    stacked TensorDict of the ragged trajectories (no padding, no mask). Trajectories are
+    delimited by ``("collector", "traj_ids")``, or by ``("next", "done")`` without them.
+    A trajectory cut by the batch boundary is split there: prefer the flat layout.
+    """
+    row_length = batch.batch_size[-1]
+    flat = batch.reshape(-1)
+    traj_ids = _trajectory_ids(flat, row_length)
+    _, lengths = torch.unique_consecutive(traj_ids, return_counts=True)
+    if as_nested:
+        return lazy_stack(list(flat.split(lengths.tolist(), dim=0)), dim=0)
+    num_trajs, max_length = lengths.numel(), int(lengths.max())
+    device = traj_ids.device
+    trajectory = torch.repeat_interleave(torch.arange(num_trajs, device=device), lengths)
+    starts = torch.cumsum(lengths, 0) - lengths
+    position = torch.arange(flat.numel(), device=device) - starts[trajectory]
+    padded = flat.apply(
+        lambda x: torch.zeros((num_trajs, max_length, *x.shape[1:]), dtype=x.dtype, device=x.device),
+        batch_size=[num_trajs, max_length],
+    )
+    padded[trajectory, position] = flat
+    mask = torch.zeros(num_trajs, max_length, dtype=torch.bool, device=flat.device)
+    mask[trajectory, position] = True
+    padded.set(MASK, mask)
+    return padded

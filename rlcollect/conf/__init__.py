@@ -1,0 +1,1 @@
+"""Hydra config tree of `rlcollect train` (a package so a wheel install finds it)."""

@@ -1,0 +1,113 @@
+"""Structured-config schemas for `rlcollect train`, registered in Hydra's ConfigStore.
+
+Every YAML option under conf/<group>/ names its schema in its defaults list, so a
+misspelled key or a value of the wrong type is rejected by Hydra before anything runs.
+Keys mirror the constructor arguments they feed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING
+
+
+@dataclass
+class EnvConfig:
+    id: str = MISSING  # a registered gymnasium id
+    num_envs: Optional[int] = 8  # None: a single env, batch_size []
+    max_episode_steps: Optional[int] = None
+    solved_return: Optional[float] = None  # training stops once evaluation reaches it
+    make_kwargs: Any = field(default_factory=dict)
+
+
+@dataclass
+class SyncCollectorConfig:
+    type: str = "sync"
+    frames_per_batch: int = 256
+    max_frames_per_traj: Optional[int] = None
+    init_random_frames: int = 0
+    reset_at_each_iter: bool = False
+    reset_when_done: bool = True
+    split_trajs: bool = False
+    exploration_type: str = "random"
+    track_traj_ids: bool = True
+    set_truncated: bool = False
+    policy_device: Optional[str] = None
+    env_device: Optional[str] = None
+    storing_device: Optional[str] = None
+    no_cuda_sync: bool = False
+
+
+@dataclass
+class PPOConfig:
+    name: str = "ppo"
+    lr: float = 3e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_epsilon: float = 0.2
+    epochs: int = 10
+    minibatch_size: int = 64
+    value_coef: float = 0.5
+    entropy_coef: float = 0.0
+    max_grad_norm: float = 0.5
+    normalize_advantage: bool = True
+    anneal_lr: bool = True
+    anneal_clip: bool = False
+    hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
+    activation: str = "tanh"
+    log_std_init: float = 0.0
+
+
+@dataclass
+class RolloutBufferConfig:
+    type: str = "rollout"
+    device: Optional[str] = None  # defaults to the training device
+
+
+@dataclass
+class EvalConfig:
+    every_frames: int = 2048
+    episodes: int = 10
+    max_steps: Optional[int] = None
+
+
+@dataclass
+class WandbLoggerConfig:
+    type: str = "wandb"
+    project: str = "rlcollect"
+    entity: Optional[str] = None
+    mode: str = "offline"  # "online" needs a W&B login
+
+
+@dataclass
+class NoLoggerConfig:
+    type: str = "none"
+
+
+@dataclass
+class TrainConfig:
+    env: Any = MISSING
+    collector: Any = MISSING
+    algo: Any = MISSING
+    buffer: Any = MISSING
+    logger: Any = MISSING
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    seed: int = 0
+    total_frames: int = 100_000
+    device: str = "cpu"  # training device; also the collector's default device
+    torch_threads: int = 1
+    progress: bool = True
+
+
+def register_configs() -> None:
+    """Register every schema; YAML options refer to them by ``<name>_schema``."""
+    store = ConfigStore.instance()
+    store.store(name="train_schema", node=TrainConfig)
+    store.store(group="env", name="env_schema", node=EnvConfig)
+    store.store(group="collector", name="sync_schema", node=SyncCollectorConfig)
+    store.store(group="algo", name="ppo_schema", node=PPOConfig)
+    store.store(group="buffer", name="rollout_schema", node=RolloutBufferConfig)
+    store.store(group="logger", name="wandb_schema", node=WandbLoggerConfig)
+    store.store(group="logger", name="none_schema", node=NoLoggerConfig)

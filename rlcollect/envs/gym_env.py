@@ -1,0 +1,229 @@
+"""GymEnv: one gymnasium env, or P of them stepped in lock-step, as TensorDicts.
+
+Each step writes into staging arrays allocated once: numpy arrays that gymnasium's
+outputs are assigned into and torch tensors that alias them (torch.from_numpy), so a
+step allocates no tensor. ``step_and_maybe_reset`` returns fresh TensorDicts for users;
+the Collector reads the staging tensors directly (``staged``) and copies them into its
+preallocated batch.
+
+    carrier ──action──▶ _step ──▶ staged["next", ...]     what the step produced
+                                  staged["observation"]   what the next step consumes:
+                                                          the reset observation where an
+                                                          env finished, else next obs
+"""
+from __future__ import annotations
+
+import difflib
+from typing import Callable, Union
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from rlcollect.envs.spaces import check_supported, numpy_dtype, random_actions, sample_shape
+
+EnvSource = Union[str, Callable[[], gym.Env]]
+
+NEXT_KEYS = ("observation", "reward", "terminated", "truncated", "done")
+
+
+def make_gym_env(env: EnvSource, max_episode_steps: int | None = None, **make_kwargs) -> gym.Env:
+    """gym.make for a registered id (clear error with close matches for an unknown one),
+    or call a zero-argument factory."""
+    if isinstance(env, str):
+        if env not in gym.registry:
+            close = difflib.get_close_matches(env, list(gym.registry), n=3, cutoff=0.6)
+            hint = f" Did you mean: {', '.join(close)}?" if close else ""
+            raise ValueError(f"Unknown gymnasium env id {env!r}.{hint}")
+        return gym.make(env, max_episode_steps=max_episode_steps, **make_kwargs)
+    if not callable(env):
+        raise TypeError(f"env must be a gymnasium id or a zero-argument callable, got {env!r}")
+    if make_kwargs:
+        raise TypeError(f"make kwargs {sorted(make_kwargs)} only apply to a gymnasium id, not a callable")
+    instance = env()
+    if not isinstance(instance, gym.Env):
+        raise TypeError(f"env factory {env!r} returned {type(instance).__name__}, not a gymnasium.Env")
+    if max_episode_steps is not None:
+        instance = gym.wrappers.TimeLimit(instance, max_episode_steps=max_episode_steps)
+    return instance
+
+
+class GymEnv:
+    """A gymnasium env (``num_envs=None``, batch_size ``[]``) or ``num_envs`` copies
+    stepped together (batch_size ``[num_envs]``), speaking rlcollect's TensorDict keys.
+
+    Args:
+        env: a registered gymnasium id, or a zero-argument callable returning a gymnasium.Env
+            (called once per sub-env).
+        num_envs: None for a single env, P for a batched env.
+        seed: sub-env i is seeded with ``seed + i`` at its first reset.
+        device: where the returned tensors live.
+        max_episode_steps: time limit (a gymnasium TimeLimit: its cut is ``truncated``).
+        **make_kwargs: passed to ``gym.make``.
+
+    Box actions are clipped to the action space's bounds before they reach the env (the
+    unclipped action is what the policy wrote and what is stored). Only sub-envs that finish are reset: ``("next", "observation")`` keeps the true final
+    observation, the carrier returned for the next step holds the reset one with
+    ``is_init=True``. ``terminated`` and ``truncated`` stay distinct.
+    """
+
+    def __init__(
+        self,
+        env: EnvSource,
+        num_envs: int | None = None,
+        *,
+        seed: int | None = None,
+        device: str | torch.device = "cpu",
+        max_episode_steps: int | None = None,
+        **make_kwargs,
+    ) -> None:
+        if num_envs is not None and (not isinstance(num_envs, int) or num_envs < 1):
+            raise ValueError(f"num_envs must be None or a positive int, got {num_envs!r}")
+        self.num_envs = num_envs
+        self.batch_size = torch.Size([] if num_envs is None else [num_envs])
+        self.device = torch.device(device)
+        self._envs = [make_gym_env(env, max_episode_steps, **make_kwargs) for _ in range(num_envs or 1)]
+        self.observation_space = self._envs[0].observation_space
+        self.action_space = self._envs[0].action_space
+        check_supported(self.observation_space, "observation")
+        check_supported(self.action_space, "action")
+        self._seed = seed
+        self._closed = False
+        box = isinstance(self.action_space, gym.spaces.Box)
+        self._action_bounds = (self.action_space.low, self.action_space.high) if box else None
+        self._allocate_staging()
+        self._bind_staging()
+
+    def _allocate_staging(self) -> None:
+        n = len(self._envs)
+        obs_shape, obs_dtype = sample_shape(self.observation_space), numpy_dtype(self.observation_space)
+        self._np = {
+            "observation": np.zeros((n, *obs_shape), obs_dtype),
+            "is_init": np.zeros(n, bool),
+            "next_observation": np.zeros((n, *obs_shape), obs_dtype),
+            "reward": np.zeros(n, np.float32),
+            "terminated": np.zeros(n, bool),
+            "truncated": np.zeros(n, bool),
+            "done": np.zeros(n, bool),
+        }
+
+    def _bind_staging(self) -> None:
+        """Expose the staging arrays as tensors on ``self.device`` (aliases on CPU)."""
+        cpu = {name: torch.from_numpy(array) for name, array in self._np.items()}
+        if self.device.type != "cpu":
+            self._cpu_staging = cpu
+            device_tensors = {name: t.to(self.device) for name, t in cpu.items()}
+        else:
+            self._cpu_staging = None
+            device_tensors = cpu
+        squeeze = self.num_envs is None
+        view = (lambda t: t[0]) if squeeze else (lambda t: t)
+        self.staged = TensorDict(
+            {
+                "observation": view(device_tensors["observation"]),
+                "is_init": view(device_tensors["is_init"]),
+                "next": {key: view(device_tensors["next_observation" if key == "observation" else key]) for key in NEXT_KEYS},
+            },
+            batch_size=self.batch_size,
+            device=self.device,
+        )
+        # Flat views of the device tensors for in-place refresh on non-CPU devices.
+        self._device_staging = device_tensors
+
+    # ------------------------------------------------------------------ public API
+    def set_seed(self, seed: int | None) -> int | None:
+        """Seed sub-env i with ``seed + i`` at the next reset; returns the seed."""
+        self._seed = seed
+        return seed
+
+    def reset(self) -> TensorDict:
+        """Reset every sub-env; returns the carrier (``observation``, ``is_init``)."""
+        self._reset_indices(range(len(self._envs)))
+        return self.staged.select("observation", "is_init").clone()
+
+    def step_and_maybe_reset(self, tensordict: TensorDict) -> tuple[TensorDict, TensorDict]:
+        """Step with ``tensordict["action"]``. Returns ``tensordict`` with its ``"next"``
+        entry set, and the carrier for the next step (reset observation where done)."""
+        self._step(tensordict.get("action"))
+        tensordict.set("next", self.staged.get("next").clone())
+        return tensordict, self.staged.select("observation", "is_init").clone()
+
+    def rand_action(self, tensordict: TensorDict | None = None) -> TensorDict:
+        """Write a uniform random ``"action"`` into ``tensordict`` (a new one if None)."""
+        if tensordict is None:
+            tensordict = TensorDict({}, batch_size=self.batch_size, device=self.device)
+        tensordict.set("action", self.random_action())
+        return tensordict
+
+    def random_action(self) -> torch.Tensor:
+        return random_actions(self.action_space, tuple(self.batch_size), self.device)
+
+    def to(self, device: str | torch.device) -> "GymEnv":
+        """Return tensors on ``device`` from now on (in place; returns self)."""
+        device = torch.device(device)
+        if device != self.device:
+            self.device = device
+            self._bind_staging()
+        return self
+
+    def close(self) -> None:
+        """Close every sub-env; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for env in self._envs:
+            env.close()
+
+    # ------------------------------------------------------------------ fast path
+    def _step(self, action: torch.Tensor, auto_reset: bool = True) -> np.ndarray:
+        """Step every sub-env, writing results into ``self.staged``.
+
+        With ``auto_reset``, finished sub-envs are reset (``is_init`` set); the others carry
+        the next observation over. Returns the done mask (a staging array, valid until
+        the next step).
+        """
+        actions = action.detach().reshape(len(self._envs), *action.shape[len(self.batch_size):]).cpu().numpy()
+        if self._action_bounds is not None:  # Gaussian policies sample past the bounds
+            actions = np.clip(actions, *self._action_bounds)
+        arrays = self._np
+        next_obs, reward = arrays["next_observation"], arrays["reward"]
+        terminated, truncated, done = arrays["terminated"], arrays["truncated"], arrays["done"]
+        for i, env in enumerate(self._envs):
+            next_obs[i], reward[i], terminated[i], truncated[i], _ = env.step(actions[i])
+        np.logical_or(terminated, truncated, out=done)
+        arrays["observation"][:] = next_obs
+        arrays["is_init"][:] = False
+        if auto_reset and done.any():
+            self._reset_indices(np.flatnonzero(done))
+        elif self._cpu_staging is not None:
+            self._refresh_device()
+        return done
+
+    def _reset_indices(self, indices) -> None:
+        """Reset the given sub-envs into the carrier slots (``observation``, ``is_init``).
+
+        A pending seed (``set_seed``) is consumed by the next reset of every sub-env;
+        later resets continue each env's own RNG.
+        """
+        indices = [int(i) for i in indices]
+        seed = self._seed if len(indices) == len(self._envs) else None
+        observation, is_init = self._np["observation"], self._np["is_init"]
+        for i in indices:
+            if seed is not None:
+                self._envs[i].action_space.seed(seed + i)
+            observation[i], _ = self._envs[i].reset(seed=None if seed is None else seed + i)
+            is_init[i] = True
+        if seed is not None:
+            self._seed = None
+        if self._cpu_staging is not None:
+            self._refresh_device()
+
+    def _refresh_device(self) -> None:
+        for name, tensor in self._device_staging.items():
+            tensor.copy_(self._cpu_staging[name], non_blocking=True)
+
+    def __repr__(self) -> str:
+        spec = self._envs[0].spec
+        name = spec.id if spec is not None else type(self._envs[0].unwrapped).__name__
+        return f"GymEnv({name!r}, num_envs={self.num_envs}, device={str(self.device)!r})"

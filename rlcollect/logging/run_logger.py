@@ -1,0 +1,152 @@
+"""Per-run metrics: metrics.jsonl in the run folder, and Weights & Biases when asked.
+
+A logger is also the collector's post-collect hook: called with each batch, it logs the
+frames, the throughput and the return and length of the trajectories completed in it.
+Metrics logged for the same step are merged into one row, written once to every sink.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from tensordict import TensorDictBase
+
+from rlcollect.logging.episodes import EpisodeTracker
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class RunLogger:
+    """Writes one JSON line per step to ``<run_dir>/metrics.jsonl``.
+
+    Args:
+        run_dir: the run folder (metrics.jsonl is appended to, so a resumed run continues it).
+        start_frames: frames already counted before this logger (a resumed run).
+    """
+
+    def __init__(self, run_dir: str | Path, *, start_frames: int = 0) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.run_dir / METRICS_FILE, "a", encoding="utf-8")
+        self._episodes = EpisodeTracker()
+        self._start_time = time.perf_counter()
+        self._frames = start_frames
+        self._start_frames = start_frames
+        self._pending_step: int | None = None
+        self._pending: dict[str, Any] = {}
+        self.recent_episode_return: float | None = None
+
+    @property
+    def frames(self) -> int:
+        return self._frames
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._start_time
+
+    def __call__(self, batch: TensorDictBase) -> None:
+        """Post-collect hook: log what this batch holds."""
+        self._frames += batch.numel()
+        returns, lengths = self._episodes.update(batch)
+        elapsed = self.elapsed
+        metrics: dict[str, Any] = {
+            "frames": self._frames,
+            "time": elapsed,
+            "collect/frames_per_second": (self._frames - self._start_frames) / max(elapsed, 1e-9),
+            "collect/episodes": len(returns),
+        }
+        if returns:
+            self.recent_episode_return = sum(returns) / len(returns)
+            metrics["collect/episode_return"] = self.recent_episode_return
+            metrics["collect/episode_length"] = sum(lengths) / len(lengths)
+        self.log(metrics, step=self._frames)
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        """Add ``metrics`` to the row of ``step`` (a frame count; rows are written in
+        increasing step order, each once)."""
+        if self._pending_step is not None and step != self._pending_step:
+            self.flush()
+        self._pending_step = step
+        self._pending.update({key: _plain(value) for key, value in metrics.items()})
+
+    def flush(self) -> None:
+        if self._pending_step is None:
+            return
+        row = {"step": self._pending_step, **self._pending}
+        self._write(row)
+        self._pending_step, self._pending = None, {}
+
+    def _write(self, row: dict[str, Any]) -> None:
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        """Flush and close; idempotent."""
+        if self._file.closed:
+            return
+        self.flush()
+        self._file.close()
+
+
+class WandbLogger(RunLogger):
+    """A RunLogger that also logs every row to a W&B run (offline unless ``mode="online"``).
+
+    Offline runs need no account and no network; read them back with
+    ``rlcollect.logging.wandb_offline.read_offline_run``.
+    """
+
+    def __init__(self, run_dir: str | Path, *, project: str, name: str | None = None,
+                 group: str | None = None, job_type: str | None = None, config: dict | None = None,
+                 mode: str = "offline", entity: str | None = None, run_id: str | None = None,
+                 start_frames: int = 0) -> None:
+        import wandb
+
+        if mode not in ("offline", "online", "disabled"):
+            raise ValueError(f"wandb mode must be 'offline', 'online' or 'disabled', got {mode!r}")
+        if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _has_netrc_login()):
+            raise RuntimeError("logger.mode=online needs a W&B login: run `wandb login` or set WANDB_API_KEY "
+                               "(or keep the default logger.mode=offline and `wandb sync` later)")
+        super().__init__(run_dir, start_frames=start_frames)
+        self._run = wandb.init(
+            project=project, entity=entity, name=name, group=group, job_type=job_type, config=config,
+            dir=str(self.run_dir), mode=mode, id=run_id, resume="allow" if run_id else None,
+            settings=wandb.Settings(console="off", save_code=False, disable_git=True,
+                                    x_disable_stats=True, init_timeout=60, silent=True),
+        )
+
+    @property
+    def run_id(self) -> str:
+        return self._run.id
+
+    def _write(self, row: dict[str, Any]) -> None:
+        super()._write(row)
+        step = row["step"]
+        self._run.log({key: value for key, value in row.items() if key != "step"}, step=step)
+
+    def close(self) -> None:
+        if self._file.closed:
+            return
+        super().close()
+        self._run.finish()
+
+
+def _has_netrc_login() -> bool:
+    import netrc
+
+    try:
+        return netrc.netrc().authenticators("api.wandb.ai") is not None
+    except (FileNotFoundError, netrc.NetrcParseError):
+        return False
+
+
+def _plain(value: Any) -> Any:
+    """JSON-friendly scalars (tensors and numpy scalars become Python numbers)."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

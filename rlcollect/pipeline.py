@@ -1,0 +1,150 @@
+"""From a composed config to wired objects (``build``), and the training loop (``run``).
+
+This is the only module, with cli.py, that reads a config: every object it builds takes
+explicit arguments.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from rlcollect.algos.ppo import PPO
+from rlcollect.buffers.rollout import RolloutBuffer
+from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.evaluation import evaluate_episodes
+from rlcollect.collectors.single import Collector
+from rlcollect.envs.gym_env import GymEnv
+from rlcollect.envs.spaces import sample_shape, torch_dtype
+from rlcollect.logging.run_logger import RunLogger, WandbLogger
+from rlcollect.modules.actor_critic import ActorCritic
+
+SUMMARY_FILE = "summary.json"
+CONFIG_FILE = "config.yaml"
+
+
+@dataclass
+class Pipeline:
+    cfg: DictConfig
+    run_dir: Path
+    policy: ActorCritic
+    collector: CollectorBase
+    buffer: RolloutBuffer
+    algo: PPO
+    eval_env: GymEnv
+    logger: RunLogger
+
+    def close(self) -> None:
+        self.collector.shutdown()
+        self.eval_env.close()
+        self.logger.close()
+
+
+def make_env(cfg: DictConfig, *, num_envs: int | None, seed: int) -> GymEnv:
+    return GymEnv(cfg.env.id, num_envs, seed=seed, max_episode_steps=cfg.env.max_episode_steps,
+                  **OmegaConf.to_container(cfg.env.make_kwargs))
+
+
+def make_logger(cfg: DictConfig, run_dir: Path, *, name: str | None, group: str | None,
+                job_type: str | None) -> RunLogger:
+    if cfg.logger.type == "none":
+        return RunLogger(run_dir)
+    return WandbLogger(run_dir, project=cfg.logger.project, entity=cfg.logger.entity, mode=cfg.logger.mode,
+                       name=name, group=group, job_type=job_type,
+                       config=OmegaConf.to_container(cfg, resolve=True))
+
+
+def make_collector(cfg: DictConfig, env: GymEnv, policy, logger: RunLogger) -> Collector:
+    c = cfg.collector
+    return Collector(
+        env, policy, frames_per_batch=c.frames_per_batch, total_frames=cfg.total_frames, device=cfg.device,
+        policy_device=c.policy_device, env_device=c.env_device, storing_device=c.storing_device,
+        max_frames_per_traj=c.max_frames_per_traj, init_random_frames=c.init_random_frames,
+        reset_at_each_iter=c.reset_at_each_iter, reset_when_done=c.reset_when_done, split_trajs=c.split_trajs,
+        exploration_type=c.exploration_type, track_traj_ids=c.track_traj_ids, set_truncated=c.set_truncated,
+        post_collect_hook=logger, no_cuda_sync=c.no_cuda_sync,
+    )
+
+
+def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, group: str | None = None,
+          job_type: str | None = None) -> Pipeline:
+    """Seed, then build env, policy, collector, rollout buffer, PPO, eval env and logger."""
+    run_dir = Path(run_dir)
+    torch.set_num_threads(cfg.torch_threads)
+    torch.manual_seed(cfg.seed)
+    (run_dir / CONFIG_FILE).parent.mkdir(parents=True, exist_ok=True)
+    (run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    if cfg.collector.split_trajs:
+        raise ValueError("collector.split_trajs=true gives padded batches; PPO's rollout buffer needs the "
+                         "[num_envs, T] layout: keep split_trajs=false")
+
+    env = make_env(cfg, num_envs=cfg.env.num_envs, seed=cfg.seed)
+    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=list(cfg.algo.hidden_sizes),
+                         activation=cfg.algo.activation, log_std_init=cfg.algo.log_std_init).to(cfg.device)
+    logger = make_logger(cfg, run_dir, name=name, group=group, job_type=job_type)
+    collector = make_collector(cfg, env, policy, logger)
+    num_envs = env.num_envs or 1
+    buffer = RolloutBuffer(
+        num_envs, collector.frames_per_batch // num_envs, sample_shape(env.observation_space),
+        sample_shape(env.action_space), observation_dtype=torch_dtype(env.observation_space),
+        action_dtype=torch_dtype(env.action_space), device=cfg.buffer.device or cfg.device,
+    )
+    a = cfg.algo
+    algo = PPO(policy, lr=a.lr, gamma=a.gamma, gae_lambda=a.gae_lambda, clip_epsilon=a.clip_epsilon,
+               epochs=a.epochs, minibatch_size=a.minibatch_size, value_coef=a.value_coef,
+               entropy_coef=a.entropy_coef, max_grad_norm=a.max_grad_norm,
+               normalize_advantage=a.normalize_advantage, anneal_lr=a.anneal_lr, anneal_clip=a.anneal_clip,
+               total_frames=cfg.total_frames)
+    eval_env = make_env(cfg, num_envs=cfg.eval.episodes, seed=cfg.seed + 10_000)
+    return Pipeline(cfg, run_dir, policy, collector, buffer, algo, eval_env, logger)
+
+
+def run(pipeline: Pipeline) -> dict:
+    """Collect, update, evaluate every ``eval.every_frames``; stop at ``env.solved_return``
+    (deterministic evaluation mean) or at ``total_frames``. Returns the run summary,
+    also written to summary.json."""
+    p, cfg = pipeline, pipeline.cfg
+    solved_return = cfg.env.solved_return
+    summary = {"frames": 0, "seconds": 0.0, "solved_return": solved_return, "frames_to_solve": None,
+               "seconds_to_solve": None, "final_eval_return": None, "best_eval_return": None}
+    start = time.perf_counter()
+    next_eval = cfg.eval.every_frames
+    bar = tqdm(total=cfg.total_frames, unit="frame", disable=not cfg.progress, dynamic_ncols=True)
+    try:
+        for batch in p.collector:
+            frames = p.collector.frames
+            p.buffer.add(batch)
+            p.logger.log({f"train/{k}": v for k, v in p.algo.update(p.buffer, frames).items()}, step=frames)
+            p.collector.update_policy_weights_()
+            bar.update(batch.numel())
+            postfix = {"fps": f"{frames / (time.perf_counter() - start):.0f}"}
+            if p.logger.recent_episode_return is not None:
+                postfix["return"] = f"{p.logger.recent_episode_return:.1f}"
+            if frames >= next_eval or frames >= cfg.total_frames:
+                next_eval += cfg.eval.every_frames
+                result = evaluate_episodes(p.eval_env, p.policy, max_steps=cfg.eval.max_steps)
+                eval_return = result.mean_return if result.returns else float("nan")
+                elapsed = time.perf_counter() - start
+                p.logger.log({"eval/episode_return": eval_return, "eval/episodes": len(result.returns)}, step=frames)
+                summary["final_eval_return"] = eval_return
+                best = summary["best_eval_return"]
+                summary["best_eval_return"] = eval_return if best is None else max(best, eval_return)
+                postfix["eval"] = f"{eval_return:.1f}"
+                if solved_return is not None and eval_return >= solved_return:
+                    summary["frames_to_solve"], summary["seconds_to_solve"] = frames, elapsed
+                    bar.set_postfix(postfix)
+                    break
+            bar.set_postfix(postfix)
+    finally:
+        bar.close()
+        summary["frames"] = p.collector.frames
+        summary["seconds"] = time.perf_counter() - start
+        summary["frames_per_second"] = summary["frames"] / max(summary["seconds"], 1e-9)
+        (p.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        p.close()
+    return summary

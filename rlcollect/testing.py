@@ -1,0 +1,60 @@
+"""Deterministic gymnasium envs for tests: assertions on exact values, not statistics."""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+
+class CountingEnv(gym.Env):
+    """Observation = number of steps since the last reset (shape ``[1]``, float32).
+
+    The episode ends after ``episode_length`` steps, as ``terminated`` or ``truncated``
+    depending on ``end``. Reward is 1.0 every step, so an episode's return is its length.
+    The action (Discrete(2)) is ignored.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, episode_length: int = 5, end: str = "terminated") -> None:
+        if end not in ("terminated", "truncated"):
+            raise ValueError(f"end must be 'terminated' or 'truncated', got {end!r}")
+        self.episode_length = episode_length
+        self.end = end
+        self.observation_space = gym.spaces.Box(0.0, np.inf, (1,), np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self.count = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.count = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        self.count += 1
+        finished = self.count >= self.episode_length
+        terminated = finished and self.end == "terminated"
+        truncated = finished and self.end == "truncated"
+        return np.array([self.count], np.float32), 1.0, terminated, truncated, {}
+
+
+class ErrorAfterEnv(CountingEnv):
+    """A CountingEnv that raises ``RuntimeError`` on its ``error_after + 1``-th step."""
+
+    def __init__(self, error_after: int = 3, episode_length: int = 1000) -> None:
+        super().__init__(episode_length=episode_length)
+        self.error_after = error_after
+        self.total_steps = 0
+
+    def step(self, action):
+        self.total_steps += 1
+        if self.total_steps > self.error_after:
+            raise RuntimeError(f"ErrorAfterEnv: step {self.total_steps} fails by design")
+        return super().step(action)
+
+
+def counting_env_factories(episode_lengths, end: str = "terminated"):
+    """A zero-argument factory whose successive calls build CountingEnvs of the given
+    lengths in turn: ``GymEnv(counting_env_factories([3, 4]), num_envs=2)`` gives
+    sub-envs that finish at different steps."""
+    lengths = iter(episode_lengths)
+    return lambda: CountingEnv(next(lengths), end=end)

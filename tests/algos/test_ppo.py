@@ -1,0 +1,37 @@
+import copy
+
+import torch
+
+from rlcollect.algos.ppo import PPO
+from rlcollect.buffers.rollout import RolloutBuffer
+from rlcollect.collectors import Collector
+from rlcollect.envs import GymEnv
+from rlcollect.modules import ActorCritic
+
+
+def test_update_changes_the_policy_and_reports_finite_losses():
+    env = GymEnv("CartPole-v1", 4, seed=0)
+    policy = ActorCritic(env.observation_space, env.action_space)
+    collector = Collector(env, policy, frames_per_batch=64)
+    buffer = RolloutBuffer(4, 16, (4,))
+    ppo = PPO(policy, lr=1e-3, epochs=2, minibatch_size=32, total_frames=1000)
+    before = copy.deepcopy(policy.state_dict())
+    buffer.add(next(iter(collector)))
+    metrics = ppo.update(buffer, frames=64)
+    assert set(metrics) == {"loss_policy", "loss_value", "entropy", "approx_kl", "clip_fraction", "lr"}
+    assert all(torch.isfinite(torch.tensor(v)) for v in metrics.values())
+    assert metrics["lr"] == 1e-3 * (1 - 64 / 1000)
+    changed = [k for k in before if not torch.equal(before[k], policy.state_dict()[k])]
+    assert changed and any(k.startswith("actor") for k in changed) and any(k.startswith("critic") for k in changed)
+    advantage = buffer.rollout["advantage"]
+    assert advantage.shape == (4, 17) and (advantage[:, -1] == 0).all()
+
+
+def test_box_actions_train_too():
+    env = GymEnv("Pendulum-v1", 2, seed=0)
+    policy = ActorCritic(env.observation_space, env.action_space)
+    buffer = RolloutBuffer(2, 8, (3,), (1,), action_dtype=torch.float32)
+    buffer.add(next(iter(Collector(env, policy, frames_per_batch=16))))
+    log_std = policy.log_std.detach().clone()
+    PPO(policy, epochs=1, minibatch_size=8, anneal_lr=False, entropy_coef=0.1).update(buffer, frames=16)
+    assert not torch.equal(log_std, policy.log_std)

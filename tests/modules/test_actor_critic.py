@@ -1,0 +1,46 @@
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import set_interaction_type
+
+from rlcollect.modules import ActorCritic
+from rlcollect.modules.distributions import categorical_log_prob, categorical_sample
+
+OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
+
+
+def test_discrete_head_shapes_and_deterministic_mode():
+    policy = ActorCritic(OBS, gym.spaces.Discrete(4))
+    td = TensorDict({"observation": torch.randn(5, 3)}, [5])
+    out = policy(td)
+    assert out["action"].shape == (5,) and out["action"].dtype == torch.int64
+    assert out["action_log_prob"].shape == (5,) and out["state_value"].shape == (5,)
+    with set_interaction_type("deterministic"):
+        greedy = policy(td.clone())["action"]
+    assert torch.equal(greedy, policy.actor(td["observation"]).argmax(-1))
+
+
+def test_box_head_and_log_prob_consistency():
+    policy = ActorCritic(OBS, gym.spaces.Box(-2, 2, (2,), np.float32))
+    out = policy(TensorDict({"observation": torch.randn(6, 3)}, [6]))
+    assert out["action"].shape == (6, 2) and out["action"].dtype == torch.float32
+    log_prob, entropy, value = policy.evaluate_actions(out["observation"], out["action"])
+    assert torch.allclose(log_prob, out["action_log_prob"]) and torch.allclose(value, out["state_value"])
+    expected = torch.distributions.Normal(policy.actor(out["observation"]), policy.log_std.exp())
+    assert torch.allclose(log_prob, expected.log_prob(out["action"]).sum(-1), atol=1e-5)
+    assert torch.allclose(entropy, expected.entropy().sum(-1), atol=1e-5)
+
+
+def test_gumbel_sampling_matches_the_categorical_distribution():
+    torch.manual_seed(0)
+    logits = torch.log(torch.tensor([0.1, 0.2, 0.7])).expand(100_000, 3)
+    counts = torch.bincount(categorical_sample(logits), minlength=3).float() / 100_000
+    assert torch.allclose(counts, torch.tensor([0.1, 0.2, 0.7]), atol=0.01)
+    assert torch.allclose(categorical_log_prob(logits[:1], torch.tensor([2])), torch.log(torch.tensor([0.7])))
+
+
+def test_unsupported_spaces_raise():
+    with pytest.raises(TypeError, match="action space"):
+        ActorCritic(OBS, gym.spaces.MultiBinary(3))

@@ -1,0 +1,64 @@
+"""rlcollect: reinforcement-learning data collection, and a Hydra-driven experiment runner.
+
+The library, usable without the CLI:
+
+- ``GymEnv``: gymnasium envs (single or batched) speaking TensorDicts.
+- ``Collector``: iterate to get ``[T]`` / ``[P, T]`` batches of env steps.
+- ``split_trajectories``: the legacy padded ``[N_traj, T_max]`` layout.
+- ``RolloutBuffer``: the on-policy ``[N, T + 1]`` rollout storage.
+- ``ActorCritic``: MLP actor-critic policy (Discrete and Box actions).
+- ``PPO`` and ``generalized_advantage_estimate``.
+- ``RunLogger`` / ``WandbLogger``: metrics.jsonl and W&B, usable as a post-collect hook.
+
+The command line: ``rlcollect train [overrides]`` (see README.md).
+"""
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+__version__ = "0.1.0"
+
+# Public name -> defining module. Loaded on first access, so `rlcollect --help` and config
+# errors answer without importing torch.
+_EXPORTS = {
+    "ActorCritic": "rlcollect.modules.actor_critic",
+    "Collector": "rlcollect.collectors.single",
+    "CollectorBase": "rlcollect.collectors.base",
+    "EvalResult": "rlcollect.collectors.evaluation",
+    "GymEnv": "rlcollect.envs.gym_env",
+    "PPO": "rlcollect.algos.ppo",
+    "RolloutBuffer": "rlcollect.buffers.rollout",
+    "RunLogger": "rlcollect.logging.run_logger",
+    "TrajectoryPool": "rlcollect.collectors.trajectories",
+    "WandbLogger": "rlcollect.logging.run_logger",
+    "evaluate_episodes": "rlcollect.collectors.evaluation",
+    "generalized_advantage_estimate": "rlcollect.algos.gae",
+    "iterate_minibatches": "rlcollect.buffers.rollout",
+    "split_trajectories": "rlcollect.collectors.trajectories",
+    "transition_view": "rlcollect.buffers.rollout",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'rlcollect' has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
+
+
+if TYPE_CHECKING:
+    from rlcollect.algos.gae import generalized_advantage_estimate
+    from rlcollect.algos.ppo import PPO
+    from rlcollect.buffers.rollout import RolloutBuffer, iterate_minibatches, transition_view
+    from rlcollect.collectors.base import CollectorBase
+    from rlcollect.collectors.evaluation import EvalResult, evaluate_episodes
+    from rlcollect.collectors.single import Collector
+    from rlcollect.collectors.trajectories import TrajectoryPool, split_trajectories
+    from rlcollect.envs.gym_env import GymEnv
+    from rlcollect.logging.run_logger import RunLogger, WandbLogger
+    from rlcollect.modules.actor_critic import ActorCritic

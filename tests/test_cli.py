@@ -1,0 +1,76 @@
+"""`rlcollect train` end to end, in subprocesses, as a user runs it."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run
+
+TINY = ["total_frames=512", "collector.frames_per_batch=128", "env.num_envs=4", "eval.every_frames=256",
+        "eval.episodes=2", "algo.epochs=1", "progress=false"]
+
+
+def rlcollect(tmp_path, *args, timeout=240):
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, "-m", "rlcollect.cli", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+@pytest.mark.timeout(300)
+def test_train_logs_the_same_values_to_metrics_jsonl_and_wandb(tmp_path):
+    result = rlcollect(tmp_path, "train", *TINY, "hydra.run.dir=run")
+    assert result.returncode == 0, result.stderr
+    run_dir = tmp_path / "run"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["frames"] == 512
+    assert "id: CartPole-v1" in (run_dir / "config.yaml").read_text()
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    assert [row["step"] for row in rows] == [128, 256, 384, 512]
+    assert all("collect/frames_per_second" in row and "train/loss_value" in row for row in rows)
+    assert [row["frames"] for row in rows] == [128, 256, 384, 512]
+    assert "eval/episode_return" in rows[1] and "eval/episode_return" in rows[3]
+    [wandb_file] = find_offline_runs(run_dir)
+    run = read_offline_run(wandb_file)
+    assert run.config["env"]["id"] == "CartPole-v1" and run.config["seed"] == 0
+    history = [{k: v for k, v in row.items() if not k.startswith("_")} for row in run.history]
+    assert [row["_step"] for row in run.history] == [128, 256, 384, 512]
+    assert history == [{k: v for k, v in row.items() if k != "step"} for row in rows]
+
+
+@pytest.mark.timeout(300)
+def test_multirun_runs_every_job(tmp_path):
+    result = rlcollect(tmp_path, "train", "--multirun", "seed=0,1", *TINY, "total_frames=256", "logger=none",
+                       "hydra.sweep.dir=sweep")
+    assert result.returncode == 0, result.stderr
+    summaries = sorted((tmp_path / "sweep").glob("*/summary.json"))
+    assert len(summaries) == 2
+    assert [json.loads(s.read_text())["frames"] for s in summaries] == [256, 256]
+    configs = [(s.parent / "config.yaml").read_text() for s in summaries]
+    assert "seed: 0" in configs[0] and "seed: 1" in configs[1]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("collector=nosuch", "Could not find 'collector/nosuch'"),
+    ("algo.lrr=0.1", "Key 'lrr' not in 'PPOConfig'"),
+    ("sed=1", "Key 'sed' not in 'TrainConfig'"),
+    ("env.num_envs=many", "Value 'many' of type 'str' could not be converted to Integer"),
+    ("env.id=CartPol-v1", "Unknown gymnasium env id 'CartPol-v1'. Did you mean: CartPole-v1"),
+])
+def test_bad_options_exit_non_zero_with_a_clear_message(tmp_path, override, message):
+    result = rlcollect(tmp_path, "train", override, "logger=none", "progress=false")
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_command_and_help(tmp_path):
+    result = rlcollect(tmp_path, "fly")
+    assert result.returncode == 2 and "unknown command 'fly'" in result.stderr
+    assert "train" in rlcollect(tmp_path, "--help").stdout

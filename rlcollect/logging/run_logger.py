@@ -108,7 +108,7 @@ class WandbLogger(RunLogger):
         if mode not in ("offline", "online", "disabled"):
             raise ValueError(f"wandb mode must be 'offline', 'online' or 'disabled', got {mode!r}")
         if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _has_netrc_login()):
-            raise RuntimeError("logger.mode=online needs a W&B login: run `wandb login` or set WANDB_API_KEY "
+            raise ValueError("logger.mode=online needs a W&B login: run `wandb login` or set WANDB_API_KEY "
                                "(or keep the default logger.mode=offline and `wandb sync` later)")
         super().__init__(run_dir, start_frames=start_frames)
         self._run = wandb.init(

@@ -263,3 +263,12 @@ def test_policy_outputs_are_stored_per_step():
     log_prob, _, value = policy.evaluate_actions(batch["observation"], batch["action"])
     assert torch.allclose(log_prob, batch["action_log_prob"], atol=1e-6)
     assert torch.allclose(value, batch["state_value"], atol=1e-6)
+
+
+def test_env_errors_propagate_with_their_message():
+    from rlcollect.testing import ErrorAfterEnv
+
+    collector = Collector(GymEnv(lambda: ErrorAfterEnv(error_after=3)), frames_per_batch=5)
+    with pytest.raises(RuntimeError, match="step 4 fails by design"):
+        next(iter(collector))
+    collector.shutdown()

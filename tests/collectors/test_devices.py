@@ -1,0 +1,27 @@
+import torch
+
+from rlcollect.collectors.devices import CollectorDevices, sync_function
+
+
+def resolve(**kwargs):
+    defaults = dict(device=None, policy_device=None, env_device=None, storing_device=None,
+                    policy_param_device=None, env_own_device=torch.device("cpu"))
+    return CollectorDevices.resolve(**{**defaults, **kwargs})
+
+
+def test_device_sets_every_role_and_each_role_can_be_set_alone():
+    assert resolve(device="cuda:1") == CollectorDevices(*[torch.device("cuda:1")] * 3)
+    mixed = resolve(device="cuda:0", storing_device="cpu")
+    assert (mixed.policy, mixed.env, mixed.storing) == (torch.device("cuda:0"), torch.device("cuda:0"), torch.device("cpu"))
+
+
+def test_defaults_follow_the_policy_weights_and_the_env():
+    devices = resolve(policy_param_device=torch.device("cuda:0"))
+    assert (devices.policy, devices.env, devices.storing) == (torch.device("cuda:0"), torch.device("cpu"), torch.device("cpu"))
+    assert resolve() == CollectorDevices(*[torch.device("cpu")] * 3)
+
+
+def test_sync_only_for_cuda_destinations_unless_disabled():
+    assert sync_function(torch.device("cpu"), no_cuda_sync=False)() is None
+    assert sync_function(torch.device("cuda:0"), no_cuda_sync=True).__name__ == "_noop"
+    assert sync_function(torch.device("cuda:0"), no_cuda_sync=False).__name__ == "<lambda>"

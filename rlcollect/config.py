@@ -41,6 +41,25 @@ class SyncCollectorConfig:
 
 
 @dataclass
+class MultiCollectorConfig(SyncCollectorConfig):
+    type: str = "multisync"  # or "multiasync"
+    num_workers: int = 2
+    envs_per_worker: int = 4  # each worker steps a batched GymEnv of this many envs
+    cat_results: Any = "stack"  # multisync only: "stack", 0 or -1
+    update_at_each_batch: bool = False
+    start_method: str = "spawn"
+    worker_torch_threads: int = 1
+    batch_timeout: Optional[float] = None
+    shutdown_timeout: float = 5.0
+
+
+@dataclass
+class WeightSyncConfig:
+    type: str = "shared_mem"  # shared_mem | multiprocess | none
+    strategy: str = "tensordict"  # multiprocess only: "tensordict" or "state_dict"
+
+
+@dataclass
 class PPOConfig:
     name: str = "ppo"
     lr: float = 3e-4
@@ -93,6 +112,7 @@ class TrainConfig:
     algo: Any = MISSING
     buffer: Any = MISSING
     logger: Any = MISSING
+    weight_sync: Any = MISSING
     eval: EvalConfig = field(default_factory=EvalConfig)
     seed: int = 0
     total_frames: int = 100_000
@@ -107,6 +127,8 @@ def register_configs() -> None:
     store.store(name="train_schema", node=TrainConfig)
     store.store(group="env", name="env_schema", node=EnvConfig)
     store.store(group="collector", name="sync_schema", node=SyncCollectorConfig)
+    store.store(group="collector", name="multi_schema", node=MultiCollectorConfig)
+    store.store(group="weight_sync", name="weight_sync_schema", node=WeightSyncConfig)
     store.store(group="algo", name="ppo_schema", node=PPOConfig)
     store.store(group="buffer", name="rollout_schema", node=RolloutBufferConfig)
     store.store(group="logger", name="wandb_schema", node=WandbLoggerConfig)

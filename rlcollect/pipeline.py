@@ -5,7 +5,10 @@ explicit arguments.
 """
 from __future__ import annotations
 
+import functools
 import json
+import logging
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +21,15 @@ from rlcollect.algos.ppo import PPO
 from rlcollect.buffers.rollout import RolloutBuffer
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.evaluation import evaluate_episodes
+from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
 from rlcollect.collectors.single import Collector
 from rlcollect.envs.gym_env import GymEnv
 from rlcollect.envs.spaces import sample_shape, torch_dtype
 from rlcollect.logging.run_logger import RunLogger, WandbLogger
 from rlcollect.modules.actor_critic import ActorCritic
+from rlcollect.weight_sync import MultiProcessWeightSyncScheme, NoWeightSyncScheme, SharedMemWeightSyncScheme
+
+log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.yaml"
@@ -46,8 +53,13 @@ class Pipeline:
 
 
 def make_env(cfg: DictConfig, *, num_envs: int | None, seed: int) -> GymEnv:
-    return GymEnv(cfg.env.id, num_envs, seed=seed, max_episode_steps=cfg.env.max_episode_steps,
-                  **OmegaConf.to_container(cfg.env.make_kwargs))
+    return env_factory(cfg, num_envs=num_envs, seed=seed)()
+
+
+def env_factory(cfg: DictConfig, *, num_envs: int | None, seed: int) -> functools.partial:
+    """A picklable zero-argument GymEnv factory (worker processes build their own env)."""
+    return functools.partial(GymEnv, cfg.env.id, num_envs, seed=seed, max_episode_steps=cfg.env.max_episode_steps,
+                             **OmegaConf.to_container(cfg.env.make_kwargs))
 
 
 def make_logger(cfg: DictConfig, run_dir: Path, *, name: str | None, group: str | None,
@@ -59,16 +71,53 @@ def make_logger(cfg: DictConfig, run_dir: Path, *, name: str | None, group: str 
                        config=OmegaConf.to_container(cfg, resolve=True))
 
 
-def make_collector(cfg: DictConfig, env: GymEnv, policy, logger: RunLogger) -> Collector:
+def make_weight_sync_scheme(cfg: DictConfig):
+    kind = cfg.weight_sync.type
+    if kind == "shared_mem":
+        return SharedMemWeightSyncScheme()
+    if kind == "multiprocess":
+        return MultiProcessWeightSyncScheme(strategy=cfg.weight_sync.strategy)
+    if kind == "none":
+        return NoWeightSyncScheme()
+    raise ValueError(f"weight_sync.type must be shared_mem, multiprocess or none, got {kind!r}")
+
+
+def make_collector(cfg: DictConfig, policy, logger: RunLogger) -> CollectorBase:
     c = cfg.collector
-    return Collector(
-        env, policy, frames_per_batch=c.frames_per_batch, total_frames=cfg.total_frames, device=cfg.device,
-        policy_device=c.policy_device, env_device=c.env_device, storing_device=c.storing_device,
-        max_frames_per_traj=c.max_frames_per_traj, init_random_frames=c.init_random_frames,
-        reset_at_each_iter=c.reset_at_each_iter, reset_when_done=c.reset_when_done, split_trajs=c.split_trajs,
-        exploration_type=c.exploration_type, track_traj_ids=c.track_traj_ids, set_truncated=c.set_truncated,
-        post_collect_hook=logger, no_cuda_sync=c.no_cuda_sync,
+    common = dict(
+        total_frames=cfg.total_frames, device=cfg.device, policy_device=c.policy_device, env_device=c.env_device,
+        storing_device=c.storing_device, max_frames_per_traj=c.max_frames_per_traj,
+        init_random_frames=c.init_random_frames, reset_at_each_iter=c.reset_at_each_iter,
+        reset_when_done=c.reset_when_done, split_trajs=c.split_trajs, exploration_type=c.exploration_type,
+        track_traj_ids=c.track_traj_ids, set_truncated=c.set_truncated, no_cuda_sync=c.no_cuda_sync,
     )
+    if c.type == "sync":
+        env = make_env(cfg, num_envs=cfg.env.num_envs, seed=cfg.seed)
+        return Collector(env, policy, frames_per_batch=c.frames_per_batch, post_collect_hook=logger, **common)
+    if c.type not in ("multisync", "multiasync"):
+        raise ValueError(f"collector.type must be sync, multisync or multiasync, got {c.type!r}")
+    envs = [env_factory(cfg, num_envs=c.envs_per_worker, seed=cfg.seed + 1000 * worker)
+            for worker in range(c.num_workers)]
+    multi = dict(
+        weight_sync_schemes={"policy": make_weight_sync_scheme(cfg)}, update_at_each_batch=c.update_at_each_batch,
+        start_method=c.start_method, worker_torch_threads=c.worker_torch_threads, batch_timeout=c.batch_timeout,
+        shutdown_timeout=c.shutdown_timeout, post_collect_hook=logger.worker_hook(_mp_context(c.start_method)),
+    )
+    if c.type == "multisync":
+        if c.cat_results == -1:
+            raise ValueError("collector.cat_results=-1 concatenates workers along time; PPO's rollout buffer "
+                             "needs one row per env: use cat_results=stack or 0")
+        return MultiSyncCollector(envs, policy, frames_per_batch=c.frames_per_batch, cat_results=c.cat_results,
+                                  **multi, **common)
+    log.warning("collector=multiasync feeds PPO on-policy updates with data collected by possibly older "
+                "weights (policy lag, see ('collector', 'policy_version')); prefer multisync for PPO")
+    return MultiAsyncCollector(envs, policy, frames_per_batch=c.frames_per_batch, **multi, **common)
+
+
+def _mp_context(start_method: str):
+    import multiprocessing
+
+    return multiprocessing.get_context(start_method)
 
 
 def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, group: str | None = None,
@@ -83,16 +132,22 @@ def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, grou
         raise ValueError("collector.split_trajs=true gives padded batches; PPO's rollout buffer needs the "
                          "[num_envs, T] layout: keep split_trajs=false")
 
-    env = make_env(cfg, num_envs=cfg.env.num_envs, seed=cfg.seed)
-    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=list(cfg.algo.hidden_sizes),
+    probe = make_env(cfg, num_envs=None, seed=cfg.seed)
+    observation_space, action_space = probe.observation_space, probe.action_space
+    probe.close()
+    policy = ActorCritic(observation_space, action_space, hidden_sizes=list(cfg.algo.hidden_sizes),
                          activation=cfg.algo.activation, log_std_init=cfg.algo.log_std_init).to(cfg.device)
     logger = make_logger(cfg, run_dir, name=name, group=group, job_type=job_type)
-    collector = make_collector(cfg, env, policy, logger)
-    num_envs = env.num_envs or 1
+    try:
+        collector = make_collector(cfg, policy, logger)
+    except BaseException:
+        logger.close()
+        raise
+    *env_dims, time_steps = collector.batch_size
     buffer = RolloutBuffer(
-        num_envs, collector.frames_per_batch // num_envs, sample_shape(env.observation_space),
-        sample_shape(env.action_space), observation_dtype=torch_dtype(env.observation_space),
-        action_dtype=torch_dtype(env.action_space), device=cfg.buffer.device or cfg.device,
+        math.prod(env_dims), time_steps, sample_shape(observation_space), sample_shape(action_space),
+        observation_dtype=torch_dtype(observation_space), action_dtype=torch_dtype(action_space),
+        device=cfg.buffer.device or cfg.device,
     )
     a = cfg.algo
     algo = PPO(policy, lr=a.lr, gamma=a.gamma, gae_lambda=a.gae_lambda, clip_epsilon=a.clip_epsilon,
@@ -118,7 +173,9 @@ def run(pipeline: Pipeline) -> dict:
     try:
         for batch in p.collector:
             frames = p.collector.frames
-            p.buffer.add(batch)
+            if not isinstance(p.collector, Collector):
+                p.logger.drain_worker_hooks(frames)
+            p.buffer.add(batch.reshape(p.buffer.num_envs, p.buffer.rollout_len))
             p.logger.log({f"train/{k}": v for k, v in p.algo.update(p.buffer, frames).items()}, step=frames)
             p.collector.update_policy_weights_()
             bar.update(batch.numel())

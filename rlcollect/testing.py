@@ -58,3 +58,37 @@ def counting_env_factories(episode_lengths, end: str = "terminated"):
     sub-envs that finish at different steps."""
     lengths = iter(episode_lengths)
     return lambda: CountingEnv(next(lengths), end=end)
+
+
+class WorkerIdEnv(CountingEnv):
+    """Observation ``[worker_id, step count]``: tells which worker produced a step."""
+
+    def __init__(self, worker_id: int, episode_length: int = 5) -> None:
+        super().__init__(episode_length=episode_length)
+        self.worker_id = worker_id
+        self.observation_space = gym.spaces.Box(0.0, np.inf, (2,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        observation, info = super().reset(seed=seed, options=options)
+        return np.array([self.worker_id, observation[0]], np.float32), info
+
+    def step(self, action):
+        observation, *rest = super().step(action)
+        return (np.array([self.worker_id, observation[0]], np.float32), *rest)
+
+
+class BusyEnv(CountingEnv):
+    """A CountingEnv whose step burns ``step_cost_us`` microseconds of CPU (busy work, not
+    sleep): stands for a costly simulator in benchmarks."""
+
+    def __init__(self, step_cost_us: float = 200.0, episode_length: int = 200) -> None:
+        super().__init__(episode_length=episode_length)
+        self.step_cost_s = step_cost_us * 1e-6
+
+    def step(self, action):
+        import time
+
+        deadline = time.perf_counter() + self.step_cost_s
+        while time.perf_counter() < deadline:
+            pass
+        return super().step(action)

@@ -74,3 +74,36 @@ def test_unknown_command_and_help(tmp_path):
     result = rlcollect(tmp_path, "fly")
     assert result.returncode == 2 and "unknown command 'fly'" in result.stderr
     assert "train" in rlcollect(tmp_path, "--help").stdout
+
+
+def _children(pid):
+    children = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children |= {int(c) for c in (task / "children").read_text().split()}
+    return children
+
+
+@pytest.mark.timeout(180)
+def test_ctrl_c_during_multisync_training_leaves_no_worker_and_no_shared_memory(tmp_path):
+    import signal
+    import time
+
+    shm_before = set(os.listdir("/dev/shm"))
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rlcollect.cli", "train", "collector=multisync", "collector.start_method=fork",
+         "logger=none", "progress=false", "total_frames=10000000", "env.solved_return=100000", "hydra.run.dir=run"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.2)
+    workers = _children(process.pid)
+    assert len(workers) >= 2
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode != 0
+    assert all(not Path(f"/proc/{pid}").exists() for pid in workers), "orphan worker"
+    assert set(os.listdir("/dev/shm")) <= shm_before
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["frames"] > 0

@@ -26,10 +26,16 @@ def compose_train(overrides):
         return compose("train", overrides=overrides)
 
 
-@pytest.mark.parametrize("override", [f"env={name}" for name in options("env")]
-                         + [f"experiment={name}" for name in options("experiment")])
-def test_every_config_composes_and_runs_one_step(tmp_path, override):
-    cfg = compose_train([override, *ONE_STEP])
+MULTI = ["collector.start_method=fork", "collector.envs_per_worker=2"]
+
+
+@pytest.mark.parametrize("overrides", [[f"env={name}"] for name in options("env")]
+                         + [[f"experiment={name}"] for name in options("experiment")]
+                         + [[f"collector={name}", *MULTI] for name in options("collector") if name != "sync"]
+                         + [["collector=multisync", f"weight_sync={name}", *MULTI] for name in options("weight_sync")],
+                         ids=lambda overrides: overrides[0] if len(overrides) < 4 else overrides[1])
+def test_every_config_composes_and_runs_one_step(tmp_path, overrides):
+    cfg = compose_train([*overrides, *ONE_STEP])
     summary = pipeline.run(pipeline.build(cfg, tmp_path))
     assert summary["frames"] == 64
     assert json.loads((tmp_path / "summary.json").read_text())["frames"] == 64

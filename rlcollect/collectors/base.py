@@ -5,6 +5,7 @@ import math
 from abc import ABC, abstractmethod
 from typing import Iterator
 
+import torch
 from tensordict import TensorDict
 
 
@@ -14,6 +15,7 @@ class CollectorBase(ABC):
 
     frames_per_batch: int
     total_frames: int
+    batch_size: torch.Size  # of the batches collected (before split_trajs / postproc)
 
     def __init__(self) -> None:
         self._frames = 0
@@ -39,13 +41,12 @@ class CollectorBase(ABC):
         if self._shut_down:
             raise RuntimeError(f"{type(self).__name__} was shut down")
         while self.total_frames < 0 or self._frames < self.total_frames:
-            batch = self._next_batch()
-            self._frames += self.frames_per_batch
-            yield batch
+            yield self._next_batch()
 
     @abstractmethod
     def _next_batch(self) -> TensorDict:
-        """Collect one batch, apply postproc and the post-collect hook, return it."""
+        """Collect one batch (counting its frames), apply postproc and the post-collect
+        hook, return it."""
 
     @abstractmethod
     def _close(self) -> None:

@@ -123,6 +123,7 @@ class Collector(CollectorBase):
         self.post_collect_hook = post_collect_hook
         self._traj_pool = traj_pool if traj_pool is not None else TrajectoryPool()
         self._env_batch = tuple(self.env.batch_size)
+        self.batch_size = torch.Size([*self._env_batch, self._time_steps])  # of every collected batch
         self._num_envs = self.env.num_envs or 1
         self._steps_in_traj = np.zeros(self._num_envs, np.int64)
         self._make_carrier()
@@ -242,7 +243,8 @@ class Collector(CollectorBase):
         output = self.policy(policy_input)
         return policy_input if output is None else output
 
-    def _rollout(self) -> TensorDictBase:
+    def _collect(self) -> TensorDictBase:
+        """Fill the preallocated batch (overwritten by the next call) and count its frames."""
         if self.pre_collect_hook is not None:
             self.pre_collect_hook()
         if self.reset_at_each_iter and not self._carrier_is_fresh:
@@ -255,7 +257,8 @@ class Collector(CollectorBase):
         if self.set_truncated:
             self._truncate_last_step()
         self._sync_storage()
-        return self._batch.clone()
+        self._frames += self.frames_per_batch
+        return self._batch
 
     def _step(self, t: int, random: bool) -> None:
         carrier, staged = self._carrier, self.env.staged
@@ -316,7 +319,7 @@ class Collector(CollectorBase):
 
     # ------------------------------------------------------------------ public API
     def _next_batch(self) -> TensorDictBase:
-        batch = self._rollout()
+        batch = self._collect().clone()
         if self.split_trajs:
             batch = split_trajectories(batch)
         if self.postproc is not None:

@@ -9,22 +9,35 @@ MASK = ("collector", "mask")
 
 
 class TrajectoryPool:
-    """Hands out trajectory ids that never repeat (also after ``load_state_dict``)."""
+    """Hands out trajectory ids that never repeat (also after ``load_state_dict``).
 
-    def __init__(self, start: int = 0) -> None:
+    With a multiprocessing context the counter lives in shared memory behind a lock, so
+    worker processes that receive the pool at start-up draw from one sequence.
+    """
+
+    def __init__(self, start: int = 0, *, mp_context=None) -> None:
+        self._counter = None if mp_context is None else mp_context.Value("q", start)
         self._next_id = start
 
     def take(self, count: int) -> torch.Tensor:
         """``count`` fresh ids as an int64 tensor."""
-        ids = torch.arange(self._next_id, self._next_id + count, dtype=torch.int64)
-        self._next_id += count
-        return ids
+        if self._counter is None:
+            first, self._next_id = self._next_id, self._next_id + count
+        else:
+            with self._counter.get_lock():
+                first = self._counter.value
+                self._counter.value = first + count
+        return torch.arange(first, first + count, dtype=torch.int64)
 
     def state_dict(self) -> dict:
-        return {"next_id": self._next_id}
+        return {"next_id": self._next_id if self._counter is None else self._counter.value}
 
     def load_state_dict(self, state: dict) -> None:
-        self._next_id = int(state["next_id"])
+        if self._counter is None:
+            self._next_id = int(state["next_id"])
+        else:
+            with self._counter.get_lock():
+                self._counter.value = int(state["next_id"])
 
 
 def _trajectory_ids(flat: TensorDict, row_length: int) -> torch.Tensor:

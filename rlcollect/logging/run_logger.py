@@ -39,6 +39,7 @@ class RunLogger:
         self._pending_step: int | None = None
         self._pending: dict[str, Any] = {}
         self.recent_episode_return: float | None = None
+        self._worker_queue = None
 
     @property
     def frames(self) -> int:
@@ -49,21 +50,41 @@ class RunLogger:
         return time.perf_counter() - self._start_time
 
     def __call__(self, batch: TensorDictBase) -> None:
-        """Post-collect hook: log what this batch holds."""
-        self._frames += batch.numel()
+        """Post-collect hook (in-process collectors): log what this batch holds."""
         returns, lengths = self._episodes.update(batch)
+        self.log_collection(self._frames + batch.numel(), returns, lengths)
+
+    def worker_hook(self, mp_context) -> "WorkerEpisodeHook":
+        """A post-collect hook for multi-process collectors: it runs inside each worker
+        and sends the worker's episode statistics here; ``drain_worker_hooks`` logs them."""
+        if self._worker_queue is None:
+            self._worker_queue = mp_context.SimpleQueue()
+        return WorkerEpisodeHook(self._worker_queue)
+
+    def drain_worker_hooks(self, frames: int) -> None:
+        """Log, at ``frames``, the episodes the worker hooks reported since the last call."""
+        returns, lengths = [], []
+        while self._worker_queue is not None and not self._worker_queue.empty():
+            worker_returns, worker_lengths = self._worker_queue.get()
+            returns += worker_returns
+            lengths += worker_lengths
+        self.log_collection(frames, returns, lengths)
+
+    def log_collection(self, frames: int, returns: list[float], lengths: list[int]) -> None:
+        """Log the collection row of ``frames``: throughput and completed episodes."""
+        self._frames = frames
         elapsed = self.elapsed
         metrics: dict[str, Any] = {
-            "frames": self._frames,
+            "frames": frames,
             "time": elapsed,
-            "collect/frames_per_second": (self._frames - self._start_frames) / max(elapsed, 1e-9),
+            "collect/frames_per_second": (frames - self._start_frames) / max(elapsed, 1e-9),
             "collect/episodes": len(returns),
         }
         if returns:
             self.recent_episode_return = sum(returns) / len(returns)
             metrics["collect/episode_return"] = self.recent_episode_return
             metrics["collect/episode_length"] = sum(lengths) / len(lengths)
-        self.log(metrics, step=self._frames)
+        self.log(metrics, step=frames)
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         """Add ``metrics`` to the row of ``step`` (a frame count; rows are written in
@@ -90,6 +111,9 @@ class RunLogger:
             return
         self.flush()
         self._file.close()
+        if self._worker_queue is not None:
+            self._worker_queue.close()
+            self._worker_queue = None
 
 
 class WandbLogger(RunLogger):
@@ -132,6 +156,18 @@ class WandbLogger(RunLogger):
             return
         super().close()
         self._run.finish()
+
+
+class WorkerEpisodeHook:
+    """Runs in a collector worker: sends (returns, lengths) of the episodes each batch
+    completes to the main process's logger. Picklable; keeps its own EpisodeTracker."""
+
+    def __init__(self, queue) -> None:
+        self._queue = queue
+        self._episodes = EpisodeTracker()
+
+    def __call__(self, batch: TensorDictBase) -> None:
+        self._queue.put(self._episodes.update(batch))
 
 
 def _has_netrc_login() -> bool:

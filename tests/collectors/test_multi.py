@@ -1,0 +1,213 @@
+"""Multi-process collectors. Workers start with fork here (fast); one test uses spawn,
+the default. Every test checks that no worker outlives the collector."""
+import functools
+import os
+import signal
+
+import pytest
+import torch
+from torch import nn
+
+from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector, WorkerError
+from rlcollect.envs import GymEnv
+from rlcollect.logging import RunLogger
+from rlcollect.testing import ErrorAfterEnv, WorkerIdEnv
+from rlcollect.weight_sync import MultiProcessWeightSyncScheme, NoWeightSyncScheme, SharedMemWeightSyncScheme
+
+pytestmark = pytest.mark.timeout(120)
+TRAJ_IDS, WORKER_ID, VERSION = ("collector", "traj_ids"), ("collector", "worker_id"), ("collector", "policy_version")
+
+
+def worker_envs(num_workers=2, num_envs=None, episode_length=5):
+    return [functools.partial(GymEnv, functools.partial(WorkerIdEnv, i, episode_length), num_envs)
+            for i in range(num_workers)]
+
+
+class WeightProbe(nn.Module):
+    """Writes action 0 and the parameter and buffer values it ran with."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(()))
+        self.register_buffer("offset", torch.zeros(()))
+
+    def forward(self, td):
+        td.set("action", torch.zeros(td.batch_size, dtype=torch.int64))
+        td.set("weight_seen", self.weight.detach().expand(td.batch_size).clone())
+        td.set("offset_seen", self.offset.expand(td.batch_size).clone())
+        return td
+
+
+class FailingPolicy(WeightProbe):
+    def forward(self, td):
+        if td["observation"][..., 1].max() >= 3:
+            raise ValueError("policy refuses step 3")
+        return super().forward(td)
+
+
+@pytest.fixture
+def no_leftovers():
+    shm_before = set(os.listdir("/dev/shm"))
+    collectors = []
+    yield collectors.append
+    for collector in collectors:
+        collector.shutdown()
+        assert not any(p.is_alive() for p in collector._processes), "orphan worker"
+    assert set(os.listdir("/dev/shm")) <= shm_before, "leaked shared memory"
+
+
+def make(cls, track, **kwargs):
+    kwargs.setdefault("start_method", "fork")
+    collector = cls(**kwargs)
+    track(collector)
+    return collector
+
+
+@pytest.mark.parametrize("num_envs, cat_results, shape", [
+    (None, "stack", [2, 6]), (None, 0, [12]), (None, -1, [12]),
+    (3, "stack", [2, 3, 4]), (3, 0, [6, 4]), (3, -1, [3, 8]),
+])
+def test_multisync_layouts_and_worker_order(no_leftovers, num_envs, cat_results, shape):
+    with pytest.warns(UserWarning, match="cat_results='stack'") if cat_results == 0 else _nothing():
+        collector = make(MultiSyncCollector, no_leftovers, create_env_fn=worker_envs(2, num_envs),
+                         frames_per_batch=24 if num_envs else 12, cat_results=cat_results)
+    batch = next(iter(collector))
+    assert list(batch.batch_size) == shape == list(collector.batch_size)
+    assert batch.numel() == collector.frames_per_batch
+    worker_of_step = batch["observation"][..., 0]
+    assert torch.equal(worker_of_step.long(), batch[WORKER_ID])
+    if cat_results == "stack":
+        assert (batch[WORKER_ID][0] == 0).all() and (batch[WORKER_ID][1] == 1).all()
+    else:  # concatenated in worker order along the chosen dim
+        dim = 0 if (cat_results == 0 or num_envs is None) else -1
+        halves = batch[WORKER_ID].chunk(2, dim)
+        assert (halves[0] == 0).all() and (halves[1] == 1).all()
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_bad_cat_results_and_model_ids_raise(no_leftovers):
+    with pytest.raises(ValueError, match="cat_results must be one of"):
+        MultiSyncCollector(worker_envs(), frames_per_batch=4, cat_results=1)
+    with pytest.raises(ValueError, match="model id 'value_net' resolves to nothing"):
+        MultiSyncCollector(worker_envs(), WeightProbe(), frames_per_batch=4, start_method="fork",
+                           weight_sync_schemes={"value_net": SharedMemWeightSyncScheme()})
+    with pytest.raises(TypeError, match="one GymEnv"):
+        MultiSyncCollector("CartPole-v1", frames_per_batch=4)
+
+
+def test_traj_ids_are_unique_across_workers(no_leftovers):
+    collector = make(MultiSyncCollector, no_leftovers, create_env_fn=worker_envs(2, 2, episode_length=3),
+                     frames_per_batch=24, total_frames=72)
+    data = torch.cat(list(collector), dim=-1)  # [2 workers, 2 envs, 18 steps]
+    ids, starts = data[TRAJ_IDS], data["is_init"]
+    assert torch.equal(ids[..., 1:] != ids[..., :-1], starts[..., 1:])
+    first_ids = ids[starts]
+    assert first_ids.numel() == len(set(first_ids.tolist())) == 2 * 2 * 6
+    for traj_id in first_ids.tolist():  # every trajectory lives in one worker
+        assert data[WORKER_ID][ids == traj_id].unique().numel() == 1
+
+
+@pytest.mark.parametrize("scheme", [SharedMemWeightSyncScheme(), MultiProcessWeightSyncScheme("state_dict"),
+                                    MultiProcessWeightSyncScheme("tensordict")], ids=lambda s: repr(s.__class__.__name__ + getattr(s, "strategy", "")))
+def test_parameters_and_buffers_reach_every_worker(no_leftovers, scheme):
+    policy = WeightProbe()
+    collector = make(MultiSyncCollector, no_leftovers, create_env_fn=worker_envs(), policy=policy,
+                     frames_per_batch=4, weight_sync_schemes={"policy": scheme})
+    batches = iter(collector)
+    first = next(batches)
+    assert (first["weight_seen"] == 0).all() and (first[VERSION] == 0).all()
+    for version in (1, 2):
+        with torch.no_grad():
+            policy.weight.fill_(float(version))
+            policy.offset.fill_(10.0 * version)
+        collector.update_policy_weights_()
+        batch = next(batches)
+        assert (batch["weight_seen"] == version).all() and (batch["offset_seen"] == 10.0 * version).all()
+        assert (batch[VERSION] == version).all() and collector.policy_version == version
+
+
+def test_explicit_weights_and_no_sync(no_leftovers):
+    policy = WeightProbe()
+    synced = make(MultiSyncCollector, no_leftovers, create_env_fn=worker_envs(), policy=policy, frames_per_batch=4)
+    synced.update_policy_weights_({"weight": torch.tensor(3.0), "offset": torch.tensor(4.0)})
+    batch = next(iter(synced))
+    assert (batch["weight_seen"] == 3).all() and (batch["offset_seen"] == 4).all()
+    frozen = make(MultiSyncCollector, no_leftovers, create_env_fn=worker_envs(), policy=policy, frames_per_batch=4,
+                  weight_sync_schemes={"policy": NoWeightSyncScheme()}, update_at_each_batch=True)
+    with torch.no_grad():
+        policy.weight.fill_(5.0)
+    assert (next(iter(frozen))["weight_seen"] == 0).all()
+
+
+def test_multiasync_yields_worker_batches_until_total_frames(no_leftovers):
+    policy = WeightProbe()
+    collector = make(MultiAsyncCollector, no_leftovers, create_env_fn=worker_envs(2, 2), policy=policy,
+                     frames_per_batch=8, total_frames=48, update_at_each_batch=True)
+    batches = list(collector)
+    assert len(batches) == 6 and collector.frames == 48
+    assert all(list(b.batch_size) == [2, 4] for b in batches)
+    assert all(b[WORKER_ID].unique().numel() == 1 for b in batches)  # one worker per batch
+    assert {int(b[WORKER_ID][0, 0]) for b in batches} == {0, 1}
+    # batch k is yielded after k updates; its worker started it with version >= k - 2 (bounded lag)
+    versions = [int(b[VERSION][0, 0]) for b in batches]
+    assert all(0 <= k - version <= 2 for k, version in enumerate(versions)) and versions[-1] > 0
+    for worker in (0, 1):
+        mine = [v for v, b in zip(versions, batches) if b[WORKER_ID][0, 0] == worker]
+        assert mine == sorted(mine)
+    assert collector.policy_version == 6
+
+
+def test_env_error_names_the_worker_and_carries_the_traceback(no_leftovers):
+    envs = [worker_envs(1)[0], functools.partial(GymEnv, functools.partial(ErrorAfterEnv, 2))]
+    collector = make(MultiSyncCollector, no_leftovers, create_env_fn=envs, frames_per_batch=8)
+    with pytest.raises(WorkerError, match=r"(?s)collector worker 1: raised an exception.*Traceback.*step 3 fails by design") as info:
+        next(iter(collector))
+    assert info.value.worker_id == 1
+    assert collector._shut_down and not any(p.is_alive() for p in collector._processes)
+
+
+def test_policy_error_reaches_the_main_process(no_leftovers):
+    collector = make(MultiAsyncCollector, no_leftovers, create_env_fn=worker_envs(), policy=FailingPolicy(),
+                     frames_per_batch=4)
+    with pytest.raises(WorkerError, match="policy refuses step 3"):
+        list(zip(range(3), collector))
+
+
+def test_killed_worker_is_reported_not_waited_on(no_leftovers):
+    collector = make(MultiSyncCollector, no_leftovers, create_env_fn=worker_envs(), frames_per_batch=4)
+    batches = iter(collector)
+    next(batches)
+    os.kill(collector._processes[0].pid, signal.SIGKILL)
+    with pytest.raises(WorkerError, match="collector worker 0: died from signal SIGKILL"):
+        next(batches)
+    assert not any(p.is_alive() for p in collector._processes)
+
+
+def test_hooks_run_in_the_workers_and_reach_the_logger(no_leftovers, tmp_path):
+    import multiprocessing
+
+    logger = RunLogger(tmp_path)
+    collector = make(MultiSyncCollector, no_leftovers, create_env_fn=worker_envs(2, None, episode_length=3),
+                     frames_per_batch=12, start_method="spawn",
+                     post_collect_hook=logger.worker_hook(multiprocessing.get_context("spawn")))
+    next(iter(collector))
+    logger.drain_worker_hooks(collector.frames)
+    logger.close()
+    [row] = [__import__("json").loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    # 6 steps per worker, episodes of 3: two complete episodes in each worker
+    assert row["collect/episodes"] == 4 and row["collect/episode_length"] == 3 and row["frames"] == 12
+
+
+def test_shutdown_is_idempotent_and_bounded(no_leftovers):
+    collector = make(MultiSyncCollector, no_leftovers, create_env_fn=worker_envs(), frames_per_batch=4)
+    collector.shutdown()
+    collector.shutdown()
+    with pytest.raises(RuntimeError, match="shut down"):
+        next(iter(collector))

@@ -24,8 +24,13 @@ def read_jsonl(path):
 
 
 @pytest.mark.timeout(300)
-def test_train_logs_the_same_values_to_metrics_jsonl_and_wandb(tmp_path):
-    result = rlcollect(tmp_path, "train", *TINY, "hydra.run.dir=run")
+@pytest.mark.parametrize("collector", [["collector=sync"],
+                                       ["collector=multisync", "collector.start_method=fork",
+                                        "collector.envs_per_worker=2"]], ids=["sync", "multisync"])
+def test_train_logs_the_same_values_to_metrics_jsonl_and_wandb(tmp_path, collector):
+    """Collection metrics come from the post-collect hook: in-process for sync, inside the
+    workers for multisync; both must reach the W&B run."""
+    result = rlcollect(tmp_path, "train", *TINY, *collector, "hydra.run.dir=run")
     assert result.returncode == 0, result.stderr
     run_dir = tmp_path / "run"
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -34,6 +39,7 @@ def test_train_logs_the_same_values_to_metrics_jsonl_and_wandb(tmp_path):
     rows = read_jsonl(run_dir / "metrics.jsonl")
     assert [row["step"] for row in rows] == [128, 256, 384, 512]
     assert all("collect/frames_per_second" in row and "train/loss_value" in row for row in rows)
+    assert sum(row["collect/episodes"] for row in rows) > 0
     assert [row["frames"] for row in rows] == [128, 256, 384, 512]
     assert "eval/episode_return" in rows[1] and "eval/episode_return" in rows[3]
     [wandb_file] = find_offline_runs(run_dir)

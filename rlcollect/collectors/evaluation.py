@@ -36,11 +36,12 @@ def evaluate_episodes(env: GymEnv, policy, *, max_steps: int | None = None,
     with torch.no_grad(), set_interaction_type(exploration_type):
         while not finished.all() and (max_steps is None or step < max_steps):
             action = policy(carrier).get("action")
-            done = torch.from_numpy(env._step(action).copy())  # finished envs restart; ignored below
+            done = env._step(action)  # finished envs restart; their later steps are ignored
             running = ~finished
             returns += env.staged.get(("next", "reward")).reshape(-1).cpu().double() * running
             lengths += running
-            finished |= done
+            if done is not None:
+                finished |= torch.from_numpy(done)
             carrier = env.staged.select("observation", "is_init")
             step += 1
     return EvalResult(returns=returns[finished].tolist(), lengths=lengths[finished].tolist())

@@ -158,10 +158,7 @@ class _MultiCollector(CollectorBase):
                 worker_id = handles.get(handle, sentinels.get(handle))
                 if worker_id not in pending:
                     continue
-                connection = self._connections[worker_id]
-                if not connection.poll():
-                    self._fail(worker_id, self._death_message(worker_id))
-                message = connection.recv()
+                message = self._recv(worker_id)
                 if message[0] == "error":
                     self._fail(worker_id, f"raised an exception:\n{message[1]}")
                 if message[0] != expect:
@@ -170,6 +167,16 @@ class _MultiCollector(CollectorBase):
                 yield worker_id, message
             if deadline is not None and time.monotonic() > deadline and pending:
                 self._fail(min(pending), f"no {expect!r} within batch_timeout={self.batch_timeout} s")
+
+    def _recv(self, worker_id: int):
+        """The worker's next message; a WorkerError if it died without one."""
+        connection = self._connections[worker_id]
+        try:
+            if connection.poll():
+                return connection.recv()
+        except (EOFError, OSError):
+            pass
+        self._fail(worker_id, self._death_message(worker_id))
 
     def _death_message(self, worker_id: int) -> str:
         process = self._processes[worker_id]

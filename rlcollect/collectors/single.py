@@ -199,7 +199,14 @@ class Collector(CollectorBase):
         self._steps_in_traj[:] = 0
         carrier = self.env.staged.select(*CARRIER_KEYS)
         if self.track_traj_ids:
-            carrier.set(TRAJ_IDS, self._traj_pool.take(self._num_envs).reshape(self._env_batch).to(self.devices.env))
+            traj_ids = self._traj_pool.take(self._num_envs).reshape(self._env_batch).to(self.devices.env)
+            if hasattr(self, "_traj_ids"):  # the write plan points at this tensor: refill, never replace
+                self._traj_ids.copy_(traj_ids)
+            else:
+                self._traj_ids = traj_ids
+            carrier.set(TRAJ_IDS, self._traj_ids)
+        on_cpu = self.track_traj_ids and self._traj_ids.device.type == "cpu"
+        self._traj_ids_numpy = self._traj_ids.numpy().reshape(self._num_envs) if on_cpu else None
         self._carrier = carrier
         self._carrier_is_fresh = True  # no step taken since this reset
 
@@ -210,6 +217,7 @@ class Collector(CollectorBase):
         with torch.no_grad(), set_interaction_type(self.exploration_type):
             probe = self._act(probe, random=self.policy is None)
         step = probe.exclude("next")
+        self._policy_keys_probe = list(step.keys(True, True))
         step.set("next", self.env.staged.get("next").clone())
         time_dim = len(self._env_batch)
         self._batch = step.apply(
@@ -219,16 +227,53 @@ class Collector(CollectorBase):
             device=self.devices.storing,
         )
 
+        self._build_write_plan()
+
+    def _build_write_plan(self) -> None:
+        """Per-step destinations (views of the batch at each t) and their sources."""
+        time_dim = len(self._env_batch)
+
         def views(key):
             return self._batch.get(key).unbind(time_dim)
 
-        carrier_keys = [key for key in self._carrier.keys(True, True)]
-        self._policy_keys = [key for key in probe.exclude("next").keys(True, True) if key not in carrier_keys]
-        self._carrier_views = [(key, views(key)) for key in carrier_keys]
-        self._policy_views = [(key, views(key)) for key in self._policy_keys]
-        self._next_views = [(self.env.staged.get(("next", key)), views(("next", key))) for key in NEXT_KEYS]
+        probe_keys = list(self._policy_keys_probe)
+        carrier_keys = list(self._carrier.keys(True, True))
+        self._policy_keys = [key for key in probe_keys if key not in carrier_keys]
+        self._action_views = views("action")
+        self._other_policy_views = [(key, views(key)) for key in self._policy_keys if key != "action"]
         self._truncated_views = views(("next", "truncated"))
         self._done_views = views(("next", "done"))
+        self._carrier_entries = [(key, self.env.staged.get(key)) for key in CARRIER_KEYS]
+        self._staged_observation = self.env.staged.get("observation")
+        env_keys = [*carrier_keys, *(("next", key) for key in NEXT_KEYS)]
+        if self.devices.env.type == "cpu" and self.devices.storing.type == "cpu":
+            # numpy writes cost a third of Tensor.copy_ for these tiny per-step slices
+            self._copy_env_output = np.copyto
+            plan = [(self._env_source(key).numpy(), self._numpy_views(key)) for key in env_keys]
+            on_cpu = self.devices.policy.type == "cpu"
+            self._action_numpy_views = self._numpy_views("action") if on_cpu else None
+        else:
+            self._action_numpy_views = None
+            self._copy_env_output = torch.Tensor.copy_
+            plan = [(self._env_source(key), views(key)) for key in env_keys]
+        self._carrier_plan, self._next_plan = plan[:len(carrier_keys)], plan[len(carrier_keys):]
+
+    def share_memory_(self) -> "Collector":
+        """Move the preallocated batch to shared memory (for worker processes)."""
+        self._batch.share_memory_()
+        self._build_write_plan()  # numpy views hold raw pointers: rebuild them
+        return self
+
+    def _env_source(self, key) -> torch.Tensor:
+        """The persistent tensor that holds ``key`` for the current step, flat over envs."""
+        source = self._carrier.get(key) if key in self._carrier.keys(True, True) else self.env.staged.get(key)
+        return source.reshape(self._num_envs, *source.shape[len(self._env_batch):])
+
+    def _numpy_views(self, key) -> list[np.ndarray]:
+        """Per-step numpy views ``[num_envs, *feature]`` of the batch entry ``key``."""
+        stored = self._batch.get(key)
+        flat = stored.numpy().reshape(self._num_envs, self._time_steps, *stored.shape[len(self._env_batch) + 1:])
+        return [flat[:, t] for t in range(self._time_steps)]
 
     # ------------------------------------------------------------------ the loop
     def _act(self, carrier: TensorDictBase, random: bool) -> TensorDictBase:
@@ -251,9 +296,10 @@ class Collector(CollectorBase):
             self._make_carrier()
         self._carrier_is_fresh = False
         with torch.no_grad(), set_interaction_type(self.exploration_type):
+            random_frames_left = max(self.init_random_frames - self._frames, 0)
+            random_steps = self._time_steps if self.policy is None else math.ceil(random_frames_left / self._num_envs)
             for t in range(self._time_steps):
-                random = self.policy is None or self._frames + t * self._num_envs < self.init_random_frames
-                self._step(t, random)
+                self._step(t, t < random_steps)
         if self.set_truncated:
             self._truncate_last_step()
         self._sync_storage()
@@ -261,35 +307,47 @@ class Collector(CollectorBase):
         return self._batch
 
     def _step(self, t: int, random: bool) -> None:
-        carrier, staged = self._carrier, self.env.staged
-        for key in CARRIER_KEYS:  # a policy may replace these entries: point back to staging
-            carrier.set(key, staged.get(key))
-        for key, views in self._carrier_views:
-            views[t].copy_(carrier.get(key))
+        carrier, copy = self._carrier, self._copy_env_output
+        for source, views in self._carrier_plan:
+            copy(views[t], source)
         policy_output = self._act(carrier, random)
+        if carrier.get("observation") is not self._staged_observation:
+            self._restore_carrier()  # the policy replaced the observation: point back to staging
         action = policy_output.get("action")
-        if random and self.policy is not None:
-            for key, views in self._policy_views:
-                if key == "action":
-                    views[t].copy_(action)
-                else:
-                    views[t].zero_()
+        if self._action_numpy_views is not None:
+            action = action.numpy()
+            copy(self._action_numpy_views[t], action.reshape(self._action_numpy_views[t].shape))
         else:
-            for key, views in self._policy_views:
+            self._action_views[t].copy_(action)
+        if random and self.policy is not None:
+            for _, views in self._other_policy_views:
+                views[t].zero_()
+        else:
+            for key, views in self._other_policy_views:
                 views[t].copy_(policy_output.get(key))
-        done = self.env._step(action, auto_reset=self.reset_when_done)
-        for source, views in self._next_views:
-            views[t].copy_(source)
-        restarted = done if self.reset_when_done else np.zeros_like(done)
+        if self._action_numpy_views is not None:
+            done = self.env._step_numpy(action, auto_reset=self.reset_when_done)
+        else:
+            done = self.env._step(action, auto_reset=self.reset_when_done)
+        for source, views in self._next_plan:
+            copy(views[t], source)
+        restarted = done if self.reset_when_done else None
         if self.max_frames_per_traj is not None:
-            restarted = restarted | self._cut_long_trajectories(t, done)
-        if restarted.any():
+            cut = self._cut_long_trajectories(t, done)
+            restarted = cut if restarted is None else restarted | cut
+        if restarted is not None and restarted.any():
             self._start_trajectories(restarted)
 
-    def _cut_long_trajectories(self, t: int, done: np.ndarray) -> np.ndarray:
+    def _restore_carrier(self) -> None:
+        for key, staged in self._carrier_entries:
+            self._carrier.set(key, staged)
+
+    def _cut_long_trajectories(self, t: int, done: np.ndarray | None) -> np.ndarray:
         """Mark truncated (and reset) the envs that reached max_frames_per_traj; returns them."""
         self._steps_in_traj += 1
-        cut = (self._steps_in_traj >= self.max_frames_per_traj) & ~done
+        cut = self._steps_in_traj >= self.max_frames_per_traj
+        if done is not None:
+            cut &= ~done
         if cut.any():
             cut_mask = torch.from_numpy(cut).reshape(self._env_batch).to(self.devices.storing)
             self._truncated_views[t].logical_or_(cut_mask)
@@ -302,9 +360,14 @@ class Collector(CollectorBase):
         self._steps_in_traj[restarted] = 0
         if not self.track_traj_ids:
             return
-        mask = torch.from_numpy(restarted).reshape(self._env_batch).to(self.devices.env)
-        traj_ids = self._carrier.get(TRAJ_IDS)
-        traj_ids.masked_scatter_(mask, self._traj_pool.take(int(restarted.sum())).to(self.devices.env))
+        count = int(np.count_nonzero(restarted))
+        first = self._traj_pool.take_range(count)
+        if self._traj_ids_numpy is not None:
+            self._traj_ids_numpy[restarted] = np.arange(first, first + count)
+        else:
+            mask = torch.from_numpy(restarted).reshape(self._env_batch).to(self.devices.env)
+            new_ids = torch.arange(first, first + count, device=self.devices.env)
+            self._traj_ids.masked_scatter_(mask, new_ids)
 
     def _truncate_last_step(self) -> None:
         """set_truncated: cut every trajectory at the batch boundary."""
@@ -314,7 +377,7 @@ class Collector(CollectorBase):
         self._done_views[last].fill_(True)
         running = still_running.reshape(-1).cpu().numpy()
         if running.any():
-            self.env.staged.get("is_init").reshape(-1)[torch.from_numpy(running)] = True
+            self.env._mark_init(np.flatnonzero(running))
             self._start_trajectories(running)
 
     # ------------------------------------------------------------------ public API

@@ -21,13 +21,18 @@ class TrajectoryPool:
 
     def take(self, count: int) -> torch.Tensor:
         """``count`` fresh ids as an int64 tensor."""
+        first = self.take_range(count)
+        return torch.arange(first, first + count, dtype=torch.int64)
+
+    def take_range(self, count: int) -> int:
+        """Reserve ``count`` consecutive fresh ids; returns the first."""
         if self._counter is None:
             first, self._next_id = self._next_id, self._next_id + count
-        else:
-            with self._counter.get_lock():
-                first = self._counter.value
-                self._counter.value = first + count
-        return torch.arange(first, first + count, dtype=torch.int64)
+            return first
+        with self._counter.get_lock():
+            first = self._counter.value
+            self._counter.value = first + count
+        return first
 
     def state_dict(self) -> dict:
         return {"next_id": self._next_id if self._counter is None else self._counter.value}

@@ -78,7 +78,7 @@ def worker_main(handoff: list[WorkerSpec], connection: Connection) -> None:
         batch.set(WORKER_ID, torch.full(batch.shape, spec.worker_id, dtype=torch.int64, device=batch.device))
         batch.set(POLICY_VERSION, torch.zeros(batch.shape, dtype=torch.int64, device=batch.device))
         if batch.device.type == "cpu":
-            batch.share_memory_()
+            collector.share_memory_()
         connection.send(("ready", batch, collector.frames_per_batch))
         _serve(spec, collector, receivers, connection)
     except (EOFError, BrokenPipeError):

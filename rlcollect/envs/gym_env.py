@@ -107,6 +107,8 @@ class GymEnv:
             "truncated": np.zeros(n, bool),
             "done": np.zeros(n, bool),
         }
+        self._is_init_set = False  # is_init has a True entry to clear at the next step
+        self._actions_shape = (n, *sample_shape(self.action_space))
 
     def _bind_staging(self) -> None:
         """Expose the staging arrays as tensors on ``self.device`` (aliases on CPU)."""
@@ -176,29 +178,42 @@ class GymEnv:
             env.close()
 
     # ------------------------------------------------------------------ fast path
-    def _step(self, action: torch.Tensor, auto_reset: bool = True) -> np.ndarray:
+    def _step(self, action: torch.Tensor, auto_reset: bool = True) -> np.ndarray | None:
         """Step every sub-env, writing results into ``self.staged``.
 
         With ``auto_reset``, finished sub-envs are reset (``is_init`` set); the others carry
-        the next observation over. Returns the done mask (a staging array, valid until
-        the next step).
+        the next observation over. Returns the done mask (a staging array, valid until the
+        next step) when some sub-env finished, else None. This is the per-step hot path:
+        it works on the numpy staging arrays directly.
         """
-        actions = action.detach().reshape(len(self._envs), *action.shape[len(self.batch_size):]).cpu().numpy()
+        if action.requires_grad:
+            action = action.detach()
+        return self._step_numpy(action.cpu().numpy(), auto_reset)
+
+    def _step_numpy(self, actions: np.ndarray, auto_reset: bool = True) -> np.ndarray | None:
+        """``_step`` for actions already in a numpy array (any shape holding one action per env)."""
+        actions = actions.reshape(self._actions_shape)
         if self._action_bounds is not None:  # Gaussian policies sample past the bounds
             actions = np.clip(actions, *self._action_bounds)
         arrays = self._np
         next_obs, reward = arrays["next_observation"], arrays["reward"]
         terminated, truncated, done = arrays["terminated"], arrays["truncated"], arrays["done"]
+        any_done = False
         for i, env in enumerate(self._envs):
-            next_obs[i], reward[i], terminated[i], truncated[i], _ = env.step(actions[i])
-        np.logical_or(terminated, truncated, out=done)
+            next_obs[i], reward[i], term, trunc, _ = env.step(actions[i])
+            terminated[i], truncated[i] = term, trunc
+            done[i] = finished = term or trunc
+            if finished:
+                any_done = True
         arrays["observation"][:] = next_obs
-        arrays["is_init"][:] = False
-        if auto_reset and done.any():
+        if self._is_init_set:
+            arrays["is_init"][:] = False
+            self._is_init_set = False
+        if any_done and auto_reset:
             self._reset_indices(np.flatnonzero(done))
         elif self._cpu_staging is not None:
             self._refresh_device()
-        return done
+        return done if any_done else None
 
     def _reset_indices(self, indices) -> None:
         """Reset the given sub-envs into the carrier slots (``observation``, ``is_init``).
@@ -214,8 +229,16 @@ class GymEnv:
                 self._envs[i].action_space.seed(seed + i)
             observation[i], _ = self._envs[i].reset(seed=None if seed is None else seed + i)
             is_init[i] = True
+            self._is_init_set = True
         if seed is not None:
             self._seed = None
+        if self._cpu_staging is not None:
+            self._refresh_device()
+
+    def _mark_init(self, indices) -> None:
+        """Make the next step of these sub-envs a trajectory start (no reset)."""
+        self._np["is_init"][indices] = True
+        self._is_init_set = True
         if self._cpu_staging is not None:
             self._refresh_device()
 

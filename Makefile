@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # resolved from scratch would pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: setup train test bench clean
+.PHONY: setup train test bench bench-venv clean
 
 setup: $(VENV)/.installed
 
@@ -22,7 +22,22 @@ train: setup
 test: setup
 	$(BIN)/python -m pytest -q $(ARGS)
 
-bench: setup
+# torchrl 0.14.1 pins tensordict<0.15 (rlcollect needs 0.15), so the torchrl rows of the
+# benchmark run in their own venv; torch is pinned there too (same CUDA-build reason).
+BENCH_VENV := .venv-bench
+BENCH_BIN := $(BENCH_VENV)/bin
+TORCHRL := torchrl==0.14.1
+
+bench-venv: $(BENCH_VENV)/.installed
+
+$(BENCH_VENV)/.installed:
+	test -x $(BENCH_BIN)/python || $(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_BIN)/pip install --disable-pip-version-check -q $(TORCH)
+	$(BENCH_BIN)/pip install --disable-pip-version-check -q $(TORCH) $(TORCHRL) gymnasium
+	touch $@
+
+# rlcollect vs a hand-written gymnasium loop vs torchrl; flags: make bench ARGS="--quick"
+bench: setup bench-venv
 	$(BIN)/python scripts/bench_collectors.py $(ARGS)
 
 clean:

@@ -23,8 +23,10 @@ Every row is warmed up once, then the rows are measured in turn, ``--reps`` time
 alike. One measurement collects ``--frames`` frames (env transitions, summed over the
 envs of a batched row); time.perf_counter brackets that collection only. For the
 collector rows, a measurement builds a fresh collector with ``total_frames =
-frames_per_batch + frames``: env + collector construction up to the first batch is the
-*startup* time (reported on its own), the following ``frames`` frames are the ones timed.
+frames_per_batch + frames``; the following ``frames`` frames, after the first batch,
+are the ones timed. Reported on their own: "build ms", env + collector construction, and
+"1st batch ms", from the start of construction to the first batch (so it includes
+collecting ``frames_per_batch`` frames).
 
 The hand-written vector loop (b) uses autoreset_mode=SAME_STEP: like the collectors, a
 finished env is reset within the step that finished it, so every frame is a transition.
@@ -41,6 +43,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -99,7 +102,11 @@ def build_mlp() -> nn.Sequential:
 
 class MLPSamplingPolicy(TensorDictModuleBase):
     """"observation" -> MLP -> sample_action -> "action"; the policy of every collector row
-    (rlcollect's and torchrl's), so both frameworks call exactly the same module."""
+    (rlcollect's and torchrl's), so both frameworks call exactly the same module.
+
+    Not a ``TensorDictModule(nn_module, in_keys, out_keys)``: its key handling costs per
+    call about 15 us more under tensordict 0.15 and about 120 us more under 0.14 (the
+    torchrl venv's), which would measure the wrapper rather than the collectors."""
 
     in_keys = ["observation"]
     out_keys = ["action"]
@@ -121,7 +128,8 @@ def configure_torch() -> None:
 @dataclass
 class Measurement:
     frames_per_s: float
-    startup_ms: float | None = None
+    construct_ms: float | None = None  # collector rows: env + collector construction
+    startup_ms: float | None = None  # collector rows: construction + first batch
 
 
 def time_collector(make_collector: Callable[[int], Iterable], frames: int, frames_per_batch: int) -> Measurement:
@@ -129,6 +137,7 @@ def time_collector(make_collector: Callable[[int], Iterable], frames: int, frame
     gets that total), time construction to first batch, then the remaining ``frames``."""
     start = time.perf_counter()
     collector = make_collector(frames_per_batch + frames)
+    constructed = time.perf_counter()
     batches = iter(collector)
     next(batches)
     first_batch = time.perf_counter()
@@ -139,14 +148,20 @@ def time_collector(make_collector: Callable[[int], Iterable], frames: int, frame
     collector.shutdown()
     if collected != frames:
         raise RuntimeError(f"expected {frames} frames after the first batch, got {collected}")
-    return Measurement(frames / (end - first_batch), 1e3 * (first_batch - start))
+    return Measurement(frames / (end - first_batch), 1e3 * (constructed - start), 1e3 * (first_batch - start))
 
 
 # ---------------------------------------------------------------------- row registry
 @dataclass(frozen=True)
 class Settings:
-    frames: int
-    frames_per_batch: int
+    frames: int  # per measurement
+    frames_per_batch: int  # collector rows
+    reps: int
+
+    @property
+    def warmup_frames(self) -> int:
+        """A quarter of a measurement (whole batches, at least two)."""
+        return self.frames_per_batch * max(2, self.frames // 4 // self.frames_per_batch)
 
 
 Measure = Callable[[int], Measurement]
@@ -323,21 +338,24 @@ class RowResult:
         return [m.frames_per_s for m in self.measurements]
 
     @property
+    def construct_ms(self) -> list[float]:
+        return [m.construct_ms for m in self.measurements if m.construct_ms is not None]
+
+    @property
     def startup_ms(self) -> list[float]:
         return [m.startup_ms for m in self.measurements if m.startup_ms is not None]
 
 
-def run_rows(rows: list[Row], settings: Settings, reps: int, worker: TorchrlWorker | None) -> dict[str, RowResult]:
-    """Warm every row up once, then measure them in turn, ``reps`` times."""
+def run_rows(rows: list[Row], settings: Settings, worker: TorchrlWorker | None) -> dict[str, RowResult]:
+    """Warm every row up once, then measure them in turn, ``settings.reps`` times."""
     measures = {row.key: row.make(settings, worker) for row in rows}
-    warmup_frames = max(2 * settings.frames_per_batch, settings.frames // 4 // settings.frames_per_batch * settings.frames_per_batch)
     for row in rows:
-        measures[row.key](warmup_frames)
+        measures[row.key](settings.warmup_frames)
     results = {row.key: RowResult(row) for row in rows}
-    for rep in range(reps):
+    for rep in range(settings.reps):
         for row in rows:
             results[row.key].measurements.append(measures[row.key](settings.frames))
-        print(f"  rep {rep + 1}/{reps}: " + "  ".join(
+        print(f"  rep {rep + 1}/{settings.reps}: " + "  ".join(
             f"{key} {result.fps[-1]:,.0f}" for key, result in results.items()), file=sys.stderr, flush=True)
     return results
 
@@ -348,13 +366,15 @@ def paired_ratios(results: dict[str, RowResult], numerator: str, denominator: st
 
 def format_report(results: dict[str, RowResult], header: list[str], skipped: str | None) -> str:
     lines = [*header, ""]
-    lines.append(f"{'row':<4}{'what':<42}{'envs':>5}{'median f/s':>13}{'min f/s':>11}{'max f/s':>11}{'startup ms':>12}")
-    lines.append("-" * 98)
+    lines.append(f"{'row':<4}{'what':<42}{'envs':>5}{'median f/s':>12}{'min f/s':>10}{'max f/s':>10}"
+                 f"{'build ms':>10}{'1st batch ms':>14}")
+    lines.append("-" * 107)
     for key, result in results.items():
+        build = f"{statistics.median(result.construct_ms):,.1f}" if result.construct_ms else "-"
         startup = f"{statistics.median(result.startup_ms):,.1f}" if result.startup_ms else "-"
         lines.append(f"{key:<4}{result.row.label:<42}{result.row.num_envs:>5}"
-                     f"{statistics.median(result.fps):>13,.0f}{min(result.fps):>11,.0f}{max(result.fps):>11,.0f}"
-                     f"{startup:>12}")
+                     f"{statistics.median(result.fps):>12,.0f}{min(result.fps):>10,.0f}{max(result.fps):>10,.0f}"
+                     f"{build:>10}{startup:>14}")
     if skipped:
         lines += ["", skipped]
     comparisons = [c for c in COMPARISONS if c[0] in results and c[1] in results]
@@ -366,19 +386,34 @@ def format_report(results: dict[str, RowResult], header: list[str], skipped: str
         per_rep = paired_ratios(results, numerator, denominator)
         verdict = "" if target is None else f">= {target:.2f}x: {'met' if ratio >= target else 'NOT met'}"
         lines.append(f"{f'({numerator})/({denominator})':<10}{what:<34}{ratio:>7.2f}x  "
-                     f"{f'[{min(per_rep):.2f}, {max(per_rep):.2f}]':<15}{verdict}")
+                     f"{f'[{min(per_rep):.2f}, {max(per_rep):.2f}]':<15}{verdict}".rstrip())
     return "\n".join(lines)
 
 
-def to_json(results: dict[str, RowResult], settings: Settings, reps: int, versions: dict) -> dict:
+def report_header(settings: Settings, machine: dict) -> list[str]:
+    return [
+        f"{ENV_ID}, {HIDDEN}x{HIDDEN} tanh MLP + Gumbel-max categorical_sample, torch threads 1",
+        f"{settings.frames:,} frames per measurement, {settings.reps} interleaved reps after 1 warm-up; "
+        f"collectors: frames_per_batch={settings.frames_per_batch}",
+        "build ms: env + collector construction; 1st batch ms: from the start of construction to the first batch "
+        "(medians)",
+        f"{machine['cpus']} cpus, 1-min load average {machine['load_before']:.2f} before, "
+        f"{machine['load_after']:.2f} after (other processes skew every row; the interleaving spreads that over all rows)",
+        "versions: " + "; ".join(f"{where}: " + ", ".join(f"{k} {v}" for k, v in found.items())
+                                 for where, found in machine["versions"].items()),
+    ]
+
+
+def to_json(results: dict[str, RowResult], settings: Settings, machine: dict) -> dict:
     return {
-        "settings": {**asdict(settings), "reps": reps, "env": ENV_ID, "num_envs": NUM_ENVS, "hidden": HIDDEN},
-        "versions": versions,
+        "settings": {**asdict(settings), "env": ENV_ID, "num_envs": NUM_ENVS, "hidden": HIDDEN},
+        "machine": machine,
         "rows": {
             key: {
                 "label": result.row.label,
                 "num_envs": result.row.num_envs,
                 "frames_per_s": result.fps,
+                "construct_ms": result.construct_ms,
                 "startup_ms": result.startup_ms,
                 "median_frames_per_s": statistics.median(result.fps),
             }
@@ -421,36 +456,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def start_torchrl_worker(rows: list[Row]) -> tuple[TorchrlWorker | None, str | None]:
+    """The worker when a torchrl row is asked for and .venv-bench exists; else why not."""
+    if not any(row.needs_torchrl for row in rows):
+        return None, None
+    if not BENCH_PYTHON.exists():
+        return None, f"torchrl rows skipped: {BENCH_PYTHON} is missing; `make bench` (or `make bench-venv`) creates it"
+    return TorchrlWorker(BENCH_PYTHON), None
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure_torch()
-    settings = Settings(args.frames, args.frames_per_batch)
+    settings = Settings(args.frames, args.frames_per_batch, args.reps)
     rows = [ROWS[key] for key in args.rows.split(",")]
-    worker, skipped = None, None
-    if any(row.needs_torchrl for row in rows):
-        if BENCH_PYTHON.exists():
-            worker = TorchrlWorker(BENCH_PYTHON)
-        else:
-            skipped = (f"torchrl rows skipped: {BENCH_PYTHON.relative_to(REPO_ROOT)} is missing; "
-                       "`make bench` (or `make bench-venv`) creates it")
-            rows = [row for row in rows if not row.needs_torchrl]
-    versions = {"main": local_versions(), **({"torchrl_venv": worker.versions} if worker else {})}
+    worker, skipped = start_torchrl_worker(rows)
+    if skipped:
+        rows = [row for row in rows if not row.needs_torchrl]
+    machine = {"cpus": os.cpu_count(), "load_before": os.getloadavg()[0],
+               "versions": {"main": local_versions(), **({"torchrl_venv": worker.versions} if worker else {})}}
     try:
         print(f"benchmarking rows {','.join(row.key for row in rows)} ...", file=sys.stderr, flush=True)
-        results = run_rows(rows, settings, args.reps, worker)
+        results = run_rows(rows, settings, worker)
     finally:
         if worker is not None:
             worker.close()
-    header = [
-        f"{ENV_ID}, {HIDDEN}x{HIDDEN} tanh MLP + Gumbel-max categorical_sample, torch threads 1",
-        f"{settings.frames:,} frames per measurement, {args.reps} interleaved reps after 1 warm-up; "
-        f"collectors: frames_per_batch={settings.frames_per_batch}; startup = env + collector construction to first batch",
-        "versions: " + "; ".join(f"{where}: " + ", ".join(f"{k} {v}" for k, v in found.items())
-                                 for where, found in versions.items()),
-    ]
-    print(format_report(results, header, skipped))
+    machine["load_after"] = os.getloadavg()[0]
+    print(format_report(results, report_header(settings, machine), skipped))
     if args.json:
-        args.json.write_text(json.dumps(to_json(results, settings, args.reps, versions), indent=2))
+        args.json.write_text(json.dumps(to_json(results, settings, machine), indent=2))
         print(f"\nraw numbers written to {args.json}")
 
 

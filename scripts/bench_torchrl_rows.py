@@ -3,7 +3,9 @@ tensordict<0.15, so it cannot share rlcollect's venv).
 
 Same MLP, same sampling function and same timing helper as the main script (imported
 from it); torchrl's ``Collector`` on ``GymEnv("CartPole-v1")`` (row "gym") or on
-``SerialEnv(8, ...)`` (row "serial"), index-encoded actions.
+``SerialEnv(8, ...)`` (row "serial"), index-encoded actions. (torchrl 0.14 has no
+``SyncDataCollector`` any more: ``torchrl.collectors.Collector`` is its single-process
+collector.)
 
     .venv-bench/bin/python scripts/bench_torchrl_rows.py --row gym --frames 2000
         one measurement (after a warm-up), printed as one JSON line

@@ -126,6 +126,7 @@ class Collector(CollectorBase):
         self.batch_size = torch.Size([*self._env_batch, self._time_steps])  # of every collected batch
         self._num_envs = self.env.num_envs or 1
         self._steps_in_traj = np.zeros(self._num_envs, np.int64)
+        self._traj_ids: torch.Tensor | None = None
         self._make_carrier()
         self._allocate_batch()
 
@@ -200,7 +201,7 @@ class Collector(CollectorBase):
         carrier = self.env.staged.select(*CARRIER_KEYS)
         if self.track_traj_ids:
             traj_ids = self._traj_pool.take(self._num_envs).reshape(self._env_batch).to(self.devices.env)
-            if hasattr(self, "_traj_ids"):  # the write plan points at this tensor: refill, never replace
+            if self._traj_ids is not None:  # the write plan points at this tensor: refill, never replace
                 self._traj_ids.copy_(traj_ids)
             else:
                 self._traj_ids = traj_ids
@@ -216,8 +217,12 @@ class Collector(CollectorBase):
         probe = self._carrier.clone()
         with torch.no_grad(), set_interaction_type(self.exploration_type):
             probe = self._act(probe, random=self.policy is None)
+        if "action" not in probe.keys():
+            raise ValueError(f"the policy must write 'action' into the TensorDict it receives; it wrote "
+                             f"{sorted(map(str, probe.keys(True, True)))}")
         step = probe.exclude("next")
-        self._policy_keys_probe = list(step.keys(True, True))
+        carrier_keys = list(self._carrier.keys(True, True))
+        self._policy_keys = [key for key in step.keys(True, True) if key not in carrier_keys]
         step.set("next", self.env.staged.get("next").clone())
         time_dim = len(self._env_batch)
         self._batch = step.apply(
@@ -226,7 +231,6 @@ class Collector(CollectorBase):
             batch_size=[*self._env_batch, self._time_steps],
             device=self.devices.storing,
         )
-
         self._build_write_plan()
 
     def _build_write_plan(self) -> None:
@@ -236,9 +240,7 @@ class Collector(CollectorBase):
         def views(key):
             return self._batch.get(key).unbind(time_dim)
 
-        probe_keys = list(self._policy_keys_probe)
         carrier_keys = list(self._carrier.keys(True, True))
-        self._policy_keys = [key for key in probe_keys if key not in carrier_keys]
         self._action_views = views("action")
         self._other_policy_views = [(key, views(key)) for key in self._policy_keys if key != "action"]
         self._truncated_views = views(("next", "truncated"))

@@ -216,3 +216,15 @@ def test_shutdown_is_idempotent_and_bounded(no_leftovers):
     collector.shutdown()
     with pytest.raises(RuntimeError, match="shut down"):
         next(iter(collector))
+
+
+def test_batch_timeout_names_the_stuck_worker_and_shutdown_stays_bounded(no_leftovers):
+    from rlcollect.testing import BusyEnv
+
+    slow = functools.partial(GymEnv, functools.partial(BusyEnv, step_cost_us=50_000))
+    collector = make(MultiSyncCollector, no_leftovers, create_env_fn=[worker_envs(1)[0], slow], frames_per_batch=200,
+                     batch_timeout=0.5, shutdown_timeout=0.5)
+    with pytest.raises(WorkerError, match="collector worker 1: no 'batch' within batch_timeout=0.5 s"):
+        next(iter(collector))
+    # the busy worker (5 s of work left) was terminated after shutdown_timeout: none is alive
+    assert not any(p.is_alive() for p in collector._processes)

@@ -272,3 +272,8 @@ def test_env_errors_propagate_with_their_message():
     with pytest.raises(RuntimeError, match="step 4 fails by design"):
         next(iter(collector))
     collector.shutdown()
+
+
+def test_a_policy_that_writes_no_action_is_rejected_at_construction():
+    with pytest.raises(ValueError, match="must write 'action'"):
+        Collector(counting(), lambda td: td, frames_per_batch=2)

@@ -80,6 +80,40 @@ class PPOConfig:
 
 
 @dataclass
+class DQNConfig:
+    name: str = "dqn"
+    lr: float = 1e-3
+    gamma: float = 0.99
+    batch_size: int = 64  # transitions per gradient step
+    gradient_steps_per_batch: int = 128  # per collected batch (background collection: per frames_per_batch frames)
+    learning_starts: int = 1000  # frames collected with random actions before training
+    target_update: str = "periodic"  # periodic | polyak
+    target_update_period: int = 10  # gradient steps
+    tau: float = 0.005
+    double_dqn: bool = True
+    loss: str = "huber"
+    max_grad_norm: float = 10.0
+    eps_start: float = 1.0
+    eps_end: float = 0.04
+    eps_decay_frames: int = 8000
+    hidden_sizes: List[int] = field(default_factory=lambda: [256, 256])
+    activation: str = "relu"
+    background: bool = False  # collector.start(): collect while training
+
+
+@dataclass
+class ReplayBufferConfig:
+    type: str = "replay"
+    max_size: int = 100_000
+    ndim: int = 1  # 1: flat (safe for every collector); 2/3: rows per env (see data-layout.txt)
+    sampler: str = "random"  # random | slice
+    slice_len: int = 32
+    storage: str = "memory"  # memory | memmap
+    scratch_dir: Optional[str] = None  # memmap files (default: the run folder)
+    trajs_per_batch: Optional[int] = None  # collectors write only complete trajectories
+
+
+@dataclass
 class RolloutBufferConfig:
     type: str = "rollout"
     device: Optional[str] = None  # defaults to the training device
@@ -130,6 +164,8 @@ def register_configs() -> None:
     store.store(group="collector", name="multi_schema", node=MultiCollectorConfig)
     store.store(group="weight_sync", name="weight_sync_schema", node=WeightSyncConfig)
     store.store(group="algo", name="ppo_schema", node=PPOConfig)
+    store.store(group="algo", name="dqn_schema", node=DQNConfig)
+    store.store(group="buffer", name="replay_schema", node=ReplayBufferConfig)
     store.store(group="buffer", name="rollout_schema", node=RolloutBufferConfig)
     store.store(group="logger", name="wandb_schema", node=WandbLoggerConfig)
     store.store(group="logger", name="none_schema", node=NoLoggerConfig)

@@ -17,6 +17,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from rlcollect.algos.dqn import DQN
+from rlcollect.algos.learners import DQNLearner, Learner, PPOLearner
 from rlcollect.algos.ppo import PPO
 from rlcollect.buffers.rollout import RolloutBuffer
 from rlcollect.collectors.base import CollectorBase
@@ -27,6 +29,7 @@ from rlcollect.envs.gym_env import GymEnv
 from rlcollect.envs.spaces import sample_shape, torch_dtype
 from rlcollect.logging.run_logger import RunLogger, WandbLogger
 from rlcollect.modules.actor_critic import ActorCritic
+from rlcollect.modules.q_network import QValuePolicy
 from rlcollect.weight_sync import MultiProcessWeightSyncScheme, NoWeightSyncScheme, SharedMemWeightSyncScheme
 
 log = logging.getLogger(__name__)
@@ -39,10 +42,9 @@ CONFIG_FILE = "config.yaml"
 class Pipeline:
     cfg: DictConfig
     run_dir: Path
-    policy: ActorCritic
+    policy: torch.nn.Module
     collector: CollectorBase
-    buffer: RolloutBuffer
-    algo: PPO
+    learner: Learner
     eval_env: GymEnv
     logger: RunLogger
 
@@ -87,7 +89,8 @@ def make_collector(cfg: DictConfig, policy, logger: RunLogger) -> CollectorBase:
     common = dict(
         total_frames=cfg.total_frames, device=cfg.device, policy_device=c.policy_device, env_device=c.env_device,
         storing_device=c.storing_device, max_frames_per_traj=c.max_frames_per_traj,
-        init_random_frames=c.init_random_frames, reset_at_each_iter=c.reset_at_each_iter,
+        init_random_frames=max(c.init_random_frames, cfg.algo.get("learning_starts", 0)),
+        reset_at_each_iter=c.reset_at_each_iter,
         reset_when_done=c.reset_when_done, split_trajs=c.split_trajs, exploration_type=c.exploration_type,
         track_traj_ids=c.track_traj_ids, set_truncated=c.set_truncated, no_cuda_sync=c.no_cuda_sync,
     )
@@ -104,13 +107,11 @@ def make_collector(cfg: DictConfig, policy, logger: RunLogger) -> CollectorBase:
         shutdown_timeout=c.shutdown_timeout, post_collect_hook=logger.worker_hook(_mp_context(c.start_method)),
     )
     if c.type == "multisync":
-        if c.cat_results == -1:
-            raise ValueError("collector.cat_results=-1 concatenates workers along time; PPO's rollout buffer "
-                             "needs one row per env: use cat_results=stack or 0")
         return MultiSyncCollector(envs, policy, frames_per_batch=c.frames_per_batch, cat_results=c.cat_results,
                                   **multi, **common)
-    log.warning("collector=multiasync feeds PPO on-policy updates with data collected by possibly older "
-                "weights (policy lag, see ('collector', 'policy_version')); prefer multisync for PPO")
+    if cfg.algo.name == "ppo":
+        log.warning("collector=multiasync feeds PPO on-policy updates with data collected by possibly older "
+                    "weights (policy lag, see ('collector', 'policy_version')); prefer multisync for PPO")
     return MultiAsyncCollector(envs, policy, frames_per_batch=c.frames_per_batch, **multi, **common)
 
 
@@ -122,41 +123,96 @@ def _mp_context(start_method: str):
 
 def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, group: str | None = None,
           job_type: str | None = None) -> Pipeline:
-    """Seed, then build env, policy, collector, rollout buffer, PPO, eval env and logger."""
+    """Seed, then build the policy, logger, collector, learner (algorithm + buffer) and eval env."""
     run_dir = Path(run_dir)
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
-    (run_dir / CONFIG_FILE).parent.mkdir(parents=True, exist_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    if cfg.collector.split_trajs:
-        raise ValueError("collector.split_trajs=true gives padded batches; PPO's rollout buffer needs the "
-                         "[num_envs, T] layout: keep split_trajs=false")
-
+    check_combination(cfg)
     probe = make_env(cfg, num_envs=None, seed=cfg.seed)
     observation_space, action_space = probe.observation_space, probe.action_space
     probe.close()
-    policy = ActorCritic(observation_space, action_space, hidden_sizes=list(cfg.algo.hidden_sizes),
-                         activation=cfg.algo.activation, log_std_init=cfg.algo.log_std_init).to(cfg.device)
+    policy = make_policy(cfg, observation_space, action_space)
     logger = make_logger(cfg, run_dir, name=name, group=group, job_type=job_type)
     try:
         collector = make_collector(cfg, policy, logger)
+        learner = make_learner(cfg, policy, collector, observation_space, action_space, run_dir)
     except BaseException:
+        if "collector" in locals():
+            collector.shutdown()
         logger.close()
         raise
-    *env_dims, time_steps = collector.batch_size
-    buffer = RolloutBuffer(
-        math.prod(env_dims), time_steps, sample_shape(observation_space), sample_shape(action_space),
-        observation_dtype=torch_dtype(observation_space), action_dtype=torch_dtype(action_space),
-        device=cfg.buffer.device or cfg.device,
-    )
-    a = cfg.algo
-    algo = PPO(policy, lr=a.lr, gamma=a.gamma, gae_lambda=a.gae_lambda, clip_epsilon=a.clip_epsilon,
-               epochs=a.epochs, minibatch_size=a.minibatch_size, value_coef=a.value_coef,
-               entropy_coef=a.entropy_coef, max_grad_norm=a.max_grad_norm,
-               normalize_advantage=a.normalize_advantage, anneal_lr=a.anneal_lr, anneal_clip=a.anneal_clip,
-               total_frames=cfg.total_frames)
     eval_env = make_env(cfg, num_envs=cfg.eval.episodes, seed=cfg.seed + 10_000)
-    return Pipeline(cfg, run_dir, policy, collector, buffer, algo, eval_env, logger)
+    return Pipeline(cfg, run_dir, policy, collector, learner, eval_env, logger)
+
+
+def check_combination(cfg: DictConfig) -> None:
+    """Reject config combinations that cannot train, naming the keys to change."""
+    algo, buffer = cfg.algo.name, cfg.buffer.type
+    if (algo, buffer) not in (("ppo", "rollout"), ("dqn", "replay")):
+        raise ValueError(f"algo={algo} trains from buffer={'rollout' if algo == 'ppo' else 'replay'}, "
+                         f"not buffer={buffer}")
+    if cfg.collector.split_trajs:
+        raise ValueError("collector.split_trajs=true gives padded batches; the learners need the collector "
+                         "layout: keep split_trajs=false")
+    if algo == "ppo" and cfg.collector.type == "multisync" and cfg.collector.cat_results == -1:
+        raise ValueError("collector.cat_results=-1 concatenates workers along time; PPO's rollout buffer "
+                         "needs one row per env: use cat_results=stack or 0")
+
+
+def make_policy(cfg: DictConfig, observation_space, action_space) -> torch.nn.Module:
+    a = cfg.algo
+    if a.name == "ppo":
+        policy = ActorCritic(observation_space, action_space, hidden_sizes=list(a.hidden_sizes),
+                             activation=a.activation, log_std_init=a.log_std_init)
+    else:
+        policy = QValuePolicy(observation_space, action_space, hidden_sizes=list(a.hidden_sizes),
+                              activation=a.activation, epsilon=a.eps_start)
+    return policy.to(cfg.device)
+
+
+def make_learner(cfg: DictConfig, policy, collector: CollectorBase, observation_space, action_space,
+                 run_dir: Path) -> Learner:
+    a = cfg.algo
+    if a.name == "ppo":
+        *env_dims, time_steps = collector.batch_size
+        buffer = RolloutBuffer(
+            math.prod(env_dims), time_steps, sample_shape(observation_space), sample_shape(action_space),
+            observation_dtype=torch_dtype(observation_space), action_dtype=torch_dtype(action_space),
+            device=cfg.buffer.device or cfg.device,
+        )
+        ppo = PPO(policy, lr=a.lr, gamma=a.gamma, gae_lambda=a.gae_lambda, clip_epsilon=a.clip_epsilon,
+                  epochs=a.epochs, minibatch_size=a.minibatch_size, value_coef=a.value_coef,
+                  entropy_coef=a.entropy_coef, max_grad_norm=a.max_grad_norm,
+                  normalize_advantage=a.normalize_advantage, anneal_lr=a.anneal_lr, anneal_clip=a.anneal_clip,
+                  total_frames=cfg.total_frames)
+        return PPOLearner(ppo, buffer)
+    dqn = DQN(policy, lr=a.lr, gamma=a.gamma, target_update=a.target_update,
+              target_update_period=a.target_update_period, tau=a.tau, double_dqn=a.double_dqn, loss=a.loss,
+              max_grad_norm=a.max_grad_norm)
+    return DQNLearner(dqn, make_replay_buffer(cfg, run_dir), gradient_steps=a.gradient_steps_per_batch,
+                      learning_starts=a.learning_starts, eps_start=a.eps_start, eps_end=a.eps_end,
+                      eps_decay_frames=a.eps_decay_frames, storage_ndim=cfg.buffer.ndim)
+
+
+def make_replay_buffer(cfg: DictConfig, run_dir: Path):
+    from rlcollect.buffers import LazyMemmapStorage, LazyTensorStorage, RandomSampler, ReplayBuffer, SliceSampler
+
+    b = cfg.buffer
+    if b.storage == "memory":
+        storage = LazyTensorStorage(b.max_size, ndim=b.ndim, device=cfg.device)
+    elif b.storage == "memmap":
+        storage = LazyMemmapStorage(b.max_size, ndim=b.ndim, scratch_dir=b.scratch_dir or str(run_dir / "replay"))
+    else:
+        raise ValueError(f"buffer.storage must be memory or memmap, got {b.storage!r}")
+    if b.sampler == "random":
+        sampler = RandomSampler()
+    elif b.sampler == "slice":
+        sampler = SliceSampler(slice_len=b.slice_len)
+    else:
+        raise ValueError(f"buffer.sampler must be random or slice, got {b.sampler!r}")
+    return ReplayBuffer(storage, sampler, batch_size=cfg.algo.batch_size)
 
 
 def run(pipeline: Pipeline) -> dict:
@@ -175,10 +231,9 @@ def run(pipeline: Pipeline) -> dict:
             frames = p.collector.frames
             if not isinstance(p.collector, Collector):
                 p.logger.drain_worker_hooks(frames)
-            p.buffer.add(batch.reshape(p.buffer.num_envs, p.buffer.rollout_len))
-            p.logger.log({f"train/{k}": v for k, v in p.algo.update(p.buffer, frames).items()}, step=frames)
+            p.logger.log({f"train/{k}": v for k, v in p.learner.learn(batch, frames).items()}, step=frames)
             p.collector.update_policy_weights_()
-            bar.update(batch.numel())
+            bar.update(frames - bar.n)
             postfix = {"fps": f"{frames / (time.perf_counter() - start):.0f}"}
             if p.logger.recent_episode_return is not None:
                 postfix["return"] = f"{p.logger.recent_episode_return:.1f}"

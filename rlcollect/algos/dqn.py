@@ -1,0 +1,86 @@
+"""DQN: TD targets from a target network, periodic or Polyak target updates, double DQN."""
+from __future__ import annotations
+
+import copy
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from rlcollect.modules.q_network import QValuePolicy
+
+TARGET_UPDATES = ("periodic", "polyak")
+
+
+def dqn_targets(reward: torch.Tensor, terminated: torch.Tensor, next_q_online: torch.Tensor,
+                next_q_target: torch.Tensor, *, gamma: float, double_dqn: bool) -> torch.Tensor:
+    """``r + gamma * Q_target(s', a*)``, with no bootstrap where the MDP terminated (a
+    truncated step still bootstraps). ``a* = argmax Q_online(s')`` for double DQN, else the
+    target network's own argmax."""
+    if double_dqn:
+        best = next_q_online.argmax(-1, keepdim=True)
+        next_value = next_q_target.gather(-1, best).squeeze(-1)
+    else:
+        next_value = next_q_target.max(-1).values
+    return reward + gamma * (~terminated).to(reward.dtype) * next_value
+
+
+class DQN:
+    """Trains a QValuePolicy from transitions (``observation``, ``action``,
+    ``("next", "reward"|"terminated"|"observation")``), e.g. replay-buffer samples.
+
+    Args:
+        target_update: "periodic" (copy every ``target_update_period`` gradient steps) or
+            "polyak" (``target <- tau * online + (1 - tau) * target`` every step).
+        double_dqn: pick the bootstrap action with the online network.
+        loss: "huber" (smooth L1) or "mse".
+    """
+
+    def __init__(self, q_policy: QValuePolicy, *, lr: float = 1e-3, gamma: float = 0.99,
+                 target_update: str = "periodic", target_update_period: int = 10, tau: float = 0.005,
+                 double_dqn: bool = True, loss: str = "huber", max_grad_norm: float = 10.0) -> None:
+        if target_update not in TARGET_UPDATES:
+            raise ValueError(f"target_update must be one of {TARGET_UPDATES}, got {target_update!r}")
+        if loss not in ("huber", "mse"):
+            raise ValueError(f"loss must be 'huber' or 'mse', got {loss!r}")
+        self.q_policy = q_policy
+        self.target = copy.deepcopy(q_policy).requires_grad_(False)
+        self.gamma, self.double_dqn, self.max_grad_norm = gamma, double_dqn, max_grad_norm
+        self.target_update, self.target_update_period, self.tau = target_update, target_update_period, tau
+        self._loss_fn = nn.SmoothL1Loss() if loss == "huber" else nn.MSELoss()
+        self.optimizer = torch.optim.Adam(q_policy.q_net.parameters(), lr=lr)
+        self.gradient_steps = 0
+
+    def loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """(TD loss, mean Q of the taken actions) for a batch of transitions."""
+        q_values = self.q_policy.q_values(batch.get("observation"))
+        action = batch.get("action") - self.q_policy.action_offset
+        taken = q_values.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        with torch.no_grad():
+            next_observation = batch.get(("next", "observation"))
+            next_q_target = self.target.q_values(next_observation)
+            next_q_online = self.q_policy.q_values(next_observation) if self.double_dqn else next_q_target
+            target = dqn_targets(batch.get(("next", "reward")), batch.get(("next", "terminated")),
+                                 next_q_online, next_q_target, gamma=self.gamma, double_dqn=self.double_dqn)
+        return self._loss_fn(taken, target), taken.detach().mean()
+
+    def update(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
+        """One gradient step (then the target update); returns detached metrics."""
+        loss, q_mean = self.loss(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(self.q_policy.q_net.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        self.gradient_steps += 1
+        self._update_target()
+        return {"loss_q": loss.detach(), "q_mean": q_mean}
+
+    @torch.no_grad()
+    def _update_target(self) -> None:
+        online, target = self.q_policy.q_net.parameters(), self.target.q_net.parameters()
+        if self.target_update == "polyak":
+            for target_param, online_param in zip(target, online):
+                target_param.lerp_(online_param, self.tau)
+        elif self.gradient_steps % self.target_update_period == 0:
+            for target_param, online_param in zip(target, online):
+                target_param.copy_(online_param)

@@ -1,0 +1,68 @@
+"""Learners: an algorithm bound to the buffer it learns from, one ``learn`` call per batch."""
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect.algos.dqn import DQN
+from rlcollect.algos.ppo import PPO
+from rlcollect.buffers.rollout import RolloutBuffer
+from rlcollect.modules.q_network import linear_epsilon
+
+
+class Learner(Protocol):
+    def learn(self, batch: TensorDictBase | None, frames: int) -> dict[str, float]:
+        """Take in a collected batch (None: the collector wrote it into the buffer itself)
+        after ``frames`` frames in total; update the policy; return metrics."""
+
+
+class PPOLearner:
+    """On-policy: every batch fills the rollout buffer once and is trained on, then dropped."""
+
+    def __init__(self, ppo: PPO, buffer: RolloutBuffer) -> None:
+        self.ppo, self.buffer = ppo, buffer
+
+    def learn(self, batch: TensorDictBase | None, frames: int) -> dict[str, float]:
+        self.buffer.add(batch.reshape(self.buffer.num_envs, self.buffer.rollout_len))
+        return self.ppo.update(self.buffer, frames)
+
+
+class DQNLearner:
+    """Off-policy: batches go to the replay buffer; ``gradient_steps`` updates on sampled
+    transitions per batch once ``learning_starts`` frames were collected. Epsilon follows a
+    linear schedule over frames and is written into the policy (a buffer, synced to workers
+    with the weights)."""
+
+    def __init__(self, dqn: DQN, replay_buffer, *, gradient_steps: int, learning_starts: int,
+                 eps_start: float, eps_end: float, eps_decay_frames: int, storage_ndim: int = 1) -> None:
+        self.dqn, self.replay_buffer = dqn, replay_buffer
+        self.gradient_steps, self.learning_starts = gradient_steps, learning_starts
+        self.eps_start, self.eps_end, self.eps_decay_frames = eps_start, eps_end, eps_decay_frames
+        self.storage_ndim = storage_ndim
+
+    def learn(self, batch: TensorDictBase | None, frames: int) -> dict[str, float]:
+        if batch is not None:
+            self.replay_buffer.extend(self._layout(batch))
+        epsilon = linear_epsilon(frames, start=self.eps_start, end=self.eps_end, decay_frames=self.eps_decay_frames)
+        self.dqn.q_policy.epsilon.fill_(epsilon)
+        metrics: dict[str, float] = {"epsilon": epsilon, "buffer_size": float(len(self.replay_buffer))}
+        if frames < self.learning_starts or len(self.replay_buffer) == 0:
+            return metrics
+        totals: dict[str, torch.Tensor] = {}
+        for _ in range(self.gradient_steps):
+            for key, value in self.dqn.update(self.replay_buffer.sample()).items():
+                totals[key] = totals[key] + value if key in totals else value
+        metrics.update({key: value.item() / self.gradient_steps for key, value in totals.items()})
+        return metrics
+
+    def _layout(self, batch: TensorDictBase) -> TensorDictBase:
+        """Collector output -> the storage's write layout: flat for ndim 1, else keep the
+        trailing ``ndim`` dims (rows of env time series)."""
+        if self.storage_ndim == 1:
+            return batch.reshape(-1)
+        if batch.batch_dims < self.storage_ndim:
+            raise ValueError(f"buffer.ndim={self.storage_ndim} needs collector batches with at least "
+                             f"{self.storage_ndim} dims, got {list(batch.batch_size)}")
+        return batch.reshape(-1, *batch.batch_size[-(self.storage_ndim - 1):]) if self.storage_ndim == 2 else batch

@@ -1,0 +1,293 @@
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rlcollect.buffers import LazyTensorStorage, RandomSampler, SliceSampler
+from rlcollect.collectors import Collector
+from rlcollect.envs import GymEnv
+from rlcollect.testing import CountingEnv, counting_env_factories
+
+TRAJ_IDS = ("collector", "traj_ids")
+MASK = ("collector", "mask")
+
+
+def counting_batches(num_batches, frames_per_batch=12, lengths=(3, 4), **collector_kwargs):
+    """Collector batches ``[2, T]``; observation = step count since the env's reset."""
+    env = GymEnv(counting_env_factories(list(lengths)), num_envs=2)
+    batches = iter(Collector(env, frames_per_batch=frames_per_batch, **collector_kwargs))
+    return [next(batches) for _ in range(num_batches)]
+
+
+def with_row(batch):
+    """Add ``row``: which env row a step was written to (a slice must stay in one)."""
+    batch = batch.clone()
+    batch.set("row", torch.arange(batch.shape[0]).unsqueeze(1).expand(batch.shape).clone())
+    return batch
+
+
+def filled_storage(lengths=(3, 4), num_batches=3, ndim=1, max_size=100, **collector_kwargs):
+    storage = LazyTensorStorage(max_size, ndim=ndim)
+    for batch in counting_batches(num_batches, lengths=lengths, **collector_kwargs):
+        storage.extend(batch.reshape(-1) if ndim == 1 else with_row(batch))
+    return storage
+
+
+def split_slices(sample):
+    """The sample cut where is_init is set: exactly the sampler's slices."""
+    starts = sample["is_init"].nonzero().squeeze(1).tolist()
+    ends = starts[1:] + [sample.shape[0]]
+    return [sample[start:end] for start, end in zip(starts, ends)]
+
+
+def assert_valid_slice(piece, slice_len):
+    """One trajectory, consecutive steps, at most slice_len long."""
+    observation = piece["observation"].squeeze(-1)
+    assert 1 <= piece.shape[0] <= slice_len
+    if TRAJ_IDS in piece.keys(True):
+        assert piece[TRAJ_IDS].unique().numel() == 1, piece[TRAJ_IDS]
+    if "row" in piece.keys():
+        assert piece["row"].unique().numel() == 1
+    assert torch.equal(observation, observation[0] + torch.arange(piece.shape[0]).float()), observation
+    assert not piece["next", "done"][:-1].any()  # a trajectory ends only at the slice's last step
+
+
+# ---------------------------------------------------------------------- RandomSampler
+def test_random_sampler_draws_stored_elements_uniformly():
+    storage = LazyTensorStorage(10)
+    storage.extend(TensorDict({"value": torch.arange(6)}, [6]))
+    index = RandomSampler().sample_index(storage, 3000)
+    assert index.min() == 0 and index.max() == 5
+    assert torch.bincount(index).min() > 400  # ~500 each
+    sample = RandomSampler().sample(storage, 7)
+    assert sample.batch_size == (7,) and bool((sample["value"] < 6).all())
+
+
+def test_sampling_an_empty_storage_raises():
+    storage = LazyTensorStorage(10).init_from(TensorDict({"value": torch.zeros(1)}, [1]))
+    with pytest.raises(RuntimeError, match="empty replay buffer"):
+        RandomSampler().sample(storage, 4)
+
+
+# ---------------------------------------------------------------------- SliceSampler arguments
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(), "exactly one of num_slices or slice_len"),
+    (dict(num_slices=2, slice_len=4), "exactly one of num_slices or slice_len"),
+    (dict(slice_len=0), "slice_len must be a positive int"),
+    (dict(num_slices=1.5), "num_slices must be a positive int"),
+    (dict(slice_len=4, pad_output=True, strict_length=True), "pad_output=True.*strict_length=False"),
+    (dict(slice_len=4, traj_key=None, end_key=None), "traj_key or end_key"),
+])
+def test_slice_sampler_validates_at_construction(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        SliceSampler(**kwargs)
+
+
+def test_num_slices_and_slice_len_determine_each_other_with_batch_size():
+    assert SliceSampler(num_slices=4).slice_shape(32) == (4, 8)
+    assert SliceSampler(slice_len=8).slice_shape(32) == (4, 8)
+    with pytest.raises(ValueError, match="batch_size=30 must be a multiple of SliceSampler's slice_len=8"):
+        SliceSampler(slice_len=8).slice_shape(30)
+
+
+# ---------------------------------------------------------------------- slices on CountingEnv data
+@pytest.mark.parametrize("ndim", [1, 2])
+def test_every_slice_is_one_trajectory_of_consecutive_steps(ndim):
+    storage = filled_storage(lengths=(3, 7), num_batches=4, ndim=ndim)
+    sampler = SliceSampler(slice_len=5)
+    for _ in range(20):
+        sample = sampler.sample(storage, 40)
+        assert sample.batch_dims == 1 and sample.shape[0] <= 40
+        pieces = split_slices(sample)
+        assert len(pieces) == 8  # is_init marks exactly the 8 slice starts
+        for piece in pieces:
+            assert_valid_slice(piece, 5)
+            # strict_length=False: a short trajectory gives a slice of all of it
+            assert piece.shape[0] == 5 or piece[TRAJ_IDS][0] != piece[TRAJ_IDS][0] + 1
+    sizes = {piece.shape[0] for _ in range(20) for piece in split_slices(sampler.sample(storage, 40))}
+    assert 5 in sizes and 3 in sizes  # env 0 has 3-step episodes
+
+
+def test_short_slices_keep_the_whole_short_trajectory():
+    storage = filled_storage(lengths=(3, 3), num_batches=2)  # every episode is 3 steps
+    sample = SliceSampler(num_slices=4).sample(storage, 40)  # slice_len 10
+    assert sample.shape == (12,)
+    for piece in split_slices(sample):
+        assert piece.shape[0] == 3
+        assert torch.equal(piece["observation"].squeeze(-1), torch.tensor([0., 1, 2]))
+
+
+def test_strict_length_draws_only_long_enough_trajectories():
+    storage = filled_storage(lengths=(3, 7), num_batches=4)
+    sampler = SliceSampler(slice_len=5, strict_length=True)
+    for _ in range(10):
+        sample = sampler.sample(storage, 40)
+        assert sample.shape == (40,)
+        assert bool(sample["is_init"].view(8, 5)[:, 0].all()) and not sample["is_init"].view(8, 5)[:, 1:].any()
+        for piece in sample.split(5):
+            assert_valid_slice(piece, 5)
+            assert piece["observation"].max() <= 6  # from the 7-step env, never the 3-step one
+    # flattened [2, 6] batches: a 7-step episode is cut by each batch's row boundary
+    with pytest.raises(RuntimeError, match="no stored trajectory has slice_len=8 steps.*longest has 6"):
+        SliceSampler(slice_len=8, strict_length=True).sample(storage, 16)
+
+
+def test_pad_output_repeats_the_last_real_step_and_adds_a_mask():
+    storage = filled_storage(lengths=(3, 3), num_batches=2)
+    sample = SliceSampler(slice_len=5, pad_output=True).sample(storage, 20)
+    assert sample.shape == (20,)
+    observation = sample["observation"].squeeze(-1).view(4, 5)
+    assert torch.equal(observation, torch.tensor([[0., 1, 2, 2, 2]] * 4))
+    assert torch.equal(sample[MASK].view(4, 5), torch.tensor([[True, True, True, False, False]] * 4))
+    assert sample[MASK].dtype == torch.bool
+    assert torch.equal(sample["is_init"].view(4, 5), torch.tensor([[True, False, False, False, False]] * 4))
+
+
+def test_pad_output_on_long_trajectories_pads_nothing():
+    storage = filled_storage(lengths=(20, 20), num_batches=2, ndim=2)  # one 12-step run per row
+    sample = SliceSampler(slice_len=4, pad_output=True).sample(storage, 16)
+    assert bool(sample[MASK].all())
+    for piece in sample.split(4):
+        assert_valid_slice(piece, 4)
+
+
+def test_is_init_marks_slice_starts_or_ed_with_the_stored_resets():
+    storage = filled_storage(lengths=(20, 20), num_batches=2)  # 12-step rows: one episode each
+    sample = SliceSampler(slice_len=4, strict_length=True).sample(storage, 400)
+    starts_of_slices = torch.zeros(400, dtype=torch.bool)
+    starts_of_slices[::4] = True
+    assert torch.equal(sample["is_init"], starts_of_slices)  # slices start mid-episode too
+    stored_reset = sample["observation"].squeeze(-1) == 0
+    assert bool(sample["is_init"][stored_reset].all())  # a stored reset stays marked
+
+
+def test_slices_cut_short_of_their_trajectory_end_are_marked_truncated():
+    storage = filled_storage(lengths=(3, 9), num_batches=2, ndim=2)
+    sample = SliceSampler(slice_len=3).sample(storage, 300)
+    for piece in split_slices(sample):
+        last = piece[-1]
+        assert bool(last["next", "done"])  # every slice ends done: its episode's real end, or a cut
+        assert bool(last["next", "truncated"]) != bool(last["next", "terminated"])  # never both
+        assert not piece["next", "truncated"][:-1].any() and not piece["next", "done"][:-1].any()
+    assert not storage.read()["next", "truncated"].any()  # marks go to the sample, not the storage
+    unmarked = SliceSampler(slice_len=3, truncated_key=None).sample(storage, 300)
+    assert not unmarked["next", "truncated"].any()
+
+
+def test_traj_key_is_detected_collector_ids_first_then_episode_then_done():
+    storage = filled_storage()
+    sampler = SliceSampler(slice_len=2)
+    sampler.sample(storage, 4)
+    assert sampler._boundary_key == (TRAJ_IDS, True)
+
+    episode_storage = LazyTensorStorage(100)
+    for batch in counting_batches(2):
+        flat = batch.reshape(-1)
+        flat.set("episode", flat.pop(TRAJ_IDS))
+        episode_storage.extend(flat)
+    sampler = SliceSampler(slice_len=2)
+    sampler.sample(episode_storage, 4)
+    assert sampler._boundary_key == ("episode", True)
+
+    done_storage = filled_storage(track_traj_ids=False)
+    assert TRAJ_IDS not in done_storage.keys()
+    sampler = SliceSampler(slice_len=2)
+    sampler.sample(done_storage, 4)
+    assert sampler._boundary_key == (("next", "done"), False)
+
+    with pytest.raises(KeyError, match="no such key"):
+        SliceSampler(slice_len=2, traj_key="nope").sample(storage, 4)
+    bare = LazyTensorStorage(10)
+    bare.extend(TensorDict({"value": torch.zeros(4)}, [4]))
+    with pytest.raises(KeyError, match="no trajectory key"):
+        SliceSampler(slice_len=2).sample(bare, 4)
+
+
+def single_env_storage(length, num_batches, track_traj_ids=True):
+    collector = Collector(GymEnv(lambda: CountingEnv(length)), frames_per_batch=10, track_traj_ids=track_traj_ids)
+    batches = iter(collector)
+    storage = LazyTensorStorage(100)
+    for _ in range(num_batches):
+        storage.extend(next(batches))
+    return storage
+
+
+@pytest.mark.parametrize("ndim", [1, 2])
+def test_boundaries_rebuilt_from_done_give_valid_slices(ndim):
+    if ndim == 1:  # one env: its steps follow each other in the buffer
+        storage = single_env_storage(7, num_batches=4, track_traj_ids=False)
+    else:  # each env its own row
+        storage = filled_storage(lengths=(3, 7), num_batches=4, ndim=2, track_traj_ids=False)
+    assert TRAJ_IDS not in storage.keys()
+    sampler = SliceSampler(slice_len=5)
+    for _ in range(20):
+        sample = sampler.sample(storage, 40)
+        pieces = split_slices(sample)
+        assert len(pieces) == 8
+        for piece in pieces:
+            assert_valid_slice(piece, 5)
+
+
+def _one_long_trajectory(start, stop, traj_ids=True):
+    value = torch.arange(start, stop)
+    data = {"observation": value.float().unsqueeze(-1), "is_init": value == 0,
+            "next": {"done": torch.zeros(stop - start, dtype=torch.bool)}}
+    if traj_ids:
+        data["collector"] = {"traj_ids": torch.zeros(stop - start, dtype=torch.int64)}
+    return TensorDict(data, [stop - start])
+
+
+@pytest.mark.parametrize("traj_ids", [True, False])
+def test_ndim1_slices_never_cross_the_write_seam_but_do_cross_the_array_end(traj_ids):
+    storage = LazyTensorStorage(10)
+    storage.extend(_one_long_trajectory(0, 8, traj_ids))
+    storage.extend(_one_long_trajectory(8, 15, traj_ids))  # positions 0-4 hold 10-14, 5-9 hold 5-9
+    assert storage.cursor == 5
+    assert torch.equal(storage.get(torch.arange(10))["observation"].squeeze(-1),
+                       torch.tensor([10., 11, 12, 13, 14, 5, 6, 7, 8, 9]))
+    sampler = SliceSampler(slice_len=4, strict_length=True)
+    first_steps = set()
+    for _ in range(50):
+        sample = sampler.sample(storage, 40)
+        for piece in sample.split(4):
+            observation = piece["observation"].squeeze(-1)
+            assert torch.equal(observation, observation[0] + torch.arange(4.0))  # never 14 -> 5
+            first_steps.add(int(observation[0]))
+    assert first_steps == set(range(5, 12))  # every start that fits, 8 -> 11 spans the array end
+
+
+def test_ndim2_slices_stay_in_their_row_even_with_equal_ids_across_rows():
+    storage = LazyTensorStorage(40, ndim=2)
+    rows = [_one_long_trajectory(0, 10), _one_long_trajectory(100, 110)]  # both traj id 0
+    storage.extend(torch.stack(rows))
+    sampler = SliceSampler(slice_len=4)
+    for _ in range(20):
+        for piece in split_slices(sampler.sample(storage, 40)):
+            observation = piece["observation"].squeeze(-1)
+            assert torch.equal(observation, observation[0] + torch.arange(float(piece.shape[0])))
+            assert piece.shape[0] == 4 or observation[-1] in (9.0, 109.0)
+
+
+def test_ndim3_stacked_batches_give_valid_slices():
+    first, second = counting_batches(3), counting_batches(3, lengths=(5, 2))  # colliding traj ids
+    storage = LazyTensorStorage(48, ndim=3)
+    for a, b in zip(first, second):
+        storage.extend(torch.stack([with_row(a), with_row(b).update({"row": with_row(b)["row"] + 2})]))
+    assert storage.shape == (2, 2, 12)
+    sampler = SliceSampler(num_slices=6)
+    for _ in range(20):
+        sample = sampler.sample(storage, 30)
+        pieces = split_slices(sample)
+        assert len(pieces) == 6
+        for piece in pieces:
+            assert_valid_slice(piece, 5)
+
+
+def test_segmentation_is_cached_until_the_storage_is_written():
+    storage = filled_storage()
+    sampler = SliceSampler(slice_len=2)
+    sampler.sample(storage, 4)
+    segments = sampler.segments(storage)
+    sampler.sample(storage, 4)
+    assert sampler.segments(storage) is segments
+    storage.extend(counting_batches(1)[0].reshape(-1))
+    assert sampler.segments(storage) is not segments

@@ -88,7 +88,7 @@ class DQNConfig:
     gradient_steps_per_batch: int = 128  # per collected batch (background collection: per frames_per_batch frames)
     learning_starts: int = 1000  # frames collected with random actions before training
     target_update: str = "periodic"  # periodic | polyak
-    target_update_period: int = 10  # gradient steps
+    target_update_period: int = 128  # gradient steps
     tau: float = 0.005
     double_dqn: bool = True
     loss: str = "huber"

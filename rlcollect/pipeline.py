@@ -12,9 +12,11 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from omegaconf import DictConfig, OmegaConf
+from tensordict import TensorDictBase
 from tqdm import tqdm
 
 from rlcollect.algos.dqn import DQN
@@ -47,6 +49,7 @@ class Pipeline:
     learner: Learner
     eval_env: GymEnv
     logger: RunLogger
+    background: bool = False  # collector.start(): the loop trains as frames arrive
 
     def close(self) -> None:
         self.collector.shutdown()
@@ -84,8 +87,16 @@ def make_weight_sync_scheme(cfg: DictConfig):
     raise ValueError(f"weight_sync.type must be shared_mem, multiprocess or none, got {kind!r}")
 
 
-def make_collector(cfg: DictConfig, policy, logger: RunLogger) -> CollectorBase:
+def make_collector(cfg: DictConfig, policy, logger: RunLogger, replay_buffer=None) -> CollectorBase:
+    """The configured collector. With a replay buffer it writes into it directly; its
+    post-collect hook is the logger itself in the foreground single-process case, else a
+    queue the training loop drains (worker processes, or a background thread)."""
     c = cfg.collector
+    background = cfg.algo.get("background", False)
+    hook = logger if c.type == "sync" and not background else logger.worker_hook(_mp_context(c.get("start_method", "spawn")))
+    writes = {}
+    if replay_buffer is not None:
+        writes = dict(replay_buffer=replay_buffer, trajs_per_batch=cfg.buffer.trajs_per_batch)
     common = dict(
         total_frames=cfg.total_frames, device=cfg.device, policy_device=c.policy_device, env_device=c.env_device,
         storing_device=c.storing_device, max_frames_per_traj=c.max_frames_per_traj,
@@ -93,10 +104,11 @@ def make_collector(cfg: DictConfig, policy, logger: RunLogger) -> CollectorBase:
         reset_at_each_iter=c.reset_at_each_iter,
         reset_when_done=c.reset_when_done, split_trajs=c.split_trajs, exploration_type=c.exploration_type,
         track_traj_ids=c.track_traj_ids, set_truncated=c.set_truncated, no_cuda_sync=c.no_cuda_sync,
+        post_collect_hook=hook, **writes,
     )
     if c.type == "sync":
         env = make_env(cfg, num_envs=cfg.env.num_envs, seed=cfg.seed)
-        return Collector(env, policy, frames_per_batch=c.frames_per_batch, post_collect_hook=logger, **common)
+        return Collector(env, policy, frames_per_batch=c.frames_per_batch, **common)
     if c.type not in ("multisync", "multiasync"):
         raise ValueError(f"collector.type must be sync, multisync or multiasync, got {c.type!r}")
     envs = [env_factory(cfg, num_envs=c.envs_per_worker, seed=cfg.seed + 1000 * worker)
@@ -104,7 +116,7 @@ def make_collector(cfg: DictConfig, policy, logger: RunLogger) -> CollectorBase:
     multi = dict(
         weight_sync_schemes={"policy": make_weight_sync_scheme(cfg)}, update_at_each_batch=c.update_at_each_batch,
         start_method=c.start_method, worker_torch_threads=c.worker_torch_threads, batch_timeout=c.batch_timeout,
-        shutdown_timeout=c.shutdown_timeout, post_collect_hook=logger.worker_hook(_mp_context(c.start_method)),
+        shutdown_timeout=c.shutdown_timeout,
     )
     if c.type == "multisync":
         return MultiSyncCollector(envs, policy, frames_per_batch=c.frames_per_batch, cat_results=c.cat_results,
@@ -136,15 +148,17 @@ def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, grou
     policy = make_policy(cfg, observation_space, action_space)
     logger = make_logger(cfg, run_dir, name=name, group=group, job_type=job_type)
     try:
-        collector = make_collector(cfg, policy, logger)
-        learner = make_learner(cfg, policy, collector, observation_space, action_space, run_dir)
+        replay_buffer = make_replay_buffer(cfg, run_dir) if cfg.algo.name == "dqn" else None
+        collector = make_collector(cfg, policy, logger, replay_buffer)
+        learner = make_learner(cfg, policy, collector, observation_space, action_space, replay_buffer)
     except BaseException:
         if "collector" in locals():
             collector.shutdown()
         logger.close()
         raise
     eval_env = make_env(cfg, num_envs=cfg.eval.episodes, seed=cfg.seed + 10_000)
-    return Pipeline(cfg, run_dir, policy, collector, learner, eval_env, logger)
+    return Pipeline(cfg, run_dir, policy, collector, learner, eval_env, logger,
+                    background=bool(cfg.algo.get("background", False)))
 
 
 def check_combination(cfg: DictConfig) -> None:
@@ -173,7 +187,7 @@ def make_policy(cfg: DictConfig, observation_space, action_space) -> torch.nn.Mo
 
 
 def make_learner(cfg: DictConfig, policy, collector: CollectorBase, observation_space, action_space,
-                 run_dir: Path) -> Learner:
+                 replay_buffer=None) -> Learner:
     a = cfg.algo
     if a.name == "ppo":
         *env_dims, time_steps = collector.batch_size
@@ -191,7 +205,7 @@ def make_learner(cfg: DictConfig, policy, collector: CollectorBase, observation_
     dqn = DQN(policy, lr=a.lr, gamma=a.gamma, target_update=a.target_update,
               target_update_period=a.target_update_period, tau=a.tau, double_dqn=a.double_dqn, loss=a.loss,
               max_grad_norm=a.max_grad_norm)
-    return DQNLearner(dqn, make_replay_buffer(cfg, run_dir), gradient_steps=a.gradient_steps_per_batch,
+    return DQNLearner(dqn, replay_buffer, gradient_steps=a.gradient_steps_per_batch,
                       learning_starts=a.learning_starts, eps_start=a.eps_start, eps_end=a.eps_end,
                       eps_decay_frames=a.eps_decay_frames, storage_ndim=cfg.buffer.ndim)
 
@@ -215,6 +229,29 @@ def make_replay_buffer(cfg: DictConfig, run_dir: Path):
     return ReplayBuffer(storage, sampler, batch_size=cfg.algo.batch_size)
 
 
+def _collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
+    """``(batch, frames)`` each time a batch's worth of new frames is there to learn from.
+    In the foreground, the collector's iteration (batch is None when it wrote into the
+    replay buffer itself); in the background, new frames in the replay buffer."""
+    if not p.background:
+        for batch in p.collector:
+            yield batch, p.collector.frames
+        return
+    replay_buffer = p.learner.replay_buffer
+    p.collector.start()
+    next_frames = p.collector.frames_per_batch
+    while True:
+        p.collector.check_background()
+        if replay_buffer.write_count >= next_frames:  # one learn() per batch's worth, even when behind
+            yield None, next_frames
+            next_frames += p.collector.frames_per_batch
+        elif not p.collector.running:
+            p.collector.check_background()
+            return
+        else:
+            time.sleep(0.001)
+
+
 def run(pipeline: Pipeline) -> dict:
     """Collect, update, evaluate every ``eval.every_frames``; stop at ``env.solved_return``
     (deterministic evaluation mean) or at ``total_frames``. Returns the run summary,
@@ -227,9 +264,8 @@ def run(pipeline: Pipeline) -> dict:
     next_eval = cfg.eval.every_frames
     bar = tqdm(total=cfg.total_frames, unit="frame", disable=not cfg.progress, dynamic_ncols=True)
     try:
-        for batch in p.collector:
-            frames = p.collector.frames
-            if not isinstance(p.collector, Collector):
+        for batch, frames in _collected(p):
+            if p.background or not isinstance(p.collector, Collector):
                 p.logger.drain_worker_hooks(frames)
             p.logger.log({f"train/{k}": v for k, v in p.learner.learn(batch, frames).items()}, step=frames)
             p.collector.update_policy_weights_()

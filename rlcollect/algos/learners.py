@@ -8,6 +8,7 @@ from tensordict import TensorDictBase
 
 from rlcollect.algos.dqn import DQN
 from rlcollect.algos.ppo import PPO
+from rlcollect.buffers.layout import to_storage_layout
 from rlcollect.buffers.rollout import RolloutBuffer
 from rlcollect.modules.q_network import linear_epsilon
 
@@ -44,7 +45,7 @@ class DQNLearner:
 
     def learn(self, batch: TensorDictBase | None, frames: int) -> dict[str, float]:
         if batch is not None:
-            self.replay_buffer.extend(self._layout(batch))
+            self.replay_buffer.extend(to_storage_layout(batch, self.storage_ndim))
         epsilon = linear_epsilon(frames, start=self.eps_start, end=self.eps_end, decay_frames=self.eps_decay_frames)
         self.dqn.q_policy.epsilon.fill_(epsilon)
         metrics: dict[str, float] = {"epsilon": epsilon, "buffer_size": float(len(self.replay_buffer))}
@@ -56,13 +57,3 @@ class DQNLearner:
                 totals[key] = totals[key] + value if key in totals else value
         metrics.update({key: value.item() / self.gradient_steps for key, value in totals.items()})
         return metrics
-
-    def _layout(self, batch: TensorDictBase) -> TensorDictBase:
-        """Collector output -> the storage's write layout: flat for ndim 1, else keep the
-        trailing ``ndim`` dims (rows of env time series)."""
-        if self.storage_ndim == 1:
-            return batch.reshape(-1)
-        if batch.batch_dims < self.storage_ndim:
-            raise ValueError(f"buffer.ndim={self.storage_ndim} needs collector batches with at least "
-                             f"{self.storage_ndim} dims, got {list(batch.batch_size)}")
-        return batch.reshape(-1, *batch.batch_size[-(self.storage_ndim - 1):]) if self.storage_ndim == 2 else batch

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import math
+import threading
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from typing import Iterator
 
 import torch
@@ -20,6 +22,11 @@ class CollectorBase(ABC):
     def __init__(self) -> None:
         self._frames = 0
         self._shut_down = False
+        self.replay_buffer = None
+        self._background: threading.Thread | None = None
+        self._background_error: BaseException | None = None
+        self._stop_background = threading.Event()
+        self._write_lock = threading.Lock()
 
     @staticmethod
     def _setup_total_frames(total_frames: int) -> int:
@@ -51,6 +58,57 @@ class CollectorBase(ABC):
     @abstractmethod
     def _close(self) -> None:
         """Release envs, processes and shared memory (called once)."""
+
+    # ------------------------------------------------------------------ background collection
+    def start(self) -> None:
+        """Collect into ``replay_buffer`` in the background until total_frames or
+        ``async_shutdown()``. A thread drives the collection loop (for multi-process
+        collectors the workers collect and write; the thread only dispatches)."""
+        if self.replay_buffer is None:
+            raise ValueError("start() needs a collector built with replay_buffer=...")
+        if self._background is not None:
+            raise RuntimeError("the collector was already started")
+        self._background = threading.Thread(target=self._run_in_background, name="rlcollect-collector", daemon=True)
+        self._background.start()
+
+    def _run_in_background(self) -> None:
+        batches = iter(self)
+        try:
+            while not self._stop_background.is_set():
+                with self._write_lock:
+                    if next(batches, StopIteration) is StopIteration:
+                        return
+        except BaseException as error:  # surfaced by check_background() / async_shutdown()
+            self._background_error = error
+
+    @property
+    def running(self) -> bool:
+        """True while background collection is going on."""
+        return self._background is not None and self._background.is_alive()
+
+    def check_background(self) -> None:
+        """Re-raise, in the caller's thread, an error that stopped background collection."""
+        if self._background_error is not None:
+            raise RuntimeError(f"background collection failed: {self._background_error}") from self._background_error
+
+    @contextmanager
+    def pause(self):
+        """No write reaches the replay buffer while the block runs (collection waits)."""
+        with self._write_lock:
+            self._wait_in_flight()
+            yield
+
+    def _wait_in_flight(self) -> None:
+        """Let writes already under way finish (multi-process collectors)."""
+
+    def async_shutdown(self, timeout: float | None = None) -> None:
+        """Stop background collection (waiting up to ``timeout`` s for the batch under way),
+        then shut down; re-raises an error that stopped the collection."""
+        self._stop_background.set()
+        if self._background is not None:
+            self._background.join(timeout)
+        self.shutdown()
+        self.check_background()
 
     def shutdown(self) -> None:
         """Release everything the collector holds. Idempotent."""

@@ -28,7 +28,10 @@ from tensordict import TensorDictBase
 
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.trajectories import TrajectoryPool, split_trajectories
-from rlcollect.collectors.worker import WorkerSpec, resolve_model, worker_main
+from rlcollect.buffers.layout import to_storage_layout
+from rlcollect.collectors.single import Collector
+from rlcollect.collectors.worker import WorkerSpec, resolve_model, stamp_worker_keys, worker_main
+from rlcollect.envs.gym_env import GymEnv
 from rlcollect.weight_sync import SharedMemWeightSyncScheme, WeightSyncScheme
 
 START_METHODS = ("spawn", "forkserver", "fork")
@@ -64,6 +67,8 @@ class _MultiCollector(CollectorBase):
         postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
         pre_collect_hook: Callable[[], None] | None = None,
         post_collect_hook: Callable[[TensorDictBase], None] | None = None,
+        replay_buffer=None,
+        trajs_per_batch: int | None = None,
         **collector_kwargs,
     ) -> None:
         super().__init__()
@@ -85,12 +90,16 @@ class _MultiCollector(CollectorBase):
         self._mp_context = mp.get_context(start_method)
         self._traj_pool = TrajectoryPool(mp_context=self._mp_context)
         schemes = self._setup_weight_sync_schemes(weight_sync_schemes)
+        worker_frames = self._worker_frames_per_batch(frames_per_batch)
+        writes = dict(replay_buffer=replay_buffer, trajs_per_batch=trajs_per_batch, postproc=postproc)
+        if replay_buffer is not None:
+            self._setup_replay_buffer(replay_buffer, create_env_fn[0], policy, worker_frames, collector_kwargs, postproc)
         try:
             self._senders = {model_id: scheme.make_sender(resolve_model(self, model_id), self.num_workers,
                                                           self._mp_context)
                              for model_id, scheme in schemes.items()}
-            self._start_workers(create_env_fn, self._worker_frames_per_batch(frames_per_batch), collector_kwargs,
-                                worker_torch_threads, pre_collect_hook, post_collect_hook)
+            self._start_workers(create_env_fn, worker_frames, collector_kwargs, worker_torch_threads,
+                                pre_collect_hook, post_collect_hook, writes if replay_buffer is not None else {})
         except BaseException:
             self.shutdown()
             raise
@@ -115,14 +124,31 @@ class _MultiCollector(CollectorBase):
     def _worker_frames_per_batch(self, frames_per_batch: int) -> int:
         raise NotImplementedError
 
+    def _setup_replay_buffer(self, replay_buffer, env_fn, policy, frames_per_batch, collector_kwargs, postproc):
+        """Workers write into one shared flat buffer; allocate it from a worker-like batch
+        (a probe Collector built here) and share it before the workers start."""
+        if replay_buffer.storage.ndim != 1:
+            raise ValueError("worker processes write into one shared buffer in an uncontrolled order: use a "
+                             f"storage with ndim=1 (got ndim={replay_buffer.storage.ndim}), with trajs_per_batch "
+                             "or set_truncated=True to keep trajectories whole (data-layout.txt)")
+        if not replay_buffer.storage.initialized:
+            probe = Collector(env_fn, policy, frames_per_batch=frames_per_batch, **collector_kwargs)
+            batch = stamp_worker_keys(probe._batch.clone(), 0)
+            replay_buffer.init_from(to_storage_layout(postproc(batch) if postproc else batch, 1))
+            if not isinstance(env_fn, GymEnv):  # a user's env instance is still to be sent to its worker
+                probe.shutdown()
+        replay_buffer.share(self._mp_context)
+        self.replay_buffer = replay_buffer
+
     def _start_workers(self, create_env_fn, frames_per_batch, collector_kwargs, torch_threads,
-                       pre_collect_hook, post_collect_hook) -> None:
+                       pre_collect_hook, post_collect_hook, writes: dict) -> None:
         for worker_id, env_fn in enumerate(create_env_fn):
             spec = WorkerSpec(
                 worker_id=worker_id, create_env_fn=env_fn, policy=self.policy, frames_per_batch=frames_per_batch,
                 collector_kwargs=collector_kwargs, traj_pool=self._traj_pool,
                 weight_endpoints={model_id: sender.endpoint(worker_id) for model_id, sender in self._senders.items()},
                 torch_threads=torch_threads, pre_collect_hook=pre_collect_hook, post_collect_hook=post_collect_hook,
+                **writes,
             )
             main_end, worker_end = self._mp_context.Pipe()
             handoff = [spec]  # emptied once the child has it, so the Process object keeps no shared lock alive
@@ -348,6 +374,8 @@ class MultiSyncCollector(_MultiCollector):
         for _ in self._receive(range(self.num_workers), expect="batch"):
             pass
         self._frames += self.frames_per_batch
+        if self.replay_buffer is not None:
+            return None  # the workers wrote their batches
         return self._finish(self._combine(self._buffers))
 
 
@@ -378,17 +406,21 @@ class MultiAsyncCollector(_MultiCollector):
             self._send(worker_id, "collect")
             self._collecting.add(worker_id)
         worker_id, _ = next(self._receive(self._collecting, expect="batch"))
-        batch = self._buffers[worker_id].clone()
+        batch = None if self.replay_buffer is not None else self._buffers[worker_id].clone()
         self._frames += self._worker_frames[worker_id]
         if self.update_at_each_batch:
             self.update_policy_weights_()
         self._send(worker_id, "collect")  # keep it busy while this batch is consumed
-        return self._finish(batch)
+        return None if batch is None else self._finish(batch)
+
+    def _wait_in_flight(self) -> None:
+        self._pause()
 
     def _pause(self) -> None:
-        """Wait for the batches in flight (their data is dropped)."""
-        for _ in self._receive(set(self._collecting), expect="batch"):
-            pass
+        """Wait for the batches in flight (their data is dropped, or written by the workers)."""
+        for worker_id, _ in self._receive(set(self._collecting), expect="batch"):
+            if self.replay_buffer is not None:  # written by the worker: it counts
+                self._frames += self._worker_frames[worker_id]
         self._collecting.clear()
 
     def set_seed(self, seed: int) -> int:

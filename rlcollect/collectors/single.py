@@ -26,7 +26,8 @@ from tensordict.nn import set_interaction_type
 
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.devices import CollectorDevices, DeviceLike, sync_function
-from rlcollect.collectors.trajectories import TRAJ_IDS, TrajectoryPool, split_trajectories
+from rlcollect.buffers.layout import to_storage_layout
+from rlcollect.collectors.trajectories import TRAJ_IDS, CompleteTrajectories, TrajectoryPool, split_trajectories
 from rlcollect.envs.gym_env import NEXT_KEYS, GymEnv
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,17 @@ def _policy_param_device(policy) -> torch.device | None:
         for tensor in (*policy.parameters(), *policy.buffers()):
             return tensor.device
     return None
+
+
+def write_to_buffer(replay_buffer, batch: TensorDictBase, complete_trajectories: CompleteTrajectories | None) -> None:
+    """The collector's direct write: complete trajectories only (trajs_per_batch), or the
+    batch in the storage's layout."""
+    if complete_trajectories is None:
+        replay_buffer.extend(to_storage_layout(batch, replay_buffer.storage.ndim))
+        return
+    trajectories = complete_trajectories.add(batch)
+    if trajectories is not None:
+        replay_buffer.extend(trajectories)
 
 
 class Collector(CollectorBase):
@@ -77,6 +89,10 @@ class Collector(CollectorBase):
         pre_collect_hook: called with no argument before each batch.
         post_collect_hook: called with exactly the batch that is yielded.
         no_cuda_sync: skip the explicit CUDA syncs after cross-device copies.
+        replay_buffer: write every batch into this buffer (after postproc); iteration then
+            yields None, and ``start()`` collects in a background thread.
+        trajs_per_batch: with replay_buffer, each write commits only complete trajectories
+            (at least this many); unfinished ones wait for their end.
     """
 
     def __init__(
@@ -102,6 +118,8 @@ class Collector(CollectorBase):
         pre_collect_hook: Callable[[], None] | None = None,
         post_collect_hook: Callable[[TensorDictBase], None] | None = None,
         no_cuda_sync: bool = False,
+        replay_buffer=None,
+        trajs_per_batch: int | None = None,
         traj_pool: TrajectoryPool | None = None,
     ) -> None:
         super().__init__()
@@ -121,6 +139,8 @@ class Collector(CollectorBase):
         self.postproc = postproc
         self.pre_collect_hook = pre_collect_hook
         self.post_collect_hook = post_collect_hook
+        self.replay_buffer = replay_buffer
+        self._complete_trajectories = self._setup_trajs_per_batch(trajs_per_batch, replay_buffer, split_trajs)
         self._traj_pool = traj_pool if traj_pool is not None else TrajectoryPool()
         self._env_batch = tuple(self.env.batch_size)
         self.batch_size = torch.Size([*self._env_batch, self._time_steps])  # of every collected batch
@@ -187,6 +207,16 @@ class Collector(CollectorBase):
         if exploration_type not in EXPLORATION_TYPES:
             raise ValueError(f"exploration_type must be one of {EXPLORATION_TYPES}, got {exploration_type!r}")
         return exploration_type
+
+    @staticmethod
+    def _setup_trajs_per_batch(trajs_per_batch, replay_buffer, split_trajs) -> CompleteTrajectories | None:
+        if trajs_per_batch is None:
+            return None
+        if replay_buffer is None:
+            raise ValueError("trajs_per_batch applies to writes into replay_buffer: pass replay_buffer=...")
+        if split_trajs:
+            raise ValueError("trajs_per_batch writes flat complete trajectories; it excludes split_trajs=True")
+        return CompleteTrajectories(trajs_per_batch)
 
     @staticmethod
     def _setup_split_trajs(split_trajs: bool, track_traj_ids: bool) -> bool:
@@ -383,15 +413,20 @@ class Collector(CollectorBase):
             self._start_trajectories(running)
 
     # ------------------------------------------------------------------ public API
-    def _next_batch(self) -> TensorDictBase:
-        batch = self._collect().clone()
+    def _next_batch(self) -> TensorDictBase | None:
+        batch = self._collect()
+        if self.replay_buffer is None:
+            batch = batch.clone()  # the preallocated batch is overwritten by the next one
         if self.split_trajs:
             batch = split_trajectories(batch)
         if self.postproc is not None:
             batch = self.postproc(batch)
         if self.post_collect_hook is not None:
             self.post_collect_hook(batch)
-        return batch
+        if self.replay_buffer is None:
+            return batch
+        write_to_buffer(self.replay_buffer, batch, self._complete_trajectories)
+        return None
 
     def set_seed(self, seed: int) -> int:
         """Seed torch's RNG and the envs, and restart every env from the seeded reset:

@@ -86,3 +86,43 @@ def split_trajectories(batch: TensorDict, *, as_nested: bool = False) -> TensorD
     mask[trajectory, position] = True
     padded.set(MASK, mask)
     return padded
+
+
+class CompleteTrajectories:
+    """Holds collected steps back until their trajectory is complete (last step done).
+
+    ``add(batch)`` takes a collector batch (time last, each row one env) and returns the
+    flat concatenation of complete trajectories once at least ``trajs_per_write`` are
+    ready, else None. Each env's unfinished tail waits for the next batch, so a write never
+    contains a partial episode.
+    """
+
+    def __init__(self, trajs_per_write: int) -> None:
+        if not isinstance(trajs_per_write, int) or trajs_per_write < 1:
+            raise ValueError(f"trajs_per_batch must be a positive int, got {trajs_per_write!r}")
+        self.trajs_per_write = trajs_per_write
+        self._tails: list[TensorDict | None] = []
+        self._ready: list[TensorDict] = []
+        self._ready_count = 0
+
+    def add(self, batch: TensorDict) -> TensorDict | None:
+        rows = batch.reshape(-1, batch.batch_size[-1])
+        if not self._tails:
+            self._tails = [None] * rows.shape[0]
+        for row_index in range(rows.shape[0]):
+            row = rows[row_index]
+            tail = self._tails[row_index]
+            steps = row if tail is None else torch.cat([tail, row], 0)
+            ends = torch.nonzero(steps.get(("next", "done"))).squeeze(-1)
+            if ends.numel():
+                last_end = int(ends[-1]) + 1
+                self._ready.append(steps[:last_end].clone())
+                self._ready_count += ends.numel()
+                self._tails[row_index] = steps[last_end:].clone() if last_end < steps.shape[0] else None
+            else:
+                self._tails[row_index] = steps.clone()
+        if self._ready_count < self.trajs_per_write:
+            return None
+        complete = torch.cat(self._ready, 0)
+        self._ready, self._ready_count = [], 0
+        return complete

@@ -43,6 +43,9 @@ class WorkerSpec:
     torch_threads: int = 1
     pre_collect_hook: Callable[[], None] | None = None
     post_collect_hook: Callable | None = None
+    replay_buffer: Any = None  # shared: the worker writes its batches into it (after postproc)
+    trajs_per_batch: int | None = None
+    postproc: Callable | None = None
 
 
 def resolve_model(owner, model_id: str) -> torch.nn.Module:
@@ -60,6 +63,13 @@ def resolve_model(owner, model_id: str) -> torch.nn.Module:
     return target
 
 
+def stamp_worker_keys(batch, worker_id: int):
+    """Add ("collector", "worker_id") and ("collector", "policy_version") to a worker's batch."""
+    batch.set(WORKER_ID, torch.full(batch.shape, worker_id, dtype=torch.int64, device=batch.device))
+    batch.set(POLICY_VERSION, torch.zeros(batch.shape, dtype=torch.int64, device=batch.device))
+    return batch
+
+
 def worker_main(handoff: list[WorkerSpec], connection: Connection) -> None:
     """Process entry point; ``handoff`` holds the WorkerSpec (see _MultiCollector._start_workers)."""
     spec = handoff[0]
@@ -69,14 +79,15 @@ def worker_main(handoff: list[WorkerSpec], connection: Connection) -> None:
     try:
         from rlcollect.collectors.single import Collector
 
+        writes = spec.replay_buffer is not None
         collector = Collector(spec.create_env_fn, spec.policy, frames_per_batch=spec.frames_per_batch,
                               total_frames=-1, traj_pool=spec.traj_pool, pre_collect_hook=spec.pre_collect_hook,
+                              replay_buffer=spec.replay_buffer, trajs_per_batch=spec.trajs_per_batch,
+                              postproc=spec.postproc, post_collect_hook=spec.post_collect_hook if writes else None,
                               **spec.collector_kwargs)
         receivers = {model_id: endpoint.make_receiver(resolve_model(collector, model_id))
                      for model_id, endpoint in spec.weight_endpoints.items()}
-        batch = collector._batch
-        batch.set(WORKER_ID, torch.full(batch.shape, spec.worker_id, dtype=torch.int64, device=batch.device))
-        batch.set(POLICY_VERSION, torch.zeros(batch.shape, dtype=torch.int64, device=batch.device))
+        batch = stamp_worker_keys(collector._batch, spec.worker_id)
         if batch.device.type == "cpu":
             collector.share_memory_()
         connection.send(("ready", batch, collector.frames_per_batch))
@@ -108,10 +119,13 @@ def _serve(spec: WorkerSpec, collector, receivers: dict, connection: Connection)
             for receiver in receivers.values():
                 receiver.poll()
             policy_version = version.version if version is not None else 0
-            collector._collect()
-            batch.get(POLICY_VERSION).fill_(policy_version)
-            if spec.post_collect_hook is not None:
-                spec.post_collect_hook(batch)
+            batch.get(POLICY_VERSION).fill_(policy_version)  # the weights this batch starts with
+            if spec.replay_buffer is not None:
+                collector._next_batch()  # postproc, hook, write into the shared buffer
+            else:
+                collector._collect()  # the main process reads the shared batch
+                if spec.post_collect_hook is not None:
+                    spec.post_collect_hook(batch)
             connection.send(("batch", policy_version))
         elif command == "set_seed":
             collector.set_seed(*args)

@@ -13,7 +13,9 @@ from rlcollect.config import register_configs
 
 CONF = Path(__file__).parents[1] / "rlcollect" / "conf"
 ONE_STEP = ["total_frames=64", "collector.frames_per_batch=64", "eval.every_frames=64", "eval.episodes=1",
-            "eval.max_steps=20", "algo.epochs=1", "algo.minibatch_size=32", "logger=none", "progress=false"]
+            "eval.max_steps=20", "logger=none", "progress=false"]
+PPO_STEP = ["algo.epochs=1", "algo.minibatch_size=32"]
+DQN_STEP = ["algo=dqn", "algo.learning_starts=0", "algo.gradient_steps_per_batch=2", "algo.batch_size=16"]
 
 
 def options(group):
@@ -32,12 +34,20 @@ MULTI = ["collector.start_method=fork", "collector.envs_per_worker=2"]
 @pytest.mark.parametrize("overrides", [[f"env={name}"] for name in options("env")]
                          + [[f"experiment={name}"] for name in options("experiment")]
                          + [[f"collector={name}", *MULTI] for name in options("collector") if name != "sync"]
-                         + [["collector=multisync", f"weight_sync={name}", *MULTI] for name in options("weight_sync")],
-                         ids=lambda overrides: overrides[0] if len(overrides) < 4 else overrides[1])
+                         + [["collector=multisync", f"weight_sync={name}", *MULTI] for name in options("weight_sync")]
+                         + [[*DQN_STEP, f"collector={name}", *(MULTI if name != "sync" else [])]
+                            for name in options("collector")]
+                         + [[*DQN_STEP, "algo.background=true"],
+                            [*DQN_STEP, "buffer.storage=memmap", "buffer.sampler=slice", "buffer.slice_len=4"],
+                            [*DQN_STEP, "buffer.ndim=2", "buffer.max_size=256"],
+                            [*DQN_STEP, "collector=multiasync", *MULTI, "buffer.trajs_per_batch=1"]],
+                         ids=lambda overrides: " ".join(o for o in overrides if "=" in o and not o.startswith("algo.")
+                                                        and "start_method" not in o and "envs_per" not in o))
 def test_every_config_composes_and_runs_one_step(tmp_path, overrides):
-    cfg = compose_train([*overrides, *ONE_STEP])
+    algo_step = [] if "algo=dqn" in overrides else PPO_STEP
+    cfg = compose_train([*overrides, *algo_step, *ONE_STEP])
     summary = pipeline.run(pipeline.build(cfg, tmp_path))
-    assert summary["frames"] == 64
+    assert summary["frames"] >= 64
     assert json.loads((tmp_path / "summary.json").read_text())["frames"] == 64
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 64 and "eval/episode_return" in rows[-1]

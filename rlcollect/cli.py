@@ -1,6 +1,7 @@
-"""The `rlcollect` command: `rlcollect train [hydra overrides]`."""
+"""The `rlcollect` command: `rlcollect train [hydra overrides]`, `rlcollect compare PATH...`."""
 from __future__ import annotations
 
+import argparse
 import sys
 
 import hydra
@@ -15,7 +16,12 @@ commands:
   train [overrides]   train with the Hydra config tree (conf/train.yaml); e.g.
                         rlcollect train collector.frames_per_batch=512 seed=1
                         rlcollect train --multirun seed=0,1,2
+                        rlcollect train resume=outputs/<date>/<time>   (continue a run)
                       `rlcollect train --help` lists the config groups and options.
+  compare PATH...     compare run folders, sweeps or folders of runs (seeds pooled); e.g.
+                        rlcollect compare multirun/2026-01-01/12-00-00 --plot curves.png
+                        rlcollect compare --wandb multirun --format markdown
+                      `rlcollect compare --help` lists the options.
 """
 
 register_configs()
@@ -32,8 +38,14 @@ def train(cfg: DictConfig) -> float | None:
     name = hydra_cfg.job.override_dirname or None
     group = hydra_cfg.sweep.dir.rstrip("/").split("/")[-1] if multirun else None
     try:
-        built = pipeline.build(cfg, run_dir, name=name, group=group, job_type=cfg.collector.type)
-    except (ValueError, TypeError) as error:
+        if cfg.resume:
+            built = pipeline.resume(cfg.resume)
+            run_dir = cfg.resume
+        else:
+            built = pipeline.build(cfg, run_dir, name=name, group=group, job_type=cfg.collector.type)
+    except (ValueError, TypeError, FileNotFoundError) as error:
+        if multirun:  # Hydra reports the job with its overrides and runs the others
+            raise RuntimeError(f"invalid configuration: {error}") from None
         print(f"rlcollect train: invalid configuration: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     summary = pipeline.run(built)
@@ -43,6 +55,34 @@ def train(cfg: DictConfig) -> float | None:
           f"frames to solve: {summary['frames_to_solve']}  seconds to solve: "
           f"{'-' if summary['seconds_to_solve'] is None else format(summary['seconds_to_solve'], '.1f')}")
     return summary["final_eval_return"]
+
+
+def compare(argv: list[str]) -> int:
+    """`rlcollect compare PATH... [options]`: print the comparison table of the runs."""
+    from rlcollect.logging.compare import FORMATS, CompareError, compare_runs
+
+    parser = argparse.ArgumentParser(
+        prog="rlcollect compare",
+        description="Compare runs: one row per group of runs that differ only by seed (mean ± std).")
+    parser.add_argument("paths", nargs="*", metavar="PATH", help="run folders, sweep folders or folders of runs")
+    parser.add_argument("--sort", default="final_eval_return", metavar="METRIC",
+                        help="column to sort by (default: final_eval_return; also best_eval_return, "
+                             "frames_per_second, frames_to_solve, seconds_to_solve or a logged metric)")
+    parser.add_argument("--metric", action="append", default=[], metavar="METRIC",
+                        help="add the final value of a logged metric (e.g. train/loss_value); repeatable")
+    parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    parser.add_argument("--plot", metavar="OUT.png", help="also write learning curves to this image")
+    parser.add_argument("--wandb", metavar="DIR", help="read W&B offline runs under DIR instead of run folders")
+    args = parser.parse_args(argv)
+    try:
+        print(compare_runs(args.paths, wandb_dir=args.wandb, metrics=args.metric, sort=args.sort,
+                           fmt=args.format, plot=args.plot))
+    except CompareError as error:
+        print(f"rlcollect compare: {error}", file=sys.stderr)
+        return 2
+    if args.plot:
+        print(f"plot: {args.plot}", file=sys.stderr)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.argv = ["rlcollect train", *rest]
         train()
         return 0
+    if command == "compare":
+        return compare(rest)
     print(f"rlcollect: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2
 

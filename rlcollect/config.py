@@ -153,6 +153,8 @@ class TrainConfig:
     device: str = "cpu"  # training device; also the collector's default device
     torch_threads: int = 1
     progress: bool = True
+    checkpoint_every_frames: Optional[int] = 20_000  # null: no checkpoint
+    resume: Optional[str] = None  # a run folder: continue it from its checkpoint
 
 
 def register_configs() -> None:

@@ -22,6 +22,7 @@ from tqdm import tqdm
 from rlcollect.algos.dqn import DQN
 from rlcollect.algos.learners import DQNLearner, Learner, PPOLearner
 from rlcollect.algos.ppo import PPO
+from rlcollect.checkpoint import CHECKPOINT_FILE, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlcollect.buffers.rollout import RolloutBuffer
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.evaluation import evaluate_episodes
@@ -29,7 +30,7 @@ from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
 from rlcollect.collectors.single import Collector
 from rlcollect.envs.gym_env import GymEnv
 from rlcollect.envs.spaces import sample_shape, torch_dtype
-from rlcollect.logging.run_logger import RunLogger, WandbLogger
+from rlcollect.logging.run_logger import RunLogger, WandbLogger, truncate_metrics
 from rlcollect.modules.actor_critic import ActorCritic
 from rlcollect.modules.q_network import QValuePolicy
 from rlcollect.weight_sync import MultiProcessWeightSyncScheme, NoWeightSyncScheme, SharedMemWeightSyncScheme
@@ -41,6 +42,27 @@ CONFIG_FILE = "config.yaml"
 
 
 @dataclass
+class Progress:
+    """The training loop's own state: what a checkpoint restores besides the objects."""
+
+    summary: dict
+    next_eval: int
+    next_checkpoint: int | None
+    seconds_before: float = 0.0  # wall-clock spent by earlier sessions of a resumed run
+
+    def state_dict(self) -> dict:
+        return {"summary": json.dumps(self.summary), "next_eval": self.next_eval,
+                "next_checkpoint": -1 if self.next_checkpoint is None else self.next_checkpoint,
+                "seconds_before": self.seconds_before}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "Progress":
+        next_checkpoint = int(state["next_checkpoint"])
+        return cls(json.loads(state["summary"]), int(state["next_eval"]),
+                   None if next_checkpoint < 0 else next_checkpoint, float(state["seconds_before"]))
+
+
+@dataclass
 class Pipeline:
     cfg: DictConfig
     run_dir: Path
@@ -49,7 +71,27 @@ class Pipeline:
     learner: Learner
     eval_env: GymEnv
     logger: RunLogger
+    progress: Progress
     background: bool = False  # collector.start(): the loop trains as frames arrive
+
+    def state_dict(self, seconds: float) -> dict:
+        """Everything needed to continue this run (all weights_only-loadable)."""
+        progress = Progress(self.progress.summary, self.progress.next_eval, self.progress.next_checkpoint,
+                            seconds)
+        return {"frames": self.collector.frames, "policy": self.policy.state_dict(),
+                "learner": self.learner.state_dict(), "collector": self.collector.state_dict(),
+                "rng": rng_state(), "progress": progress.state_dict(), "wandb_run_id": self.logger.run_id or ""}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.learner.load_state_dict(state["learner"])
+        self.collector.load_state_dict(state["collector"])
+        self.collector.update_policy_weights_()
+        self.progress = Progress.from_state_dict(state["progress"])
+        set_rng_state(state["rng"])
+
+    def save_checkpoint(self, seconds: float) -> None:
+        save_checkpoint(self.run_dir / CHECKPOINT_FILE, self.state_dict(seconds))
 
     def close(self) -> None:
         self.collector.shutdown()
@@ -68,12 +110,12 @@ def env_factory(cfg: DictConfig, *, num_envs: int | None, seed: int) -> functool
 
 
 def make_logger(cfg: DictConfig, run_dir: Path, *, name: str | None, group: str | None,
-                job_type: str | None) -> RunLogger:
+                job_type: str | None, run_id: str | None = None, start_frames: int = 0) -> RunLogger:
     if cfg.logger.type == "none":
-        return RunLogger(run_dir)
+        return RunLogger(run_dir, start_frames=start_frames)
     return WandbLogger(run_dir, project=cfg.logger.project, entity=cfg.logger.entity, mode=cfg.logger.mode,
-                       name=name, group=group, job_type=job_type,
-                       config=OmegaConf.to_container(cfg, resolve=True))
+                       name=name, group=group, job_type=job_type, config=OmegaConf.to_container(cfg, resolve=True),
+                       run_id=run_id, start_frames=start_frames)
 
 
 def make_weight_sync_scheme(cfg: DictConfig):
@@ -134,8 +176,9 @@ def _mp_context(start_method: str):
 
 
 def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, group: str | None = None,
-          job_type: str | None = None) -> Pipeline:
-    """Seed, then build the policy, logger, collector, learner (algorithm + buffer) and eval env."""
+          job_type: str | None = None, checkpoint: dict | None = None) -> Pipeline:
+    """Seed, then build the policy, logger, collector, learner (algorithm + buffer) and eval
+    env; with ``checkpoint`` (see ``resume``), continue that run where it stopped."""
     run_dir = Path(run_dir)
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
@@ -146,9 +189,11 @@ def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, grou
     observation_space, action_space = probe.observation_space, probe.action_space
     probe.close()
     policy = make_policy(cfg, observation_space, action_space)
-    logger = make_logger(cfg, run_dir, name=name, group=group, job_type=job_type)
+    resumed_frames = int(checkpoint["frames"]) if checkpoint else 0
+    logger = make_logger(cfg, run_dir, name=name, group=group, job_type=job_type,
+                         run_id=checkpoint["wandb_run_id"] or None if checkpoint else None, start_frames=resumed_frames)
     try:
-        replay_buffer = make_replay_buffer(cfg, run_dir) if cfg.algo.name == "dqn" else None
+        replay_buffer = make_replay_buffer(cfg, run_dir, reopen=checkpoint is not None) if cfg.algo.name == "dqn" else None
         collector = make_collector(cfg, policy, logger, replay_buffer)
         learner = make_learner(cfg, policy, collector, observation_space, action_space, replay_buffer)
     except BaseException:
@@ -157,8 +202,31 @@ def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, grou
         logger.close()
         raise
     eval_env = make_env(cfg, num_envs=cfg.eval.episodes, seed=cfg.seed + 10_000)
-    return Pipeline(cfg, run_dir, policy, collector, learner, eval_env, logger,
-                    background=bool(cfg.algo.get("background", False)))
+    progress = Progress(
+        summary={"frames": 0, "seconds": 0.0, "solved_return": cfg.env.solved_return, "frames_to_solve": None,
+                 "seconds_to_solve": None, "final_eval_return": None, "best_eval_return": None},
+        next_eval=cfg.eval.every_frames, next_checkpoint=cfg.checkpoint_every_frames)
+    pipeline = Pipeline(cfg, run_dir, policy, collector, learner, eval_env, logger, progress,
+                        background=bool(cfg.algo.get("background", False)))
+    if checkpoint is not None:
+        pipeline.load_state_dict(checkpoint)
+    return pipeline
+
+
+def resume(run_dir: str | Path, **build_kwargs) -> Pipeline:
+    """Continue the run in ``run_dir`` from its last checkpoint: same config, same W&B run id,
+    metrics.jsonl cut back to the checkpoint's frame count so no row is written twice."""
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise ValueError(f"resume={run_dir}: not a run folder (no {CONFIG_FILE})")
+    if not (run_dir / CHECKPOINT_FILE).is_file():
+        raise ValueError(f"resume={run_dir}: no {CHECKPOINT_FILE} (checkpoint_every_frames was too large, or the "
+                         "run stopped before its first checkpoint)")
+    cfg = OmegaConf.load(run_dir / CONFIG_FILE)
+    checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE)
+    truncate_metrics(run_dir, last_step=int(checkpoint["frames"]))
+    log.info("resuming %s at frame %d", run_dir, checkpoint["frames"])
+    return build(cfg, run_dir, checkpoint=checkpoint, **build_kwargs)
 
 
 def check_combination(cfg: DictConfig) -> None:
@@ -210,14 +278,18 @@ def make_learner(cfg: DictConfig, policy, collector: CollectorBase, observation_
                       eps_decay_frames=a.eps_decay_frames, storage_ndim=cfg.buffer.ndim)
 
 
-def make_replay_buffer(cfg: DictConfig, run_dir: Path):
+def make_replay_buffer(cfg: DictConfig, run_dir: Path, *, reopen: bool = False):
     from rlcollect.buffers import LazyMemmapStorage, LazyTensorStorage, RandomSampler, ReplayBuffer, SliceSampler
 
     b = cfg.buffer
     if b.storage == "memory":
         storage = LazyTensorStorage(b.max_size, ndim=b.ndim, device=cfg.device)
     elif b.storage == "memmap":
-        storage = LazyMemmapStorage(b.max_size, ndim=b.ndim, scratch_dir=b.scratch_dir or str(run_dir / "replay"))
+        scratch_dir = Path(b.scratch_dir or run_dir / "replay")
+        if reopen and scratch_dir.exists():  # a resumed run continues with its files
+            storage = LazyMemmapStorage.load(scratch_dir)
+        else:
+            storage = LazyMemmapStorage(b.max_size, ndim=b.ndim, scratch_dir=str(scratch_dir))
     else:
         raise ValueError(f"buffer.storage must be memory or memmap, got {b.storage!r}")
     if b.sampler == "random":
@@ -253,16 +325,18 @@ def _collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
 
 
 def run(pipeline: Pipeline) -> dict:
-    """Collect, update, evaluate every ``eval.every_frames``; stop at ``env.solved_return``
-    (deterministic evaluation mean) or at ``total_frames``. Returns the run summary,
-    also written to summary.json."""
+    """Collect, update, evaluate every ``eval.every_frames``, checkpoint every
+    ``checkpoint_every_frames``; stop at ``env.solved_return`` (deterministic evaluation
+    mean) or at ``total_frames``. Returns the run summary, also written to summary.json."""
     p, cfg = pipeline, pipeline.cfg
-    solved_return = cfg.env.solved_return
-    summary = {"frames": 0, "seconds": 0.0, "solved_return": solved_return, "frames_to_solve": None,
-               "seconds_to_solve": None, "final_eval_return": None, "best_eval_return": None}
+    progress, summary = p.progress, p.progress.summary
     start = time.perf_counter()
-    next_eval = cfg.eval.every_frames
-    bar = tqdm(total=cfg.total_frames, unit="frame", disable=not cfg.progress, dynamic_ncols=True)
+
+    def seconds() -> float:
+        return progress.seconds_before + time.perf_counter() - start
+
+    bar = tqdm(total=cfg.total_frames, initial=p.collector.frames, unit="frame", disable=not cfg.progress,
+               dynamic_ncols=True)
     try:
         for batch, frames in _collected(p):
             if p.background or not isinstance(p.collector, Collector):
@@ -270,29 +344,41 @@ def run(pipeline: Pipeline) -> dict:
             p.logger.log({f"train/{k}": v for k, v in p.learner.learn(batch, frames).items()}, step=frames)
             p.collector.update_policy_weights_()
             bar.update(frames - bar.n)
-            postfix = {"fps": f"{frames / (time.perf_counter() - start):.0f}"}
+            postfix = {"fps": f"{frames / seconds():.0f}"}
             if p.logger.recent_episode_return is not None:
                 postfix["return"] = f"{p.logger.recent_episode_return:.1f}"
-            if frames >= next_eval or frames >= cfg.total_frames:
-                next_eval += cfg.eval.every_frames
-                result = evaluate_episodes(p.eval_env, p.policy, max_steps=cfg.eval.max_steps)
-                eval_return = result.mean_return if result.returns else float("nan")
-                elapsed = time.perf_counter() - start
-                p.logger.log({"eval/episode_return": eval_return, "eval/episodes": len(result.returns)}, step=frames)
-                summary["final_eval_return"] = eval_return
-                best = summary["best_eval_return"]
-                summary["best_eval_return"] = eval_return if best is None else max(best, eval_return)
+            solved = False
+            if frames >= progress.next_eval or frames >= cfg.total_frames:
+                progress.next_eval += cfg.eval.every_frames
+                eval_return = _evaluate(p, frames)
                 postfix["eval"] = f"{eval_return:.1f}"
-                if solved_return is not None and eval_return >= solved_return:
-                    summary["frames_to_solve"], summary["seconds_to_solve"] = frames, elapsed
-                    bar.set_postfix(postfix)
-                    break
+                solved = cfg.env.solved_return is not None and eval_return >= cfg.env.solved_return
+                if solved:
+                    summary["frames_to_solve"], summary["seconds_to_solve"] = frames, seconds()
             bar.set_postfix(postfix)
+            if progress.next_checkpoint is not None and (frames >= progress.next_checkpoint or solved):
+                progress.next_checkpoint = frames + cfg.checkpoint_every_frames
+                p.logger.flush()
+                p.save_checkpoint(seconds())
+            if solved:
+                break
     finally:
         bar.close()
         summary["frames"] = p.collector.frames
-        summary["seconds"] = time.perf_counter() - start
+        summary["seconds"] = seconds()
         summary["frames_per_second"] = summary["frames"] / max(summary["seconds"], 1e-9)
         (p.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
         p.close()
     return summary
+
+
+def _evaluate(p: Pipeline, frames: int) -> float:
+    """Deterministic evaluation episodes; logs and records the mean return."""
+    result = evaluate_episodes(p.eval_env, p.policy, max_steps=p.cfg.eval.max_steps)
+    eval_return = result.mean_return if result.returns else float("nan")
+    p.logger.log({"eval/episode_return": eval_return, "eval/episodes": len(result.returns)}, step=frames)
+    summary = p.progress.summary
+    summary["final_eval_return"] = eval_return
+    best = summary["best_eval_return"]
+    summary["best_eval_return"] = eval_return if best is None else max(best, eval_return)
+    return eval_return

@@ -51,8 +51,8 @@ def test_train_logs_the_same_values_to_metrics_jsonl_and_wandb(tmp_path, collect
 
 
 @pytest.mark.timeout(300)
-def test_multirun_runs_every_job(tmp_path):
-    result = rlcollect(tmp_path, "train", "--multirun", "seed=0,1", *TINY, "total_frames=256", "logger=none",
+def test_multirun_runs_every_job_and_groups_them_in_wandb(tmp_path):
+    result = rlcollect(tmp_path, "train", "--multirun", "seed=0,1", *TINY, "total_frames=256",
                        "hydra.sweep.dir=sweep")
     assert result.returncode == 0, result.stderr
     summaries = sorted((tmp_path / "sweep").glob("*/summary.json"))
@@ -60,6 +60,21 @@ def test_multirun_runs_every_job(tmp_path):
     assert [json.loads(s.read_text())["frames"] for s in summaries] == [256, 256]
     configs = [(s.parent / "config.yaml").read_text() for s in summaries]
     assert "seed: 0" in configs[0] and "seed: 1" in configs[1]
+    runs = [read_offline_run(find_offline_runs(s.parent)[0]) for s in summaries]
+    assert [run.group for run in runs] == ["sweep", "sweep"]  # grouped by the sweep folder
+    assert [run.job_type for run in runs] == ["sync", "sync"]  # by collector
+    assert "seed=0" in runs[0].name and "seed=1" in runs[1].name  # named after the overrides
+
+
+@pytest.mark.timeout(300)
+def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
+    result = rlcollect(tmp_path, "train", "--multirun", "env.id=NoSuchEnv-v0,CartPole-v1", *TINY,
+                       "total_frames=256", "logger=none", "hydra.sweep.dir=sweep")
+    assert result.returncode != 0
+    assert "Error executing job with overrides: ['env.id=NoSuchEnv-v0'" in result.stderr
+    assert "Unknown gymnasium env id 'NoSuchEnv-v0'" in result.stderr
+    [summary] = (tmp_path / "sweep").glob("*/summary.json")
+    assert "CartPole-v1" in summary.parent.name and json.loads(summary.read_text())["frames"] == 256
 
 
 @pytest.mark.parametrize("override, message", [

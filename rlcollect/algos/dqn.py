@@ -51,6 +51,15 @@ class DQN:
         self.optimizer = torch.optim.Adam(q_policy.q_net.parameters(), lr=lr)
         self.gradient_steps = 0
 
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "target": self.target.state_dict(),
+                "gradient_steps": self.gradient_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.target.load_state_dict(state["target"])
+        self.gradient_steps = int(state["gradient_steps"])
+
     def loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         """(TD loss, mean Q of the taken actions) for a batch of transitions."""
         q_values = self.q_policy.q_values(batch.get("observation"))

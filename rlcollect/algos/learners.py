@@ -18,6 +18,11 @@ class Learner(Protocol):
         """Take in a collected batch (None: the collector wrote it into the buffer itself)
         after ``frames`` frames in total; update the policy; return metrics."""
 
+    def state_dict(self) -> dict:
+        """What a checkpoint needs to continue learning (optimizer, target net, buffer)."""
+
+    def load_state_dict(self, state: dict) -> None: ...
+
 
 class PPOLearner:
     """On-policy: every batch fills the rollout buffer once and is trained on, then dropped."""
@@ -28,6 +33,12 @@ class PPOLearner:
     def learn(self, batch: TensorDictBase | None, frames: int) -> dict[str, float]:
         self.buffer.add(batch.reshape(self.buffer.num_envs, self.buffer.rollout_len))
         return self.ppo.update(self.buffer, frames)
+
+    def state_dict(self) -> dict:
+        return {"ppo": self.ppo.state_dict()}  # the rollout buffer is refilled every batch
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ppo.load_state_dict(state["ppo"])
 
 
 class DQNLearner:
@@ -42,6 +53,19 @@ class DQNLearner:
         self.gradient_steps, self.learning_starts = gradient_steps, learning_starts
         self.eps_start, self.eps_end, self.eps_decay_frames = eps_start, eps_end, eps_decay_frames
         self.storage_ndim = storage_ndim
+
+    def state_dict(self) -> dict:
+        """The DQN state and the replay buffer: its position, and its contents unless they
+        live in memory-mapped files that outlast the process."""
+        from rlcollect.buffers import LazyMemmapStorage
+
+        in_files = isinstance(self.replay_buffer.storage, LazyMemmapStorage)
+        return {"dqn": self.dqn.state_dict(),
+                "replay_buffer": self.replay_buffer.state_dict(include_storage=not in_files)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.dqn.load_state_dict(state["dqn"])
+        self.replay_buffer.load_state_dict(state["replay_buffer"])
 
     def learn(self, batch: TensorDictBase | None, frames: int) -> dict[str, float]:
         if batch is not None:

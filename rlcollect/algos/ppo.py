@@ -35,6 +35,12 @@ class PPO:
             raise ValueError("anneal_lr / anneal_clip need a finite total_frames")
         self.optimizer = torch.optim.Adam(actor_critic.parameters(), lr=lr, eps=1e-5)
 
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+
     @torch.no_grad()
     def compute_advantages(self, buffer: RolloutBuffer) -> None:
         """Fill ``state_value`` (all T + 1 slots), ``advantage`` and ``value_target``."""

@@ -371,17 +371,21 @@ class LazyTensorStorage:
         return self
 
     def state_dict(self, *, include_data: bool = False) -> dict:
-        """The write position (and, with ``include_data``, a copy of the stored TensorDict)."""
+        """The write position (and, with ``include_data``, a copy of the stored data as plain
+        nested dicts of tensors, loadable with ``torch.load(weights_only=True)``)."""
         state = {"cursor": self.cursor, "filled": self.filled, "write_count": self.write_count}
         if include_data and self._data is not None:
             with self.position.lock:
-                state["data"] = self._data.clone()
+                state["data"] = self._data.clone().to_dict()
+                state["data_shape"] = list(self._data.batch_size)
         return state
 
     def load_state_dict(self, state: dict) -> None:
         with self.position.lock:
             if "data" in state:
                 data = state["data"]
+                if not isinstance(data, TensorDictBase):
+                    data = TensorDict(data, batch_size=state["data_shape"])
                 if self._data is None:
                     self.init_from(data)
                 if data.batch_size != self.shape:

@@ -20,6 +20,18 @@ from rlcollect.logging.episodes import EpisodeTracker
 METRICS_FILE = "metrics.jsonl"
 
 
+def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
+    """Drop the metrics.jsonl rows past ``last_step`` (a run resumed from a checkpoint at
+    that frame count writes them again); atomic."""
+    path = Path(run_dir) / METRICS_FILE
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= last_step]
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text("".join(line + "\n" for line in kept))
+    os.replace(partial, path)
+
+
 class RunLogger:
     """Writes one JSON line per step to ``<run_dir>/metrics.jsonl``.
 
@@ -44,6 +56,11 @@ class RunLogger:
     @property
     def frames(self) -> int:
         return self._frames
+
+    @property
+    def run_id(self) -> str | None:
+        """The W&B run id (None without W&B)."""
+        return None
 
     @property
     def elapsed(self) -> float:

@@ -1,0 +1,203 @@
+"""Load finished runs for comparison: from run folders or from W&B offline runs.
+
+A run folder (written by ``rlcollect train``) holds ``config.yaml``, ``metrics.jsonl``,
+``summary.json`` and ``.hydra/overrides.yaml``; its W&B offline run (default logger) holds
+the same config and the same metric rows. Both sources become a :class:`RunRecord` whose
+``summary`` is computed from the metric rows by :func:`summarize_history`, the same way
+for both, so a comparison read from either source gives the same numbers.
+
+Why not summary.json: its ``seconds``, ``seconds_to_solve`` and ``frames_per_second`` use
+the training loop's clock, which starts after the environments, the collector and the
+W&B run are built, while the rows' ``"time"`` counts from the logger's creation. Only the
+rows are in both sources; the frame-based numbers (``frames``, ``frames_to_solve``,
+``final_eval_return``, ``best_eval_return``) agree with summary.json exactly.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["CompareError", "RunRecord", "find_run_dirs", "load_runs", "load_wandb_runs", "summarize_history"]
+
+METRICS_FILE = "metrics.jsonl"
+CONFIG_FILE = "config.yaml"
+OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
+EVAL_RETURN = "eval/episode_return"
+_SKIPPED_DIRS = {".hydra", "wandb", "__pycache__"}
+# override_dirname joins "key=value" items with ","; a value may hold commas ("[1,2]"),
+# so split only at a comma that starts the next "key=".
+_OVERRIDE_SPLIT = re.compile(r",(?=[+~]{0,2}[A-Za-z_][\w.@/-]*=)")
+
+
+class CompareError(ValueError):
+    """A comparison cannot be made (no runs, unknown metric, ...); the message says why."""
+
+
+@dataclass
+class RunRecord:
+    """One run, as the comparison sees it.
+
+    Attributes:
+        path: the run folder (for a W&B run, the run folder that holds its ``wandb/``).
+        overrides: the job's command-line overrides as ``"key=value"`` strings, or None
+            when unknown (no ``.hydra/overrides.yaml``, no W&B run name).
+        config: the resolved config as nested plain values.
+        summary: numbers computed from ``history`` by :func:`summarize_history`.
+        history: the metric rows in step order; each has ``"step"`` (frames so far).
+    """
+
+    path: Path
+    overrides: list[str] | None
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    history: list[dict[str, Any]]
+
+
+def summarize_history(history: list[dict[str, Any]], solved_return: float | None) -> dict[str, Any]:
+    """The run's summary numbers, from its metric rows.
+
+    ``frames`` and ``seconds`` are the last row's ``"frames"`` and ``"time"``, and
+    ``frames_per_second`` their ratio. ``final_eval_return`` / ``best_eval_return`` are
+    the last / largest ``eval/episode_return`` (a null one, an evaluation with no finished
+    episode, counts as missing). ``frames_to_solve`` / ``seconds_to_solve`` are the step
+    and time of the first evaluation whose return reaches ``solved_return`` (None if none).
+    """
+    timed = [row for row in history if row.get("frames") is not None and row.get("time") is not None]
+    frames = timed[-1]["frames"] if timed else None
+    seconds = timed[-1]["time"] if timed else None
+    evals = [row for row in history if row.get(EVAL_RETURN) is not None]
+    solved = [row for row in evals if solved_return is not None and row[EVAL_RETURN] >= solved_return]
+    return {
+        "frames": frames,
+        "seconds": seconds,
+        "frames_per_second": frames / seconds if timed and seconds > 0 else None,
+        "solved_return": solved_return,
+        "frames_to_solve": solved[0]["step"] if solved else None,
+        "seconds_to_solve": solved[0].get("time") if solved else None,
+        "final_eval_return": evals[-1][EVAL_RETURN] if evals else None,
+        "best_eval_return": max(row[EVAL_RETURN] for row in evals) if evals else None,
+    }
+
+
+def find_run_dirs(path: str | os.PathLike[str]) -> list[Path]:
+    """Every run folder at or below ``path`` (a folder holding metrics.jsonl and config.yaml),
+    sorted. ``.hydra`` and ``wandb`` folders and symlinked folders are not searched.
+
+    Raises:
+        CompareError: if ``path`` does not exist.
+    """
+    root = Path(path)
+    if not root.exists():
+        raise CompareError(f"no such file or directory: {root}")
+    found = []
+    for folder, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(name for name in dirnames if name not in _SKIPPED_DIRS)
+        if METRICS_FILE in filenames and CONFIG_FILE in filenames:
+            found.append(Path(folder))
+    return sorted(found)
+
+
+def load_runs(paths: list[str | os.PathLike[str]]) -> list[RunRecord]:
+    """Load the run folders found under each of ``paths`` (run, sweep or any folder), once each.
+
+    Raises:
+        CompareError: if a path does not exist or holds no run.
+    """
+    run_dirs: dict[Path, None] = {}
+    for path in paths:
+        found = find_run_dirs(path)
+        if not found:
+            raise CompareError(f"no runs (folders with {METRICS_FILE} and {CONFIG_FILE}) under {path}")
+        run_dirs.update(dict.fromkeys(run_dir.resolve() for run_dir in found))
+    return [load_run_dir(run_dir) for run_dir in sorted(run_dirs)]
+
+
+def load_run_dir(run_dir: Path) -> RunRecord:
+    """Read one run folder: config.yaml, metrics.jsonl and, if present, .hydra/overrides.yaml."""
+    config = _load_yaml(run_dir / CONFIG_FILE)
+    if not isinstance(config, dict):
+        raise CompareError(f"{run_dir / CONFIG_FILE} is not a mapping")
+    history = _read_jsonl(run_dir / METRICS_FILE)
+    overrides_file = run_dir / OVERRIDES_FILE
+    overrides = [str(item) for item in _load_yaml(overrides_file) or []] if overrides_file.is_file() else None
+    return RunRecord(path=run_dir, overrides=overrides, config=config,
+                     summary=summarize_history(history, solved_return_of(config)), history=history)
+
+
+def load_wandb_runs(root: str | os.PathLike[str]) -> list[RunRecord]:
+    """Load every W&B offline run below ``root`` (``run-*.wandb`` files).
+
+    The overrides are parsed from the run's name (Hydra's ``override_dirname``,
+    ``"key=value,key=value"``); history rows get ``"step"`` from W&B's ``"_step"``.
+
+    Raises:
+        CompareError: if ``root`` does not exist or holds no W&B run.
+    """
+    from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run
+
+    try:
+        run_files = find_offline_runs(root)
+    except FileNotFoundError:
+        raise CompareError(f"no such file or directory: {root}") from None
+    if not run_files:
+        raise CompareError(f"no W&B offline runs (run-*.wandb) under {root}")
+    runs = []
+    for run_file in run_files:
+        offline = read_offline_run(run_file)
+        history = [_wandb_row(row) for row in offline.history]
+        runs.append(RunRecord(path=_run_folder_of(run_file), overrides=parse_override_dirname(offline.name),
+                              config=offline.config,
+                              summary=summarize_history(history, solved_return_of(offline.config)),
+                              history=history))
+    return sorted(runs, key=lambda run: str(run.path))
+
+
+def parse_override_dirname(name: str | None) -> list[str] | None:
+    """``"a=1,b=[1,2]"`` -> ``["a=1", "b=[1,2]"]``; None (unknown) for a missing or
+    non-override name. An empty name cannot be told from a missing one (W&B drops it)."""
+    if not name or "=" not in name:
+        return None
+    return _OVERRIDE_SPLIT.split(name)
+
+
+def solved_return_of(config: dict[str, Any]) -> float | None:
+    """The config's ``env.solved_return`` (None if absent)."""
+    env = config.get("env")
+    return env.get("solved_return") if isinstance(env, dict) else None
+
+
+def _wandb_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A W&B history row in metrics.jsonl form: ``"_step"`` becomes ``"step"``, first."""
+    return {"step": row.get("_step"), **{key: value for key, value in row.items() if key != "_step"}}
+
+
+def _run_folder_of(run_file: Path) -> Path:
+    """``<run>/wandb/offline-run-*/run-*.wandb`` -> ``<run>``; else the offline-run folder."""
+    offline_dir = run_file.parent
+    return offline_dir.parent.parent if offline_dir.parent.name == "wandb" else offline_dir
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of a JSON-lines file (a truncated last line is ignored)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number < len(lines):
+                raise CompareError(f"{path}:{number}: not JSON: {error}") from None
+    return rows
+
+
+def _load_yaml(path: Path) -> Any:
+    """A YAML file as plain values (omegaconf's loader, so no new dependency)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)

@@ -1,0 +1,76 @@
+"""Checkpoint and resume: a run killed with SIGKILL continues without gap or duplicate."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlcollect.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run
+
+ENV = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+RUN = ["total_frames=12288", "collector.frames_per_batch=256", "checkpoint_every_frames=2048",
+       "env.solved_return=1000000", "eval.every_frames=1024", "eval.episodes=2", "progress=false"]
+
+
+def steps(run_dir):
+    return [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.timeout(300)
+def test_kill_9_then_resume_continues_frames_and_metrics_without_gap_or_duplicate(tmp_path):
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "-m", "rlcollect.cli", "train", *RUN, "hydra.run.dir=run"],
+                               cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while not ((run_dir / CHECKPOINT_FILE).exists() and len(steps(run_dir)) * 256 > 2048 + 256):
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+        time.sleep(0.05)
+    assert process.poll() is None  # killed mid-way, past a checkpoint
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE)  # weights_only: no arbitrary pickle
+    checkpointed = int(checkpoint["frames"])
+    assert checkpointed % 2048 == 0 and 0 < checkpointed < 12288
+    assert max(steps(run_dir)) > checkpointed  # rows past the checkpoint exist and must not be doubled
+
+    result = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", f"resume={run_dir}"], cwd=tmp_path,
+                            env=ENV, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr
+    assert steps(run_dir) == list(range(256, 12288 + 1, 256))  # every batch exactly once
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["frames"] == 12288
+    wandb_runs = [read_offline_run(path) for path in find_offline_runs(run_dir)]
+    assert len(wandb_runs) == 2 and len({run.run_id for run in wandb_runs}) == 1  # the same W&B run, continued
+    resumed = next(run for run in wandb_runs if run.history and run.history[0]["_step"] > checkpointed - 1)
+    assert resumed.history[0]["_step"] == checkpointed + 256
+
+
+def test_resume_errors_are_clear(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", f"resume={tmp_path}", "logger=none"],
+                            cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "not a run folder" in result.stderr
+
+
+def test_checkpoint_holds_only_weights_only_loadable_state(tmp_path):
+    from hydra import compose, initialize_config_module
+
+    from rlcollect import pipeline
+    from rlcollect.config import register_configs
+
+    register_configs()
+    with initialize_config_module("rlcollect.conf", version_base="1.3"):
+        cfg = compose("train", overrides=["algo=dqn", "algo.learning_starts=0", "algo.gradient_steps_per_batch=1",
+                                          "total_frames=512", "checkpoint_every_frames=256", "logger=none",
+                                          "progress=false", "eval.episodes=1", "eval.max_steps=10"])
+    pipeline.run(pipeline.build(cfg, tmp_path))
+    state = torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)
+    assert state["frames"] == 512
+    assert state["learner"]["replay_buffer"]["storage"]["write_count"] == 512  # the buffer position
+    assert set(state["rng"]) == {"torch", "numpy", "python"}
+    assert state["collector"]["traj_pool"]["next_id"] > 0

@@ -85,6 +85,8 @@ class _MultiCollector(CollectorBase):
         self.postproc = postproc
         if split_trajs and not collector_kwargs.get("track_traj_ids", True):
             raise ValueError("split_trajs=True needs track_traj_ids=True")
+        if split_trajs and replay_buffer is not None:
+            raise ValueError("split_trajs=True pads batches; a replay_buffer takes the flat layout: drop split_trajs")
         if start_method not in START_METHODS:
             raise ValueError(f"start_method must be one of {START_METHODS}, got {start_method!r}")
         self._mp_context = mp.get_context(start_method)

@@ -210,12 +210,12 @@ class Collector(CollectorBase):
 
     @staticmethod
     def _setup_trajs_per_batch(trajs_per_batch, replay_buffer, split_trajs) -> CompleteTrajectories | None:
+        if replay_buffer is not None and split_trajs:
+            raise ValueError("split_trajs=True pads batches; a replay_buffer takes the flat layout: drop split_trajs")
         if trajs_per_batch is None:
             return None
         if replay_buffer is None:
             raise ValueError("trajs_per_batch applies to writes into replay_buffer: pass replay_buffer=...")
-        if split_trajs:
-            raise ValueError("trajs_per_batch writes flat complete trajectories; it excludes split_trajs=True")
         return CompleteTrajectories(trajs_per_batch)
 
     @staticmethod

@@ -132,3 +132,9 @@ def test_background_collection_stops_at_total_frames_and_surfaces_errors():
     wait_for(lambda: not failing.running)
     with pytest.raises(RuntimeError, match="background collection failed.*step 16 fails by design"):
         failing.async_shutdown()
+
+
+def test_split_trajs_and_a_replay_buffer_exclude_each_other():
+    with pytest.raises(ValueError, match="flat layout"):
+        Collector(GymEnv("CartPole-v1"), frames_per_batch=4, split_trajs=True,
+                  replay_buffer=ReplayBuffer(LazyTensorStorage(10)))

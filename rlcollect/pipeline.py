@@ -331,6 +331,7 @@ def run(pipeline: Pipeline) -> dict:
     p, cfg = pipeline, pipeline.cfg
     progress, summary = p.progress, p.progress.summary
     start = time.perf_counter()
+    p.logger.start_clock(progress.seconds_before)  # metrics' "time" and the summary share one clock
 
     def seconds() -> float:
         return progress.seconds_before + time.perf_counter() - start

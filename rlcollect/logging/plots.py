@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rlcollect.logging.runs import EVAL_RETURN, CompareError, RunRecord
+from rlcollect.logging.runs import EVAL_RETURN, CompareError, RunRecord, wall_clock
 
 if TYPE_CHECKING:
     from rlcollect.logging.compare import Group
@@ -26,9 +26,11 @@ GRID_POINTS = 200
 
 
 def eval_curve(run: RunRecord, x_key: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(x, eval return)`` of the run's evaluation rows (those with a non-null return)."""
-    points = [(row[x_key], row[EVAL_RETURN]) for row in run.history
-              if row.get(EVAL_RETURN) is not None and row.get(x_key) is not None]
+    """``(x, eval return)`` of the run's evaluation rows (those with a non-null return);
+    x is the row's ``"step"`` or, for ``"time"``, its :func:`wall_clock` seconds."""
+    xs = wall_clock(run.history) if x_key == "time" else [row.get(x_key) for row in run.history]
+    points = [(x, row[EVAL_RETURN]) for row, x in zip(run.history, xs)
+              if row.get(EVAL_RETURN) is not None and x is not None]
     x, y = zip(*points) if points else ((), ())
     return np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
 

@@ -46,6 +46,7 @@ class RunLogger:
         self._file = open(self.run_dir / METRICS_FILE, "a", encoding="utf-8")
         self._episodes = EpisodeTracker()
         self._start_time = time.perf_counter()
+        self._seconds_before = 0.0
         self._frames = start_frames
         self._start_frames = start_frames
         self._pending_step: int | None = None
@@ -64,7 +65,13 @@ class RunLogger:
 
     @property
     def elapsed(self) -> float:
-        return time.perf_counter() - self._start_time
+        """Seconds of training so far (earlier sessions of a resumed run included)."""
+        return self._seconds_before + time.perf_counter() - self._start_time
+
+    def start_clock(self, seconds_before: float = 0.0) -> None:
+        """Start timing now (the training loop starts), continuing from ``seconds_before``."""
+        self._start_time = time.perf_counter()
+        self._seconds_before = seconds_before
 
     def __call__(self, batch: TensorDictBase) -> None:
         """Post-collect hook (in-process collectors): log what this batch holds."""
@@ -94,7 +101,7 @@ class RunLogger:
         metrics: dict[str, Any] = {
             "frames": frames,
             "time": elapsed,
-            "collect/frames_per_second": (frames - self._start_frames) / max(elapsed, 1e-9),
+            "collect/frames_per_second": (frames - self._start_frames) / max(elapsed - self._seconds_before, 1e-9),
             "collect/episodes": len(returns),
         }
         if returns:

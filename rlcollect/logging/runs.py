@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CompareError", "RunRecord", "find_run_dirs", "load_runs", "load_wandb_runs", "summarize_history"]
+__all__ = ["CompareError", "RunRecord", "find_run_dirs", "load_runs", "load_wandb_runs", "summarize_history",
+           "wall_clock"]
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
@@ -60,27 +61,51 @@ class RunRecord:
 def summarize_history(history: list[dict[str, Any]], solved_return: float | None) -> dict[str, Any]:
     """The run's summary numbers, from its metric rows.
 
-    ``frames`` and ``seconds`` are the last row's ``"frames"`` and ``"time"``, and
-    ``frames_per_second`` their ratio. ``final_eval_return`` / ``best_eval_return`` are
-    the last / largest ``eval/episode_return`` (a null one, an evaluation with no finished
-    episode, counts as missing). ``frames_to_solve`` / ``seconds_to_solve`` are the step
-    and time of the first evaluation whose return reaches ``solved_return`` (None if none).
+    ``frames`` and ``seconds`` are the last row's ``"frames"`` and wall-clock time (see
+    :func:`wall_clock`), and ``frames_per_second`` their ratio. ``final_eval_return`` /
+    ``best_eval_return`` are the last / largest ``eval/episode_return`` (a null one, an
+    evaluation with no finished episode, counts as missing). ``frames_to_solve`` /
+    ``seconds_to_solve`` are the step and time of the first evaluation whose return reaches
+    ``solved_return`` (None if none does).
     """
-    timed = [row for row in history if row.get("frames") is not None and row.get("time") is not None]
-    frames = timed[-1]["frames"] if timed else None
-    seconds = timed[-1]["time"] if timed else None
-    evals = [row for row in history if row.get(EVAL_RETURN) is not None]
-    solved = [row for row in evals if solved_return is not None and row[EVAL_RETURN] >= solved_return]
+    seconds_of = wall_clock(history)
+    timed = [(row["frames"], seconds) for row, seconds in zip(history, seconds_of)
+             if row.get("frames") is not None and seconds is not None]
+    frames, seconds = timed[-1] if timed else (None, None)
+    evals = [(row, seconds) for row, seconds in zip(history, seconds_of) if row.get(EVAL_RETURN) is not None]
+    solved = [(row, seconds) for row, seconds in evals
+              if solved_return is not None and row[EVAL_RETURN] >= solved_return]
     return {
         "frames": frames,
         "seconds": seconds,
         "frames_per_second": frames / seconds if timed and seconds > 0 else None,
         "solved_return": solved_return,
-        "frames_to_solve": solved[0]["step"] if solved else None,
-        "seconds_to_solve": solved[0].get("time") if solved else None,
-        "final_eval_return": evals[-1][EVAL_RETURN] if evals else None,
-        "best_eval_return": max(row[EVAL_RETURN] for row in evals) if evals else None,
+        "frames_to_solve": solved[0][0]["step"] if solved else None,
+        "seconds_to_solve": solved[0][1] if solved else None,
+        "final_eval_return": evals[-1][0][EVAL_RETURN] if evals else None,
+        "best_eval_return": max(row[EVAL_RETURN] for row, _ in evals) if evals else None,
     }
+
+
+def wall_clock(history: list[dict[str, Any]]) -> list[float | None]:
+    """Each row's ``"time"`` made cumulative over resumes (None where a row has no time).
+
+    A resumed run's logger restarts its clock at 0; where ``"time"`` goes down, the time
+    reached before it is added to the rows after it. (The time between the last row before
+    an interruption and the interruption itself is not counted.)
+    """
+    times: list[float | None] = []
+    offset, previous = 0.0, None
+    for row in history:
+        time = row.get("time")
+        if time is None:
+            times.append(None)
+            continue
+        if previous is not None and time < previous:
+            offset += previous
+        previous = time
+        times.append(offset + time)
+    return times
 
 
 def find_run_dirs(path: str | os.PathLike[str]) -> list[Path]:
@@ -147,13 +172,16 @@ def load_wandb_runs(root: str | os.PathLike[str]) -> list[RunRecord]:
         raise CompareError(f"no W&B offline runs (run-*.wandb) under {root}")
     runs = []
     for run_file in run_files:
-        offline = read_offline_run(run_file)
+        try:
+            offline = read_offline_run(run_file)
+        except ValueError as error:
+            raise CompareError(f"cannot read W&B run {run_file}: {error}") from None
         history = [_wandb_row(row) for row in offline.history]
         runs.append(RunRecord(path=_run_folder_of(run_file), overrides=parse_override_dirname(offline.name),
                               config=offline.config,
                               summary=summarize_history(history, solved_return_of(offline.config)),
                               history=history))
-    return sorted(runs, key=lambda run: str(run.path))
+    return sorted(runs, key=lambda run: run.path)
 
 
 def parse_override_dirname(name: str | None) -> list[str] | None:
@@ -178,7 +206,7 @@ def _wandb_row(row: dict[str, Any]) -> dict[str, Any]:
 def _run_folder_of(run_file: Path) -> Path:
     """``<run>/wandb/offline-run-*/run-*.wandb`` -> ``<run>``; else the offline-run folder."""
     offline_dir = run_file.parent
-    return offline_dir.parent.parent if offline_dir.parent.name == "wandb" else offline_dir
+    return (offline_dir.parent.parent if offline_dir.parent.name == "wandb" else offline_dir).resolve()
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -200,4 +228,7 @@ def _load_yaml(path: Path) -> Any:
     """A YAML file as plain values (omegaconf's loader, so no new dependency)."""
     from omegaconf import OmegaConf
 
-    return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    try:
+        return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
+    except Exception as error:  # yaml and omegaconf raise many kinds; the message is what matters
+        raise CompareError(f"cannot read {path}: {error}") from None

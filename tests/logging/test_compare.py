@@ -27,7 +27,7 @@ from rlcollect.logging.compare import (
     plot_curves,
     render,
 )
-from rlcollect.logging.runs import parse_override_dirname, summarize_history
+from rlcollect.logging.runs import parse_override_dirname, summarize_history, wall_clock
 
 LEARNING_RATES = ("0.001", "0.0003")
 SOLVED_RETURN = 50.0  # low enough that some tiny runs may reach it (and stop early)
@@ -231,6 +231,16 @@ def test_summary_takes_the_first_evaluation_that_reaches_the_threshold():
     assert summarize_history(history, 50.0) == {
         "frames": 400, "seconds": 8.0, "frames_per_second": 50.0, "solved_return": 50.0, "frames_to_solve": 200,
         "seconds_to_solve": 4.0, "final_eval_return": 40.0, "best_eval_return": 70.0}
+
+
+def test_a_resumed_runs_clock_continues_where_it_stopped():
+    """A resumed run's logger restarts its clock at 0; seconds keep counting across the resume."""
+    history = [{"step": 100, "frames": 100, "time": 1.0}, {"step": 200, "frames": 200, "time": 2.0},
+               {"step": 300, "frames": 300, "time": 0.5, "eval/episode_return": 60.0},
+               {"step": 400, "frames": 400, "time": 1.5}]
+    assert wall_clock(history) == [1.0, 2.0, 2.5, 3.5]
+    summary = summarize_history(history, 50.0)
+    assert (summary["seconds"], summary["seconds_to_solve"], summary["frames_per_second"]) == (3.5, 2.5, 400 / 3.5)
 
 
 def test_to_threshold_columns_average_the_runs_that_reached_it_and_count_them():

@@ -9,6 +9,7 @@ import functools
 import json
 import logging
 import math
+import multiprocessing
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -170,8 +171,6 @@ def make_collector(cfg: DictConfig, policy, logger: RunLogger, replay_buffer=Non
 
 
 def _mp_context(start_method: str):
-    import multiprocessing
-
     return multiprocessing.get_context(start_method)
 
 

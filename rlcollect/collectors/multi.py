@@ -15,6 +15,7 @@ watches the workers' pipes and process sentinels: a worker exception arrives as 
 """
 from __future__ import annotations
 
+import copy
 import math
 import multiprocessing as mp
 import signal
@@ -146,7 +147,10 @@ class _MultiCollector(CollectorBase):
                        pre_collect_hook, post_collect_hook, writes: dict) -> None:
         for worker_id, env_fn in enumerate(create_env_fn):
             spec = WorkerSpec(
-                worker_id=worker_id, create_env_fn=env_fn, policy=self.policy, frames_per_batch=frames_per_batch,
+                # A copy per worker: pickling for spawn would otherwise move the trainer's own tensors to
+                # shared memory and let the workers see every in-place update without a weight sync.
+                worker_id=worker_id, create_env_fn=env_fn, policy=copy.deepcopy(self.policy),
+                frames_per_batch=frames_per_batch,
                 collector_kwargs=collector_kwargs, traj_pool=self._traj_pool,
                 weight_endpoints={model_id: sender.endpoint(worker_id) for model_id, sender in self._senders.items()},
                 torch_threads=torch_threads, pre_collect_hook=pre_collect_hook, post_collect_hook=post_collect_hook,

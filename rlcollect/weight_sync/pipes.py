@@ -1,4 +1,9 @@
-"""MultiProcessWeightSyncScheme: weights travel over one pipe per worker, acknowledged."""
+"""MultiProcessWeightSyncScheme: each update is sent over one pipe per worker and acknowledged.
+
+torch's multiprocessing pickler sends CPU tensors as shared-memory handles, so what the
+pipe carries is a copy of the weights in shared memory (made per update) and the worker
+copies from it into its own model.
+"""
 from __future__ import annotations
 
 import time

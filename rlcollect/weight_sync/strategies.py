@@ -28,12 +28,14 @@ def as_tensordict(weights) -> TensorDictBase:
 
 
 def extract(weights, strategy: str):
-    """What travels: a detached state_dict, or a TensorDict of parameters and buffers."""
+    """What travels: a copy, as a state_dict or a TensorDict of parameters and buffers. A
+    copy, because sending tensors between processes moves their storage to shared memory:
+    the trainer's own tensors must stay private."""
     if strategy == "state_dict":
         if isinstance(weights, nn.Module):
-            return {key: value.detach() for key, value in weights.state_dict().items()}
-        return dict(as_tensordict(weights).flatten_keys(".").items())
-    return as_tensordict(weights)
+            return {key: value.detach().clone() for key, value in weights.state_dict().items()}
+        return {key: value.clone() for key, value in as_tensordict(weights).flatten_keys(".").items()}
+    return as_tensordict(weights).clone()
 
 
 @torch.no_grad()

@@ -228,3 +228,17 @@ def test_batch_timeout_names_the_stuck_worker_and_shutdown_stays_bounded(no_left
         next(iter(collector))
     # the busy worker (5 s of work left) was terminated after shutdown_timeout: none is alive
     assert not any(p.is_alive() for p in collector._processes)
+
+
+def test_spawned_workers_hold_their_own_copy_of_the_weights(no_leftovers):
+    """Spawn pickles the policy through multiprocessing, which shares CPU tensors: the
+    workers must still not see the trainer's in-place changes before a weight sync."""
+    policy = WeightProbe()
+    collector = make(MultiSyncCollector, no_leftovers, create_env_fn=worker_envs(), policy=policy,
+                     frames_per_batch=4, start_method="spawn", weight_sync_schemes={"policy": NoWeightSyncScheme()})
+    assert not policy.weight.is_shared() and not policy.offset.is_shared()
+    with torch.no_grad():
+        policy.weight.fill_(7.0)
+        policy.offset.fill_(7.0)
+    batch = next(iter(collector))
+    assert (batch["weight_seen"] == 0).all() and (batch["offset_seen"] == 0).all()

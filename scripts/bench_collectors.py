@@ -1,15 +1,17 @@
-"""Collector throughput: rlcollect vs a hand-written gymnasium loop vs torchrl.
+"""Collector throughput: rlcollect vs hand-written gymnasium loops vs torchrl.
 
 Run it with ``make bench`` (sets up .venv and .venv-bench first; pass flags with
 ``make bench ARGS="--quick"``), or directly:
 
-    .venv/bin/python scripts/bench_collectors.py                 # 20,000 frames x 5 reps
-    .venv/bin/python scripts/bench_collectors.py --quick         # smoke run, seconds
+    .venv/bin/python scripts/bench_collectors.py                 # 20,000 frames x 5 reps, ~5 min
+    .venv/bin/python scripts/bench_collectors.py --quick         # smoke run, ~1 min
     .venv/bin/python scripts/bench_collectors.py --rows a,c --reps 9 --json out.json
 
-What it measures: frames per second on CartPole-v1 with the same policy everywhere,
-a 64x64 tanh MLP (obs 4 -> 64 -> 64 -> 2 logits, weights from one seed) followed by
-rlcollect's Gumbel-max ``categorical_sample``, torch.set_num_threads(1) in every process.
+What it measures: frames per second with the same policy everywhere, a 64x64 tanh MLP
+(obs -> 64 -> 64 -> 2 logits, weights from one seed; scripts/bench_policy.py) followed
+by rlcollect's Gumbel-max ``categorical_sample``, torch.set_num_threads(1) in every
+process (workers included). Rows a-j run CartPole-v1 (obs 4); rows k run
+rlcollect.testing.BusyEnv (obs 1), whose step burns 200 us of CPU: a costly simulator.
 
     a   hand-written loop, 1 gymnasium env: from_numpy, forward, sample, step, reset
     b   hand-written loop, SyncVectorEnv of 8 envs, one batched forward per step
@@ -17,31 +19,59 @@ rlcollect's Gumbel-max ``categorical_sample``, torch.set_num_threads(1) in every
     d   rlcollect Collector on GymEnv(CartPole-v1, num_envs=8)
     e1  torchrl Collector on GymEnv(CartPole-v1)              } in .venv-bench, through
     e2  torchrl Collector on SerialEnv(8, GymEnv(CartPole-v1)) } scripts/bench_torchrl_rows.py
+    f   rlcollect MultiSyncCollector, 2 workers x GymEnv(num_envs=4)
+    g   rlcollect MultiAsyncCollector, 2 workers x GymEnv(num_envs=4)
+    h   hand-written loop, AsyncVectorEnv of 8 envs (8 env processes), as b
+    i   torchrl MultiSyncCollector, 2 workers x SerialEnv(4)   } in .venv-bench
+    j   torchrl MultiAsyncCollector, 2 workers x SerialEnv(4)  }
+    k1  rlcollect Collector on GymEnv(BusyEnv(200 us), num_envs=8)
+    k2  rlcollect MultiSyncCollector, 2 workers x GymEnv(BusyEnv(200 us), num_envs=4)
+    s1  start-up: rlcollect MultiSyncCollector (as f), spawn
+    s2  start-up: rlcollect MultiSyncCollector (as f), fork
+    s3  start-up: torchrl MultiSyncCollector (as i), spawn
+    s4  start-up: torchrl MultiSyncCollector (as i), fork
 
-Every row is warmed up once, then the rows are measured in turn, ``--reps`` times
-(rep 1: a, b, c, ...; rep 2: a, b, c, ...), so slow drifts of the machine hit every row
-alike. One measurement collects ``--frames`` frames (env transitions, summed over the
-envs of a batched row); time.perf_counter brackets that collection only. For the
-collector rows, a measurement builds a fresh collector with ``total_frames =
-frames_per_batch + frames``; the following ``frames`` frames, after the first batch,
-are the ones timed. Reported on their own: "build ms", env + collector construction, and
-"1st batch ms", from the start of construction to the first batch (so it includes
-collecting ``frames_per_batch`` frames).
+Every throughput row is warmed up once, then all rows are measured in turn, ``--reps``
+times (rep 1: a, b, c, ...; rep 2: a, b, c, ...), so slow drifts of the machine hit every
+row alike. One measurement collects ``--frames`` frames (env transitions, summed over the
+envs of a batched row; a quarter of that, in whole batches, for the costly k rows);
+time.perf_counter brackets that collection only. For the collector rows, a measurement
+builds a fresh collector with ``total_frames = frames_per_batch + frames``; the
+following ``frames`` frames, after the first batch, are the ones timed, so a
+multi-process row's worker start-up is never in its frames/s. Reported on their own:
+"build ms", env + collector construction (for the multi-process rows, that includes
+starting the workers and waiting for them to be ready), and "1st batch ms", from the
+start of construction to the first batch (so it includes collecting
+``frames_per_batch`` frames).
 
-The hand-written vector loop (b) uses autoreset_mode=SAME_STEP: like the collectors, a
-finished env is reset within the step that finished it, so every frame is a transition.
+Multi-process rows (f, g, i, j, k2) start their workers with ``--start-method``
+(default fork: a spawn start-up of ~3 s per measurement would dominate the run; the
+steady-state frames/s does not depend on it). A MultiSync batch of ``frames_per_batch``
+frames is split over the 2 workers; a MultiAsync batch is one worker's
+``frames_per_batch`` frames (both libraries count alike). A MultiAsync row (g, j) may
+read up to one batch in 20 high: the batch the other worker has in flight when the
+timer starts is partly collected already. The s rows time only the start-up, for spawn
+and fork: construction, first batch (``frames_per_batch`` frames) and, on its own,
+shutdown; they are not warmed up.
+
+The hand-written vector loops (b, h) use autoreset_mode=SAME_STEP: like the collectors,
+a finished env is reset within the step that finished it, so every frame is a
+transition. h builds its env processes once (fork), before the warm-up.
 
 torchrl 0.14 needs tensordict<0.15, which rlcollect cannot share a venv with, so the
 torchrl rows run in .venv-bench (``make bench-venv``); this script keeps one worker
 process there (scripts/bench_torchrl_rows.py, JSON lines over stdin/stdout) and
 interleaves its measurements with the in-process rows. Without .venv-bench those rows
 are skipped. Ratios are of median frames/s; the bracket is the range of the per-rep
-ratios of the two rows measured side by side.
+ratios of the two rows measured side by side; "of max" is the ratio of the two rows' best
+reps, the figure least skewed by other processes on a shared machine (the multi-process
+rows, which need every core, suffer most from them; each rep's progress line on stderr
+shows the 1-min load average).
 """
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import functools
 import json
 import os
 import platform
@@ -56,80 +86,31 @@ from typing import Callable, Iterable
 import gymnasium as gym
 import numpy as np
 import torch
-from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModuleBase
-from torch import nn
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from bench_policy import HIDDEN, REPO_ROOT, SEED, MLPSamplingPolicy, build_mlp, configure_torch, sample_action
+
 BENCH_PYTHON = REPO_ROOT / ".venv-bench" / "bin" / "python"
 TORCHRL_WORKER = Path(__file__).resolve().with_name("bench_torchrl_rows.py")
 ENV_ID = "CartPole-v1"
 NUM_ENVS = 8
-HIDDEN = 64
-SEED = 0
-TARGET_RATIO = 0.8
-
-
-# ---------------------------------------------------------------------- the policy
-def _load_categorical_sample() -> Callable[[torch.Tensor], torch.Tensor]:
-    """rlcollect's Gumbel-max sampler, loaded from its source file rather than through
-    the ``rlcollect`` package, so that the torchrl venv (which cannot install rlcollect)
-    runs the very same function."""
-    path = REPO_ROOT / "rlcollect" / "modules" / "distributions.py"
-    spec = importlib.util.spec_from_file_location("_bench_distributions", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.categorical_sample
-
-
-categorical_sample = _load_categorical_sample()
-
-
-def sample_action(logits: torch.Tensor) -> torch.Tensor:
-    """The one action-sampling function of every row: Gumbel-max on the logits."""
-    return categorical_sample(logits)
-
-
-def build_mlp() -> nn.Sequential:
-    """obs 4 -> 64 -> 64 -> 2 logits, tanh; the same weights in every process."""
-    torch.manual_seed(SEED)
-    return nn.Sequential(
-        nn.Linear(4, HIDDEN), nn.Tanh(),
-        nn.Linear(HIDDEN, HIDDEN), nn.Tanh(),
-        nn.Linear(HIDDEN, 2),
-    )
-
-
-class MLPSamplingPolicy(TensorDictModuleBase):
-    """"observation" -> MLP -> sample_action -> "action"; the policy of every collector row
-    (rlcollect's and torchrl's), so both frameworks call exactly the same module.
-
-    Not a ``TensorDictModule(nn_module, in_keys, out_keys)``: its key handling costs per
-    call about 15 us more under tensordict 0.15 and about 120 us more under 0.14 (the
-    torchrl venv's), which would measure the wrapper rather than the collectors."""
-
-    in_keys = ["observation"]
-    out_keys = ["action"]
-
-    def __init__(self, mlp: nn.Module) -> None:
-        super().__init__()
-        self.mlp = mlp
-
-    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        tensordict.set("action", sample_action(self.mlp(tensordict.get("observation"))))
-        return tensordict
-
-
-def configure_torch() -> None:
-    torch.set_num_threads(1)
+NUM_WORKERS = 2  # multi-process rows: NUM_WORKERS workers x ENVS_PER_WORKER envs
+ENVS_PER_WORKER = NUM_ENVS // NUM_WORKERS
+BUSY_STEP_US = 200.0  # cost of one BusyEnv step, k rows
+BUSY_OBS_DIM = 1
+START_METHODS = ("fork", "spawn", "forkserver")
+TARGET_RATIO = 0.8  # rlcollect / hand-written
+TARGET_MULTI_VS_TORCHRL = 3.0
+TARGET_COSTLY_SPEEDUP = 1.5
+TARGET_STARTUP_S = 3.0  # rlcollect MultiSync, construction to first batch
 
 
 # ---------------------------------------------------------------------- timing
 @dataclass
 class Measurement:
-    frames_per_s: float
+    frames_per_s: float | None = None  # throughput rows
     construct_ms: float | None = None  # collector rows: env + collector construction
     startup_ms: float | None = None  # collector rows: construction + first batch
+    shutdown_ms: float | None = None  # start-up rows: shutdown() after the first batch
 
 
 def time_collector(make_collector: Callable[[int], Iterable], frames: int, frames_per_batch: int) -> Measurement:
@@ -137,18 +118,34 @@ def time_collector(make_collector: Callable[[int], Iterable], frames: int, frame
     gets that total), time construction to first batch, then the remaining ``frames``."""
     start = time.perf_counter()
     collector = make_collector(frames_per_batch + frames)
-    constructed = time.perf_counter()
-    batches = iter(collector)
-    next(batches)
-    first_batch = time.perf_counter()
-    collected = 0
-    for batch in batches:
-        collected += batch.numel()
-    end = time.perf_counter()
-    collector.shutdown()
+    try:
+        constructed = time.perf_counter()
+        batches = iter(collector)
+        next(batches)
+        first_batch = time.perf_counter()
+        collected = 0
+        for batch in batches:
+            collected += batch.numel()
+        end = time.perf_counter()
+    finally:
+        collector.shutdown()
     if collected != frames:
         raise RuntimeError(f"expected {frames} frames after the first batch, got {collected}")
     return Measurement(frames / (end - first_batch), 1e3 * (constructed - start), 1e3 * (first_batch - start))
+
+
+def time_startup(make_collector: Callable[[int], Iterable], frames_per_batch: int) -> Measurement:
+    """Build a collector of one batch, time construction, first batch and shutdown."""
+    start = time.perf_counter()
+    collector = make_collector(frames_per_batch)
+    try:
+        constructed = time.perf_counter()
+        next(iter(collector))
+        first_batch = time.perf_counter()
+    finally:
+        collector.shutdown()
+    end = time.perf_counter()
+    return Measurement(None, 1e3 * (constructed - start), 1e3 * (first_batch - start), 1e3 * (end - first_batch))
 
 
 # ---------------------------------------------------------------------- row registry
@@ -157,14 +154,22 @@ class Settings:
     frames: int  # per measurement
     frames_per_batch: int  # collector rows
     reps: int
+    start_method: str  # multi-process throughput rows
 
     @property
-    def warmup_frames(self) -> int:
+    def costly_frames(self) -> int:
+        """Frames of a BusyEnv (k) measurement: a quarter of ``frames``, in whole batches."""
+        return self.frames_per_batch * max(1, self.frames // 4 // self.frames_per_batch)
+
+    def frames_of(self, row: "Row") -> int:
+        return self.costly_frames if row.costly else self.frames
+
+    def warmup_frames_of(self, row: "Row") -> int:
         """A quarter of a measurement (whole batches, at least two)."""
-        return self.frames_per_batch * max(2, self.frames // 4 // self.frames_per_batch)
+        return self.frames_per_batch * max(2, self.frames_of(row) // 4 // self.frames_per_batch)
 
 
-Measure = Callable[[int], Measurement]
+Measure = Callable[[int], Measurement]  # frames -> Measurement
 
 
 @dataclass(frozen=True)
@@ -174,20 +179,23 @@ class Row:
     num_envs: int
     make: Callable[[Settings, "TorchrlWorker | None"], Measure]
     needs_torchrl: bool = False
+    costly: bool = False  # measured on settings.costly_frames
+    startup: bool = False  # a start-up row: measures construction to first batch, no frames/s
 
 
 ROWS: dict[str, Row] = {}
 
 
-def register(key: str, label: str, num_envs: int = 1, needs_torchrl: bool = False):
-    """Add a row: the decorated factory returns ``measure(frames) -> Measurement``."""
+def register(key: str, label: str, num_envs: int = 1, **flags):
+    """Add a row: the decorated factory returns ``measure(frames) -> Measurement``; a
+    ``measure`` with a ``close()`` method gets it called once every rep is done."""
     def decorate(make):
-        ROWS[key] = Row(key, label, num_envs, make, needs_torchrl)
+        ROWS[key] = Row(key, label, num_envs, make, **flags)
         return make
     return decorate
 
 
-# ---------------------------------------------------------------------- a, b: by hand
+# ---------------------------------------------------------------------- a, b, h: by hand
 class HandSingleLoop:
     """One gymnasium env, one forward per step; the episode carries over between calls."""
 
@@ -211,13 +219,12 @@ class HandSingleLoop:
 
 
 class HandVectorLoop:
-    """SyncVectorEnv of NUM_ENVS envs (same-step autoreset), one batched forward per step."""
+    """A gymnasium vector env of NUM_ENVS envs (same-step autoreset), one batched forward
+    per step; ``vector_env_cls`` is SyncVectorEnv (b) or AsyncVectorEnv (h)."""
 
-    def __init__(self) -> None:
-        self.env = gym.vector.SyncVectorEnv(
-            [lambda: gym.make(ENV_ID) for _ in range(NUM_ENVS)],
-            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-        )
+    def __init__(self, vector_env_cls: type, **vector_kwargs) -> None:
+        self.env = vector_env_cls([lambda: gym.make(ENV_ID) for _ in range(NUM_ENVS)],
+                                  autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, **vector_kwargs)
         self.mlp = build_mlp()
         self.obs, _ = self.env.reset(seed=SEED)
 
@@ -232,6 +239,9 @@ class HandVectorLoop:
         self.obs = obs
         return Measurement(frames / elapsed)
 
+    def close(self) -> None:
+        self.env.close()
+
 
 @register("a", "hand-written loop, gymnasium env")
 def hand_single(settings: Settings, worker) -> Measure:
@@ -240,18 +250,24 @@ def hand_single(settings: Settings, worker) -> Measure:
 
 @register("b", f"hand-written loop, SyncVectorEnv({NUM_ENVS})", num_envs=NUM_ENVS)
 def hand_vector(settings: Settings, worker) -> Measure:
-    return HandVectorLoop()
+    return HandVectorLoop(gym.vector.SyncVectorEnv)
 
 
-# ---------------------------------------------------------------------- c, d: rlcollect
-def rlcollect_measure(settings: Settings, num_envs: int | None) -> Measure:
+# ---------------------------------------------------------------------- c, d, k1: rlcollect
+def busy_env_source() -> Callable[[], gym.Env]:
+    """BusyEnv(BUSY_STEP_US) factory, picklable (for spawn workers)."""
+    from rlcollect.testing import BusyEnv
+    return functools.partial(BusyEnv, BUSY_STEP_US)
+
+
+def rlcollect_measure(settings: Settings, env_source, num_envs: int | None, obs_dim: int = 4) -> Measure:
     from rlcollect.collectors import Collector
     from rlcollect.envs import GymEnv
 
-    policy = MLPSamplingPolicy(build_mlp())
+    policy = MLPSamplingPolicy(build_mlp(obs_dim))
 
     def make_collector(total_frames: int):
-        return Collector(lambda: GymEnv(ENV_ID, num_envs=num_envs, seed=SEED), policy,
+        return Collector(lambda: GymEnv(env_source, num_envs=num_envs, seed=SEED), policy,
                          frames_per_batch=settings.frames_per_batch, total_frames=total_frames)
 
     return lambda frames: time_collector(make_collector, frames, settings.frames_per_batch)
@@ -259,12 +275,12 @@ def rlcollect_measure(settings: Settings, num_envs: int | None) -> Measure:
 
 @register("c", "rlcollect Collector, GymEnv")
 def rlcollect_single(settings: Settings, worker) -> Measure:
-    return rlcollect_measure(settings, num_envs=None)
+    return rlcollect_measure(settings, ENV_ID, num_envs=None)
 
 
 @register("d", f"rlcollect Collector, GymEnv(num_envs={NUM_ENVS})", num_envs=NUM_ENVS)
 def rlcollect_batched(settings: Settings, worker) -> Measure:
-    return rlcollect_measure(settings, num_envs=NUM_ENVS)
+    return rlcollect_measure(settings, ENV_ID, num_envs=NUM_ENVS)
 
 
 # ---------------------------------------------------------------------- e: torchrl
@@ -287,8 +303,8 @@ class TorchrlWorker:
             raise RuntimeError(f"torchrl worker: {reply['error']}")
         return reply
 
-    def measure(self, row: str, frames: int, frames_per_batch: int) -> Measurement:
-        request = {"row": row, "frames": frames, "frames_per_batch": frames_per_batch}
+    def measure(self, row: str, frames: int, frames_per_batch: int, start_method: str | None = None) -> Measurement:
+        request = {"row": row, "frames": frames, "frames_per_batch": frames_per_batch, "start_method": start_method}
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         return Measurement(**self._read()["measurement"])
@@ -302,8 +318,8 @@ class TorchrlWorker:
             self.process.wait()
 
 
-def torchrl_measure(settings: Settings, worker: TorchrlWorker, row: str) -> Measure:
-    return lambda frames: worker.measure(row, frames, settings.frames_per_batch)
+def torchrl_measure(settings: Settings, worker: TorchrlWorker, row: str, start_method: str | None = None) -> Measure:
+    return lambda frames: worker.measure(row, frames, settings.frames_per_batch, start_method)
 
 
 @register("e1", "torchrl Collector, GymEnv", needs_torchrl=True)
@@ -316,6 +332,101 @@ def torchrl_serial(settings: Settings, worker: TorchrlWorker) -> Measure:
     return torchrl_measure(settings, worker, "serial")
 
 
+# ---------------------------------------------------------------------- f-k, s: multi-process rows, their baselines
+def make_rlcollect_multi(collector_cls_name: str, env_source, obs_dim: int, frames_per_batch: int,
+                         start_method: str) -> Callable[[int], Iterable]:
+    """``total_frames -> collector`` for NUM_WORKERS workers of GymEnv(env_source,
+    ENVS_PER_WORKER); worker w's envs get seeds SEED + ENVS_PER_WORKER * w + i, the seeds
+    of the single-process 8-env rows. The policy and the env factories are picklable
+    (bench_policy.MLPSamplingPolicy, functools.partial of importable callables), as spawn
+    needs."""
+    from rlcollect.collectors import multi
+    from rlcollect.envs import GymEnv
+
+    collector_cls = getattr(multi, collector_cls_name)
+    policy = MLPSamplingPolicy(build_mlp(obs_dim))
+    env_fns = [functools.partial(GymEnv, env_source, ENVS_PER_WORKER, seed=SEED + ENVS_PER_WORKER * worker_id)
+               for worker_id in range(NUM_WORKERS)]
+
+    def make_collector(total_frames: int):
+        return collector_cls(env_fns, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
+                             start_method=start_method)
+
+    return make_collector
+
+
+def rlcollect_multi_measure(settings: Settings, collector_cls_name: str, env_source=ENV_ID,
+                            obs_dim: int = 4) -> Measure:
+    make_collector = make_rlcollect_multi(collector_cls_name, env_source, obs_dim, settings.frames_per_batch,
+                                          settings.start_method)
+    return lambda frames: time_collector(make_collector, frames, settings.frames_per_batch)
+
+
+def rlcollect_startup_measure(settings: Settings, start_method: str) -> Measure:
+    make_collector = make_rlcollect_multi("MultiSyncCollector", ENV_ID, 4, settings.frames_per_batch, start_method)
+    return lambda frames: time_startup(make_collector, settings.frames_per_batch)
+
+
+MULTI = f"{NUM_WORKERS} workers x GymEnv({ENVS_PER_WORKER})"
+TORCHRL_MULTI = f"{NUM_WORKERS} workers x SerialEnv({ENVS_PER_WORKER})"
+
+
+@register("f", f"rlcollect MultiSync, {MULTI}", num_envs=NUM_ENVS)
+def rlcollect_multisync(settings: Settings, worker) -> Measure:
+    return rlcollect_multi_measure(settings, "MultiSyncCollector")
+
+
+@register("g", f"rlcollect MultiAsync, {MULTI}", num_envs=NUM_ENVS)
+def rlcollect_multiasync(settings: Settings, worker) -> Measure:
+    return rlcollect_multi_measure(settings, "MultiAsyncCollector")
+
+
+@register("h", f"hand-written loop, AsyncVectorEnv({NUM_ENVS})", num_envs=NUM_ENVS)
+def hand_async_vector(settings: Settings, worker) -> Measure:
+    return HandVectorLoop(gym.vector.AsyncVectorEnv, context="fork")
+
+
+@register("i", f"torchrl MultiSync, {TORCHRL_MULTI}", num_envs=NUM_ENVS, needs_torchrl=True)
+def torchrl_multisync(settings: Settings, worker: TorchrlWorker) -> Measure:
+    return torchrl_measure(settings, worker, "multisync", settings.start_method)
+
+
+@register("j", f"torchrl MultiAsync, {TORCHRL_MULTI}", num_envs=NUM_ENVS, needs_torchrl=True)
+def torchrl_multiasync(settings: Settings, worker: TorchrlWorker) -> Measure:
+    return torchrl_measure(settings, worker, "multiasync", settings.start_method)
+
+
+@register("k1", f"rlcollect Collector, BusyEnv x {NUM_ENVS}", num_envs=NUM_ENVS, costly=True)
+def rlcollect_busy(settings: Settings, worker) -> Measure:
+    return rlcollect_measure(settings, busy_env_source(), num_envs=NUM_ENVS, obs_dim=BUSY_OBS_DIM)
+
+
+@register("k2", f"rlcollect MultiSync, {NUM_WORKERS} workers x BusyEnv x {ENVS_PER_WORKER}", num_envs=NUM_ENVS,
+          costly=True)
+def rlcollect_busy_multisync(settings: Settings, worker) -> Measure:
+    return rlcollect_multi_measure(settings, "MultiSyncCollector", busy_env_source(), obs_dim=BUSY_OBS_DIM)
+
+
+@register("s1", f"rlcollect MultiSync, {MULTI}, spawn", num_envs=NUM_ENVS, startup=True)
+def rlcollect_startup_spawn(settings: Settings, worker) -> Measure:
+    return rlcollect_startup_measure(settings, "spawn")
+
+
+@register("s2", f"rlcollect MultiSync, {MULTI}, fork", num_envs=NUM_ENVS, startup=True)
+def rlcollect_startup_fork(settings: Settings, worker) -> Measure:
+    return rlcollect_startup_measure(settings, "fork")
+
+
+@register("s3", f"torchrl MultiSync, {TORCHRL_MULTI}, spawn", num_envs=NUM_ENVS, needs_torchrl=True, startup=True)
+def torchrl_startup_spawn(settings: Settings, worker: TorchrlWorker) -> Measure:
+    return torchrl_measure(settings, worker, "multisync-startup", "spawn")
+
+
+@register("s4", f"torchrl MultiSync, {TORCHRL_MULTI}, fork", num_envs=NUM_ENVS, needs_torchrl=True, startup=True)
+def torchrl_startup_fork(settings: Settings, worker: TorchrlWorker) -> Measure:
+    return torchrl_measure(settings, worker, "multisync-startup", "fork")
+
+
 # (numerator, denominator, what, target)
 COMPARISONS = (
     ("c", "a", "rlcollect / hand-written, 1 env", TARGET_RATIO),
@@ -324,7 +435,15 @@ COMPARISONS = (
     ("e2", "b", f"torchrl / hand-written, {NUM_ENVS} envs", None),
     ("c", "e1", "rlcollect / torchrl, 1 env", None),
     ("d", "e2", f"rlcollect / torchrl, {NUM_ENVS} envs", None),
+    ("f", "i", "rlcollect / torchrl, MultiSync", TARGET_MULTI_VS_TORCHRL),
+    ("g", "j", "rlcollect / torchrl, MultiAsync", None),
+    ("f", "h", "MultiSync / AsyncVectorEnv", None),
+    ("g", "h", "MultiAsync / AsyncVectorEnv", None),
+    ("f", "d", "MultiSync / 1-process Collector", None),
+    ("h", "b", "AsyncVectorEnv / SyncVectorEnv", None),
+    ("k2", "k1", "MultiSync / 1-process, BusyEnv", TARGET_COSTLY_SPEEDUP),
 )
+STARTUP_TARGETS = {"s1": TARGET_STARTUP_S, "s2": TARGET_STARTUP_S}  # seconds, construction to first batch
 
 
 # ---------------------------------------------------------------------- running
@@ -333,30 +452,38 @@ class RowResult:
     row: Row
     measurements: list[Measurement] = field(default_factory=list)
 
+    def values(self, name: str) -> list[float]:
+        return [getattr(m, name) for m in self.measurements if getattr(m, name) is not None]
+
     @property
     def fps(self) -> list[float]:
-        return [m.frames_per_s for m in self.measurements]
+        return self.values("frames_per_s")
 
-    @property
-    def construct_ms(self) -> list[float]:
-        return [m.construct_ms for m in self.measurements if m.construct_ms is not None]
-
-    @property
-    def startup_ms(self) -> list[float]:
-        return [m.startup_ms for m in self.measurements if m.startup_ms is not None]
+    def progress(self) -> str:
+        last = self.measurements[-1]
+        return f"{self.row.key} {last.startup_ms / 1e3:.2f}s" if self.row.startup else \
+            f"{self.row.key} {last.frames_per_s:,.0f}"
 
 
 def run_rows(rows: list[Row], settings: Settings, worker: TorchrlWorker | None) -> dict[str, RowResult]:
-    """Warm every row up once, then measure them in turn, ``settings.reps`` times."""
-    measures = {row.key: row.make(settings, worker) for row in rows}
-    for row in rows:
-        measures[row.key](settings.warmup_frames)
-    results = {row.key: RowResult(row) for row in rows}
-    for rep in range(settings.reps):
+    """Warm every throughput row up once, then measure all rows in turn, ``settings.reps`` times."""
+    measures = {}
+    try:
         for row in rows:
-            results[row.key].measurements.append(measures[row.key](settings.frames))
-        print(f"  rep {rep + 1}/{settings.reps}: " + "  ".join(
-            f"{key} {result.fps[-1]:,.0f}" for key, result in results.items()), file=sys.stderr, flush=True)
+            measures[row.key] = row.make(settings, worker)
+        for row in rows:
+            if not row.startup:  # a start-up is cold by definition; a warm-up would only cost time
+                measures[row.key](settings.warmup_frames_of(row))
+        results = {row.key: RowResult(row) for row in rows}
+        for rep in range(settings.reps):
+            for row in rows:
+                results[row.key].measurements.append(measures[row.key](settings.frames_of(row)))
+            print(f"  rep {rep + 1}/{settings.reps} (load {os.getloadavg()[0]:.2f}): "
+                  + "  ".join(result.progress() for result in results.values()), file=sys.stderr, flush=True)
+    finally:
+        for measure in measures.values():
+            if hasattr(measure, "close"):
+                measure.close()
     return results
 
 
@@ -364,41 +491,79 @@ def paired_ratios(results: dict[str, RowResult], numerator: str, denominator: st
     return [n / d for n, d in zip(results[numerator].fps, results[denominator].fps)]
 
 
-def format_report(results: dict[str, RowResult], header: list[str], skipped: str | None) -> str:
-    lines = [*header, ""]
-    lines.append(f"{'row':<4}{'what':<42}{'envs':>5}{'median f/s':>12}{'min f/s':>10}{'max f/s':>10}"
-                 f"{'build ms':>10}{'1st batch ms':>14}")
-    lines.append("-" * 107)
+def _median(values: list[float], scale: float = 1.0, spec: str = ",.1f") -> str:
+    return format(statistics.median(values) * scale, spec) if values else "-"
+
+
+def format_throughput(results: dict[str, RowResult], settings: Settings) -> list[str]:
+    lines = [f"{'row':<4}{'what':<46}{'envs':>5}{'frames':>8}{'median f/s':>12}{'min f/s':>10}{'max f/s':>10}"
+             f"{'build ms':>10}{'1st batch ms':>14}", "-" * 119]
     for key, result in results.items():
-        build = f"{statistics.median(result.construct_ms):,.1f}" if result.construct_ms else "-"
-        startup = f"{statistics.median(result.startup_ms):,.1f}" if result.startup_ms else "-"
-        lines.append(f"{key:<4}{result.row.label:<42}{result.row.num_envs:>5}"
+        lines.append(f"{key:<4}{result.row.label:<46}{result.row.num_envs:>5}{settings.frames_of(result.row):>8,}"
                      f"{statistics.median(result.fps):>12,.0f}{min(result.fps):>10,.0f}{max(result.fps):>10,.0f}"
-                     f"{build:>10}{startup:>14}")
-    if skipped:
-        lines += ["", skipped]
+                     f"{_median(result.values('construct_ms')):>10}{_median(result.values('startup_ms')):>14}")
+    return lines
+
+
+def format_startup(results: dict[str, RowResult]) -> list[str]:
+    lines = ["start-up of a multi-process collector: construction (workers started and ready) to first batch, seconds",
+             f"{'row':<4}{'what':<52}{'median s':>9}{'min s':>7}{'max s':>7}{'build s':>9}{'shutdown s':>12}  target",
+             "-" * 116]
+    for key, result in results.items():
+        startup_s = [ms / 1e3 for ms in result.values("startup_ms")]
+        target = STARTUP_TARGETS.get(key)
+        verdict = "" if target is None else \
+            f"< {target:.1f} s: {'met' if statistics.median(startup_s) < target else 'NOT met'}"
+        lines.append(f"{key:<4}{result.row.label:<52}{statistics.median(startup_s):>9.2f}{min(startup_s):>7.2f}"
+                     f"{max(startup_s):>7.2f}{_median(result.values('construct_ms'), 1e-3, '.2f'):>9}"
+                     f"{_median(result.values('shutdown_ms'), 1e-3, '.2f'):>12}  {verdict}".rstrip())
+    return lines
+
+
+def format_ratios(results: dict[str, RowResult]) -> list[str]:
     comparisons = [c for c in COMPARISONS if c[0] in results and c[1] in results]
-    if comparisons:
-        lines += ["", f"{'ratio':<10}{'what':<34}{'median':>8}  {'per-rep range':<15}target"]
-        lines.append("-" * 80)
+    if not comparisons:
+        return []
+    lines = ["ratio: of the median frames/s (the target applies to it); per-rep range: of the ratios of each rep; "
+             "of max: of the best rep of each row, the least disturbed by other processes",
+             f"{'ratio':<10}{'what':<38}{'median':>8}  {'per-rep range':<15}{'of max':>7}  target", "-" * 93]
     for numerator, denominator, what, target in comparisons:
         ratio = statistics.median(results[numerator].fps) / statistics.median(results[denominator].fps)
         per_rep = paired_ratios(results, numerator, denominator)
+        of_max = max(results[numerator].fps) / max(results[denominator].fps)
         verdict = "" if target is None else f">= {target:.2f}x: {'met' if ratio >= target else 'NOT met'}"
-        lines.append(f"{f'({numerator})/({denominator})':<10}{what:<34}{ratio:>7.2f}x  "
-                     f"{f'[{min(per_rep):.2f}, {max(per_rep):.2f}]':<15}{verdict}".rstrip())
+        lines.append(f"{f'({numerator})/({denominator})':<10}{what:<38}{ratio:>7.2f}x  "
+                     f"{f'[{min(per_rep):.2f}, {max(per_rep):.2f}]':<15}{of_max:>6.2f}x  {verdict}".rstrip())
+    return lines
+
+
+def format_report(results: dict[str, RowResult], settings: Settings, header: list[str], skipped: str | None) -> str:
+    throughput = {key: result for key, result in results.items() if not result.row.startup}
+    startup = {key: result for key, result in results.items() if result.row.startup}
+    sections = (format_throughput(throughput, settings) if throughput else [],
+                format_startup(startup) if startup else [],
+                [skipped] if skipped else [],
+                format_ratios(throughput))
+    lines = [*header]
+    for section in sections:
+        if section:
+            lines += ["", *section]
     return "\n".join(lines)
 
 
 def report_header(settings: Settings, machine: dict) -> list[str]:
     return [
-        f"{ENV_ID}, {HIDDEN}x{HIDDEN} tanh MLP + Gumbel-max categorical_sample, torch threads 1",
-        f"{settings.frames:,} frames per measurement, {settings.reps} interleaved reps after 1 warm-up; "
-        f"collectors: frames_per_batch={settings.frames_per_batch}",
-        "build ms: env + collector construction; 1st batch ms: from the start of construction to the first batch "
-        "(medians)",
+        f"{ENV_ID} (rows a-j) and BusyEnv({BUSY_STEP_US:.0f} us per step, rows k), {HIDDEN}x{HIDDEN} tanh MLP + "
+        "Gumbel-max categorical_sample, torch threads 1 in every process",
+        f"{settings.frames:,} frames per measurement ({settings.costly_frames:,} for the k rows); "
+        f"{settings.reps} interleaved reps after 1 warm-up (none for start-up rows)",
+        f"collectors: frames_per_batch={settings.frames_per_batch}; multi-process rows: {NUM_WORKERS} workers x "
+        f"{ENVS_PER_WORKER} envs, start method {settings.start_method}",
+        "build ms: env + collector construction (workers included); 1st batch ms: from the start of construction to "
+        "the first batch (medians)",
         f"{machine['cpus']} cpus, 1-min load average {machine['load_before']:.2f} before, "
-        f"{machine['load_after']:.2f} after (other processes skew every row; the interleaving spreads that over all rows)",
+        f"{machine['load_after']:.2f} after, {machine['wall_s']:.0f} s in all (other processes skew every row; "
+        "the interleaving spreads that over all rows)",
         "versions: " + "; ".join(f"{where}: " + ", ".join(f"{k} {v}" for k, v in found.items())
                                  for where, found in machine["versions"].items()),
     ]
@@ -406,21 +571,29 @@ def report_header(settings: Settings, machine: dict) -> list[str]:
 
 def to_json(results: dict[str, RowResult], settings: Settings, machine: dict) -> dict:
     return {
-        "settings": {**asdict(settings), "env": ENV_ID, "num_envs": NUM_ENVS, "hidden": HIDDEN},
+        "settings": {**asdict(settings), "costly_frames": settings.costly_frames, "env": ENV_ID,
+                     "num_envs": NUM_ENVS, "num_workers": NUM_WORKERS, "hidden": HIDDEN,
+                     "busy_step_us": BUSY_STEP_US},
         "machine": machine,
         "rows": {
             key: {
                 "label": result.row.label,
                 "num_envs": result.row.num_envs,
+                "frames": None if result.row.startup else settings.frames_of(result.row),
                 "frames_per_s": result.fps,
-                "construct_ms": result.construct_ms,
-                "startup_ms": result.startup_ms,
-                "median_frames_per_s": statistics.median(result.fps),
+                "construct_ms": result.values("construct_ms"),
+                "startup_ms": result.values("startup_ms"),
+                "shutdown_ms": result.values("shutdown_ms"),
+                "median_frames_per_s": statistics.median(result.fps) if result.fps else None,
             }
             for key, result in results.items()
         },
         "ratios": {
             f"{n}/{d}": statistics.median(results[n].fps) / statistics.median(results[d].fps)
+            for n, d, _, _ in COMPARISONS if n in results and d in results
+        },
+        "ratios_of_max": {
+            f"{n}/{d}": max(results[n].fps) / max(results[d].fps)
             for n, d, _, _ in COMPARISONS if n in results and d in results
         },
     }
@@ -435,10 +608,14 @@ def local_versions() -> dict:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--frames", type=int, default=20_000, help="frames per measurement, every row (default 20000)")
+    parser.add_argument("--frames", type=int, default=20_000,
+                        help="frames per measurement (default 20000; a quarter, in whole batches, for the k rows)")
     parser.add_argument("--frames-per-batch", type=int, default=1000,
                         help=f"collector batch size, a divisor of --frames and a multiple of {NUM_ENVS} (default 1000)")
     parser.add_argument("--reps", type=int, default=5, help="interleaved repetitions (default 5)")
+    parser.add_argument("--start-method", choices=START_METHODS, default="fork",
+                        help="workers of the multi-process throughput rows f, g, i, j, k2 (default fork); "
+                             "the s rows time spawn and fork start-up on their own")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2000 frames, batches of 200, 2 reps")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of {','.join(ROWS)}")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
@@ -468,13 +645,14 @@ def start_torchrl_worker(rows: list[Row]) -> tuple[TorchrlWorker | None, str | N
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure_torch()
-    settings = Settings(args.frames, args.frames_per_batch, args.reps)
+    settings = Settings(args.frames, args.frames_per_batch, args.reps, args.start_method)
     rows = [ROWS[key] for key in args.rows.split(",")]
     worker, skipped = start_torchrl_worker(rows)
     if skipped:
         rows = [row for row in rows if not row.needs_torchrl]
     machine = {"cpus": os.cpu_count(), "load_before": os.getloadavg()[0],
                "versions": {"main": local_versions(), **({"torchrl_venv": worker.versions} if worker else {})}}
+    started = time.perf_counter()
     try:
         print(f"benchmarking rows {','.join(row.key for row in rows)} ...", file=sys.stderr, flush=True)
         results = run_rows(rows, settings, worker)
@@ -482,7 +660,8 @@ def main(argv: list[str] | None = None) -> None:
         if worker is not None:
             worker.close()
     machine["load_after"] = os.getloadavg()[0]
-    print(format_report(results, report_header(settings, machine), skipped))
+    machine["wall_s"] = time.perf_counter() - started
+    print(format_report(results, settings, report_header(settings, machine), skipped))
     if args.json:
         args.json.write_text(json.dumps(to_json(results, settings, machine), indent=2))
         print(f"\nraw numbers written to {args.json}")

@@ -12,8 +12,9 @@ The library, usable without the CLI:
 
 The command line: ``rlcollect train [overrides]`` (see README.md).
 """
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from rlcollect._lazy import lazy_getattr
 
 __version__ = "0.1.0"
 
@@ -39,12 +40,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'rlcollect' has no attribute {name!r}")
-    value = getattr(import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("rlcollect", _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

@@ -2,7 +2,7 @@
 
 Names load on first access, so `rlcollect compare` does not import torch.
 """
-from importlib import import_module
+from rlcollect._lazy import lazy_getattr
 
 _EXPORTS = {
     "EpisodeTracker": "rlcollect.logging.episodes",
@@ -11,10 +11,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'rlcollect.logging' has no attribute {name!r}")
-    value = getattr(import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr("rlcollect.logging", _EXPORTS, globals())

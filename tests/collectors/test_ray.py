@@ -1,0 +1,448 @@
+"""RayCollector on a real Ray head (loopback only), started once for the module.
+
+The head runs as ``ray start --head --block`` under ``loopback_ray_env()``, in its own
+session and temp dir (so teardown stops exactly its processes, never another Ray on the
+machine); collectors join it by address, and its workers import this module by name
+(PYTHONPATH). One test lets a RayCollector start (and stop) a local Ray itself, in a
+subprocess with none of those settings. Every collector is shut down by the ``make``
+fixture, so the head's 2 CPUs are free for the next test. Nothing leaves loopback: the
+listener tests check every socket Ray opens for listening.
+"""
+import functools
+import inspect
+import ipaddress
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+ray = pytest.importorskip("ray")
+
+from rlcollect.buffers import LazyTensorStorage, ReplayBuffer  # noqa: E402
+from rlcollect.collectors.multi import WorkerError  # noqa: E402
+from rlcollect.collectors.ray import TRAJ_ID_SHIFT, RayCollector, loopback_ray_env  # noqa: E402
+from rlcollect.envs import GymEnv  # noqa: E402
+from rlcollect.testing import CountingEnv, ErrorAfterEnv, WorkerIdEnv  # noqa: E402
+from rlcollect.weight_sync import SharedMemWeightSyncScheme  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+TRAJ_IDS, WORKER_ID, VERSION = ("collector", "traj_ids"), ("collector", "worker_id"), ("collector", "policy_version")
+HEAD_START_SECONDS = 90
+
+
+class WeightProbe(nn.Module):
+    """Writes action 0 and the parameter and buffer values it ran with."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(()))
+        self.register_buffer("offset", torch.zeros(()))
+
+    def forward(self, td):
+        td.set("action", torch.zeros(td.batch_size, dtype=torch.int64))
+        td.set("weight_seen", self.weight.detach().expand(td.batch_size).clone())
+        td.set("offset_seen", self.offset.expand(td.batch_size).clone())
+        return td
+
+
+def worker_envs(num_workers=2, num_envs=None, episode_length=5):
+    return [functools.partial(GymEnv, functools.partial(WorkerIdEnv, i, episode_length), num_envs)
+            for i in range(num_workers)]
+
+
+# ---------------------------------------------------------------------------- the cluster
+def descendants(root_pid: int) -> set[int]:
+    """Pids of every live process below ``root_pid``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, stack = set(), [root_pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+@pytest.fixture(scope="module")
+def ray_head():
+    """Address of a Ray head bound to 127.0.0.1 (2 CPUs, no dashboard, loopback env)."""
+    temp_dir = tempfile.mkdtemp(prefix="rlc-ray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
+    log_file = open(Path(temp_dir) / "ray-start.log", "w")
+    ray_bin = Path(sys.executable).with_name("ray")
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in loopback_ray_env().items():  # this process joins under the same settings
+            patch.setenv(name, value)
+        patch.delenv("RAY_ADDRESS", raising=False)
+        # actors (and the worker processes they spawn) unpickle this module's classes by name
+        python_path = [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]
+        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, python_path)))
+        head = subprocess.Popen(
+            [str(ray_bin), "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--port=0", "--num-cpus=2",
+             "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}"],
+            env=os.environ.copy(), stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            address_file = Path(temp_dir) / "ray_current_cluster"
+            deadline = time.monotonic() + HEAD_START_SECONDS
+            while not (address_file.exists() and address_file.read_text().strip()):
+                if head.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"ray start failed: {(Path(temp_dir) / 'ray-start.log').read_text()[-2000:]}")
+                time.sleep(0.2)
+            yield {"address": address_file.read_text().strip(), "pid": head.pid}
+        finally:
+            if ray.is_initialized():
+                ray.shutdown()  # disconnect this driver
+            head.send_signal(signal.SIGTERM)  # `ray start --block` stops its processes on SIGTERM
+            try:
+                head.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(head.pid, signal.SIGKILL)  # the head's own session: whatever is left of it
+            except ProcessLookupError:
+                pass
+            head.wait(timeout=10)
+            log_file.close()
+            shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def make(ray_head):
+    """Build a RayCollector joined to the module's head; shut down after the test."""
+    collectors = []
+
+    def build(*args, **kwargs):
+        kwargs.setdefault("ray_address", ray_head["address"])
+        collector = RayCollector(*args, **kwargs)
+        collectors.append(collector)
+        return collector
+
+    yield build
+    for collector in collectors:
+        collector.shutdown()
+
+
+def wait_until(condition, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def actor_exists(name: str) -> bool:
+    try:
+        ray.get_actor(name)
+    except ValueError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------- no Ray needed
+def test_importing_rlcollect_does_not_import_ray():
+    code = ("import sys, rlcollect, rlcollect.collectors, rlcollect.weight_sync, rlcollect.pipeline\n"
+            "from rlcollect.collectors import ray as module\n"
+            "from rlcollect.weight_sync import RayWeightSyncScheme\n"
+            "RayWeightSyncScheme()\n"
+            "assert 'ray' not in sys.modules, 'ray was imported'\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_without_ray_construction_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
+    with pytest.raises(ImportError, match=r"pip install 'rlcollect\[ray\]'"):
+        RayCollector(worker_envs(1)[0], num_collectors=1, frames_per_batch=4)
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(collector_class="pool"), ValueError, "collector_class must be one of"),
+    (dict(remote_config={"cpus": 1}), ValueError, "remote_config keys must be among"),
+    (dict(create_env_fn=GymEnv(CountingEnv)), TypeError, "picklable zero-argument callable"),
+    (dict(create_env_fn=worker_envs(3)), ValueError, "3 entries for num_collectors=2"),
+    (dict(collector_class="multisync"), TypeError, "one per worker"),
+    (dict(collector_class="multisync", create_env_fn=worker_envs(2), collector_kwargs={"cat_results": -1}),
+     ValueError, "cat_results"),
+    (dict(collector_kwargs={"traj_pool": None}), ValueError, "may not set"),
+    (dict(trajs_per_batch=2), ValueError, "pass replay_buffer"),
+    (dict(policy=WeightProbe(), weight_sync_schemes={"policy": SharedMemWeightSyncScheme()}), TypeError,
+     "RayWeightSyncScheme or NoWeightSyncScheme"),
+    (dict(frames_per_batch=0), ValueError, "frames_per_batch must be a positive int"),
+])
+def test_bad_arguments_raise_before_any_actor_starts(kwargs, error, match):
+    arguments = dict(create_env_fn=worker_envs(1)[0], num_collectors=2, frames_per_batch=8, ray_address="127.0.0.1:1")
+    arguments.update(kwargs)
+    with pytest.raises(error, match=match):
+        RayCollector(**arguments)
+
+
+def test_ray_weight_sync_is_refused_by_process_collectors():
+    from rlcollect.collectors.multi import MultiSyncCollector
+    from rlcollect.weight_sync import RayWeightSyncScheme
+
+    with pytest.raises(TypeError, match="synchronises the actors of a RayCollector"):
+        MultiSyncCollector(worker_envs(2), WeightProbe(), frames_per_batch=4, start_method="fork",
+                           weight_sync_schemes={"policy": RayWeightSyncScheme()})
+
+
+# ---------------------------------------------------------------------------- collection
+def test_sync_stacks_actor_batches_in_order_with_disjoint_traj_ids(make):
+    collector = make(worker_envs(2, num_envs=2, episode_length=3), num_collectors=2, frames_per_batch=16,
+                     total_frames=48)
+    assert collector.batch_size == torch.Size([2, 2, 4]) and collector.frames_per_batch == 16
+    batches = list(collector)
+    assert len(batches) == 3 == len(collector) and collector.frames == 48
+    assert all(batch.batch_size == collector.batch_size for batch in batches)
+    data = torch.cat(batches, dim=-1)  # [2 actors, 2 envs, 12 steps]
+    # actor order: row a was collected by actor a (its env writes a into the observation)
+    assert torch.equal(data["observation"][..., 0].long(), data[WORKER_ID])
+    assert (data[WORKER_ID][0] == 0).all() and (data[WORKER_ID][1] == 1).all()
+    ids, starts = data[TRAJ_IDS], data["is_init"]
+    assert torch.equal(ids[..., 1:] != ids[..., :-1], starts[..., 1:])  # a trajectory continues across batches
+    assert (ids[0] < 1 << TRAJ_ID_SHIFT).all() and (ids[1] >= 1 << TRAJ_ID_SHIFT).all()
+    first_ids = ids[starts]
+    assert first_ids.numel() == len(set(first_ids.tolist())) == 2 * 2 * 4
+    state = collector.state_dict()
+    assert state["frames"] == 48
+    assert [actor["traj_pool"]["next_id"] >> TRAJ_ID_SHIFT for actor in state["actors"]] == [0, 1]
+
+
+def test_parameters_and_buffers_reach_every_actor(make):
+    policy = WeightProbe()
+    collector = make(worker_envs(2), policy, num_collectors=2, frames_per_batch=8)
+    batches = iter(collector)
+    first = next(batches)
+    assert (first["weight_seen"] == 0).all() and (first[VERSION] == 0).all()
+    for version in (1, 2):
+        with torch.no_grad():
+            policy.weight.fill_(float(version))
+            policy.offset.fill_(10.0 * version)
+        collector.update_policy_weights_()
+        batch = next(batches)  # the very next batch: no lag with sync=True
+        assert (batch["weight_seen"] == version).all() and (batch["offset_seen"] == 10.0 * version).all()
+        assert (batch[VERSION] == version).all() and collector.policy_version == version
+    collector.update_policy_weights_({"weight": torch.tensor(3.0), "offset": torch.tensor(4.0)})  # a state_dict
+    batch = next(batches)
+    assert (batch["weight_seen"] == 3).all() and (batch["offset_seen"] == 4).all()
+    assert collector.actor_policy_versions() == [3, 3]
+
+
+def test_async_yields_actor_batches_first_come_first_served(make):
+    policy = WeightProbe()
+    collector = make(worker_envs(2, num_envs=2), policy, num_collectors=2, frames_per_batch=8, total_frames=48,
+                     sync=False)
+    assert collector.batch_size == torch.Size([2, 4]) and collector.frames_per_batch == 8
+    batches = []
+    for batch in collector:
+        batches.append(batch)
+        collector.update_policy_weights_()  # one update per consumed batch
+    assert len(batches) == 6 and collector.frames == 48 and collector.policy_version == 6
+    assert all(batch.batch_size == torch.Size([2, 4]) for batch in batches)
+    assert all(batch[WORKER_ID].unique().numel() == 1 for batch in batches)  # one actor per batch
+    assert {int(batch[WORKER_ID][0, 0]) for batch in batches} == {0, 1}
+    # Batch k is yielded after k updates. An actor's next batch is requested as its previous
+    # one (yielded k1-th) arrives, so it runs with at least the k1 updates made before that.
+    last_yielded = {}
+    for k, batch in enumerate(batches):
+        actor, version = int(batch[WORKER_ID][0, 0]), int(batch[VERSION][0, 0])
+        assert version <= k and (batch["weight_seen"] == 0).all()  # the policy's values never changed
+        if actor in last_yielded:
+            assert version >= last_yielded[actor]
+        last_yielded[actor] = k
+
+
+def test_multisync_actors_stack_their_workers_and_share_an_id_range(make):
+    envs = worker_envs(2, episode_length=3)  # every actor runs these 2 worker processes
+    policy = WeightProbe()
+    collector = make(envs, policy, num_collectors=2, frames_per_batch=24, total_frames=48,
+                     collector_class="multisync", collector_kwargs={"start_method": "spawn"})
+    assert collector.batch_size == torch.Size([2, 2, 6])  # [actors, workers, T]
+    batches = iter(collector)
+    first = next(batches)
+    with torch.no_grad():
+        policy.offset.fill_(5.0)
+    collector.update_policy_weights_()
+    second = next(batches)  # every worker process of every actor has the new buffer value
+    assert (first["offset_seen"] == 0).all() and (second["offset_seen"] == 5).all() and (second[VERSION] == 1).all()
+    data = torch.cat([first, second], dim=-1)
+    assert (data[WORKER_ID][0] == 0).all() and (data[WORKER_ID][1] == 1).all()
+    ids = data[TRAJ_IDS]
+    assert (ids[0] < 1 << TRAJ_ID_SHIFT).all() and (ids[1] >> TRAJ_ID_SHIFT == 1).all()
+    first_ids = ids[data["is_init"]]
+    assert first_ids.numel() == len(set(first_ids.tolist())) == 2 * 2 * 4
+
+
+# ---------------------------------------------------------------------------- failures and shutdown
+def test_killed_actor_is_reported_not_waited_on(make):
+    collector = make(worker_envs(2), num_collectors=2, frames_per_batch=8, sync=False)
+    batches = iter(collector)
+    next(batches)  # from here on, both actors always have a batch in flight
+    ray.kill(ray.get_actor(collector.actor_names[0]))
+    with pytest.raises(WorkerError, match="collector worker 0: Ray actor 'rlcollect-.*-0' died") as info:
+        for _ in batches:  # actor 1 keeps delivering until actor 0's death is known: then it must raise
+            pass
+    assert info.value.worker_id == 0 and collector._shut_down
+    assert wait_until(lambda: not any(actor_exists(name) for name in collector.actor_names))
+
+
+def test_env_error_names_the_actor_and_carries_the_traceback(make):
+    envs = [worker_envs(1)[0], functools.partial(GymEnv, functools.partial(ErrorAfterEnv, 2))]
+    collector = make(envs, num_collectors=2, frames_per_batch=8)
+    with pytest.raises(WorkerError, match=r"(?s)collector worker 1: Ray actor .* raised an exception.*"
+                                          r"step 3 fails by design") as info:
+        next(iter(collector))
+    assert info.value.worker_id == 1
+    assert wait_until(lambda: not any(actor_exists(name) for name in collector.actor_names))
+
+
+def test_shutdown_removes_the_actors_and_leaves_the_joined_cluster_running(make):
+    collector = make(worker_envs(2), num_collectors=2, frames_per_batch=8)
+    assert all(actor_exists(name) for name in collector.actor_names)
+    collector.shutdown()
+    collector.shutdown()
+    assert wait_until(lambda: not any(actor_exists(name) for name in collector.actor_names))
+    with pytest.raises(RuntimeError, match="shut down"):
+        next(iter(collector))
+    assert ray.is_initialized() and ray.get(ray.put(7)) == 7  # joined, not started: still up
+
+
+# ---------------------------------------------------------------------------- replay buffer
+def test_actors_write_complete_trajectories_into_a_ray_held_buffer(make):
+    envs = [functools.partial(GymEnv, functools.partial(CountingEnv, length), 2) for length in (3, 4)]
+    collector = make(envs, num_collectors=2, frames_per_batch=16, total_frames=96,
+                     replay_buffer=ReplayBuffer(LazyTensorStorage(1000), batch_size=6), trajs_per_batch=2)
+    assert list(collector) == [None] * 6 and collector.frames == 96
+    buffer = collector.replay_buffer
+    stored = buffer[:]
+    assert 0 < len(buffer) == stored.numel() == buffer.write_count <= 96
+    ids = stored[TRAJ_IDS]
+    assert set((ids >> TRAJ_ID_SHIFT).unique().tolist()) == {0, 1}  # both actors wrote
+    for traj_id in ids.unique().tolist():  # whole trajectories only
+        steps = stored[ids == traj_id]
+        length = 3 if traj_id >> TRAJ_ID_SHIFT == 0 else 4
+        assert steps["observation"][:, 0].tolist() == list(range(length))
+        assert steps["next", "done"].tolist() == [False] * (length - 1) + [True]
+    sample = buffer.sample()
+    assert sample.batch_size == torch.Size([6]) and set(sample.keys()) >= {"observation", "action"}
+
+
+def test_background_collection_fills_the_buffer_until_async_shutdown(make):
+    envs = functools.partial(GymEnv, functools.partial(CountingEnv, 5), 2)
+    collector = make(envs, num_collectors=2, frames_per_batch=8, sync=False,
+                     replay_buffer=ReplayBuffer(LazyTensorStorage(10_000), batch_size=4))
+    buffer = collector.replay_buffer
+    collector.start()
+    assert wait_until(lambda: buffer.write_count >= 64, timeout=120)
+    with collector.pause():  # no actor is writing while the block runs
+        written = buffer.write_count
+        assert buffer.write_count == written and len(buffer.sample()) == 4
+    collector.async_shutdown(timeout=30)
+    assert not collector.running and collector.frames >= 64
+    with pytest.raises(RuntimeError, match="closed"):  # the collector made the buffer actor, and removed it
+        len(buffer)
+
+
+# ---------------------------------------------------------------------------- loopback only
+def listeners() -> list[tuple[str, int, str]]:
+    """(local address, pid, line) of every TCP/UDP listener ``ss`` shows with an owner."""
+    output = subprocess.run(["ss", "-H", "-l", "-t", "-u", "-n", "-p"], capture_output=True, text=True,
+                            check=True).stdout
+    found = []
+    for line in output.splitlines():
+        fields = line.split()
+        if len(fields) < 7:
+            continue
+        host = fields[4].rsplit(":", 1)[0].strip("[]").split("%")[0]
+        for pid in re.findall(r"pid=(\d+)", line):
+            found.append((host, int(pid), line))
+    return found
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # "*", "0.0.0.0" spelled otherwise: every interface
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+needs_ss = pytest.mark.skipif(shutil.which("ss") is None,
+                              reason="`ss` (iproute2) is not installed: apt-get install -y iproute2")
+
+
+@needs_ss
+def test_every_ray_listener_binds_loopback(make, ray_head):
+    collector = make(worker_envs(2), num_collectors=2, frames_per_batch=8)
+    next(iter(collector))  # actors up and collecting
+    assert ray.util.get_node_ip_address() == "127.0.0.1"  # this driver joined as a loopback node too
+    ray_pids = descendants(ray_head["pid"]) | {ray_head["pid"], os.getpid()}
+    ours = [(host, pid, line) for host, pid, line in listeners() if pid in ray_pids]
+    assert any("gcs_server" in line for _, _, line in ours), "the head's listeners were not found"
+    assert any("ray::_Collector" in line for _, _, line in ours), "no actor listener found"  # comm: 15 chars
+    exposed = [line for host, _, line in ours if not is_loopback(host)]
+    assert not exposed, "Ray listeners outside loopback:\n" + "\n".join(exposed)
+
+
+LOCAL_RAY_SCRIPT = """
+import functools, json, os, subprocess, sys
+from pathlib import Path
+import ray
+from rlcollect.collectors.ray import RayCollector
+from rlcollect.envs import GymEnv
+from rlcollect.testing import CountingEnv
+
+{descendants}
+
+collector = RayCollector(functools.partial(GymEnv, CountingEnv), num_collectors=1, frames_per_batch=4)
+batch = next(iter(collector))
+ss = subprocess.run(["ss", "-H", "-l", "-t", "-u", "-n", "-p"], capture_output=True, text=True).stdout
+report = {{"shape": list(batch.batch_size), "ss": ss, "pids": sorted(descendants(os.getpid()) | {{os.getpid()}}),
+          "node_ip": ray.util.get_node_ip_address(), "proxy_after_start": os.environ.get("http_proxy")}}
+collector.shutdown()
+report["initialized_after_shutdown"] = ray.is_initialized()
+print("REPORT " + json.dumps(report))
+"""
+
+
+@needs_ss
+def test_a_collector_that_starts_ray_binds_loopback_and_stops_it(tmp_path):
+    env = {name: value for name, value in os.environ.items()
+           if name not in loopback_ray_env() and not name.startswith("RAY_")}  # the collector must set them
+    env["TMPDIR"] = tempfile.mkdtemp(prefix="rlc-", dir="/tmp")  # ray.init's session dir, removed below
+    script = tmp_path / "local_ray.py"
+    script.write_text(LOCAL_RAY_SCRIPT.format(descendants=inspect.getsource(descendants)))
+    probe = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    try:
+        stdout, stderr = probe.communicate(timeout=240)
+    finally:
+        if probe.poll() is None:
+            os.killpg(probe.pid, signal.SIGKILL)
+        shutil.rmtree(env["TMPDIR"], ignore_errors=True)
+    assert probe.returncode == 0, stderr[-3000:]
+    report = json.loads(stdout.split("REPORT ", 1)[1])
+    assert report["shape"] == [1, 4] and report["node_ip"] == "127.0.0.1"
+    assert report["proxy_after_start"] is None  # the driver's own environment is left as it was
+    assert report["initialized_after_shutdown"] is False
+    pids = set(report["pids"])  # the driver and every process it started: Ray's, and the actor
+    ours = [line for line in report["ss"].splitlines() if pids & {int(p) for p in re.findall(r"pid=(\d+)", line)}]
+    assert any("gcs_server" in line for line in ours) and any("ray::_Collector" in line for line in ours), report["ss"]
+    exposed = [line for line in ours if not is_loopback(line.split()[4].rsplit(":", 1)[0].strip("[]"))]
+    assert not exposed, "Ray listeners outside loopback:\n" + "\n".join(exposed)

@@ -1,8 +1,12 @@
 """Deterministic gymnasium envs for tests: assertions on exact values, not statistics."""
 from __future__ import annotations
 
+import functools
+
 import gymnasium as gym
 import numpy as np
+import torch
+from torch import nn
 
 
 class CountingEnv(gym.Env):
@@ -92,3 +96,27 @@ class BusyEnv(CountingEnv):
         while time.perf_counter() < deadline:
             pass
         return super().step(action)
+
+
+def worker_id_envs(num_workers: int = 2, num_envs: int | None = None, episode_length: int = 5) -> list:
+    """One picklable GymEnv factory per worker, worker i building WorkerIdEnv(i) sub-envs."""
+    from rlcollect.envs.gym_env import GymEnv
+
+    return [functools.partial(GymEnv, functools.partial(WorkerIdEnv, i, episode_length), num_envs)
+            for i in range(num_workers)]
+
+
+class WeightProbe(nn.Module):
+    """A policy writing action 0 plus the values of its parameter (``"weight_seen"``) and
+    buffer (``"offset_seen"``): shows which weights a worker ran with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(()))
+        self.register_buffer("offset", torch.zeros(()))
+
+    def forward(self, td):
+        td.set("action", torch.zeros(td.batch_size, dtype=torch.int64))
+        td.set("weight_seen", self.weight.detach().expand(td.batch_size).clone())
+        td.set("offset_seen", self.offset.expand(td.batch_size).clone())
+        return td

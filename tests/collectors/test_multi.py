@@ -6,36 +6,19 @@ import signal
 
 import pytest
 import torch
-from torch import nn
 
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector, WorkerError
 from rlcollect.envs import GymEnv
 from rlcollect.logging import RunLogger
-from rlcollect.testing import ErrorAfterEnv, WorkerIdEnv
+from rlcollect.testing import ErrorAfterEnv, WeightProbe, worker_id_envs as worker_envs
 from rlcollect.weight_sync import MultiProcessWeightSyncScheme, NoWeightSyncScheme, SharedMemWeightSyncScheme
 
 pytestmark = pytest.mark.timeout(120)
 TRAJ_IDS, WORKER_ID, VERSION = ("collector", "traj_ids"), ("collector", "worker_id"), ("collector", "policy_version")
 
 
-def worker_envs(num_workers=2, num_envs=None, episode_length=5):
-    return [functools.partial(GymEnv, functools.partial(WorkerIdEnv, i, episode_length), num_envs)
-            for i in range(num_workers)]
 
 
-class WeightProbe(nn.Module):
-    """Writes action 0 and the parameter and buffer values it ran with."""
-
-    def __init__(self):
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(()))
-        self.register_buffer("offset", torch.zeros(()))
-
-    def forward(self, td):
-        td.set("action", torch.zeros(td.batch_size, dtype=torch.int64))
-        td.set("weight_seen", self.weight.detach().expand(td.batch_size).clone())
-        td.set("offset_seen", self.offset.expand(td.batch_size).clone())
-        return td
 
 
 class FailingPolicy(WeightProbe):

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 ray = pytest.importorskip("ray")
 
@@ -32,7 +31,8 @@ from rlcollect.buffers import LazyTensorStorage, ReplayBuffer  # noqa: E402
 from rlcollect.collectors.multi import WorkerError  # noqa: E402
 from rlcollect.collectors.ray import TRAJ_ID_SHIFT, RayCollector, loopback_ray_env  # noqa: E402
 from rlcollect.envs import GymEnv  # noqa: E402
-from rlcollect.testing import CountingEnv, ErrorAfterEnv, WorkerIdEnv  # noqa: E402
+from rlcollect.testing import CountingEnv, ErrorAfterEnv, WeightProbe  # noqa: E402
+from rlcollect.testing import worker_id_envs as worker_envs  # noqa: E402
 from rlcollect.weight_sync import SharedMemWeightSyncScheme  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
@@ -40,24 +40,8 @@ TRAJ_IDS, WORKER_ID, VERSION = ("collector", "traj_ids"), ("collector", "worker_
 HEAD_START_SECONDS = 90
 
 
-class WeightProbe(nn.Module):
-    """Writes action 0 and the parameter and buffer values it ran with."""
-
-    def __init__(self):
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(()))
-        self.register_buffer("offset", torch.zeros(()))
-
-    def forward(self, td):
-        td.set("action", torch.zeros(td.batch_size, dtype=torch.int64))
-        td.set("weight_seen", self.weight.detach().expand(td.batch_size).clone())
-        td.set("offset_seen", self.offset.expand(td.batch_size).clone())
-        return td
 
 
-def worker_envs(num_workers=2, num_envs=None, episode_length=5):
-    return [functools.partial(GymEnv, functools.partial(WorkerIdEnv, i, episode_length), num_envs)
-            for i in range(num_workers)]
 
 
 # ---------------------------------------------------------------------------- the cluster

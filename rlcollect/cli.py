@@ -43,10 +43,11 @@ def train(cfg: DictConfig) -> float | None:
             run_dir = cfg.resume
         else:
             built = pipeline.build(cfg, run_dir, name=name, group=group, job_type=cfg.collector.type)
-    except (ValueError, TypeError, FileNotFoundError) as error:
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as error:
+        what = "missing dependency" if isinstance(error, ImportError) else "invalid configuration"
         if multirun:  # Hydra reports the job with its overrides and runs the others
-            raise RuntimeError(f"invalid configuration: {error}") from None
-        print(f"rlcollect train: invalid configuration: {error}", file=sys.stderr)
+            raise RuntimeError(f"{what}: {error}") from None
+        print(f"rlcollect train: {what}: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     summary = pipeline.run(built)
     print(f"run folder: {run_dir}\n"

@@ -54,8 +54,28 @@ class MultiCollectorConfig(SyncCollectorConfig):
 
 
 @dataclass
+class RayRemoteConfig:
+    num_cpus: Optional[float] = 1
+    num_gpus: Optional[float] = None
+    memory: Optional[int] = None  # bytes
+
+
+@dataclass
+class RayCollectorConfig(MultiCollectorConfig):
+    """RayCollector; num_workers, envs_per_worker, start_method and worker_torch_threads
+    describe what runs inside each actor (collector_class)."""
+
+    type: str = "ray"
+    num_collectors: int = 2
+    sync: bool = True
+    collector_class: str = "sync"  # sync | multisync | multiasync
+    remote_config: RayRemoteConfig = field(default_factory=RayRemoteConfig)
+    ray_address: Optional[str] = None  # None: a local Ray on loopback; "auto" or host:port: join a cluster
+
+
+@dataclass
 class WeightSyncConfig:
-    type: str = "shared_mem"  # shared_mem | multiprocess | none
+    type: str = "shared_mem"  # shared_mem | multiprocess | ray | none
     strategy: str = "tensordict"  # multiprocess only: "tensordict" or "state_dict"
 
 
@@ -164,6 +184,7 @@ def register_configs() -> None:
     store.store(group="env", name="env_schema", node=EnvConfig)
     store.store(group="collector", name="sync_schema", node=SyncCollectorConfig)
     store.store(group="collector", name="multi_schema", node=MultiCollectorConfig)
+    store.store(group="collector", name="ray_schema", node=RayCollectorConfig)
     store.store(group="weight_sync", name="weight_sync_schema", node=WeightSyncConfig)
     store.store(group="algo", name="ppo_schema", node=PPOConfig)
     store.store(group="algo", name="dqn_schema", node=DQNConfig)

@@ -28,13 +28,15 @@ from rlcollect.buffers.rollout import RolloutBuffer
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.evaluation import evaluate_episodes
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
+from rlcollect.collectors.ray import RayCollector
 from rlcollect.collectors.single import Collector
 from rlcollect.envs.gym_env import GymEnv
 from rlcollect.envs.spaces import sample_shape, torch_dtype
-from rlcollect.logging.run_logger import RunLogger, WandbLogger, truncate_metrics
+from rlcollect.logging.run_logger import EpisodeStatsHook, RunLogger, WandbLogger, truncate_metrics
 from rlcollect.modules.actor_critic import ActorCritic
 from rlcollect.modules.q_network import QValuePolicy
-from rlcollect.weight_sync import MultiProcessWeightSyncScheme, NoWeightSyncScheme, SharedMemWeightSyncScheme
+from rlcollect.weight_sync import (MultiProcessWeightSyncScheme, NoWeightSyncScheme, RayWeightSyncScheme,
+                                   SharedMemWeightSyncScheme)
 
 log = logging.getLogger(__name__)
 
@@ -125,37 +127,41 @@ def make_weight_sync_scheme(cfg: DictConfig):
         return SharedMemWeightSyncScheme()
     if kind == "multiprocess":
         return MultiProcessWeightSyncScheme(strategy=cfg.weight_sync.strategy)
+    if kind == "ray":
+        return RayWeightSyncScheme()
     if kind == "none":
         return NoWeightSyncScheme()
-    raise ValueError(f"weight_sync.type must be shared_mem, multiprocess or none, got {kind!r}")
+    raise ValueError(f"weight_sync.type must be shared_mem, multiprocess, ray or none, got {kind!r}")
 
 
 def make_collector(cfg: DictConfig, policy, logger: RunLogger, replay_buffer=None) -> CollectorBase:
     """The configured collector. With a replay buffer it writes into it directly; its
     post-collect hook is the logger itself in the foreground single-process case, else a
-    queue the training loop drains (worker processes, or a background thread)."""
+    queue the training loop drains (worker processes, or a background thread), or for Ray
+    a hook whose results come back with the actors' batches."""
     c = cfg.collector
     background = cfg.algo.get("background", False)
-    hook = logger if c.type == "sync" and not background else logger.worker_hook(_mp_context(c.get("start_method", "spawn")))
-    writes = {}
-    if replay_buffer is not None:
-        writes = dict(replay_buffer=replay_buffer, trajs_per_batch=cfg.buffer.trajs_per_batch)
-    common = dict(
-        total_frames=cfg.total_frames, device=cfg.device, policy_device=c.policy_device, env_device=c.env_device,
+    per_step = dict(
+        device=cfg.device, policy_device=c.policy_device, env_device=c.env_device,
         storing_device=c.storing_device, max_frames_per_traj=c.max_frames_per_traj,
         init_random_frames=max(c.init_random_frames, cfg.algo.get("learning_starts", 0)),
         reset_at_each_iter=c.reset_at_each_iter,
         reset_when_done=c.reset_when_done, split_trajs=c.split_trajs, exploration_type=c.exploration_type,
         track_traj_ids=c.track_traj_ids, set_truncated=c.set_truncated, no_cuda_sync=c.no_cuda_sync,
-        post_collect_hook=hook, **writes,
     )
+    if c.type == "ray":
+        return make_ray_collector(cfg, policy, per_step, replay_buffer)
+    hook = logger if c.type == "sync" and not background else logger.worker_hook(_mp_context(c.get("start_method", "spawn")))
+    writes = {}
+    if replay_buffer is not None:
+        writes = dict(replay_buffer=replay_buffer, trajs_per_batch=cfg.buffer.trajs_per_batch)
+    common = dict(total_frames=cfg.total_frames, post_collect_hook=hook, **per_step, **writes)
     if c.type == "sync":
         env = make_env(cfg, num_envs=cfg.env.num_envs, seed=cfg.seed)
         return Collector(env, policy, frames_per_batch=c.frames_per_batch, **common)
     if c.type not in ("multisync", "multiasync"):
-        raise ValueError(f"collector.type must be sync, multisync or multiasync, got {c.type!r}")
-    envs = [env_factory(cfg, num_envs=c.envs_per_worker, seed=cfg.seed + 1000 * worker)
-            for worker in range(c.num_workers)]
+        raise ValueError(f"collector.type must be sync, multisync, multiasync or ray, got {c.type!r}")
+    envs = _worker_env_factories(cfg, first_seed=cfg.seed)
     multi = dict(
         weight_sync_schemes={"policy": make_weight_sync_scheme(cfg)}, update_at_each_batch=c.update_at_each_batch,
         start_method=c.start_method, worker_torch_threads=c.worker_torch_threads, batch_timeout=c.batch_timeout,
@@ -164,10 +170,46 @@ def make_collector(cfg: DictConfig, policy, logger: RunLogger, replay_buffer=Non
     if c.type == "multisync":
         return MultiSyncCollector(envs, policy, frames_per_batch=c.frames_per_batch, cat_results=c.cat_results,
                                   **multi, **common)
-    if cfg.algo.name == "ppo":
-        log.warning("collector=multiasync feeds PPO on-policy updates with data collected by possibly older "
-                    "weights (policy lag, see ('collector', 'policy_version')); prefer multisync for PPO")
+    _warn_policy_lag(cfg, "collector=multiasync", "prefer multisync")
     return MultiAsyncCollector(envs, policy, frames_per_batch=c.frames_per_batch, **multi, **common)
+
+
+def make_ray_collector(cfg: DictConfig, policy, per_step: dict, replay_buffer=None) -> RayCollector:
+    """RayCollector of ``collector.num_collectors`` actors, each running
+    ``collector.collector_class`` on its own envs (seeds offset by 1000 per env group).
+    Episode statistics are computed in the actors and come back with their batches."""
+    c = cfg.collector
+    inner = dict(per_step)
+    if c.collector_class == "sync":
+        envs = [env_factory(cfg, num_envs=c.envs_per_worker, seed=cfg.seed + 1000 * actor)
+                for actor in range(c.num_collectors)]
+    else:
+        envs = [_worker_env_factories(cfg, first_seed=cfg.seed + 1000 * c.num_workers * actor)
+                for actor in range(c.num_collectors)]
+        inner.update(start_method=c.start_method, worker_torch_threads=c.worker_torch_threads,
+                     batch_timeout=c.batch_timeout, shutdown_timeout=c.shutdown_timeout)
+    if not c.sync:
+        _warn_policy_lag(cfg, "collector=ray with collector.sync=false", "prefer collector.sync=true")
+    return RayCollector(
+        envs, policy, num_collectors=c.num_collectors, frames_per_batch=c.frames_per_batch,
+        total_frames=cfg.total_frames, sync=c.sync, collector_class=c.collector_class, collector_kwargs=inner,
+        remote_config=OmegaConf.to_container(c.remote_config), ray_address=c.ray_address,
+        weight_sync_schemes={"policy": make_weight_sync_scheme(cfg)}, replay_buffer=replay_buffer,
+        trajs_per_batch=cfg.buffer.trajs_per_batch if replay_buffer is not None else None,
+        post_collect_hook=EpisodeStatsHook(), batch_timeout=c.batch_timeout, shutdown_timeout=c.shutdown_timeout,
+    )
+
+
+def _worker_env_factories(cfg: DictConfig, *, first_seed: int) -> list:
+    c = cfg.collector
+    return [env_factory(cfg, num_envs=c.envs_per_worker, seed=first_seed + 1000 * worker)
+            for worker in range(c.num_workers)]
+
+
+def _warn_policy_lag(cfg: DictConfig, what: str, advice: str) -> None:
+    if cfg.algo.name == "ppo":
+        log.warning("%s feeds PPO on-policy updates with data collected by possibly older weights (policy lag, "
+                    "see ('collector', 'policy_version')); %s for PPO", what, advice)
 
 
 def _mp_context(start_method: str):
@@ -194,6 +236,8 @@ def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, grou
     try:
         replay_buffer = make_replay_buffer(cfg, run_dir, reopen=checkpoint is not None) if cfg.algo.name == "dqn" else None
         collector = make_collector(cfg, policy, logger, replay_buffer)
+        if isinstance(collector, RayCollector) and replay_buffer is not None:
+            replay_buffer = collector.replay_buffer  # the buffer now lives in a Ray actor
         learner = make_learner(cfg, policy, collector, observation_space, action_space, replay_buffer)
     except BaseException:
         if "collector" in locals():
@@ -237,6 +281,12 @@ def check_combination(cfg: DictConfig) -> None:
     if cfg.collector.split_trajs:
         raise ValueError("collector.split_trajs=true gives padded batches; the learners need the collector "
                          "layout: keep split_trajs=false")
+    ray_collector, ray_weights = cfg.collector.type == "ray", cfg.weight_sync.type == "ray"
+    if ray_collector and cfg.weight_sync.type not in ("ray", "none"):
+        raise ValueError(f"collector=ray shares no memory with its actors: use weight_sync=ray (or none), not "
+                         f"weight_sync={cfg.weight_sync.type}")
+    if ray_weights and not ray_collector:
+        raise ValueError(f"weight_sync=ray needs collector=ray (got collector={cfg.collector.type})")
     if algo == "ppo" and cfg.collector.type == "multisync" and cfg.collector.cat_results == -1:
         raise ValueError("collector.cat_results=-1 concatenates workers along time; PPO's rollout buffer "
                          "needs one row per env: use cat_results=stack or 0")
@@ -340,7 +390,8 @@ def run(pipeline: Pipeline) -> dict:
     try:
         for batch, frames in _collected(p):
             if p.background or not isinstance(p.collector, Collector):
-                p.logger.drain_worker_hooks(frames)
+                reports = p.collector.hook_results() if isinstance(p.collector, RayCollector) else ()
+                p.logger.drain_worker_hooks(frames, reports)
             p.logger.log({f"train/{k}": v for k, v in p.learner.learn(batch, frames).items()}, step=frames)
             p.collector.update_policy_weights_()
             bar.update(frames - bar.n)

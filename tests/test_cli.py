@@ -83,11 +83,27 @@ def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
     ("sed=1", "Key 'sed' not in 'TrainConfig'"),
     ("env.num_envs=many", "Value 'many' of type 'str' could not be converted to Integer"),
     ("env.id=CartPol-v1", "Unknown gymnasium env id 'CartPol-v1'. Did you mean: CartPole-v1"),
+    ("collector=ray weight_sync=shared_mem", "collector=ray shares no memory with its actors: use weight_sync=ray"),
+    ("weight_sync=ray", "weight_sync=ray needs collector=ray (got collector=sync)"),
+    ("collector=ray collector.remote_config.gpus=1", "Key 'gpus' not in 'RayRemoteConfig'"),
 ])
 def test_bad_options_exit_non_zero_with_a_clear_message(tmp_path, override, message):
-    result = rlcollect(tmp_path, "train", override, "logger=none", "progress=false")
+    result = rlcollect(tmp_path, "train", *override.split(), "logger=none", "progress=false")
     assert result.returncode != 0
     assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_collector_ray_without_the_extra_names_the_extra_to_install(tmp_path):
+    shadow = tmp_path / "no_ray" / "ray"  # first on the path: `import ray` fails as if it were not installed
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'ray'\", name='ray')\n")
+    env = {**os.environ, "PYTHONPATH": str(shadow.parent), "WANDB_MODE": "offline"}
+    result = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", "collector=ray", "logger=none",
+                             "progress=false", "hydra.run.dir=run"], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2
+    assert "missing dependency: RayCollector needs Ray: pip install 'rlcollect[ray]'" in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -18,8 +18,10 @@ PPO_STEP = ["algo.epochs=1", "algo.minibatch_size=32"]
 DQN_STEP = ["algo=dqn", "algo.learning_starts=0", "algo.gradient_steps_per_batch=2", "algo.batch_size=16"]
 
 
-def options(group):
-    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+def options(group, *, ray=False):
+    """The group's options; Ray's only with ``ray`` (they run in tests/collectors/test_ray.py,
+    on that module's loopback Ray head)."""
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml") if ray or p.stem != "ray")
 
 
 def compose_train(overrides):
@@ -51,6 +53,15 @@ def test_every_config_composes_and_runs_one_step(tmp_path, overrides):
     assert json.loads((tmp_path / "summary.json").read_text())["frames"] == 64
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 64 and "eval/episode_return" in rows[-1]
+
+
+def test_collector_ray_composes_with_ray_weight_sync_and_its_actor_resources():
+    cfg = compose_train(["collector=ray", "collector.remote_config.num_gpus=0.5", "collector.ray_address=auto"])
+    assert (cfg.collector.type, cfg.weight_sync.type) == ("ray", "ray")
+    assert (cfg.collector.num_collectors, cfg.collector.collector_class, cfg.collector.sync) == (2, "sync", True)
+    assert dict(cfg.collector.remote_config) == {"num_cpus": 1, "num_gpus": 0.5, "memory": None}
+    assert cfg.collector.ray_address == "auto"
+    assert compose_train(["collector=ray", "weight_sync=none"]).weight_sync.type == "none"  # the user's choice wins
 
 
 def test_defaults_are_ppo_on_batched_cartpole_with_offline_wandb():

@@ -59,7 +59,8 @@ class DQNLearner:
         live in memory-mapped files that outlast the process."""
         from rlcollect.buffers import LazyMemmapStorage
 
-        in_files = isinstance(self.replay_buffer.storage, LazyMemmapStorage)
+        # a RayReplayBuffer keeps its storage in its actor: its contents are always included
+        in_files = isinstance(getattr(self.replay_buffer, "storage", None), LazyMemmapStorage)
         return {"dqn": self.dqn.state_dict(),
                 "replay_buffer": self.replay_buffer.state_dict(include_storage=not in_files)}
 

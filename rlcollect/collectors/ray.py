@@ -292,6 +292,7 @@ class _ActorSpec:
     weight_endpoints: dict = field(default_factory=dict)
     replay_buffer: RayReplayBuffer | None = None
     trajs_per_batch: int | None = None
+    post_collect_hook: Any = None
 
 
 class _CollectorActor:
@@ -320,6 +321,7 @@ class _CollectorActor:
         self.replay_buffer = spec.replay_buffer
         self._trajs_per_batch = spec.trajs_per_batch
         self._complete: dict[int, CompleteTrajectories] = {}
+        self._hook = spec.post_collect_hook
 
     def describe(self) -> tuple[list[int], int]:
         """The batch shape and frames this actor yields per ``collect``."""
@@ -338,8 +340,9 @@ class _CollectorActor:
         except BaseException as error:
             self._weights_error = error
 
-    def collect(self):
-        """One batch on the wire, or (replay_buffer) the number of frames written."""
+    def collect(self) -> tuple[Any, Any]:
+        """``(payload, hook result)``: payload is one batch on the wire, or (replay_buffer)
+        the number of frames written."""
         if self._weights_error is not None:
             raise RuntimeError("applying the policy weights failed") from self._weights_error
         frames_before = self.collector.frames
@@ -348,10 +351,11 @@ class _CollectorActor:
         source = int(batch.get(WORKER_ID).reshape(-1)[0]) if self._multi and self._trajs_per_batch else 0
         batch.set(WORKER_ID, torch.full(batch.shape, self.index, dtype=torch.int64, device=batch.device))
         batch.set(POLICY_VERSION, torch.full(batch.shape, self.policy_version, dtype=torch.int64, device=batch.device))
+        hook_result = None if self._hook is None else self._hook(batch)
         if self.replay_buffer is None:
-            return batch_to_wire(batch)
+            return batch_to_wire(batch), hook_result
         self._write(batch, source)
-        return self.collector.frames - frames_before
+        return self.collector.frames - frames_before, hook_result
 
     def _write(self, batch: TensorDictBase, source: int) -> None:
         if self._trajs_per_batch is None:
@@ -428,6 +432,10 @@ class RayCollector(CollectorBase):
             ``collector.replay_buffer`` is the handle to sample from.
         trajs_per_batch: with replay_buffer, each actor writes only complete trajectories, at
             least this many at a time.
+        post_collect_hook: picklable callable run inside every actor on each batch it
+            collects (after the stamps, before a replay-buffer write), so it sees every batch
+            even when batches never reach the driver; each actor holds its own copy. Its
+            non-None return values travel back with the batches: ``hook_results()``.
         batch_timeout: seconds to wait for a batch before failing (None: no limit; dead
             actors are detected regardless).
         shutdown_timeout: seconds actors get to close their collectors before being killed.
@@ -449,6 +457,7 @@ class RayCollector(CollectorBase):
         weight_sync_schemes: dict[str, WeightSyncScheme] | None = None,
         replay_buffer: ReplayBuffer | RayReplayBuffer | None = None,
         trajs_per_batch: int | None = None,
+        post_collect_hook=None,
         batch_timeout: float | None = None,
         shutdown_timeout: float = 5.0,
     ) -> None:
@@ -459,6 +468,8 @@ class RayCollector(CollectorBase):
         self._in_flight: dict = {}  # ObjectRef -> actor index (sync=False)
         self._started_ray = False
         self._owned_buffer: RayReplayBuffer | None = None
+        self._hook_results: list = []
+        self.post_collect_hook = post_collect_hook
         self.num_collectors = self._setup_num_collectors(num_collectors)
         self.collector_class = self._setup_collector_class(collector_class)
         self.sync = bool(sync)
@@ -598,6 +609,7 @@ class RayCollector(CollectorBase):
                 frames_per_batch=actor_frames, collector_kwargs=self.collector_kwargs,
                 weight_endpoints={model_id: sender.endpoint(index) for model_id, sender in self._senders.items()},
                 replay_buffer=self.replay_buffer, trajs_per_batch=trajs_per_batch,
+                post_collect_hook=self.post_collect_hook,
             )
             name = f"rlcollect-{run}-{index}"
             self._actors.append(actor_class.options(name=name, max_restarts=0, max_task_retries=0,
@@ -675,11 +687,12 @@ class RayCollector(CollectorBase):
 
     def _next_sync_batch(self) -> TensorDictBase | None:
         results = self._gather({actor.collect.remote(): index for index, actor in enumerate(self._actors)})
+        payloads = [self._keep_hook_result(results[index]) for index in range(self.num_collectors)]
         if self.replay_buffer is not None:
-            self._frames += sum(results.values())
+            self._frames += sum(payloads)
             return None
         self._frames += self.frames_per_batch
-        return stack_from_wire([results[index] for index in range(self.num_collectors)])
+        return stack_from_wire(payloads)
 
     def _next_async_batch(self) -> TensorDictBase | None:
         busy = set(self._in_flight.values())
@@ -688,21 +701,34 @@ class RayCollector(CollectorBase):
                 self._in_flight[actor.collect.remote()] = index
         ref = self._wait_one(self._in_flight, "batch")
         index = self._in_flight.pop(ref)
-        result = self._get(ref, index)
+        payload = self._keep_hook_result(self._get(ref, index))
         self._in_flight[self._actors[index].collect.remote()] = index  # keep it busy while this one is used
         if self.replay_buffer is not None:
-            self._frames += result
+            self._frames += payload
             return None
         self._frames += self._actor_frames[index]
-        return batch_from_wire(result)
+        return batch_from_wire(payload)
 
     def _wait_in_flight(self) -> None:
         """Let the batches in flight finish (their data is dropped, or written by the actors)."""
         if self._in_flight:
             results = self._gather(self._in_flight)
             self._in_flight.clear()
+            payloads = [self._keep_hook_result(result) for result in results.values()]
             if self.replay_buffer is not None:  # written by the actors: they count
-                self._frames += sum(results.values())
+                self._frames += sum(payloads)
+
+    def _keep_hook_result(self, result: tuple[Any, Any]):
+        payload, hook_result = result
+        if hook_result is not None:
+            self._hook_results.append(hook_result)
+        return payload
+
+    def hook_results(self) -> list:
+        """What the actors' post_collect_hook returned since the last call (non-None
+        values, in arrival order)."""
+        results, self._hook_results = self._hook_results, []
+        return results
 
     # ------------------------------------------------------------------ weights
     def _deliver_weights(self, model_id: str, version: int, ref) -> None:

@@ -85,13 +85,16 @@ class RunLogger:
             self._worker_queue = mp_context.SimpleQueue()
         return WorkerEpisodeHook(self._worker_queue)
 
-    def drain_worker_hooks(self, frames: int) -> None:
-        """Log, at ``frames``, the episodes the worker hooks reported since the last call."""
-        returns, lengths = [], []
+    def drain_worker_hooks(self, frames: int, reports: list | tuple = ()) -> None:
+        """Log, at ``frames``, the episodes the worker hooks reported since the last call,
+        plus ``reports`` (what EpisodeStatsHook copies returned elsewhere, e.g. in Ray actors)."""
+        reports = list(reports)
         while self._worker_queue is not None and not self._worker_queue.empty():
-            worker_returns, worker_lengths = self._worker_queue.get()
-            returns += worker_returns
-            lengths += worker_lengths
+            reports.append(self._worker_queue.get())
+        returns, lengths = [], []
+        for report_returns, report_lengths in reports:
+            returns += report_returns
+            lengths += report_lengths
         self.log_collection(frames, returns, lengths)
 
     def log_collection(self, frames: int, returns: list[float], lengths: list[int]) -> None:
@@ -182,16 +185,28 @@ class WandbLogger(RunLogger):
         self._run.finish()
 
 
-class WorkerEpisodeHook:
-    """Runs in a collector worker: sends (returns, lengths) of the episodes each batch
-    completes to the main process's logger. Picklable; keeps its own EpisodeTracker."""
+class EpisodeStatsHook:
+    """A post-collect hook returning ``(returns, lengths)`` of the episodes each batch
+    completes; picklable, each copy keeps its own EpisodeTracker. RayCollector ships what
+    its actors' copies return to the driver (``hook_results()``)."""
 
-    def __init__(self, queue) -> None:
-        self._queue = queue
+    def __init__(self) -> None:
         self._episodes = EpisodeTracker()
 
+    def __call__(self, batch: TensorDictBase) -> tuple[list[float], list[int]]:
+        return self._episodes.update(batch)
+
+
+class WorkerEpisodeHook(EpisodeStatsHook):
+    """Runs in a collector worker: sends (returns, lengths) of the episodes each batch
+    completes to the main process's logger through ``queue``."""
+
+    def __init__(self, queue) -> None:
+        super().__init__()
+        self._queue = queue
+
     def __call__(self, batch: TensorDictBase) -> None:
-        self._queue.put(self._episodes.update(batch))
+        self._queue.put(super().__call__(batch))
 
 
 def _has_netrc_login() -> bool:

@@ -7,6 +7,8 @@ The library, usable without the CLI:
 - ``split_trajectories``: the legacy padded ``[N_traj, T_max]`` layout.
 - ``RolloutBuffer``: the on-policy ``[N, T + 1]`` rollout storage.
 - ``ActorCritic``: MLP actor-critic policy (Discrete and Box actions).
+- ``GRUModule`` / ``LSTMModule``: recurrent blocks that restart at ``is_init``; step mode by
+  default, ``set_recurrent_mode("recurrent")`` for flat batches of trajectories (``recurrent_mode()``).
 - ``PPO`` and ``generalized_advantage_estimate``.
 - ``RunLogger`` / ``WandbLogger``: metrics.jsonl and W&B, usable as a post-collect hook.
 
@@ -25,7 +27,9 @@ _EXPORTS = {
     "Collector": "rlcollect.collectors.single",
     "CollectorBase": "rlcollect.collectors.base",
     "EvalResult": "rlcollect.collectors.evaluation",
+    "GRUModule": "rlcollect.modules.recurrent",
     "GymEnv": "rlcollect.envs.gym_env",
+    "LSTMModule": "rlcollect.modules.recurrent",
     "PPO": "rlcollect.algos.ppo",
     "RolloutBuffer": "rlcollect.buffers.rollout",
     "RunLogger": "rlcollect.logging.run_logger",
@@ -34,6 +38,8 @@ _EXPORTS = {
     "evaluate_episodes": "rlcollect.collectors.evaluation",
     "generalized_advantage_estimate": "rlcollect.algos.gae",
     "iterate_minibatches": "rlcollect.buffers.rollout",
+    "recurrent_mode": "rlcollect.modules.recurrent",
+    "set_recurrent_mode": "rlcollect.modules.recurrent",
     "split_trajectories": "rlcollect.collectors.trajectories",
     "transition_view": "rlcollect.buffers.rollout",
 }
@@ -58,3 +64,4 @@ if TYPE_CHECKING:
     from rlcollect.envs.gym_env import GymEnv
     from rlcollect.logging.run_logger import RunLogger, WandbLogger
     from rlcollect.modules.actor_critic import ActorCritic
+    from rlcollect.modules.recurrent import GRUModule, LSTMModule, recurrent_mode, set_recurrent_mode

@@ -1,0 +1,351 @@
+"""GRU and LSTM policy blocks that split on ``is_init``, run in step or recurrent mode.
+
+Step mode (the default, what a collector runs): every element of the input is one step of
+one env, batch shape ``[*B]`` (``[]`` for a single env, ``[P]`` for a batched one):
+
+    observation [*B, in], recurrent_state [*B, L, H] ──one step──▶ features [*B, H],
+                                                                   ("next", recurrent_state) [*B, L, H]
+
+Recurrent mode (``with set_recurrent_mode("recurrent")``, to train on stored data): the
+input is the flat 1-D layout of data-layout.txt, trajectories or slices end to end
+(``[N]``); a ``[*B, T]`` input is read as its rows end to end, each row starting a segment.
+
+    is_init     T . . T . . . T .      a segment starts where is_init (and at position 0)
+    segments   [0 1 2|3 4 5 6|7 8]     ──one gather──▶ [num_segments, max_len]
+    one RNN call over all segments     ──one gather──▶ back to [N]
+
+Each segment starts from the hidden state stored at its first step. The modules never zero
+a state themselves, in either mode, so both modes compute the same function of the stored
+data. The collector zeros the carrier's state where an env resets (``HiddenStatePrimer.zero_``),
+so stored data holds zeros at env resets and the carried state everywhere else, including
+at the slice starts a SliceSampler marks: a flat sample is processed as it was collected.
+
+Hidden states are stored per step as ``[*B, num_layers, hidden_size]`` (the layer dim after
+the batch dims, unlike torch.nn.GRU's ``h0``).
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+from tensordict.utils import NestedKey
+from torch import nn
+
+RECURRENT_MODES = ("step", "recurrent")
+_local = threading.local()
+
+
+def recurrent_mode() -> str:
+    """The mode recurrent modules run in on this thread: ``"step"`` unless inside
+    ``set_recurrent_mode``."""
+    modes = getattr(_local, "modes", None)
+    return modes[-1] if modes else "step"
+
+
+class set_recurrent_mode(contextlib.ContextDecorator):
+    """Run the GRUModule / LSTMModule calls inside it in ``mode`` (``"step"`` or ``"recurrent"``).
+
+    A context manager, or a function decorator. The mode is per thread, so a trainer thread
+    in recurrent mode does not change how a collector thread steps its policy; contexts
+    nest, and each exit restores the mode it found.
+    """
+
+    def __init__(self, mode: str) -> None:
+        if mode not in RECURRENT_MODES:
+            raise ValueError(f"set_recurrent_mode: mode must be one of {RECURRENT_MODES}, got {mode!r}")
+        self.mode = mode
+
+    def __enter__(self) -> "set_recurrent_mode":
+        if not hasattr(_local, "modes"):
+            _local.modes = []
+        _local.modes.append(self.mode)
+        return self
+
+    def __exit__(self, *exc_info) -> bool:
+        _local.modes.pop()
+        return False
+
+
+@dataclass(frozen=True)
+class HiddenStatePrimer:
+    """The hidden-state entries a recurrent module reads, which the carrier must hold.
+
+    ``shapes`` maps each key to its per-step shape ``(num_layers, hidden_size)``.
+    """
+
+    shapes: Mapping[NestedKey, tuple[int, ...]]
+    dtype: torch.dtype = torch.float32
+
+    @property
+    def keys(self) -> list[NestedKey]:
+        return list(self.shapes)
+
+    def apply(self, tensordict: TensorDictBase, device: torch.device | str | None = None) -> TensorDictBase:
+        """Add a zero entry ``[*batch, *shape]`` for each key ``tensordict`` lacks, in place;
+        existing entries are left as they are, so applying twice changes nothing. ``device``
+        defaults to the tensordict's, else that of one of its entries, else CPU."""
+        if device is None:
+            device = tensordict.device
+        if device is None:
+            device = next((value.device for value in tensordict.values(True, True)), "cpu")
+        for key, shape in self.shapes.items():
+            if tensordict.get(key, None) is None:
+                tensordict.set(key, torch.zeros((*tensordict.batch_size, *shape), dtype=self.dtype, device=device))
+        return tensordict
+
+    def zero_(self, tensordict: TensorDictBase, where: torch.Tensor) -> TensorDictBase:
+        """Zero, in place, the hidden states at the positions where ``where`` ``[*batch]``
+        (bool) is True: the envs that were just reset."""
+        where = where.reshape(*where.shape, 1, 1)
+        for key in self.shapes:
+            tensordict.get(key).masked_fill_(where, 0)
+        return tensordict
+
+
+def policy_primers(policy) -> list[HiddenStatePrimer]:
+    """The primers of every submodule of ``policy`` with a ``make_tensordict_primer`` method
+    (each module once); ``[]`` for a policy that is not an nn.Module or has none."""
+    if not isinstance(policy, nn.Module):
+        return []
+    primers, owners = [], {}
+    for name, module in policy.named_modules():
+        if not callable(getattr(module, "make_tensordict_primer", None)):
+            continue
+        primer = module.make_tensordict_primer()
+        for key in primer.keys:
+            if key in owners:
+                raise ValueError(f"the recurrent submodules {owners[key]!r} and {name!r} of the policy both "
+                                 f"read the hidden state {key!r}: give each its own in_keys/out_keys")
+            owners[key] = name
+        primers.append(primer)
+    return primers
+
+
+def _next(key: NestedKey) -> tuple[str, ...]:
+    return ("next", *key) if isinstance(key, tuple) else ("next", key)
+
+
+def _check_positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    return value
+
+
+class _RecurrentModule(TensorDictModuleBase):
+    """What GRUModule and LSTMModule share: keys, validation, the two modes. Subclasses set
+    ``rnn_class`` and ``num_states`` and run one layer (``_step_layer``, ``_sequence_layer``)."""
+
+    rnn_class: type[nn.RNNBase]
+    num_states: int  # hidden-state tensors per step: 1 (GRU: h), 2 (LSTM: h, c)
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int,
+                 in_keys: Sequence[NestedKey], out_keys: Sequence[NestedKey]) -> None:
+        super().__init__()
+        name = type(self).__name__
+        self.input_size = _check_positive_int("input_size", input_size)
+        self.hidden_size = _check_positive_int("hidden_size", hidden_size)
+        self.num_layers = _check_positive_int("num_layers", num_layers)
+        self.in_keys, self.out_keys = list(in_keys), list(out_keys)
+        if len(self.in_keys) != self.num_states + 2 or len(self.out_keys) != self.num_states + 1:
+            raise ValueError(f"{name} needs in_keys [input, {self.num_states} hidden-state key(s), is_init] and "
+                             f"out_keys [output, the same hidden-state keys under 'next'], got "
+                             f"in_keys={self.in_keys}, out_keys={self.out_keys}")
+        self.input_key, *self.hidden_keys, self.is_init_key = self.in_keys
+        self.output_key = self.out_keys[0]
+        expected = [_next(key) for key in self.hidden_keys]
+        if self.out_keys[1:] != expected:
+            # the collector carries ("next", key) over to key for the next step
+            raise ValueError(f"{name}: the hidden-state out_keys must be the in_keys' under 'next', "
+                             f"{expected}, got {self.out_keys[1:]}")
+        # one single-layer RNN per layer: the per-step states of every layer are then each
+        # layer's output sequence, which a multi-layer nn.GRU / nn.LSTM does not return
+        self.layers = nn.ModuleList(
+            self.rnn_class(input_size if layer == 0 else hidden_size, hidden_size, batch_first=True)
+            for layer in range(num_layers))
+
+    def make_tensordict_primer(self) -> HiddenStatePrimer:
+        """The hidden-state entries (zeros at an env reset) the module's input must carry."""
+        dtype = self.layers[0].weight_ih_l0.dtype
+        return HiddenStatePrimer({key: (self.num_layers, self.hidden_size) for key in self.hidden_keys}, dtype)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        batch = tensordict.batch_size
+        mode = recurrent_mode()
+        if mode == "recurrent" and len(batch) == 0:
+            raise ValueError(f"{type(self).__name__} in recurrent mode needs a batch dim (the flat [N] layout, "
+                             "or [*B, T]); got a tensordict of batch_size []: use step mode for a single step")
+        weight = self.layers[0].weight_ih_l0
+        inputs = self._get(tensordict, self.input_key, (*batch, self.input_size))
+        inputs = inputs.to(weight.dtype).reshape(-1, self.input_size)
+        states = [self._get(tensordict, key, (*batch, self.num_layers, self.hidden_size))
+                  .reshape(-1, self.num_layers, self.hidden_size) for key in self.hidden_keys]
+        if mode == "recurrent":
+            is_init = self._get(tensordict, self.is_init_key, tuple(batch))
+            if is_init.dtype != torch.bool:
+                raise ValueError(f"{type(self).__name__}: {self.is_init_key!r} must be bool, got {is_init.dtype}")
+            outputs, next_states = self._recurrent(inputs, states, is_init.reshape(-1, batch[-1]))
+        else:
+            outputs, next_states = self._run(inputs.unsqueeze(1), states, sequence=False)
+            outputs = outputs.squeeze(1)
+        tensordict.set(self.output_key, outputs.reshape(*batch, self.hidden_size))
+        for key, state in zip(self.out_keys_source[1:], next_states):
+            tensordict.set(key, state.reshape(*batch, self.num_layers, self.hidden_size))
+        return tensordict
+
+    def _get(self, tensordict: TensorDictBase, key: NestedKey, shape: tuple[int, ...]) -> torch.Tensor:
+        value = tensordict.get(key, None)
+        name = type(self).__name__
+        if value is None:
+            hint = (" (add the zero initial states with module.make_tensordict_primer().apply(tensordict))"
+                    if key in self.hidden_keys else "")
+            mode = f" in {recurrent_mode()} mode" if key == self.is_init_key else ""
+            raise KeyError(f"{name}{mode} reads {key!r}, which the input lacks{hint}; it holds "
+                           f"{sorted(map(str, tensordict.keys(True, True)))}")
+        if tuple(value.shape) != shape:
+            raise ValueError(f"{name}: {key!r} has shape {tuple(value.shape)}, expected {shape} "
+                             f"(batch_size {tuple(tensordict.batch_size)}, num_layers={self.num_layers}, "
+                             f"hidden_size={self.hidden_size}, input_size={self.input_size})")
+        return value
+
+    def _recurrent(self, inputs: torch.Tensor, states: list[torch.Tensor], is_init: torch.Tensor
+                   ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """inputs [N, in], states [N, L, H], is_init [rows, T] -> outputs [N, H], next states [N, L, H]."""
+        num_steps, device = inputs.shape[0], inputs.device
+        starts = is_init.clone()
+        starts[:, 0] = True
+        starts = starts.reshape(-1)
+        first = starts.nonzero().squeeze(1)  # [S] position of each segment's first step
+        segment = starts.cumsum(0) - 1  # [N] segment of each step
+        step = torch.arange(num_steps, device=device) - first[segment]  # [N] step within its segment
+        max_len = int(torch.diff(first, append=first.new_tensor([num_steps])).max())
+        # [S, max_len]; past a segment's end the index runs into the next segments (clamped
+        # at the end): padding that the causal RNN never feeds back into the real steps
+        index = (first.unsqueeze(1) + torch.arange(max_len, device=device)).clamp_(max=num_steps - 1)
+        outputs, next_states = self._run(inputs[index], [state[first] for state in states], sequence=True)
+        return outputs[segment, step], [state[segment, step] for state in next_states]
+
+    def _run(self, inputs: torch.Tensor, states: list[torch.Tensor], sequence: bool
+             ) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """inputs [S, T, in], states [S, L, H] -> outputs [S, T, H] and the states after every
+        step [S, T, L, H] (``sequence``) or after the last one [S, L, H] (step mode, T = 1)."""
+        per_layer = []
+        for index, layer in enumerate(self.layers):
+            layer_states = [state[:, index] for state in states]
+            if sequence:
+                inputs, layer_states = self._sequence_layer(layer, inputs, layer_states)
+            else:
+                inputs, layer_states = self._step_layer(layer, inputs, layer_states)
+            per_layer.append(layer_states)
+        return inputs, [torch.stack(layer_states, -2) for layer_states in zip(*per_layer)]
+
+    def _step_layer(self, layer, inputs, states):
+        """[S, 1, in], [S, H] each -> [S, 1, H], the states after the step [S, H] each."""
+        raise NotImplementedError
+
+    def _sequence_layer(self, layer, inputs, states):
+        """[S, T, in], [S, H] each -> [S, T, H], the states after every step [S, T, H] each."""
+        raise NotImplementedError
+
+
+def _as_hx(state: torch.Tensor) -> torch.Tensor:
+    """[S, H] -> nn.GRU / nn.LSTM's [1, S, H]."""
+    return state.unsqueeze(0).contiguous()
+
+
+class GRUModule(_RecurrentModule):
+    """A GRU over ``in_keys[0]`` that writes its last layer's output to ``out_keys[0]`` and
+    the state after the step to ``("next", "recurrent_state")``.
+
+    Args:
+        input_size: features of the input entry (its last dim).
+        hidden_size: features of the output and of each layer's state.
+        num_layers: stacked GRU layers; the state is stored as ``[*batch, num_layers, hidden_size]``.
+        in_keys: ``[input, hidden state, is_init]``.
+        out_keys: ``[output, ("next", hidden state)]``.
+
+    Step mode by default; inside ``set_recurrent_mode("recurrent")`` it processes a flat
+    batch of concatenated trajectories in one RNN call, restarting from the stored state at
+    every ``is_init`` (see the module docstring).
+    """
+
+    rnn_class = nn.GRU
+    num_states = 1
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, *,
+                 in_keys: Sequence[NestedKey] = ("observation", "recurrent_state", "is_init"),
+                 out_keys: Sequence[NestedKey] = ("features", ("next", "recurrent_state"))) -> None:
+        super().__init__(input_size, hidden_size, num_layers, in_keys, out_keys)
+
+    def _step_layer(self, layer, inputs, states):
+        outputs, hidden = layer(inputs, _as_hx(states[0]))
+        return outputs, [hidden.squeeze(0)]
+
+    def _sequence_layer(self, layer, inputs, states):
+        outputs, _ = layer(inputs, _as_hx(states[0]))
+        return outputs, [outputs]  # a GRU's state after each step is its output
+
+
+class LSTMModule(_RecurrentModule):
+    """An LSTM over ``in_keys[0]`` that writes its last layer's output to ``out_keys[0]`` and
+    the states after the step to ``("next", "recurrent_state_h")`` and ``("next", "recurrent_state_c")``.
+
+    Args:
+        input_size: features of the input entry (its last dim).
+        hidden_size: features of the output and of each layer's states.
+        num_layers: stacked LSTM layers; each state is stored as ``[*batch, num_layers, hidden_size]``.
+        in_keys: ``[input, hidden state h, cell state c, is_init]``.
+        out_keys: ``[output, ("next", h), ("next", c)]``.
+
+    Step mode by default; inside ``set_recurrent_mode("recurrent")`` it processes a flat
+    batch of concatenated trajectories in one RNN call per layer, restarting from the stored
+    states at every ``is_init`` (see the module docstring).
+    """
+
+    rnn_class = nn.LSTM
+    num_states = 2
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, *,
+                 in_keys: Sequence[NestedKey] = ("observation", "recurrent_state_h", "recurrent_state_c", "is_init"),
+                 out_keys: Sequence[NestedKey] = ("features", ("next", "recurrent_state_h"),
+                                                  ("next", "recurrent_state_c"))) -> None:
+        super().__init__(input_size, hidden_size, num_layers, in_keys, out_keys)
+
+    def _step_layer(self, layer, inputs, states):
+        outputs, (hidden, cell) = layer(inputs, (_as_hx(states[0]), _as_hx(states[1])))
+        return outputs, [hidden.squeeze(0), cell.squeeze(0)]
+
+    def _sequence_layer(self, layer, inputs, states):
+        hidden0, cell0 = states
+        outputs, _ = layer(inputs, (_as_hx(hidden0), _as_hx(cell0)))
+        return outputs, [outputs, _cell_states(layer, inputs, outputs, hidden0, cell0)]
+
+
+def _cell_states(layer: nn.LSTM, inputs: torch.Tensor, outputs: torch.Tensor, hidden0: torch.Tensor,
+                 cell0: torch.Tensor) -> torch.Tensor:
+    """The cell state after every step of a one-layer LSTM, which nn.LSTM does not return.
+
+    With the inputs ``[S, T, in]``, the outputs ``[S, T, H]`` (the h after each step) and the
+    initial ``(h, c)`` ``[S, H]``, the gates of every step are known, and
+    ``c_t = f_t * c_{t-1} + i_t * g_t`` is a linear recurrence: a prefix scan solves it in
+    log2(T) vectorised passes instead of a Python loop over T.
+    """
+    hidden_before = torch.cat([hidden0.unsqueeze(1), outputs[:, :-1]], 1)
+    gates = (F.linear(inputs, layer.weight_ih_l0, layer.bias_ih_l0)
+             + F.linear(hidden_before, layer.weight_hh_l0, layer.bias_hh_l0))
+    input_gate, forget_gate, cell_gate, _ = gates.chunk(4, -1)  # torch's gate order: i, f, g, o
+    decay, cell = forget_gate.sigmoid(), input_gate.sigmoid() * cell_gate.tanh()
+    cell = torch.cat([cell[:, :1] + decay[:, :1] * cell0.unsqueeze(1), cell[:, 1:]], 1)
+    shift = 1
+    while shift < cell.shape[1]:
+        # step t holds c_t as an affine function of c_{t - shift} (exact once t < shift);
+        # compose it with step t - shift's to reach back 2 * shift
+        cell = torch.cat([cell[:, :shift], cell[:, shift:] + decay[:, shift:] * cell[:, :-shift]], 1)
+        decay = torch.cat([decay[:, :shift], decay[:, shift:] * decay[:, :-shift]], 1)
+        shift *= 2
+    return cell

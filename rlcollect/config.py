@@ -97,6 +97,10 @@ class PPOConfig:
     hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
     activation: str = "tanh"
     log_std_init: float = 0.0
+    recurrent: Optional[str] = None  # None: MLP actor-critic; gru | lstm: RecurrentActorCritic
+    rnn_hidden_size: int = 64
+    rnn_layers: int = 1
+    sequence_length: Optional[int] = None  # recurrent minibatches: steps per sequence (None: whole rollout rows)
 
 
 @dataclass
@@ -142,8 +146,9 @@ class RolloutBufferConfig:
 @dataclass
 class EvalConfig:
     every_frames: int = 2048
-    episodes: int = 10
-    max_steps: Optional[int] = None
+    episodes: int = 10  # eval envs stepped together (EvalCollector's eval_n_envs)
+    max_steps: Optional[int] = None  # step budget over all eval envs; episodes still running are not counted
+    max_trajectories: Optional[int] = None  # None: one episode per eval env; else episodes back to back until this many
 
 
 @dataclass

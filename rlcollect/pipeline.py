@@ -26,15 +26,16 @@ from rlcollect.algos.ppo import PPO
 from rlcollect.checkpoint import CHECKPOINT_FILE, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlcollect.buffers.rollout import RolloutBuffer
 from rlcollect.collectors.base import CollectorBase
-from rlcollect.collectors.evaluation import evaluate_episodes
+from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
 from rlcollect.collectors.ray import RayCollector
 from rlcollect.collectors.single import Collector
 from rlcollect.envs.gym_env import GymEnv
 from rlcollect.envs.spaces import sample_shape, torch_dtype
 from rlcollect.logging.run_logger import EpisodeStatsHook, RunLogger, WandbLogger, truncate_metrics
-from rlcollect.modules.actor_critic import ActorCritic
+from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
 from rlcollect.modules.q_network import QValuePolicy
+from rlcollect.modules.recurrent import policy_primers
 from rlcollect.weight_sync import (MultiProcessWeightSyncScheme, NoWeightSyncScheme, RayWeightSyncScheme,
                                    SharedMemWeightSyncScheme)
 
@@ -72,7 +73,7 @@ class Pipeline:
     policy: torch.nn.Module
     collector: CollectorBase
     learner: Learner
-    eval_env: GymEnv
+    evaluator: EvalCollector
     logger: RunLogger
     progress: Progress
     background: bool = False  # collector.start(): the loop trains as frames arrive
@@ -98,7 +99,7 @@ class Pipeline:
 
     def close(self) -> None:
         self.collector.shutdown()
-        self.eval_env.close()
+        self.evaluator.shutdown()
         self.logger.close()
 
 
@@ -114,11 +115,12 @@ def env_factory(cfg: DictConfig, *, num_envs: int | None, seed: int) -> functool
 
 def make_logger(cfg: DictConfig, run_dir: Path, *, name: str | None, group: str | None,
                 job_type: str | None, run_id: str | None = None, start_frames: int = 0) -> RunLogger:
+    gamma = cfg.algo.gamma
     if cfg.logger.type == "none":
-        return RunLogger(run_dir, start_frames=start_frames)
+        return RunLogger(run_dir, start_frames=start_frames, gamma=gamma)
     return WandbLogger(run_dir, project=cfg.logger.project, entity=cfg.logger.entity, mode=cfg.logger.mode,
                        name=name, group=group, job_type=job_type, config=OmegaConf.to_container(cfg, resolve=True),
-                       run_id=run_id, start_frames=start_frames)
+                       run_id=run_id, start_frames=start_frames, gamma=gamma)
 
 
 def make_weight_sync_scheme(cfg: DictConfig):
@@ -196,7 +198,7 @@ def make_ray_collector(cfg: DictConfig, policy, per_step: dict, replay_buffer=No
         remote_config=OmegaConf.to_container(c.remote_config), ray_address=c.ray_address,
         weight_sync_schemes={"policy": make_weight_sync_scheme(cfg)}, replay_buffer=replay_buffer,
         trajs_per_batch=cfg.buffer.trajs_per_batch if replay_buffer is not None else None,
-        post_collect_hook=EpisodeStatsHook(), batch_timeout=c.batch_timeout, shutdown_timeout=c.shutdown_timeout,
+        post_collect_hook=EpisodeStatsHook(cfg.algo.gamma), batch_timeout=c.batch_timeout, shutdown_timeout=c.shutdown_timeout,
     )
 
 
@@ -244,12 +246,14 @@ def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, grou
             collector.shutdown()
         logger.close()
         raise
-    eval_env = make_env(cfg, num_envs=cfg.eval.episodes, seed=cfg.seed + 10_000)
+    evaluator = EvalCollector(make_env(cfg, num_envs=cfg.eval.episodes, seed=cfg.seed + 10_000), policy,
+                              eval_max_steps=cfg.eval.max_steps, eval_max_trajectories=cfg.eval.max_trajectories,
+                              gamma=cfg.algo.gamma)
     progress = Progress(
         summary={"frames": 0, "seconds": 0.0, "solved_return": cfg.env.solved_return, "frames_to_solve": None,
                  "seconds_to_solve": None, "final_eval_return": None, "best_eval_return": None},
         next_eval=cfg.eval.every_frames, next_checkpoint=cfg.checkpoint_every_frames)
-    pipeline = Pipeline(cfg, run_dir, policy, collector, learner, eval_env, logger, progress,
+    pipeline = Pipeline(cfg, run_dir, policy, collector, learner, evaluator, logger, progress,
                         background=bool(cfg.algo.get("background", False)))
     if checkpoint is not None:
         pipeline.load_state_dict(checkpoint)
@@ -294,7 +298,11 @@ def check_combination(cfg: DictConfig) -> None:
 
 def make_policy(cfg: DictConfig, observation_space, action_space) -> torch.nn.Module:
     a = cfg.algo
-    if a.name == "ppo":
+    if a.name == "ppo" and a.recurrent is not None:
+        policy = RecurrentActorCritic(observation_space, action_space, rnn=a.recurrent, hidden_size=a.rnn_hidden_size,
+                                      num_layers=a.rnn_layers, hidden_sizes=list(a.hidden_sizes),
+                                      activation=a.activation, log_std_init=a.log_std_init)
+    elif a.name == "ppo":
         policy = ActorCritic(observation_space, action_space, hidden_sizes=list(a.hidden_sizes),
                              activation=a.activation, log_std_init=a.log_std_init)
     else:
@@ -312,12 +320,13 @@ def make_learner(cfg: DictConfig, policy, collector: CollectorBase, observation_
             math.prod(env_dims), time_steps, sample_shape(observation_space), sample_shape(action_space),
             observation_dtype=torch_dtype(observation_space), action_dtype=torch_dtype(action_space),
             device=cfg.buffer.device or cfg.device,
+            state_shapes={key: shape for primer in policy_primers(policy) for key, shape in primer.shapes.items()},
         )
         ppo = PPO(policy, lr=a.lr, gamma=a.gamma, gae_lambda=a.gae_lambda, clip_epsilon=a.clip_epsilon,
                   epochs=a.epochs, minibatch_size=a.minibatch_size, value_coef=a.value_coef,
                   entropy_coef=a.entropy_coef, max_grad_norm=a.max_grad_norm,
                   normalize_advantage=a.normalize_advantage, anneal_lr=a.anneal_lr, anneal_clip=a.anneal_clip,
-                  total_frames=cfg.total_frames)
+                  total_frames=cfg.total_frames, sequence_length=a.sequence_length)
         return PPOLearner(ppo, buffer)
     dqn = DQN(policy, lr=a.lr, gamma=a.gamma, target_update=a.target_update,
               target_update_period=a.target_update_period, tau=a.tau, double_dqn=a.double_dqn, loss=a.loss,
@@ -424,10 +433,12 @@ def run(pipeline: Pipeline) -> dict:
 
 
 def _evaluate(p: Pipeline, frames: int) -> float:
-    """Deterministic evaluation episodes; logs and records the mean return."""
-    result = evaluate_episodes(p.eval_env, p.policy, max_steps=p.cfg.eval.max_steps)
+    """Deterministic evaluation episodes; logs and records the mean return (completed
+    episodes only: those cut by eval.max_steps are counted in eval/cut)."""
+    result = p.evaluator.evaluate()
     eval_return = result.mean_return if result.returns else float("nan")
-    p.logger.log({"eval/episode_return": eval_return, "eval/episodes": len(result.returns)}, step=frames)
+    p.logger.log({"eval/episode_return": eval_return, "eval/episodes": len(result.returns), "eval/cut": result.cut},
+                 step=frames)
     summary = p.progress.summary
     summary["final_eval_return"] = eval_return
     best = summary["best_eval_return"]

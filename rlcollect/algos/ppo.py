@@ -5,8 +5,8 @@ import torch
 from torch import nn
 
 from rlcollect.algos.gae import generalized_advantage_estimate
-from rlcollect.buffers.rollout import RolloutBuffer, iterate_minibatches, transition_view
-from rlcollect.modules.actor_critic import ActorCritic
+from rlcollect.buffers.rollout import RolloutBuffer, iterate_minibatches, iterate_sequences, transition_view
+from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
 
 
 class PPO:
@@ -18,14 +18,21 @@ class PPO:
             over ``total_frames``.
         epochs, minibatch_size: passes over each rollout and transitions per step.
         clip_epsilon: policy-ratio clip; annealed with the lr when ``anneal_clip``.
+        sequence_length: a RecurrentActorCritic trains on contiguous sequences of this many
+            steps of one env (None: the env's whole rollout), each restarting from its stored
+            hidden state; a minibatch holds ``minibatch_size // sequence_length`` of them
+            (at least one). Transitions are shuffled one by one otherwise.
     """
 
-    def __init__(self, actor_critic: ActorCritic, *, lr: float = 3e-4, gamma: float = 0.99,
+    def __init__(self, actor_critic: ActorCritic | RecurrentActorCritic, *, lr: float = 3e-4, gamma: float = 0.99,
                  gae_lambda: float = 0.95, clip_epsilon: float = 0.2, epochs: int = 10,
                  minibatch_size: int = 64, value_coef: float = 0.5, entropy_coef: float = 0.0,
                  max_grad_norm: float = 0.5, normalize_advantage: bool = True,
-                 anneal_lr: bool = True, anneal_clip: bool = False, total_frames: int = -1) -> None:
+                 anneal_lr: bool = True, anneal_clip: bool = False, total_frames: int = -1,
+                 sequence_length: int | None = None) -> None:
         self.actor_critic = actor_critic
+        self.recurrent = isinstance(actor_critic, RecurrentActorCritic)
+        self.sequence_length = sequence_length
         self.lr, self.gamma, self.gae_lambda = lr, gamma, gae_lambda
         self.clip_epsilon, self.epochs, self.minibatch_size = clip_epsilon, epochs, minibatch_size
         self.value_coef, self.entropy_coef, self.max_grad_norm = value_coef, entropy_coef, max_grad_norm
@@ -45,9 +52,11 @@ class PPO:
     def compute_advantages(self, buffer: RolloutBuffer) -> None:
         """Fill ``state_value`` (all T + 1 slots), ``advantage`` and ``value_target``."""
         rollout = buffer.rollout
-        rollout.set("state_value", self.actor_critic.value(rollout.get("observation")))
         transitions = transition_view(rollout)
-        next_state_value = self.actor_critic.value(transitions.get(("next", "observation")))
+        next_state_value = self.actor_critic.state_value(transitions.get("next"))
+        state_value = self.actor_critic.state_value(transitions)
+        rollout.set("state_value", torch.cat([state_value, next_state_value[:, -1:]], 1))
+        transitions = transition_view(rollout)
         advantage, value_target = generalized_advantage_estimate(
             transitions.get(("next", "reward")), transitions.get("state_value"), next_state_value,
             transitions.get(("next", "terminated")), transitions.get(("next", "done")),
@@ -66,11 +75,16 @@ class PPO:
             group["lr"] = lr
         clip = self.clip_epsilon * remaining if self.anneal_clip else self.clip_epsilon
         self.compute_advantages(buffer)
-        transitions = buffer.get(flatten=True)
+        transitions = buffer.get(flatten=not self.recurrent)
         totals: dict[str, torch.Tensor] = {}
         steps = 0
         for _ in range(self.epochs):
-            for minibatch in iterate_minibatches(transitions, self.minibatch_size):
+            if self.recurrent:
+                minibatches = iterate_sequences(transitions, self.sequence_length or transitions.shape[1],
+                                                self.minibatch_size)
+            else:
+                minibatches = iterate_minibatches(transitions, self.minibatch_size)
+            for minibatch in minibatches:
                 for key, value in self._minibatch_step(minibatch, clip).items():
                     totals[key] = totals[key] + value if key in totals else value
                 steps += 1
@@ -79,8 +93,7 @@ class PPO:
         return metrics
 
     def _minibatch_step(self, minibatch, clip: float) -> dict[str, torch.Tensor]:
-        log_prob, entropy, value = self.actor_critic.evaluate_actions(
-            minibatch.get("observation"), minibatch.get("action"))
+        log_prob, entropy, value = self.actor_critic.evaluate(minibatch)
         advantage = minibatch.get("advantage")
         if self.normalize_advantage and advantage.numel() > 1:
             advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)

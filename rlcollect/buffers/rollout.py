@@ -21,6 +21,9 @@ TRANSITION_KEYS = (
 class RolloutBuffer:
     """One rollout of ``num_envs`` x ``rollout_len`` transitions, allocated once on ``device``.
 
+    ``state_shapes`` adds per-step entries the policy carries (a recurrent policy's hidden
+    states, ``{key: (num_layers, hidden_size)}``), stored as ``key`` and ``("next", key)``.
+
     ``start_rollout()`` gives the shared TensorDict; ``add(batch)`` fills it from a
     collector batch ``[num_envs, rollout_len]`` (or marks the shared one ready);
     ``get()`` hands out the transition view. Algorithms add fields (advantage, ...)
@@ -29,7 +32,8 @@ class RolloutBuffer:
 
     def __init__(self, num_envs: int, rollout_len: int, observation_shape: Sequence[int],
                  action_shape: Sequence[int] = (), *, observation_dtype: torch.dtype = torch.float32,
-                 action_dtype: torch.dtype = torch.int64, device: str | torch.device = "cpu") -> None:
+                 action_dtype: torch.dtype = torch.int64, device: str | torch.device = "cpu",
+                 state_shapes: dict[str, Sequence[int]] | None = None) -> None:
         self.num_envs, self.rollout_len = num_envs, rollout_len
         self.device = torch.device(device)
         shape = (num_envs, rollout_len + 1)
@@ -55,6 +59,10 @@ class RolloutBuffer:
             batch_size=shape,
             device=self.device,
         )
+        self.state_keys = list(state_shapes or {})
+        for key, state_shape in (state_shapes or {}).items():
+            self._rollout.set(key, zeros(*state_shape))
+            self._rollout.set(("next", key), zeros(*state_shape))
         self._ready = False
 
     def start_rollout(self) -> TensorDict:
@@ -76,12 +84,13 @@ class RolloutBuffer:
         if tuple(batch.batch_size) != expected:
             raise ValueError(f"RolloutBuffer holds batches of shape {list(expected)} (envs, time); "
                              f"got {list(batch.batch_size)}")
-        missing = [key for key in TRANSITION_KEYS if key not in batch.keys(include_nested=True)]
+        keys = [*TRANSITION_KEYS, *self.state_keys, *(("next", key) for key in self.state_keys)]
+        missing = [key for key in keys if key not in batch.keys(include_nested=True)]
         if missing:
             raise KeyError(f"collector batch lacks {missing}: the policy must write action, "
-                           "action_log_prob and state_value")
+                           "action_log_prob and state_value (and a recurrent one its hidden states)")
         transitions = self._rollout[:, :-1]
-        for key in TRANSITION_KEYS:
+        for key in keys:
             transitions.get(key).copy_(batch.get(key), non_blocking=True)
         self._rollout.get("observation")[:, -1].copy_(batch.get(("next", "observation"))[:, -1], non_blocking=True)
 
@@ -102,6 +111,39 @@ def transition_view(rollout: TensorDictBase, flatten: bool = False) -> TensorDic
     """Drop the padded final slot: ``[N, T + 1]`` -> ``[N, T]`` (a view), or ``[N * T]``."""
     view = rollout[:, :-1]
     return view.reshape(-1) if flatten else view
+
+
+def iterate_sequences(rollout: TensorDictBase, sequence_length: int, batch_size: int,
+                      generator: torch.Generator | None = None) -> Iterator[TensorDictBase]:
+    """Shuffled minibatches of whole sequences for recurrent training, in the flat 1-D layout.
+
+    ``rollout`` is ``[N, T]``: each row is cut into sequences of ``sequence_length`` steps
+    (the last one of a row shorter when T is not a multiple); a minibatch concatenates
+    ``batch_size // sequence_length`` of them (at least one), with ``is_init`` set at each
+    sequence start (OR-ed with the env's own resets), so a recurrent module in recurrent
+    mode restarts from the stored hidden state there. Every step once per pass.
+    """
+    if rollout.batch_dims != 2:
+        raise ValueError(f"iterate_sequences needs a [N, T] rollout, got batch_size {list(rollout.batch_size)}")
+    if sequence_length < 1:
+        raise ValueError(f"sequence_length must be >= 1, got {sequence_length}")
+    num_rows, time = rollout.shape
+    flat = rollout.reshape(-1)
+    offsets = torch.arange(0, time, sequence_length, device=rollout.device)
+    starts = (torch.arange(num_rows, device=rollout.device).unsqueeze(1) * time + offsets).reshape(-1)
+    lengths = (time - offsets).clamp(max=sequence_length).repeat(num_rows)
+    order = torch.randperm(starts.numel(), generator=generator, device=rollout.device)
+    per_batch = max(1, batch_size // sequence_length)
+    for first in range(0, order.numel(), per_batch):
+        chosen = order[first:first + per_batch]
+        chosen_lengths = lengths[chosen]
+        # step j of the minibatch: the start of its sequence plus its position in it
+        sequence = torch.repeat_interleave(torch.arange(chosen.numel(), device=rollout.device), chosen_lengths)
+        position = torch.arange(sequence.numel(), device=rollout.device) - (
+            torch.cumsum(chosen_lengths, 0) - chosen_lengths)[sequence]
+        minibatch = flat[starts[chosen][sequence] + position]
+        minibatch.set("is_init", minibatch.get("is_init") | (position == 0))
+        yield minibatch
 
 
 def iterate_minibatches(rollout: TensorDictBase, batch_size: int, device: str | torch.device | None = None,

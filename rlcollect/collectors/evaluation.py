@@ -1,47 +1,122 @@
-"""Deterministic evaluation episodes."""
+"""Evaluation: deterministic episodes on envs of their own, beside any training collector.
+
+    EvalCollector(env, policy, eval_n_envs=10, eval_max_steps=20_000).evaluate()
+      ──▶ a Collector (exploration_type="deterministic") on a batched env of eval_n_envs,
+          reset at each call, run batch after batch until the trajectories asked for are
+          complete or the step budget is spent ──▶ TrajectoryInfo of completed ones only
+
+Running the same Collector loop means a recurrent policy gets its hidden state carried and
+reset exactly as in training. A trajectory still running when the budget (eval_max_steps,
+counted over all eval envs as in rlpyt) is spent is dropped, never counted as a shorter
+one: counting cut episodes biases the mean return towards short episodes.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
-from tensordict.nn import set_interaction_type
 
-from rlcollect.envs.gym_env import GymEnv
+from rlcollect.collectors.single import Collector
+from rlcollect.envs.gym_env import EnvSource, GymEnv
+from rlcollect.logging.episodes import EpisodeTracker, TrajectoryInfo
+from rlcollect.collectors.trajectories import TRAJ_IDS
+
+STEPS_PER_BATCH = 64  # per env: how often the stop conditions are checked
 
 
 @dataclass(frozen=True)
 class EvalResult:
+    """The completed evaluation trajectories (``trajectories``), with their returns and
+    lengths as lists; ``cut`` counts those dropped because the step budget ran out."""
+
     returns: list[float]
     lengths: list[int]
+    trajectories: list[TrajectoryInfo] = field(default_factory=list)
+    cut: int = 0
 
     @property
     def mean_return(self) -> float:
         return sum(self.returns) / len(self.returns)
 
 
+class EvalCollector:
+    """Evaluation episodes of ``policy`` on ``eval_n_envs`` envs of its own.
+
+    Args:
+        create_env_fn: a batched GymEnv, or what GymEnv builds one from (an env id or a
+            zero-argument callable returning a gymnasium env) with ``eval_n_envs`` copies.
+        policy: the policy evaluated (used in place: evaluation sees the current weights).
+        eval_n_envs: envs stepped together (ignored when create_env_fn is a GymEnv).
+        eval_max_steps: step budget of one ``evaluate()``, over all envs (time x envs); None:
+            no budget (then episodes must end by themselves).
+        eval_max_trajectories: stop once this many trajectories completed, each env running
+            episodes back to back; None: each env runs exactly one episode (the unbiased
+            default: no env's second, typically short-lived, episode is counted).
+        exploration_type: "deterministic" (the policy's mode) or "random".
+        gamma: discount of the trajectories' discounted returns.
+        seed: seed of the eval envs (None: unseeded).
+    """
+
+    def __init__(self, create_env_fn: GymEnv | EnvSource, policy, *, eval_n_envs: int = 10,
+                 eval_max_steps: int | None = None, eval_max_trajectories: int | None = None,
+                 exploration_type: str = "deterministic", gamma: float = 0.99, seed: int | None = None) -> None:
+        env = create_env_fn if isinstance(create_env_fn, GymEnv) else GymEnv(create_env_fn, eval_n_envs, seed=seed)
+        self.num_envs = env.num_envs or 1
+        if eval_max_steps is not None and eval_max_steps < self.num_envs:
+            raise ValueError(f"eval_max_steps={eval_max_steps} is less than one step of each of the "
+                             f"{self.num_envs} eval envs")
+        if eval_max_trajectories is not None and eval_max_trajectories < 1:
+            raise ValueError(f"eval_max_trajectories must be None or >= 1, got {eval_max_trajectories}")
+        self.eval_max_steps, self.eval_max_trajectories, self.gamma = eval_max_steps, eval_max_trajectories, gamma
+        steps = STEPS_PER_BATCH if eval_max_steps is None else min(STEPS_PER_BATCH, eval_max_steps // self.num_envs)
+        self.collector = Collector(env, policy, frames_per_batch=self.num_envs * steps,
+                                   exploration_type=exploration_type)
+        self.env = env
+
+    def evaluate(self) -> EvalResult:
+        """Reset the eval envs and run them until done (see the class doc)."""
+        self.collector.reset()
+        tracker = EpisodeTracker(self.gamma)
+        counted: set[int] | None = None  # one episode per env: the trajectory ids each env starts with
+        completed: list[TrajectoryInfo] = []
+        steps, started = 0, set()
+        for batch in self.collector:
+            ids = batch.get(TRAJ_IDS)
+            if counted is None and self.eval_max_trajectories is None:
+                counted = set(ids.reshape(self.num_envs, -1)[:, 0].tolist())
+            started.update(ids.unique().tolist())
+            completed += _by_end_time(batch, [info for info in tracker.infos(batch)
+                                              if counted is None or info.traj_id in counted])
+            steps += batch.numel()
+            if counted is not None and len(completed) == len(counted):
+                break
+            if self.eval_max_trajectories is not None and len(completed) >= self.eval_max_trajectories:
+                break
+            if self.eval_max_steps is not None and steps + self.collector.frames_per_batch > self.eval_max_steps:
+                break
+        cut = len(counted if counted is not None else started) - len(completed)
+        if self.eval_max_trajectories is not None:
+            completed = completed[:self.eval_max_trajectories]
+        return EvalResult(returns=[info.episode_return for info in completed],
+                          lengths=[info.length for info in completed], trajectories=completed, cut=max(cut, 0))
+
+    def shutdown(self) -> None:
+        self.collector.shutdown()
+        self.env.close()
+
+
+def _by_end_time(batch, infos: list[TrajectoryInfo]) -> list[TrajectoryInfo]:
+    """``infos`` in the order their trajectories ended (the tracker lists them env by env):
+    a max_trajectories cut then keeps the first to finish, as a step-by-step loop would."""
+    done = batch.get(("next", "done"))
+    ids, time = batch.get(TRAJ_IDS)[done], done.nonzero()[:, -1]
+    end = dict(zip(ids.tolist(), time.tolist()))
+    return sorted(infos, key=lambda info: end[info.traj_id])
+
+
 def evaluate_episodes(env: GymEnv, policy, *, max_steps: int | None = None,
                       exploration_type: str = "deterministic") -> EvalResult:
-    """Run one episode in each sub-env of ``env`` (batched: one episode per sub-env) with
-    ``policy`` under ``exploration_type``; returns each episode's return and length.
-
-    Episodes still running after ``max_steps`` are not counted as completed: cutting them
-    would bias the estimate towards short episodes.
-    """
-    carrier = env.reset()
-    num_envs = env.num_envs or 1
-    returns = torch.zeros(num_envs, dtype=torch.float64)
-    lengths = torch.zeros(num_envs, dtype=torch.int64)
-    finished = torch.zeros(num_envs, dtype=torch.bool)
-    step = 0
-    with torch.no_grad(), set_interaction_type(exploration_type):
-        while not finished.all() and (max_steps is None or step < max_steps):
-            action = policy(carrier).get("action")
-            done = env._step(action)  # finished envs restart; their later steps are ignored
-            running = ~finished
-            returns += env.staged.get(("next", "reward")).reshape(-1).cpu().double() * running
-            lengths += running
-            if done is not None:
-                finished |= torch.from_numpy(done)
-            carrier = env.staged.select("observation", "is_init")
-            step += 1
-    return EvalResult(returns=returns[finished].tolist(), lengths=lengths[finished].tolist())
+    """One episode in each sub-env of ``env``, under ``exploration_type``, at most
+    ``max_steps`` steps of each env; episodes still running then are not counted."""
+    budget = None if max_steps is None else max_steps * (env.num_envs or 1)
+    return EvalCollector(env, policy, eval_max_steps=budget, exploration_type=exploration_type).evaluate()

@@ -1,4 +1,7 @@
-"""Gymnasium envs as TensorDicts."""
+"""Gymnasium envs as TensorDicts, and the partially observed tasks rlcollect registers."""
 from rlcollect.envs.gym_env import GymEnv, make_gym_env
+from rlcollect.envs.masked import MASKED_CARTPOLE_ID, MaskVelocityWrapper, register_masked_envs
 
-__all__ = ["GymEnv", "make_gym_env"]
+register_masked_envs()
+
+__all__ = ["GymEnv", "MASKED_CARTPOLE_ID", "MaskVelocityWrapper", "make_gym_env"]

@@ -50,3 +50,18 @@ class MaskVelocityWrapper(gym.ObservationWrapper):
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
         return observation[self.kept_indices]
+
+
+MASKED_CARTPOLE_ID = "rlcollect/CartPoleNoVelocity-v1"
+
+
+def make_masked(env_id: str, **make_kwargs) -> MaskVelocityWrapper:
+    """``gym.make(env_id)`` with its velocities masked (the registered entry point)."""
+    return MaskVelocityWrapper(gym.make(env_id, **make_kwargs))
+
+
+def register_masked_envs() -> None:
+    """Register ``rlcollect/CartPoleNoVelocity-v1`` (CartPole-v1 observing x and theta only,
+    its 500-step limit kept); idempotent."""
+    if MASKED_CARTPOLE_ID not in gym.registry:
+        gym.register(MASKED_CARTPOLE_ID, entry_point=make_masked, kwargs={"env_id": "CartPole-v1"})

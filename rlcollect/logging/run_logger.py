@@ -1,7 +1,8 @@
 """Per-run metrics: metrics.jsonl in the run folder, and Weights & Biases when asked.
 
 A logger is also the collector's post-collect hook: called with each batch, it logs the
-frames, the throughput and the return and length of the trajectories completed in it.
+frames, the throughput and the trajectory info (return, length, discounted return) of the
+trajectories completed in it: exact means over those trajectories, not batch estimates.
 Metrics logged for the same step are merged into one row, written once to every sink.
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
-from rlcollect.logging.episodes import EpisodeTracker
+from rlcollect.logging.episodes import EpisodeTracker, TrajectoryInfo
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -38,13 +39,15 @@ class RunLogger:
     Args:
         run_dir: the run folder (metrics.jsonl is appended to, so a resumed run continues it).
         start_frames: frames already counted before this logger (a resumed run).
+        gamma: discount of the logged discounted returns.
     """
 
-    def __init__(self, run_dir: str | Path, *, start_frames: int = 0) -> None:
+    def __init__(self, run_dir: str | Path, *, start_frames: int = 0, gamma: float = 0.99) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._file = open(self.run_dir / METRICS_FILE, "a", encoding="utf-8")
-        self._episodes = EpisodeTracker()
+        self.gamma = gamma
+        self._episodes = EpisodeTracker(gamma)
         self._start_time = time.perf_counter()
         self._seconds_before = 0.0
         self._frames = start_frames
@@ -75,42 +78,38 @@ class RunLogger:
 
     def __call__(self, batch: TensorDictBase) -> None:
         """Post-collect hook (in-process collectors): log what this batch holds."""
-        returns, lengths = self._episodes.update(batch)
-        self.log_collection(self._frames + batch.numel(), returns, lengths)
+        self.log_collection(self._frames + batch.numel(), self._episodes.infos(batch))
 
     def worker_hook(self, mp_context) -> "WorkerEpisodeHook":
         """A post-collect hook for multi-process collectors: it runs inside each worker
         and sends the worker's episode statistics here; ``drain_worker_hooks`` logs them."""
         if self._worker_queue is None:
             self._worker_queue = mp_context.SimpleQueue()
-        return WorkerEpisodeHook(self._worker_queue)
+        return WorkerEpisodeHook(self._worker_queue, gamma=self.gamma)
 
     def drain_worker_hooks(self, frames: int, reports: list | tuple = ()) -> None:
         """Log, at ``frames``, the episodes the worker hooks reported since the last call,
         plus ``reports`` (what EpisodeStatsHook copies returned elsewhere, e.g. in Ray actors)."""
-        reports = list(reports)
+        infos = [info for report in reports for info in report]
         while self._worker_queue is not None and not self._worker_queue.empty():
-            reports.append(self._worker_queue.get())
-        returns, lengths = [], []
-        for report_returns, report_lengths in reports:
-            returns += report_returns
-            lengths += report_lengths
-        self.log_collection(frames, returns, lengths)
+            infos += self._worker_queue.get()
+        self.log_collection(frames, infos)
 
-    def log_collection(self, frames: int, returns: list[float], lengths: list[int]) -> None:
-        """Log the collection row of ``frames``: throughput and completed episodes."""
+    def log_collection(self, frames: int, infos: list[TrajectoryInfo]) -> None:
+        """Log the collection row of ``frames``: throughput and the completed trajectories."""
         self._frames = frames
         elapsed = self.elapsed
         metrics: dict[str, Any] = {
             "frames": frames,
             "time": elapsed,
             "collect/frames_per_second": (frames - self._start_frames) / max(elapsed - self._seconds_before, 1e-9),
-            "collect/episodes": len(returns),
+            "collect/episodes": len(infos),
         }
-        if returns:
-            self.recent_episode_return = sum(returns) / len(returns)
+        if infos:
+            self.recent_episode_return = sum(info.episode_return for info in infos) / len(infos)
             metrics["collect/episode_return"] = self.recent_episode_return
-            metrics["collect/episode_length"] = sum(lengths) / len(lengths)
+            metrics["collect/episode_length"] = sum(info.length for info in infos) / len(infos)
+            metrics["collect/episode_discounted_return"] = sum(info.discounted_return for info in infos) / len(infos)
         self.log(metrics, step=frames)
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
@@ -153,7 +152,7 @@ class WandbLogger(RunLogger):
     def __init__(self, run_dir: str | Path, *, project: str, name: str | None = None,
                  group: str | None = None, job_type: str | None = None, config: dict | None = None,
                  mode: str = "offline", entity: str | None = None, run_id: str | None = None,
-                 start_frames: int = 0) -> None:
+                 start_frames: int = 0, gamma: float = 0.99) -> None:
         import wandb
 
         if mode not in ("offline", "online", "disabled"):
@@ -161,7 +160,7 @@ class WandbLogger(RunLogger):
         if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _has_netrc_login()):
             raise ValueError("logger.mode=online needs a W&B login: run `wandb login` or set WANDB_API_KEY "
                                "(or keep the default logger.mode=offline and `wandb sync` later)")
-        super().__init__(run_dir, start_frames=start_frames)
+        super().__init__(run_dir, start_frames=start_frames, gamma=gamma)
         self._run = wandb.init(
             project=project, entity=entity, name=name, group=group, job_type=job_type, config=config,
             dir=str(self.run_dir), mode=mode, id=run_id, resume="allow" if run_id else None,
@@ -186,23 +185,23 @@ class WandbLogger(RunLogger):
 
 
 class EpisodeStatsHook:
-    """A post-collect hook returning ``(returns, lengths)`` of the episodes each batch
+    """A post-collect hook returning the TrajectoryInfo of each trajectory a batch
     completes; picklable, each copy keeps its own EpisodeTracker. RayCollector ships what
     its actors' copies return to the driver (``hook_results()``)."""
 
-    def __init__(self) -> None:
-        self._episodes = EpisodeTracker()
+    def __init__(self, gamma: float = 0.99) -> None:
+        self._episodes = EpisodeTracker(gamma)
 
-    def __call__(self, batch: TensorDictBase) -> tuple[list[float], list[int]]:
-        return self._episodes.update(batch)
+    def __call__(self, batch: TensorDictBase) -> list[TrajectoryInfo]:
+        return self._episodes.infos(batch)
 
 
 class WorkerEpisodeHook(EpisodeStatsHook):
-    """Runs in a collector worker: sends (returns, lengths) of the episodes each batch
+    """Runs in a collector worker: sends the TrajectoryInfo of the trajectories each batch
     completes to the main process's logger through ``queue``."""
 
-    def __init__(self, queue) -> None:
-        super().__init__()
+    def __init__(self, queue, gamma: float = 0.99) -> None:
+        super().__init__(gamma)
         self._queue = queue
 
     def __call__(self, batch: TensorDictBase) -> None:

@@ -36,20 +36,21 @@ def _orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
 
 
 class ActorCritic(TensorDictModuleBase):
-    """Separate actor and critic MLPs over a flat ``"observation"``.
+    """Separate actor and critic MLPs over a flat ``"observation"`` (``observation_key``).
 
     Writes ``"action"`` (sampled, or the mode under a deterministic interaction type),
     ``"action_log_prob"`` and ``"state_value"``. Discrete spaces get a categorical head
     (int64 actions); Box spaces a diagonal Gaussian with a state-independent log-std.
     """
 
-    in_keys = ["observation"]
     out_keys = ["action", "action_log_prob", "state_value"]
 
     def __init__(self, observation_space: gym.spaces.Box, action_space: gym.Space, *,
                  hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh",
-                 log_std_init: float = 0.0) -> None:
+                 log_std_init: float = 0.0, observation_key: str = "observation") -> None:
         super().__init__()
+        self.observation_key = observation_key
+        self.in_keys = [observation_key]
         if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
             raise TypeError(f"ActorCritic needs a flat Box observation space, got {observation_space!r}")
         obs_dim = observation_space.shape[0]
@@ -69,8 +70,16 @@ class ActorCritic(TensorDictModuleBase):
         """V(observation), without a trailing singleton dim."""
         return self.critic(observation.float()).squeeze(-1)
 
+    def state_value(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """V of each step of ``tensordict``."""
+        return self.value(tensordict.get(self.observation_key))
+
+    def evaluate(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log_prob, entropy, value) of the steps' ``"action"`` under the current weights."""
+        return self.evaluate_actions(tensordict.get(self.observation_key), tensordict.get("action"))
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        observation = tensordict.get("observation").float()
+        observation = tensordict.get(self.observation_key).float()
         head = self.actor(observation)
         deterministic = interaction_type() in DETERMINISTIC
         if self.discrete:
@@ -97,3 +106,59 @@ class ActorCritic(TensorDictModuleBase):
             log_prob = D.normal_log_prob(head, self.log_std, action)
             entropy = D.normal_entropy(self.log_std, head.shape[:-1])
         return log_prob, entropy, self.critic(observation).squeeze(-1)
+
+
+class RecurrentActorCritic(TensorDictModuleBase):
+    """A GRU or LSTM over ``"observation"`` feeding an ActorCritic's actor and critic heads.
+
+    Collection runs step mode: the hidden state comes in as ``"recurrent_state"`` (LSTM:
+    ``"recurrent_state_h"``, ``"recurrent_state_c"``), which the collector adds (zeros) and
+    carries from step to step (it finds ``self.rnn.make_tensordict_primer()``). Training evaluates whole
+    sequences in recurrent mode from the stored states (``evaluate``), so gradients flow
+    through time within each sequence.
+    """
+
+    out_keys = ["features", "action", "action_log_prob", "state_value"]
+
+    def __init__(self, observation_space: gym.spaces.Box, action_space: gym.Space, *, rnn: str = "gru",
+                 hidden_size: int = 64, num_layers: int = 1, hidden_sizes: Sequence[int] = (64,),
+                 activation: str = "tanh", log_std_init: float = 0.0) -> None:
+        from rlcollect.modules.recurrent import GRUModule, LSTMModule
+
+        super().__init__()
+        if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
+            raise TypeError(f"RecurrentActorCritic needs a flat Box observation space, got {observation_space!r}")
+        if rnn not in ("gru", "lstm"):
+            raise ValueError(f"rnn must be 'gru' or 'lstm', got {rnn!r}")
+        self.rnn = (GRUModule if rnn == "gru" else LSTMModule)(observation_space.shape[0], hidden_size, num_layers,
+                                                                out_keys=self._rnn_out_keys(rnn))
+        features = gym.spaces.Box(-1.0, 1.0, (hidden_size,))
+        self.heads = ActorCritic(features, action_space, hidden_sizes=hidden_sizes, activation=activation,
+                                 log_std_init=log_std_init, observation_key="features")
+        self.in_keys = [key for key in self.rnn.in_keys]
+
+    @staticmethod
+    def _rnn_out_keys(rnn: str) -> tuple:
+        states = ("recurrent_state",) if rnn == "gru" else ("recurrent_state_h", "recurrent_state_c")
+        return ("features", *(("next", key) for key in states))
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return self.heads(self.rnn(tensordict))
+
+    def _features(self, tensordict: TensorDictBase, mode: str) -> TensorDictBase:
+        from rlcollect.modules.recurrent import set_recurrent_mode
+
+        inputs = tensordict.select(*self.rnn.in_keys, strict=mode == "recurrent")
+        with set_recurrent_mode(mode):
+            return self.rnn(inputs)
+
+    def state_value(self, tensordict: TensorDictBase) -> torch.Tensor:
+        """V of each step, from its observation and stored hidden state (one step each)."""
+        return self.heads.state_value(self._features(tensordict, "step"))
+
+    def evaluate(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log_prob, entropy, value) of a flat batch of sequences (the 1-D layout: each
+        restarts from its stored hidden state where ``is_init``), in recurrent mode."""
+        features = self._features(tensordict, "recurrent")
+        features.set("action", tensordict.get("action"))
+        return self.heads.evaluate(features)

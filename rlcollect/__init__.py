@@ -4,6 +4,9 @@ The library, usable without the CLI:
 
 - ``GymEnv``: gymnasium envs (single or batched) speaking TensorDicts.
 - ``Collector``: iterate to get ``[T]`` / ``[P, T]`` batches of env steps.
+- ``ActionServerCollector`` / ``AlternatingCollector``: envs step in worker processes, one
+  batched policy forward for all of them in the main process (rlpyt's GPU samplers);
+  the alternating one overlaps one group's env steps with the other group's forward.
 - ``split_trajectories``: the legacy padded ``[N_traj, T_max]`` layout.
 - ``RolloutBuffer``: the on-policy ``[N, T + 1]`` rollout storage.
 - ``ActorCritic``: MLP actor-critic policy (Discrete and Box actions).
@@ -23,7 +26,9 @@ __version__ = "0.1.0"
 # Public name -> defining module. Loaded on first access, so `rlcollect --help` and config
 # errors answer without importing torch.
 _EXPORTS = {
+    "ActionServerCollector": "rlcollect.collectors.action_server",
     "ActorCritic": "rlcollect.modules.actor_critic",
+    "AlternatingCollector": "rlcollect.collectors.action_server",
     "Collector": "rlcollect.collectors.single",
     "CollectorBase": "rlcollect.collectors.base",
     "EvalResult": "rlcollect.collectors.evaluation",
@@ -57,6 +62,7 @@ if TYPE_CHECKING:
     from rlcollect.algos.gae import generalized_advantage_estimate
     from rlcollect.algos.ppo import PPO
     from rlcollect.buffers.rollout import RolloutBuffer, iterate_minibatches, transition_view
+    from rlcollect.collectors.action_server import ActionServerCollector, AlternatingCollector
     from rlcollect.collectors.base import CollectorBase
     from rlcollect.collectors.evaluation import EvalResult, evaluate_episodes
     from rlcollect.collectors.single import Collector

@@ -56,6 +56,50 @@ class ErrorAfterEnv(CountingEnv):
         return super().step(action)
 
 
+class EchoEnv(CountingEnv):
+    """Observation ``[env id, step count, last action]``: tells which env produced a step
+    and which action reached it. The env id is the seed of its first seeded reset (GymEnv
+    seeds sub-env i with ``seed + i``; -1 while unseeded). Actions are ``Box(-inf, inf,
+    (1,))``, so a policy can write an action that names the env it is meant for. Episodes
+    last ``episode_lengths[env id % len(episode_lengths)]`` steps (terminated). With
+    ``error_env``, that env raises RuntimeError on its ``error_after + 1``-th step."""
+
+    def __init__(self, episode_lengths=(4,), error_env: int | None = None, error_after: int = 0) -> None:
+        super().__init__(episode_length=episode_lengths[0])
+        self.episode_lengths = tuple(episode_lengths)
+        self.error_env, self.error_after = error_env, error_after
+        self.env_id, self.last_action, self.total_steps = -1, 0.0, 0
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+        self.action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.env_id = seed
+            self.episode_length = self.episode_lengths[seed % len(self.episode_lengths)]
+        super().reset(seed=seed)
+        self.last_action = 0.0
+        return self._observation(), {}
+
+    def step(self, action):
+        self.total_steps += 1
+        if self.env_id == self.error_env and self.total_steps > self.error_after:
+            raise RuntimeError(f"EchoEnv {self.env_id}: step {self.total_steps} fails by design")
+        self.last_action = float(np.asarray(action).reshape(-1)[0])
+        _, reward, terminated, truncated, info = super().step(action)
+        return self._observation(), reward, terminated, truncated, info
+
+    def _observation(self) -> np.ndarray:
+        return np.array([self.env_id, self.count, self.last_action], np.float32)
+
+
+def echo_policy(td):
+    """The action that names its env and step, ``100 * env id + step count``, for
+    EchoEnv observations: a step whose env received another env's action shows it."""
+    observation = td.get("observation")
+    td.set("action", 100 * observation[..., :1] + observation[..., 1:2])
+    return td
+
+
 def counting_env_factories(episode_lengths, end: str = "terminated"):
     """A zero-argument factory whose successive calls build CountingEnvs of the given
     lengths in turn: ``GymEnv(counting_env_factories([3, 4]), num_envs=2)`` gives

@@ -10,8 +10,11 @@ Run it with ``make bench`` (sets up .venv and .venv-bench first; pass flags with
 What it measures: frames per second with the same policy everywhere, a 64x64 tanh MLP
 (obs -> 64 -> 64 -> 2 logits, weights from one seed; scripts/bench_policy.py) followed
 by rlcollect's Gumbel-max ``categorical_sample``, torch.set_num_threads(1) in every
-process (workers included). Rows a-j run CartPole-v1 (obs 4); rows k run
+process (workers included). Rows a-j and l run CartPole-v1 (obs 4); rows k run
 rlcollect.testing.BusyEnv (obs 1), whose step burns 200 us of CPU: a costly simulator.
+Rows m run a heavy policy, a 512x512 MLP (same sampler), on BusyEnv(50 us): a worker's
+step of 4 envs (~200 us) then costs about what the policy's forward costs, where the
+alternating collector should gain most (rlpyt: up to 2x in theory).
 
     a   hand-written loop, 1 gymnasium env: from_numpy, forward, sample, step, reset
     b   hand-written loop, SyncVectorEnv of 8 envs, one batched forward per step
@@ -26,6 +29,15 @@ rlcollect.testing.BusyEnv (obs 1), whose step burns 200 us of CPU: a costly simu
     j   torchrl MultiAsyncCollector, 2 workers x SerialEnv(4)  }
     k1  rlcollect Collector on GymEnv(BusyEnv(200 us), num_envs=8)
     k2  rlcollect MultiSyncCollector, 2 workers x GymEnv(BusyEnv(200 us), num_envs=4)
+    k3  rlcollect ActionServerCollector, 2 workers x 4 BusyEnv(200 us)
+    k4  rlcollect AlternatingCollector, 2 workers (2 groups of 1) x 4 BusyEnv(200 us)
+    l1  rlcollect ActionServerCollector, 2 workers x 4 envs: policy in the main process
+    l2  rlcollect AlternatingCollector, 2 workers (2 groups of 1) x 4 envs
+    m1  rlcollect Collector, GymEnv(BusyEnv(50 us), num_envs=8), 512x512 MLP
+    m2  rlcollect MultiSyncCollector, 2 workers x 4 BusyEnv(50 us), 512x512 MLP
+    m3  rlcollect ActionServerCollector, as m2
+    m4  rlcollect AlternatingCollector, as m2 (overlapping groups)
+    m5  rlcollect AlternatingCollector, as m2, overlap=False
     s1  start-up: rlcollect MultiSyncCollector (as f), spawn
     s2  start-up: rlcollect MultiSyncCollector (as f), fork
     s3  start-up: torchrl MultiSyncCollector (as i), spawn
@@ -34,7 +46,7 @@ rlcollect.testing.BusyEnv (obs 1), whose step burns 200 us of CPU: a costly simu
 Every throughput row is warmed up once, then all rows are measured in turn, ``--reps``
 times (rep 1: a, b, c, ...; rep 2: a, b, c, ...), so slow drifts of the machine hit every
 row alike. One measurement collects ``--frames`` frames (env transitions, summed over the
-envs of a batched row; a quarter of that, in whole batches, for the costly k rows);
+envs of a batched row; a quarter of that, in whole batches, for the costly k and m rows);
 time.perf_counter brackets that collection only. For the collector rows, a measurement
 builds a fresh collector with ``total_frames = frames_per_batch + frames``; the
 following ``frames`` frames, after the first batch, are the ones timed, so a
@@ -44,13 +56,17 @@ starting the workers and waiting for them to be ready), and "1st batch ms", from
 start of construction to the first batch (so it includes collecting
 ``frames_per_batch`` frames).
 
-Multi-process rows (f, g, i, j, k2) start their workers with ``--start-method``
+Multi-process rows (f, g, i, j, k2-k4, l, m2-m5) start their workers with ``--start-method``
 (default fork: a spawn start-up of ~3 s per measurement would dominate the run; the
 steady-state frames/s does not depend on it). A MultiSync batch of ``frames_per_batch``
 frames is split over the 2 workers; a MultiAsync batch is one worker's
 ``frames_per_batch`` frames (both libraries count alike). A MultiAsync row (g, j) may
 read up to one batch in 20 high: the batch the other worker has in flight when the
-timer starts is partly collected already. The s rows time only the start-up, for spawn
+timer starts is partly collected already. The action-server rows (k3, k4, l, m3-m5) run
+the policy in the benchmark's own process, once per step for all 8 envs (the alternating
+ones twice, for each group of 4), on ``--policy-device`` (default cpu). Alternating gains
+only when the server has a core of its own while a group steps: on a 2-core machine any
+other busy process takes it. The s rows time only the start-up, for spawn
 and fork: construction, first batch (``frames_per_batch`` frames) and, on its own,
 shutdown; they are not warmed up.
 
@@ -97,6 +113,8 @@ NUM_WORKERS = 2  # multi-process rows: NUM_WORKERS workers x ENVS_PER_WORKER env
 ENVS_PER_WORKER = NUM_ENVS // NUM_WORKERS
 BUSY_STEP_US = 200.0  # cost of one BusyEnv step, k rows
 BUSY_OBS_DIM = 1
+HEAVY_HIDDEN = 512  # m rows: the heavy policy's MLP width
+HEAVY_STEP_US = 50.0  # m rows: BusyEnv step cost; x ENVS_PER_WORKER ~ the heavy forward on 8 observations
 START_METHODS = ("fork", "spawn", "forkserver")
 TARGET_RATIO = 0.8  # rlcollect / hand-written
 TARGET_MULTI_VS_TORCHRL = 3.0
@@ -155,6 +173,7 @@ class Settings:
     frames_per_batch: int  # collector rows
     reps: int
     start_method: str  # multi-process throughput rows
+    policy_device: str = "cpu"  # action-server rows (k3, k4, l, m3-m5)
 
     @property
     def costly_frames(self) -> int:
@@ -254,17 +273,18 @@ def hand_vector(settings: Settings, worker) -> Measure:
 
 
 # ---------------------------------------------------------------------- c, d, k1: rlcollect
-def busy_env_source() -> Callable[[], gym.Env]:
-    """BusyEnv(BUSY_STEP_US) factory, picklable (for spawn workers)."""
+def busy_env_source(step_cost_us: float = BUSY_STEP_US) -> Callable[[], gym.Env]:
+    """BusyEnv(step_cost_us) factory, picklable (for spawn workers)."""
     from rlcollect.testing import BusyEnv
-    return functools.partial(BusyEnv, BUSY_STEP_US)
+    return functools.partial(BusyEnv, step_cost_us)
 
 
-def rlcollect_measure(settings: Settings, env_source, num_envs: int | None, obs_dim: int = 4) -> Measure:
+def rlcollect_measure(settings: Settings, env_source, num_envs: int | None, obs_dim: int = 4,
+                      hidden: int = HIDDEN) -> Measure:
     from rlcollect.collectors import Collector
     from rlcollect.envs import GymEnv
 
-    policy = MLPSamplingPolicy(build_mlp(obs_dim))
+    policy = MLPSamplingPolicy(build_mlp(obs_dim, hidden))
 
     def make_collector(total_frames: int):
         return Collector(lambda: GymEnv(env_source, num_envs=num_envs, seed=SEED), policy,
@@ -334,7 +354,7 @@ def torchrl_serial(settings: Settings, worker: TorchrlWorker) -> Measure:
 
 # ---------------------------------------------------------------------- f-k, s: multi-process rows, their baselines
 def make_rlcollect_multi(collector_cls_name: str, env_source, obs_dim: int, frames_per_batch: int,
-                         start_method: str) -> Callable[[int], Iterable]:
+                         start_method: str, hidden: int = HIDDEN) -> Callable[[int], Iterable]:
     """``total_frames -> collector`` for NUM_WORKERS workers of GymEnv(env_source,
     ENVS_PER_WORKER); worker w's envs get seeds SEED + ENVS_PER_WORKER * w + i, the seeds
     of the single-process 8-env rows. The policy and the env factories are picklable
@@ -344,7 +364,7 @@ def make_rlcollect_multi(collector_cls_name: str, env_source, obs_dim: int, fram
     from rlcollect.envs import GymEnv
 
     collector_cls = getattr(multi, collector_cls_name)
-    policy = MLPSamplingPolicy(build_mlp(obs_dim))
+    policy = MLPSamplingPolicy(build_mlp(obs_dim, hidden))
     env_fns = [functools.partial(GymEnv, env_source, ENVS_PER_WORKER, seed=SEED + ENVS_PER_WORKER * worker_id)
                for worker_id in range(NUM_WORKERS)]
 
@@ -356,9 +376,27 @@ def make_rlcollect_multi(collector_cls_name: str, env_source, obs_dim: int, fram
 
 
 def rlcollect_multi_measure(settings: Settings, collector_cls_name: str, env_source=ENV_ID,
-                            obs_dim: int = 4) -> Measure:
+                            obs_dim: int = 4, hidden: int = HIDDEN) -> Measure:
     make_collector = make_rlcollect_multi(collector_cls_name, env_source, obs_dim, settings.frames_per_batch,
-                                          settings.start_method)
+                                          settings.start_method, hidden)
+    return lambda frames: time_collector(make_collector, frames, settings.frames_per_batch)
+
+
+def rlcollect_action_server_measure(settings: Settings, collector_cls_name: str, env_source=ENV_ID,
+                                    obs_dim: int = 4, hidden: int = HIDDEN, **collector_kwargs) -> Measure:
+    """NUM_WORKERS workers x ENVS_PER_WORKER envs (the seeds of the 8-env rows), the policy
+    in this process; an AlternatingCollector splits the workers into two groups."""
+    from rlcollect.collectors import action_server
+
+    collector_cls = getattr(action_server, collector_cls_name)
+    policy = MLPSamplingPolicy(build_mlp(obs_dim, hidden))
+
+    def make_collector(total_frames: int):
+        return collector_cls(env_source, policy, num_workers=NUM_WORKERS, envs_per_worker=ENVS_PER_WORKER,
+                             frames_per_batch=settings.frames_per_batch, total_frames=total_frames, seed=SEED,
+                             start_method=settings.start_method, policy_device=settings.policy_device,
+                             **collector_kwargs)
+
     return lambda frames: time_collector(make_collector, frames, settings.frames_per_batch)
 
 
@@ -407,6 +445,64 @@ def rlcollect_busy_multisync(settings: Settings, worker) -> Measure:
     return rlcollect_multi_measure(settings, "MultiSyncCollector", busy_env_source(), obs_dim=BUSY_OBS_DIM)
 
 
+@register("k3", f"rlcollect ActionServer, {NUM_WORKERS} workers x BusyEnv x {ENVS_PER_WORKER}",
+          num_envs=NUM_ENVS, costly=True)
+def rlcollect_busy_action_server(settings: Settings, worker) -> Measure:
+    return rlcollect_action_server_measure(settings, "ActionServerCollector", busy_env_source(), BUSY_OBS_DIM)
+
+
+@register("k4", f"rlcollect Alternating, {NUM_WORKERS} workers x BusyEnv x {ENVS_PER_WORKER}",
+          num_envs=NUM_ENVS, costly=True)
+def rlcollect_busy_alternating(settings: Settings, worker) -> Measure:
+    return rlcollect_action_server_measure(settings, "AlternatingCollector", busy_env_source(), BUSY_OBS_DIM)
+
+
+@register("l1", f"rlcollect ActionServer, {MULTI}", num_envs=NUM_ENVS)
+def rlcollect_action_server(settings: Settings, worker) -> Measure:
+    return rlcollect_action_server_measure(settings, "ActionServerCollector")
+
+
+@register("l2", f"rlcollect Alternating, {MULTI}", num_envs=NUM_ENVS)
+def rlcollect_alternating(settings: Settings, worker) -> Measure:
+    return rlcollect_action_server_measure(settings, "AlternatingCollector")
+
+
+HEAVY = f"BusyEnv({HEAVY_STEP_US:.0f}us), MLP{HEAVY_HIDDEN}"
+
+
+@register("m1", f"rlcollect Collector, {HEAVY} x {NUM_ENVS}", num_envs=NUM_ENVS, costly=True)
+def rlcollect_heavy(settings: Settings, worker) -> Measure:
+    return rlcollect_measure(settings, busy_env_source(HEAVY_STEP_US), num_envs=NUM_ENVS, obs_dim=BUSY_OBS_DIM,
+                             hidden=HEAVY_HIDDEN)
+
+
+@register("m2", f"rlcollect MultiSync, {NUM_WORKERS} x {ENVS_PER_WORKER} {HEAVY}", num_envs=NUM_ENVS, costly=True)
+def rlcollect_heavy_multisync(settings: Settings, worker) -> Measure:
+    return rlcollect_multi_measure(settings, "MultiSyncCollector", busy_env_source(HEAVY_STEP_US), BUSY_OBS_DIM,
+                                   HEAVY_HIDDEN)
+
+
+@register("m3", f"rlcollect ActionServer, {NUM_WORKERS} x {ENVS_PER_WORKER} {HEAVY}", num_envs=NUM_ENVS,
+          costly=True)
+def rlcollect_heavy_action_server(settings: Settings, worker) -> Measure:
+    return rlcollect_action_server_measure(settings, "ActionServerCollector", busy_env_source(HEAVY_STEP_US),
+                                           BUSY_OBS_DIM, HEAVY_HIDDEN)
+
+
+@register("m4", f"rlcollect Alternating, {NUM_WORKERS} x {ENVS_PER_WORKER} {HEAVY}", num_envs=NUM_ENVS,
+          costly=True)
+def rlcollect_heavy_alternating(settings: Settings, worker) -> Measure:
+    return rlcollect_action_server_measure(settings, "AlternatingCollector", busy_env_source(HEAVY_STEP_US),
+                                           BUSY_OBS_DIM, HEAVY_HIDDEN)
+
+
+@register("m5", f"rlcollect Alternating(overlap=False), {NUM_WORKERS}x{ENVS_PER_WORKER} {HEAVY}",
+          num_envs=NUM_ENVS, costly=True)
+def rlcollect_heavy_alternating_no_overlap(settings: Settings, worker) -> Measure:
+    return rlcollect_action_server_measure(settings, "AlternatingCollector", busy_env_source(HEAVY_STEP_US),
+                                           BUSY_OBS_DIM, HEAVY_HIDDEN, overlap=False)
+
+
 @register("s1", f"rlcollect MultiSync, {MULTI}, spawn", num_envs=NUM_ENVS, startup=True)
 def rlcollect_startup_spawn(settings: Settings, worker) -> Measure:
     return rlcollect_startup_measure(settings, "spawn")
@@ -442,6 +538,15 @@ COMPARISONS = (
     ("f", "d", "MultiSync / 1-process Collector", None),
     ("h", "b", "AsyncVectorEnv / SyncVectorEnv", None),
     ("k2", "k1", "MultiSync / 1-process, BusyEnv", TARGET_COSTLY_SPEEDUP),
+    ("l1", "f", "ActionServer / MultiSync", None),
+    ("l2", "l1", "Alternating / ActionServer", None),
+    ("k3", "k2", "ActionServer / MultiSync, BusyEnv", None),
+    ("k4", "k3", "Alternating / ActionServer, BusyEnv", None),
+    ("m2", "m1", "MultiSync / 1-process, heavy policy", None),
+    ("m3", "m2", "ActionServer / MultiSync, heavy policy", None),
+    ("m4", "m3", "Alternating / ActionServer, heavy", None),
+    ("m5", "m3", "Alt. no-overlap / ActionServer, heavy", None),
+    ("m4", "m1", "Alternating / 1-process, heavy policy", None),
 )
 STARTUP_TARGETS = {"s1": TARGET_STARTUP_S, "s2": TARGET_STARTUP_S}  # seconds, construction to first batch
 
@@ -496,10 +601,10 @@ def _median(values: list[float], scale: float = 1.0, spec: str = ",.1f") -> str:
 
 
 def format_throughput(results: dict[str, RowResult], settings: Settings) -> list[str]:
-    lines = [f"{'row':<4}{'what':<46}{'envs':>5}{'frames':>8}{'median f/s':>12}{'min f/s':>10}{'max f/s':>10}"
-             f"{'build ms':>10}{'1st batch ms':>14}", "-" * 119]
+    lines = [f"{'row':<4}{'what':<64}{'envs':>5}{'frames':>8}{'median f/s':>12}{'min f/s':>10}{'max f/s':>10}"
+             f"{'build ms':>10}{'1st batch ms':>14}", "-" * 137]
     for key, result in results.items():
-        lines.append(f"{key:<4}{result.row.label:<46}{result.row.num_envs:>5}{settings.frames_of(result.row):>8,}"
+        lines.append(f"{key:<4}{result.row.label:<64}{result.row.num_envs:>5}{settings.frames_of(result.row):>8,}"
                      f"{statistics.median(result.fps):>12,.0f}{min(result.fps):>10,.0f}{max(result.fps):>10,.0f}"
                      f"{_median(result.values('construct_ms')):>10}{_median(result.values('startup_ms')):>14}")
     return lines
@@ -553,12 +658,14 @@ def format_report(results: dict[str, RowResult], settings: Settings, header: lis
 
 def report_header(settings: Settings, machine: dict) -> list[str]:
     return [
-        f"{ENV_ID} (rows a-j) and BusyEnv({BUSY_STEP_US:.0f} us per step, rows k), {HIDDEN}x{HIDDEN} tanh MLP + "
+        f"{ENV_ID} (rows a-j, l) and BusyEnv({BUSY_STEP_US:.0f} us per step, rows k), {HIDDEN}x{HIDDEN} tanh MLP + "
         "Gumbel-max categorical_sample, torch threads 1 in every process",
-        f"{settings.frames:,} frames per measurement ({settings.costly_frames:,} for the k rows); "
+        f"heavy policy rows m: BusyEnv({HEAVY_STEP_US:.0f} us), {HEAVY_HIDDEN}x{HEAVY_HIDDEN} tanh MLP",
+        f"{settings.frames:,} frames per measurement ({settings.costly_frames:,} for the k and m rows); "
         f"{settings.reps} interleaved reps after 1 warm-up (none for start-up rows)",
         f"collectors: frames_per_batch={settings.frames_per_batch}; multi-process rows: {NUM_WORKERS} workers x "
-        f"{ENVS_PER_WORKER} envs, start method {settings.start_method}",
+        f"{ENVS_PER_WORKER} envs, start method {settings.start_method}; action-server rows: policy on "
+        f"{settings.policy_device}",
         "build ms: env + collector construction (workers included); 1st batch ms: from the start of construction to "
         "the first batch (medians)",
         f"{machine['cpus']} cpus, 1-min load average {machine['load_before']:.2f} before, "
@@ -573,7 +680,7 @@ def to_json(results: dict[str, RowResult], settings: Settings, machine: dict) ->
     return {
         "settings": {**asdict(settings), "costly_frames": settings.costly_frames, "env": ENV_ID,
                      "num_envs": NUM_ENVS, "num_workers": NUM_WORKERS, "hidden": HIDDEN,
-                     "busy_step_us": BUSY_STEP_US},
+                     "busy_step_us": BUSY_STEP_US, "heavy_hidden": HEAVY_HIDDEN, "heavy_step_us": HEAVY_STEP_US},
         "machine": machine,
         "rows": {
             key: {
@@ -609,13 +716,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--frames", type=int, default=20_000,
-                        help="frames per measurement (default 20000; a quarter, in whole batches, for the k rows)")
+                        help="frames per measurement (default 20000; a quarter, in whole batches, for the k and m rows)")
     parser.add_argument("--frames-per-batch", type=int, default=1000,
                         help=f"collector batch size, a divisor of --frames and a multiple of {NUM_ENVS} (default 1000)")
     parser.add_argument("--reps", type=int, default=5, help="interleaved repetitions (default 5)")
     parser.add_argument("--start-method", choices=START_METHODS, default="fork",
-                        help="workers of the multi-process throughput rows f, g, i, j, k2 (default fork); "
+                        help="workers of the multi-process throughput rows f, g, i, j, k2-k4, l, m2-m5 (default fork); "
                              "the s rows time spawn and fork start-up on their own")
+    parser.add_argument("--policy-device", default="cpu",
+                        help="where the action-server rows (k3, k4, l, m3-m5) run the policy, e.g. cuda (default cpu)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 2000 frames, batches of 200, 2 reps")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of {','.join(ROWS)}")
     parser.add_argument("--json", type=Path, help="also write the raw numbers here")
@@ -645,7 +754,7 @@ def start_torchrl_worker(rows: list[Row]) -> tuple[TorchrlWorker | None, str | N
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure_torch()
-    settings = Settings(args.frames, args.frames_per_batch, args.reps, args.start_method)
+    settings = Settings(args.frames, args.frames_per_batch, args.reps, args.start_method, args.policy_device)
     rows = [ROWS[key] for key in args.rows.split(",")]
     worker, skipped = start_torchrl_worker(rows)
     if skipped:

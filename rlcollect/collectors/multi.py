@@ -18,16 +18,14 @@ from __future__ import annotations
 import copy
 import math
 import multiprocessing as mp
-import signal
-import time
 import warnings
-from multiprocessing.connection import wait
 from typing import Callable, Sequence
 
 import torch
 from tensordict import TensorDictBase
 
 from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.processes import WorkerError, WorkerProcesses
 from rlcollect.collectors.trajectories import TrajectoryPool, split_trajectories
 from rlcollect.buffers.layout import to_storage_layout
 from rlcollect.collectors.single import Collector
@@ -37,15 +35,7 @@ from rlcollect.weight_sync import SharedMemWeightSyncScheme, WeightSyncScheme
 
 START_METHODS = ("spawn", "forkserver", "fork")
 CAT_RESULTS = ("stack", 0, -1)
-WAIT_SLICE_SECONDS = 0.5
-
-
-class WorkerError(RuntimeError):
-    """A worker process failed: ``worker_id`` names it, the message carries the cause."""
-
-    def __init__(self, worker_id: int, message: str) -> None:
-        super().__init__(f"collector worker {worker_id}: {message}")
-        self.worker_id = worker_id
+__all__ = ["MultiAsyncCollector", "MultiSyncCollector", "WorkerError"]
 
 
 class _MultiCollector(CollectorBase):
@@ -73,8 +63,7 @@ class _MultiCollector(CollectorBase):
         **collector_kwargs,
     ) -> None:
         super().__init__()
-        self._processes: list = []
-        self._connections: list = []
+        self._workers: WorkerProcesses | None = None
         self._senders: dict = {}
         self.num_workers = self._setup_create_env_fn(create_env_fn)
         self.policy = policy
@@ -91,6 +80,7 @@ class _MultiCollector(CollectorBase):
         if start_method not in START_METHODS:
             raise ValueError(f"start_method must be one of {START_METHODS}, got {start_method!r}")
         self._mp_context = mp.get_context(start_method)
+        self._workers = WorkerProcesses(self._mp_context, on_failure=self.shutdown)
         self._traj_pool = TrajectoryPool(mp_context=self._mp_context)
         schemes = self._setup_weight_sync_schemes(weight_sync_schemes)
         worker_frames = self._worker_frames_per_batch(frames_per_batch)
@@ -156,76 +146,27 @@ class _MultiCollector(CollectorBase):
                 torch_threads=torch_threads, pre_collect_hook=pre_collect_hook, post_collect_hook=post_collect_hook,
                 **writes,
             )
-            main_end, worker_end = self._mp_context.Pipe()
-            handoff = [spec]  # emptied once the child has it, so the Process object keeps no shared lock alive
-            process = self._mp_context.Process(target=worker_main, args=(handoff, worker_end), daemon=True,
-                                               name=f"rlcollect-worker-{worker_id}")
-            process.start()
-            handoff.clear()
-            worker_end.close()
-            self._processes.append(process)
-            self._connections.append(main_end)
+            self._workers.start(worker_main, spec)
         self._buffers: list[TensorDictBase] = [None] * self.num_workers
         self._worker_frames = [0] * self.num_workers
         for worker_id, (_, buffer, frames) in self._receive(range(self.num_workers), expect="ready"):
             self._buffers[worker_id], self._worker_frames[worker_id] = buffer, frames
 
     # ------------------------------------------------------------------ messaging
+    @property
+    def _processes(self) -> list:
+        return [] if self._workers is None else self._workers.processes
+
     def _send(self, worker_id: int, *message) -> None:
-        try:
-            self._connections[worker_id].send(message)
-        except (BrokenPipeError, OSError):
-            self._fail(worker_id, self._death_message(worker_id))
+        self._workers.send(worker_id, *message)
 
     def _receive(self, worker_ids, expect: str):
         """Yield ``(worker_id, message)`` from each of ``worker_ids`` as it arrives,
         watching the workers' liveness; on any failure shut everything down and raise."""
-        pending = set(worker_ids)
-        deadline = None if self.batch_timeout is None else time.monotonic() + self.batch_timeout
-        while pending:
-            handles = {self._connections[i]: i for i in pending}
-            sentinels = {self._processes[i].sentinel: i for i in pending}
-            ready = wait([*handles, *sentinels], timeout=WAIT_SLICE_SECONDS)
-            for handle in ready:
-                worker_id = handles.get(handle, sentinels.get(handle))
-                if worker_id not in pending:
-                    continue
-                message = self._recv(worker_id)
-                if message[0] == "error":
-                    self._fail(worker_id, f"raised an exception:\n{message[1]}")
-                if message[0] != expect:
-                    self._fail(worker_id, f"sent {message[0]!r} while {expect!r} was expected")
-                pending.discard(worker_id)
-                yield worker_id, message
-            if deadline is not None and time.monotonic() > deadline and pending:
-                self._fail(min(pending), f"no {expect!r} within batch_timeout={self.batch_timeout} s")
-
-    def _recv(self, worker_id: int):
-        """The worker's next message; a WorkerError if it died without one."""
-        connection = self._connections[worker_id]
-        try:
-            if connection.poll():
-                return connection.recv()
-        except (EOFError, OSError):
-            pass
-        self._fail(worker_id, self._death_message(worker_id))
-
-    def _death_message(self, worker_id: int) -> str:
-        process = self._processes[worker_id]
-        process.join(timeout=1.0)
-        code = process.exitcode
-        if code is not None and code < 0:
-            return f"died from signal {signal.Signals(-code).name} (pid {process.pid})"
-        return f"exited unexpectedly with code {code} (pid {process.pid})"
-
-    def _fail(self, worker_id: int, message: str):
-        self.shutdown()
-        raise WorkerError(worker_id, message)
+        return self._workers.receive(worker_ids, expect, timeout=self.batch_timeout)
 
     def _check_alive(self) -> None:
-        for worker_id, process in enumerate(self._processes):
-            if not process.is_alive():
-                self._fail(worker_id, self._death_message(worker_id))
+        self._workers.check_alive()
 
     def _request(self, command: str, *args) -> None:
         """Send a command to every worker and wait for every answer."""
@@ -277,24 +218,8 @@ class _MultiCollector(CollectorBase):
         return batch
 
     def _close(self) -> None:
-        for connection, process in zip(self._connections, self._processes):
-            if process.is_alive():
-                try:
-                    connection.send(("close",))
-                except (BrokenPipeError, OSError):
-                    pass
-        deadline = time.monotonic() + self.shutdown_timeout
-        for process in self._processes:
-            process.join(timeout=max(0.0, deadline - time.monotonic()))
-        for process in self._processes:
-            if process.is_alive():
-                process.terminate()
-                process.join(timeout=1.0)
-            if process.is_alive():
-                process.kill()
-                process.join()
-        for connection in self._connections:
-            connection.close()
+        if self._workers is not None:
+            self._workers.close(self.shutdown_timeout)
         for sender in self._senders.values():
             sender.close()
         self._buffers = []

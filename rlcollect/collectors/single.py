@@ -10,7 +10,9 @@
 The carrier persists across batches, so a trajectory that crosses a batch boundary
 continues with the right observation and the same traj id. The batch is allocated once,
 from a dry-run of the policy at construction, and written by index; every step writes
-precomputed views, so the loop allocates nothing it can avoid.
+precomputed views, so the loop allocates nothing it can avoid. A step is two halves,
+``_act_step`` (carrier and policy) and ``_record_step`` (what the env step produced), so
+that the action-server collectors can step the env in other processes in between.
 """
 from __future__ import annotations
 
@@ -61,6 +63,23 @@ def write_to_buffer(replay_buffer, batch: TensorDictBase, complete_trajectories:
     trajectories = complete_trajectories.add(batch)
     if trajectories is not None:
         replay_buffer.extend(trajectories)
+
+
+def deliver_batch(batch: TensorDictBase, *, split_trajs: bool, postproc, post_collect_hook, replay_buffer,
+                  complete_trajectories: CompleteTrajectories | None) -> TensorDictBase | None:
+    """What happens to a collected batch (one the caller may hand out): split_trajs,
+    postproc, the post-collect hook with exactly what is yielded, then either return it or
+    write it into replay_buffer and return None."""
+    if split_trajs:
+        batch = split_trajectories(batch)
+    if postproc is not None:
+        batch = postproc(batch)
+    if post_collect_hook is not None:
+        post_collect_hook(batch)
+    if replay_buffer is None:
+        return batch
+    write_to_buffer(replay_buffer, batch, complete_trajectories)
+    return None
 
 
 class Collector(CollectorBase):
@@ -322,23 +341,43 @@ class Collector(CollectorBase):
 
     def _collect(self) -> TensorDictBase:
         """Fill the preallocated batch (overwritten by the next call) and count its frames."""
+        random_steps = self._begin_batch()
+        with torch.no_grad(), set_interaction_type(self.exploration_type):
+            for t in range(self._time_steps):
+                self._step(t, t < random_steps)
+        self._end_batch()
+        return self._batch
+
+    def _begin_batch(self) -> int:
+        """Pre-collect hook and reset_at_each_iter; returns how many of the batch's first
+        steps take random actions (init_random_frames, or no policy)."""
         if self.pre_collect_hook is not None:
             self.pre_collect_hook()
         if self.reset_at_each_iter and not self._carrier_is_fresh:
             self._make_carrier()
         self._carrier_is_fresh = False
-        with torch.no_grad(), set_interaction_type(self.exploration_type):
-            random_frames_left = max(self.init_random_frames - self._frames, 0)
-            random_steps = self._time_steps if self.policy is None else math.ceil(random_frames_left / self._num_envs)
-            for t in range(self._time_steps):
-                self._step(t, t < random_steps)
+        if self.policy is None:
+            return self._time_steps
+        return math.ceil(max(self.init_random_frames - self._frames, 0) / self._num_envs)
+
+    def _end_batch(self) -> None:
         if self.set_truncated:
             self._truncate_last_step()
         self._sync_storage()
         self._frames += self.frames_per_batch
-        return self._batch
 
     def _step(self, t: int, random: bool) -> None:
+        action = self._act_step(t, random)
+        if self._action_numpy_views is not None:
+            done = self.env._step_numpy(action, auto_reset=self.reset_when_done)
+        else:
+            done = self.env._step(action, auto_reset=self.reset_when_done)
+        self._record_step(t, done)
+
+    def _act_step(self, t: int, random: bool):
+        """First half of step t: record the carrier, run the policy, record its output.
+        Returns the action to step the env with (a numpy array when the write plan is
+        numpy, else a tensor)."""
         carrier, copy = self._carrier, self._copy_env_output
         for source, views in self._carrier_plan:
             copy(views[t], source)
@@ -357,10 +396,13 @@ class Collector(CollectorBase):
         else:
             for key, views in self._other_policy_views:
                 views[t].copy_(policy_output.get(key))
-        if self._action_numpy_views is not None:
-            done = self.env._step_numpy(action, auto_reset=self.reset_when_done)
-        else:
-            done = self.env._step(action, auto_reset=self.reset_when_done)
+        return action
+
+    def _record_step(self, t: int, done: np.ndarray | None) -> None:
+        """Second half of step t, once the env stepped (``done``: its done mask, or None
+        when no env finished): record what the step produced, cut trajectories that reached
+        max_frames_per_traj, give restarted envs new trajectory ids."""
+        copy = self._copy_env_output
         for source, views in self._next_plan:
             copy(views[t], source)
         restarted = done if self.reset_when_done else None
@@ -417,16 +459,9 @@ class Collector(CollectorBase):
         batch = self._collect()
         if self.replay_buffer is None:
             batch = batch.clone()  # the preallocated batch is overwritten by the next one
-        if self.split_trajs:
-            batch = split_trajectories(batch)
-        if self.postproc is not None:
-            batch = self.postproc(batch)
-        if self.post_collect_hook is not None:
-            self.post_collect_hook(batch)
-        if self.replay_buffer is None:
-            return batch
-        write_to_buffer(self.replay_buffer, batch, self._complete_trajectories)
-        return None
+        return deliver_batch(batch, split_trajs=self.split_trajs, postproc=self.postproc,
+                             post_collect_hook=self.post_collect_hook, replay_buffer=self.replay_buffer,
+                             complete_trajectories=self._complete_trajectories)
 
     def set_seed(self, seed: int) -> int:
         """Seed torch's RNG and the envs, and restart every env from the seeded reset:

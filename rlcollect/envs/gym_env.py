@@ -235,6 +235,33 @@ class GymEnv:
         if self._cpu_staging is not None:
             self._refresh_device()
 
+    def random_steps(self, steps) -> None:
+        """Take ``steps[i]`` uniformly random actions (the action space's own sampler) in
+        sub-env i, resetting it whenever it finishes: envs started together then sit at
+        different phases of their episodes (rlpyt's decorrelation). The next step of every
+        sub-env starts a trajectory (``is_init``)."""
+        if len(steps) != len(self._envs):
+            raise ValueError(f"random_steps needs one step count per sub-env ({len(self._envs)}), got {len(steps)}")
+        observation = self._np["observation"]
+        for i, (env, count) in enumerate(zip(self._envs, steps)):
+            for _ in range(int(count)):
+                observation[i], _, terminated, truncated, _ = env.step(env.action_space.sample())
+                if terminated or truncated:
+                    observation[i], _ = env.reset()
+        self._mark_init(range(len(self._envs)))
+
+    def _stage_into(self, arrays: dict[str, np.ndarray]) -> None:
+        """Stage every step in ``arrays`` (same names, shapes and dtypes as the env's own
+        staging arrays; e.g. this worker's rows of a shared-memory step buffer) instead of
+        private arrays. Their current content is overwritten by the next reset or step."""
+        for name, own in self._np.items():
+            given = arrays[name]
+            if given.shape != own.shape or given.dtype != own.dtype:
+                raise ValueError(f"staging array {name!r}: expected {own.shape} {own.dtype}, "
+                                 f"got {given.shape} {given.dtype}")
+        self._np = {name: arrays[name] for name in self._np}
+        self._bind_staging()
+
     def _mark_init(self, indices) -> None:
         """Make the next step of these sub-envs a trajectory start (no reset)."""
         self._np["is_init"][indices] = True

@@ -6,6 +6,7 @@ import signal
 
 import pytest
 import torch
+from checks import check_keys_and_shapes, check_trajectories
 
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector, WorkerError
 from rlcollect.envs import GymEnv
@@ -14,11 +15,7 @@ from rlcollect.testing import ErrorAfterEnv, WeightProbe, worker_id_envs as work
 from rlcollect.weight_sync import MultiProcessWeightSyncScheme, NoWeightSyncScheme, SharedMemWeightSyncScheme
 
 pytestmark = pytest.mark.timeout(120)
-TRAJ_IDS, WORKER_ID, VERSION = ("collector", "traj_ids"), ("collector", "worker_id"), ("collector", "policy_version")
-
-
-
-
+WORKER_ID, VERSION = ("collector", "worker_id"), ("collector", "policy_version")
 
 
 class FailingPolicy(WeightProbe):
@@ -26,17 +23,6 @@ class FailingPolicy(WeightProbe):
         if td["observation"][..., 1].max() >= 3:
             raise ValueError("policy refuses step 3")
         return super().forward(td)
-
-
-@pytest.fixture
-def no_leftovers():
-    shm_before = set(os.listdir("/dev/shm"))
-    collectors = []
-    yield collectors.append
-    for collector in collectors:
-        collector.shutdown()
-        assert not any(p.is_alive() for p in collector._processes), "orphan worker"
-    assert set(os.listdir("/dev/shm")) <= shm_before, "leaked shared memory"
 
 
 def make(cls, track, **kwargs):
@@ -55,6 +41,7 @@ def test_multisync_layouts_and_worker_order(no_leftovers, num_envs, cat_results,
         collector = make(MultiSyncCollector, no_leftovers, create_env_fn=worker_envs(2, num_envs),
                          frames_per_batch=24 if num_envs else 12, cat_results=cat_results)
     batch = next(iter(collector))
+    check_keys_and_shapes(batch, shape, observation_shape=(2,))
     assert list(batch.batch_size) == shape == list(collector.batch_size)
     assert batch.numel() == collector.frames_per_batch
     worker_of_step = batch["observation"][..., 0]
@@ -89,12 +76,8 @@ def test_traj_ids_are_unique_across_workers(no_leftovers):
     collector = make(MultiSyncCollector, no_leftovers, create_env_fn=worker_envs(2, 2, episode_length=3),
                      frames_per_batch=24, total_frames=72)
     data = torch.cat(list(collector), dim=-1)  # [2 workers, 2 envs, 18 steps]
-    ids, starts = data[TRAJ_IDS], data["is_init"]
-    assert torch.equal(ids[..., 1:] != ids[..., :-1], starts[..., 1:])
-    first_ids = ids[starts]
-    assert first_ids.numel() == len(set(first_ids.tolist())) == 2 * 2 * 6
-    for traj_id in first_ids.tolist():  # every trajectory lives in one worker
-        assert data[WORKER_ID][ids == traj_id].unique().numel() == 1
+    check_trajectories(data)  # a fresh id exactly at each start, never reused by another env (so worker)
+    assert data["is_init"].sum() == 2 * 2 * 6
 
 
 @pytest.mark.parametrize("scheme", [SharedMemWeightSyncScheme(), MultiProcessWeightSyncScheme("state_dict"),

@@ -1,0 +1,306 @@
+"""The action server's step buffer: envs stepped in worker processes, read and driven by
+the main process through shared memory (rlpyt's GPU sampler step buffer).
+
+Both sides of the protocol live here. The buffer holds, for all P envs, GymEnv's staging
+arrays plus the actions, in shared memory; worker w owns rows [w*E, (w+1)*E):
+
+    main (RemoteEnv, one per group of workers)        worker w (step_worker_main)
+    write actions[rows], command[w] = STEP
+    act_ready[w].release()  ───────────────────────▶  act_ready[w].acquire()
+                                                      GymEnv._step_numpy(actions[rows]):
+                                                        staging rows <- next obs, reward,
+                                                        terminated, truncated, done,
+                                                        reset obs where done, is_init
+    step_ready[w].acquire()  ◀─────────────────────── step_ready[w].release()
+    read the staging rows (the Collector's carrier and write plan alias them)
+
+The worker's GymEnv stages straight into its rows (``GymEnv._stage_into``), so a step
+copies nothing between processes besides the actions. Semaphores count, so no release is
+ever lost; every command is answered by exactly one release, and the main process only
+writes a command once the previous one was answered, so the two never drift. Waits on
+the main side last ``WAIT_SLICE_SECONDS`` at a time and check the worker's liveness in
+between; a worker that raises ships its traceback over its pipe, flags ``status`` and
+releases ``step_ready`` at once, so an env error is reported without waiting. A worker
+checks, whenever ``act_ready`` stays silent for a while, that the main process still
+exists, and exits if not.
+"""
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from rlcollect.collectors.processes import WAIT_SLICE_SECONDS, WorkerProcesses, initialize_worker
+from rlcollect.envs.gym_env import GymEnv
+from rlcollect.envs.spaces import sample_shape, torch_dtype
+
+# commands, written to command[w] before act_ready[w] is released
+STEP, STEP_KEEP_DONE, RESET_SOME, RESET_ALL, RESET_ALL_SEEDED, CLOSE = range(1, 7)
+FAILED = 1  # status[w]: the worker raised (its traceback is on its pipe)
+PARENT_CHECK_SECONDS = 1.0  # how often an idle worker checks that the main process exists
+
+
+@dataclass
+class StepBuffer:
+    """Shared memory and semaphores between the server and its workers.
+
+    ``staging``: GymEnv's staging arrays for all envs, ``[num_envs, ...]`` each;
+    ``action``: ``[num_envs, *action]``; ``reset``: ``[num_envs]`` envs to reset
+    (RESET_SOME); ``command``, ``seed``, ``status``: one entry per worker.
+    """
+
+    staging: dict[str, torch.Tensor]
+    action: torch.Tensor
+    reset: torch.Tensor
+    command: torch.Tensor
+    seed: torch.Tensor
+    status: torch.Tensor
+    act_ready: list  # server -> worker w: command[w] is ready
+    step_ready: list  # worker w -> server: command[w] is done
+    envs_per_worker: int
+
+    @classmethod
+    def allocate(cls, observation_space: gym.Space, action_space: gym.Space, num_workers: int,
+                 envs_per_worker: int, mp_context) -> "StepBuffer":
+        num_envs = num_workers * envs_per_worker
+        observation = (num_envs, *sample_shape(observation_space))
+        obs_dtype = torch_dtype(observation_space)
+
+        def shared(shape, dtype) -> torch.Tensor:
+            return torch.zeros(shape, dtype=dtype).share_memory_()
+
+        staging = {
+            "observation": shared(observation, obs_dtype),
+            "is_init": shared(num_envs, torch.bool),
+            "next_observation": shared(observation, obs_dtype),
+            "reward": shared(num_envs, torch.float32),
+            "terminated": shared(num_envs, torch.bool),
+            "truncated": shared(num_envs, torch.bool),
+            "done": shared(num_envs, torch.bool),
+        }
+        return cls(
+            staging=staging,
+            action=shared((num_envs, *sample_shape(action_space)), torch_dtype(action_space)),
+            reset=shared(num_envs, torch.bool),
+            command=shared(num_workers, torch.int64),
+            seed=shared(num_workers, torch.int64),
+            status=shared(num_workers, torch.int64),
+            act_ready=[mp_context.Semaphore(0) for _ in range(num_workers)],
+            step_ready=[mp_context.Semaphore(0) for _ in range(num_workers)],
+            envs_per_worker=envs_per_worker,
+        )
+
+    def rows(self, worker_ids: range) -> slice:
+        """The env rows the workers ``worker_ids`` (consecutive) own."""
+        return slice(worker_ids.start * self.envs_per_worker, worker_ids.stop * self.envs_per_worker)
+
+    def order(self, worker_id: int, command: int) -> None:
+        """Give worker ``worker_id`` a command (the server's RemoteEnv does this through
+        numpy views on the hot path)."""
+        self.command[worker_id] = command
+        self.act_ready[worker_id].release()
+
+
+# ---------------------------------------------------------------------- the worker's side
+@dataclass
+class StepWorkerSpec:
+    """Everything a step worker needs, pickled once at start-up."""
+
+    worker_id: int
+    env_source: Any  # a gymnasium id or a zero-argument callable returning a gymnasium.Env
+    env_kwargs: dict
+    env_seed: int | None  # sub-env i of this worker is seeded with env_seed + i
+    worker_seed: int | None  # initialize_worker's seed
+    torch_threads: int | None
+    cpus: tuple[int, ...] | None
+    max_decorrelation_steps: int
+    step_buffer: StepBuffer
+
+
+def step_worker_main(handoff: list[StepWorkerSpec], connection) -> None:
+    """Process entry point: build the envs over this worker's rows, then serve commands."""
+    spec = handoff[0]
+    buffer = spec.step_buffer
+    parent_pid = os.getppid()  # the main process (fork, spawn) or the fork server
+    env = None
+    try:
+        initialize_worker(spec.worker_seed, spec.torch_threads, spec.cpus)
+        env = GymEnv(spec.env_source, buffer.envs_per_worker, seed=spec.env_seed, **spec.env_kwargs)
+        rows = buffer.rows(range(spec.worker_id, spec.worker_id + 1))
+        env._stage_into({name: tensor[rows].numpy() for name, tensor in buffer.staging.items()})
+        connection.send(("ready",))
+        _serve(spec, env, buffer, rows, lambda: _main_gone(connection, parent_pid))
+    except (EOFError, BrokenPipeError):
+        pass  # the main process went away: nothing to report to
+    except BaseException:
+        try:
+            connection.send(("error", traceback.format_exc()))
+        except (OSError, EOFError):
+            pass
+        buffer.status[spec.worker_id] = FAILED
+        buffer.step_ready[spec.worker_id].release()  # wake a waiting server now
+    finally:
+        if env is not None:
+            env.close()
+
+
+def _main_gone(connection, parent_pid: int) -> bool:
+    """Whether the main process went away: this worker was handed to another parent, or
+    the main end of its pipe closed (the main process never writes to it otherwise; with
+    fork, later workers hold copies of it, so they notice first and, exiting, close it)."""
+    if os.getppid() != parent_pid:
+        return True
+    try:
+        if connection.poll():
+            connection.recv()
+    except (EOFError, OSError):
+        return True
+    return False
+
+
+def _serve(spec: StepWorkerSpec, env: GymEnv, buffer: StepBuffer, rows: slice, main_gone) -> None:
+    worker_id, num_envs = spec.worker_id, buffer.envs_per_worker
+    act_ready, step_ready = buffer.act_ready[worker_id], buffer.step_ready[worker_id]
+    commands, seeds = buffer.command.numpy(), buffer.seed.numpy()
+    actions, reset = buffer.action[rows].numpy(), buffer.reset[rows].numpy()
+    rng = np.random.default_rng(spec.env_seed)  # decorrelation step counts
+    while True:
+        while not act_ready.acquire(timeout=PARENT_CHECK_SECONDS):
+            if main_gone():
+                return
+        command = commands[worker_id]
+        if command == STEP:
+            env._step_numpy(actions)
+        elif command == STEP_KEEP_DONE:
+            env._step_numpy(actions, auto_reset=False)
+        elif command == RESET_SOME:
+            env._reset_indices(np.flatnonzero(reset))
+        elif command == RESET_ALL or command == RESET_ALL_SEEDED:
+            if command == RESET_ALL_SEEDED:
+                env.set_seed(int(seeds[worker_id]))
+                rng = np.random.default_rng(int(seeds[worker_id]))
+            env._reset_indices(range(num_envs))
+            if spec.max_decorrelation_steps:
+                env.random_steps(rng.integers(0, spec.max_decorrelation_steps + 1, size=num_envs))
+        elif command == CLOSE:
+            return
+        else:
+            raise ValueError(f"unknown step-worker command {command!r}")
+        step_ready.release()
+
+
+# ---------------------------------------------------------------------- the server's side
+class RemoteEnv(GymEnv):
+    """The server's handle on the envs of a group of step workers: a GymEnv (so a
+    Collector drives it) whose staging arrays are the group's rows of the step buffer.
+
+    ``send(actions)`` starts a step and returns at once; ``receive()`` waits for it and
+    returns the done mask like ``GymEnv._step``, which is the two together. Resets go to
+    the workers that own the envs; a reset of every env (``reset()``) is followed, in each
+    worker, by its decorrelation steps. Its tensors live on the CPU, in shared memory.
+    """
+
+    def __init__(self, buffer: StepBuffer, worker_ids: range, workers: WorkerProcesses,
+                 observation_space: gym.Space, action_space: gym.Space) -> None:
+        rows = buffer.rows(worker_ids)
+        self.num_envs = rows.stop - rows.start
+        self.batch_size = torch.Size([self.num_envs])
+        self.device = torch.device("cpu")
+        self.observation_space, self.action_space = observation_space, action_space
+        self._seed = None
+        self._closed = False
+        self._action_bounds = None  # the workers' GymEnv clips
+        self._np = {name: tensor[rows].numpy() for name, tensor in buffer.staging.items()}
+        self._is_init_set = False  # is_init entries this side marked (set_truncated): cleared at the next step
+        self._actions_shape = (self.num_envs, *sample_shape(action_space))
+        self._bind_staging()
+        self._buffer, self._worker_ids, self._workers = buffer, worker_ids, workers
+        self._actions = buffer.action[rows].numpy()
+        self._reset_rows = buffer.reset[rows].numpy()
+        self._status = buffer.status[worker_ids.start:worker_ids.stop].numpy()
+        self._commands = buffer.command.numpy()
+        self._step_ready = [buffer.step_ready[w] for w in worker_ids]
+        self.deadline: float | None = None  # time.monotonic() by which a wait must end (batch_timeout)
+
+    # ------------------------------------------------------------------ stepping
+    def send(self, actions, auto_reset: bool = True) -> None:
+        """Write one action per env and let the group's workers step."""
+        if isinstance(actions, torch.Tensor):
+            actions = actions.detach().cpu().numpy()
+        np.copyto(self._actions, actions.reshape(self._actions_shape))
+        if self._is_init_set:
+            self._np["is_init"][:] = False
+            self._is_init_set = False
+        self._order(self._worker_ids, STEP if auto_reset else STEP_KEEP_DONE)
+
+    def receive(self) -> np.ndarray | None:
+        """Wait for the step under way; the done mask when some env finished, else None."""
+        self._wait(self._worker_ids)
+        done = self._np["done"]
+        return done if done.any() else None
+
+    def _step_numpy(self, actions: np.ndarray, auto_reset: bool = True) -> np.ndarray | None:
+        self.send(actions, auto_reset)
+        return self.receive()
+
+    def _order(self, worker_ids, command: int) -> None:
+        commands, act_ready = self._commands, self._buffer.act_ready
+        for worker_id in worker_ids:
+            commands[worker_id] = command
+            act_ready[worker_id].release()
+
+    def _wait(self, worker_ids) -> None:
+        for worker_id in worker_ids:
+            step_ready = self._step_ready[worker_id - self._worker_ids.start]
+            while not step_ready.acquire(timeout=WAIT_SLICE_SECONDS):
+                if not self._workers.is_alive(worker_id):
+                    self._workers.report(worker_id)
+                if self.deadline is not None and time.monotonic() > self.deadline:
+                    self._workers.fail(worker_id, "no step within batch_timeout")
+        if self._status.any():
+            self._workers.report(self._worker_ids.start + int(np.flatnonzero(self._status)[0]))
+
+    # ------------------------------------------------------------------ resets
+    def reset(self) -> TensorDict:
+        self._reset_indices(range(self.num_envs))
+        return self.staged.select("observation", "is_init").clone()
+
+    def _reset_indices(self, indices) -> None:
+        indices = np.asarray(list(indices), dtype=np.int64)
+        if indices.size == self.num_envs:
+            if self._seed is not None:  # env seeds as in GymEnv(..., num_envs=P, seed): seed + env index
+                for worker_id in self._worker_ids:
+                    self._buffer.seed[worker_id] = self._seed + worker_id * self._buffer.envs_per_worker
+            self._order(self._worker_ids, RESET_ALL if self._seed is None else RESET_ALL_SEEDED)
+            self._seed = None
+            self._wait(self._worker_ids)
+            return
+        self._reset_rows[:] = False
+        self._reset_rows[indices] = True
+        owners = sorted({self._worker_ids.start + int(i) // self._buffer.envs_per_worker for i in indices})
+        self._order(owners, RESET_SOME)
+        self._wait(owners)
+
+    # ------------------------------------------------------------------ GymEnv API
+    def to(self, device) -> "RemoteEnv":
+        if torch.device(device).type != "cpu":
+            raise ValueError(f"the envs live in worker processes, their data in shared CPU memory: env_device must "
+                             f"be 'cpu', got {str(device)!r} (policy_device and storing_device may differ)")
+        return self
+
+    def random_steps(self, steps) -> None:
+        raise NotImplementedError("decorrelation steps run in the workers (max_decorrelation_steps)")
+
+    def close(self) -> None:
+        self._closed = True  # the workers' envs close with the workers
+
+    def __repr__(self) -> str:
+        return (f"RemoteEnv(workers={self._worker_ids.start}..{self._worker_ids.stop - 1}, "
+                f"num_envs={self.num_envs})")

@@ -1,0 +1,45 @@
+"""Checks every collector's batches must pass, shared by the collector tests (imported as
+``checks``: pytest puts this folder on sys.path; tests/collectors/conftest.py has
+pytest rewrite its asserts). DESIGN.md's data layout, and trajectory bookkeeping."""
+import torch
+
+TRAJ_IDS = ("collector", "traj_ids")
+STEP_KEYS = {"observation", "action", "is_init", ("next", "observation"), ("next", "reward"),
+             ("next", "terminated"), ("next", "truncated"), ("next", "done"), TRAJ_IDS}
+FLAGS = ("is_init", ("next", "terminated"), ("next", "truncated"), ("next", "done"))
+
+
+def check_keys_and_shapes(batch, batch_size, observation_shape, action_shape=()):
+    """Every key of a collector step, with DESIGN.md's shapes (scalars per step carry no
+    trailing singleton dim) and dtypes."""
+    batch_size = tuple(batch_size)
+    assert tuple(batch.batch_size) == batch_size
+    assert STEP_KEYS <= set(batch.keys(True, True)), f"missing {STEP_KEYS - set(batch.keys(True, True))}"
+    for key in ("observation", ("next", "observation")):
+        assert tuple(batch[key].shape) == (*batch_size, *observation_shape), key
+    assert tuple(batch["action"].shape) == (*batch_size, *action_shape)
+    for key in (("next", "reward"), *FLAGS, TRAJ_IDS):
+        assert tuple(batch[key].shape) == batch_size, key
+    assert batch["next", "reward"].dtype == torch.float32
+    assert all(batch[key].dtype == torch.bool for key in FLAGS)
+    assert batch[TRAJ_IDS].dtype == torch.int64
+
+
+def check_trajectories(data):
+    """Bookkeeping of steps collected in a row, time last (``[..., T]``; consecutive
+    batches concatenated along time), with auto-reset and no reset_at_each_iter:
+    done == terminated | truncated; within a trajectory the next step starts from the
+    step's next observation; a step starts a trajectory (is_init) exactly after done, and
+    exactly there the traj id changes; a traj id is never reused, by another env (row)
+    or later."""
+    done = data["next", "done"]
+    assert torch.equal(done, data["next", "terminated"] | data["next", "truncated"])
+    before, after = data[..., :-1], data[..., 1:]
+    continuing = ~before["next", "done"]
+    assert torch.equal(before["next", "observation"][continuing], after["observation"][continuing])
+    assert torch.equal(after["is_init"], ~continuing)
+    ids = data[TRAJ_IDS]
+    assert torch.equal(ids[..., 1:] != ids[..., :-1], after["is_init"])
+    per_row = [torch.unique_consecutive(row).tolist() for row in ids.reshape(-1, ids.shape[-1])]
+    trajectories = [traj_id for row in per_row for traj_id in row]
+    assert len(trajectories) == len(set(trajectories)), "a traj id was reused"

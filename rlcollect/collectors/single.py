@@ -8,7 +8,10 @@
         new traj ids where an env finished
 
 The carrier persists across batches, so a trajectory that crosses a batch boundary
-continues with the right observation and the same traj id. The batch is allocated once,
+continues with the right observation and the same traj id. A recurrent policy (one with
+``make_tensordict_primer`` submodules) gets its hidden-state entries added to the carrier
+(zeros), stored with every step (the state read, and the one written at ``("next", key)``),
+carried to the next step and zeroed for the envs that restart. The batch is allocated once,
 from a dry-run of the policy at construction, and written by index; every step writes
 precomputed views, so the loop allocates nothing it can avoid. A step is two halves,
 ``_act_step`` (carrier and policy) and ``_record_step`` (what the env step produced), so
@@ -31,6 +34,7 @@ from rlcollect.collectors.devices import CollectorDevices, DeviceLike, sync_func
 from rlcollect.buffers.layout import to_storage_layout
 from rlcollect.collectors.trajectories import TRAJ_IDS, CompleteTrajectories, TrajectoryPool, split_trajectories
 from rlcollect.envs.gym_env import NEXT_KEYS, GymEnv
+from rlcollect.modules.recurrent import policy_primers
 
 log = logging.getLogger(__name__)
 
@@ -166,6 +170,8 @@ class Collector(CollectorBase):
         self._num_envs = self.env.num_envs or 1
         self._steps_in_traj = np.zeros(self._num_envs, np.int64)
         self._traj_ids: torch.Tensor | None = None
+        self._primers = policy_primers(policy)
+        self._hidden: dict = {}  # hidden-state key -> its persistent carrier tensor [*env_batch, L, H]
         self._make_carrier()
         self._allocate_batch()
 
@@ -255,10 +261,24 @@ class Collector(CollectorBase):
             else:
                 self._traj_ids = traj_ids
             carrier.set(TRAJ_IDS, self._traj_ids)
+        self._prime(carrier)
+        self._carried_keys = list(carrier.keys(True, True))
         on_cpu = self.track_traj_ids and self._traj_ids.device.type == "cpu"
         self._traj_ids_numpy = self._traj_ids.numpy().reshape(self._num_envs) if on_cpu else None
         self._carrier = carrier
         self._carrier_is_fresh = True  # no step taken since this reset
+
+    def _prime(self, carrier: TensorDictBase) -> None:
+        """Zero hidden states for a recurrent policy: added once (never twice), then refilled,
+        never replaced (the write plan points at these tensors)."""
+        if not self._hidden:
+            for primer in self._primers:
+                primer.apply(carrier, device=self.devices.env)
+            self._hidden = {key: carrier.get(key) for primer in self._primers for key in primer.keys}
+            return
+        for key, state in self._hidden.items():
+            state.zero_()
+            carrier.set(key, state)
 
     def _allocate_batch(self) -> None:
         """Dry-run the policy once to learn what it writes, then preallocate the batch
@@ -270,9 +290,13 @@ class Collector(CollectorBase):
             raise ValueError(f"the policy must write 'action' into the TensorDict it receives; it wrote "
                              f"{sorted(map(str, probe.keys(True, True)))}")
         step = probe.exclude("next")
-        carrier_keys = list(self._carrier.keys(True, True))
-        self._policy_keys = [key for key in step.keys(True, True) if key not in carrier_keys]
+        self._policy_keys = [key for key in step.keys(True, True) if key not in self._carried_keys]
         step.set("next", self.env.staged.get("next").clone())
+        for key in self._hidden:
+            if ("next", key) not in probe.keys(True, True):
+                raise ValueError(f"the recurrent policy must write the hidden state it read, {key!r}, to "
+                                 f"('next', {key!r}); it wrote {sorted(map(str, probe.keys(True, True)))}")
+            step.set(("next", key), probe.get(("next", key)))
         time_dim = len(self._env_batch)
         self._batch = step.apply(
             lambda x: torch.zeros((*self._env_batch, self._time_steps, *x.shape[time_dim:]),
@@ -289,9 +313,10 @@ class Collector(CollectorBase):
         def views(key):
             return self._batch.get(key).unbind(time_dim)
 
-        carrier_keys = list(self._carrier.keys(True, True))
+        carrier_keys = self._carried_keys
         self._action_views = views("action")
         self._other_policy_views = [(key, views(key)) for key in self._policy_keys if key != "action"]
+        self._next_hidden_views = [(key, state, views(("next", key))) for key, state in self._hidden.items()]
         self._truncated_views = views(("next", "truncated"))
         self._done_views = views(("next", "done"))
         self._carrier_entries = [(key, self.env.staged.get(key)) for key in CARRIER_KEYS]
@@ -393,9 +418,15 @@ class Collector(CollectorBase):
         if random and self.policy is not None:
             for _, views in self._other_policy_views:
                 views[t].zero_()
+            for _, state, views in self._next_hidden_views:  # no policy call: the state stays
+                views[t].copy_(state)
         else:
             for key, views in self._other_policy_views:
                 views[t].copy_(policy_output.get(key))
+            for key, state, views in self._next_hidden_views:
+                next_state = policy_output.get(("next", key))
+                views[t].copy_(next_state)
+                state.copy_(next_state)  # the next step reads it (zeroed below where an env restarts)
         return action
 
     def _record_step(self, t: int, done: np.ndarray | None) -> None:
@@ -411,6 +442,14 @@ class Collector(CollectorBase):
             restarted = cut if restarted is None else restarted | cut
         if restarted is not None and restarted.any():
             self._start_trajectories(restarted)
+            if self._hidden:
+                self._zero_hidden(restarted)
+
+    def _zero_hidden(self, restarted: np.ndarray) -> None:
+        """Envs that were reset start from a zero hidden state."""
+        mask = torch.from_numpy(restarted).reshape(*self._env_batch, 1, 1).to(self.devices.env)
+        for state in self._hidden.values():
+            state.masked_fill_(mask, 0)
 
     def _restore_carrier(self) -> None:
         for key, staged in self._carrier_entries:

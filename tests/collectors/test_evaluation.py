@@ -3,6 +3,7 @@ import pytest
 
 from rlcollect.collectors.evaluation import EvalCollector, evaluate_episodes
 from rlcollect.envs import GymEnv
+from rlcollect.modules.actor_critic import RecurrentActorCritic
 from rlcollect.testing import counting_env_factories
 
 GAMMA = 0.9
@@ -50,3 +51,10 @@ def test_evaluate_episodes_keeps_its_per_env_step_limit():
     assert evaluate_episodes(env, None, max_steps=5).returns == [3.0]
     assert evaluate_episodes(env, None).returns == [3.0, 7.0]
 
+
+
+def test_a_recurrent_policy_is_evaluated_with_its_hidden_state_carried():
+    env = GymEnv("CartPole-v1", 2, seed=0)
+    policy = RecurrentActorCritic(env.observation_space, env.action_space, hidden_size=8)
+    result = EvalCollector(env, policy, eval_max_steps=1000).evaluate()
+    assert len(result.returns) + result.cut == 2 and all(r >= 1 for r in result.returns)

@@ -54,6 +54,28 @@ class MultiCollectorConfig(SyncCollectorConfig):
 
 
 @dataclass
+class ActionServerCollectorConfig(SyncCollectorConfig):
+    """ActionServerCollector: envs step in worker processes, the policy runs in the training
+    process. env_device must stay null (the envs live in the workers, on the CPU)."""
+
+    type: str = "action_server"
+    num_workers: int = 2
+    envs_per_worker: int = 4
+    max_decorrelation_steps: int = 0
+    start_method: str = "spawn"
+    worker_torch_threads: int = 1
+    worker_cpu_affinity: Optional[List[List[int]]] = None  # one list of CPU ids per worker
+    batch_timeout: Optional[float] = None
+    shutdown_timeout: float = 5.0
+
+
+@dataclass
+class AlternatingCollectorConfig(ActionServerCollectorConfig):
+    type: str = "alternating"
+    overlap: bool = True
+
+
+@dataclass
 class RayRemoteConfig:
     num_cpus: Optional[float] = 1
     num_gpus: Optional[float] = None
@@ -190,6 +212,8 @@ def register_configs() -> None:
     store.store(group="collector", name="sync_schema", node=SyncCollectorConfig)
     store.store(group="collector", name="multi_schema", node=MultiCollectorConfig)
     store.store(group="collector", name="ray_schema", node=RayCollectorConfig)
+    store.store(group="collector", name="action_server_schema", node=ActionServerCollectorConfig)
+    store.store(group="collector", name="alternating_schema", node=AlternatingCollectorConfig)
     store.store(group="weight_sync", name="weight_sync_schema", node=WeightSyncConfig)
     store.store(group="algo", name="ppo_schema", node=PPOConfig)
     store.store(group="algo", name="dqn_schema", node=DQNConfig)

@@ -25,6 +25,7 @@ from rlcollect.algos.learners import DQNLearner, Learner, PPOLearner
 from rlcollect.algos.ppo import PPO
 from rlcollect.checkpoint import CHECKPOINT_FILE, load_checkpoint, rng_state, save_checkpoint, set_rng_state
 from rlcollect.buffers.rollout import RolloutBuffer
+from rlcollect.collectors.action_server import STEP_LOOP_ARGUMENTS, ActionServerCollector, AlternatingCollector
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.yaml"
+# Collectors that call their post-collect hook in this process, on the whole batch: the
+# logger itself is their hook (in the foreground); the others report through a queue.
+IN_PROCESS_HOOK_TYPES = ("sync", "action_server", "alternating")
 
 
 @dataclass
@@ -153,16 +157,20 @@ def make_collector(cfg: DictConfig, policy, logger: RunLogger, replay_buffer=Non
     )
     if c.type == "ray":
         return make_ray_collector(cfg, policy, per_step, replay_buffer)
-    hook = logger if c.type == "sync" and not background else logger.worker_hook(_mp_context(c.get("start_method", "spawn")))
+    in_process = c.type in IN_PROCESS_HOOK_TYPES and not background
+    hook = logger if in_process else logger.worker_hook(_mp_context(c.get("start_method", "spawn")))
     writes = {}
     if replay_buffer is not None:
         writes = dict(replay_buffer=replay_buffer, trajs_per_batch=cfg.buffer.trajs_per_batch)
+    if c.type in ("action_server", "alternating"):
+        return make_action_server_collector(cfg, policy, per_step, post_collect_hook=hook, **writes)
     common = dict(total_frames=cfg.total_frames, post_collect_hook=hook, **per_step, **writes)
     if c.type == "sync":
         env = make_env(cfg, num_envs=cfg.env.num_envs, seed=cfg.seed)
         return Collector(env, policy, frames_per_batch=c.frames_per_batch, **common)
     if c.type not in ("multisync", "multiasync"):
-        raise ValueError(f"collector.type must be sync, multisync, multiasync or ray, got {c.type!r}")
+        raise ValueError(f"collector.type must be sync, multisync, multiasync, action_server, alternating or ray, "
+                         f"got {c.type!r}")
     envs = _worker_env_factories(cfg, first_seed=cfg.seed)
     multi = dict(
         weight_sync_schemes={"policy": make_weight_sync_scheme(cfg)}, update_at_each_batch=c.update_at_each_batch,
@@ -174,6 +182,29 @@ def make_collector(cfg: DictConfig, policy, logger: RunLogger, replay_buffer=Non
                                   **multi, **common)
     _warn_policy_lag(cfg, "collector=multiasync", "prefer multisync")
     return MultiAsyncCollector(envs, policy, frames_per_batch=c.frames_per_batch, **multi, **common)
+
+
+def make_action_server_collector(cfg: DictConfig, policy, per_step: dict, **delivery) -> ActionServerCollector:
+    """ActionServerCollector (or AlternatingCollector) on ``collector.num_workers`` x
+    ``collector.envs_per_worker`` envs seeded ``seed + i``. The policy is the trainer's own:
+    no weight-sync scheme. ``delivery`` (post_collect_hook, replay_buffer, trajs_per_batch)
+    applies here, to the whole ``[P, T]`` batch."""
+    c = cfg.collector
+    step_loop = {name: per_step[name] for name in STEP_LOOP_ARGUMENTS}
+    affinity = None if c.worker_cpu_affinity is None else OmegaConf.to_container(c.worker_cpu_affinity)
+    collector_class = ActionServerCollector
+    if c.type == "alternating":
+        collector_class = functools.partial(AlternatingCollector, overlap=c.overlap)
+    return collector_class(
+        cfg.env.id, policy, num_workers=c.num_workers, envs_per_worker=c.envs_per_worker,
+        frames_per_batch=c.frames_per_batch, total_frames=cfg.total_frames,
+        policy_device=c.policy_device or cfg.device, storing_device=c.storing_device or cfg.device,
+        max_decorrelation_steps=c.max_decorrelation_steps, seed=cfg.seed,
+        env_kwargs=dict(max_episode_steps=cfg.env.max_episode_steps, **OmegaConf.to_container(cfg.env.make_kwargs)),
+        start_method=c.start_method, worker_torch_threads=c.worker_torch_threads, worker_cpu_affinity=affinity,
+        batch_timeout=c.batch_timeout, shutdown_timeout=c.shutdown_timeout, split_trajs=c.split_trajs,
+        **step_loop, **delivery,
+    )
 
 
 def make_ray_collector(cfg: DictConfig, policy, per_step: dict, replay_buffer=None) -> RayCollector:
@@ -291,6 +322,10 @@ def check_combination(cfg: DictConfig) -> None:
                          f"weight_sync={cfg.weight_sync.type}")
     if ray_weights and not ray_collector:
         raise ValueError(f"weight_sync=ray needs collector=ray (got collector={cfg.collector.type})")
+    if cfg.collector.type in ("action_server", "alternating") and cfg.collector.env_device is not None:
+        raise ValueError(f"collector.env_device={cfg.collector.env_device}: collector={cfg.collector.type} steps its "
+                         "envs in worker processes, on the CPU; leave collector.env_device=null and set "
+                         "collector.policy_device / collector.storing_device instead")
     if algo == "ppo" and cfg.collector.type == "multisync" and cfg.collector.cat_results == -1:
         raise ValueError("collector.cat_results=-1 concatenates workers along time; PPO's rollout buffer "
                          "needs one row per env: use cat_results=stack or 0")
@@ -398,7 +433,7 @@ def run(pipeline: Pipeline) -> dict:
                dynamic_ncols=True)
     try:
         for batch, frames in _collected(p):
-            if p.background or not isinstance(p.collector, Collector):
+            if p.background or not isinstance(p.collector, (Collector, ActionServerCollector)):
                 reports = p.collector.hook_results() if isinstance(p.collector, RayCollector) else ()
                 p.logger.drain_worker_hooks(frames, reports)
             p.logger.log({f"train/{k}": v for k, v in p.learner.learn(batch, frames).items()}, step=frames)

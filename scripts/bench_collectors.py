@@ -38,6 +38,8 @@ alternating collector should gain most (rlpyt: up to 2x in theory).
     m3  rlcollect ActionServerCollector, as m2
     m4  rlcollect AlternatingCollector, as m2 (overlapping groups)
     m5  rlcollect AlternatingCollector, as m2, overlap=False
+    r1  rlcollect RayCollector(sync=True), 2 Ray actors x Collector(GymEnv(num_envs=4))   } scripts/bench_ray.py's
+    r2  rlcollect RayCollector(sync=False), as r1                                        } rows r and ra
     s1  start-up: rlcollect MultiSyncCollector (as f), spawn
     s2  start-up: rlcollect MultiSyncCollector (as f), fork
     s3  start-up: torchrl MultiSyncCollector (as i), spawn
@@ -69,6 +71,14 @@ only when the server has a core of its own while a group steps: on a 2-core mach
 other busy process takes it. The s rows time only the start-up, for spawn
 and fork: construction, first batch (``frames_per_batch`` frames) and, on its own,
 shutdown; they are not warmed up.
+
+The Ray rows (r1, r2) are scripts/bench_ray.py's throughput rows r and ra, imported
+from it: each actor runs a Collector on its own GymEnv(CartPole-v1, 4), with the seeds of
+the f rows. A sync batch is split over the 2 actors, an async batch is one actor's (as
+MultiSync and MultiAsync). Ray is started once, on this machine and on loopback only
+(rlcollect.collectors.ray.start_local_ray), before the rows are built, and stopped at the
+end; "build ms" includes creating the actors, not starting Ray. Without Ray installed
+(``pip install 'rlcollect[ray]'``) those rows are skipped with a note.
 
 The hand-written vector loops (b, h) use autoreset_mode=SAME_STEP: like the collectors,
 a finished env is reset within the step that finished it, so every frame is a
@@ -104,6 +114,7 @@ import numpy as np
 import torch
 
 from bench_policy import HIDDEN, REPO_ROOT, SEED, MLPSamplingPolicy, build_mlp, configure_torch, sample_action
+from bench_ray import throughput_rows as ray_throughput_rows
 
 BENCH_PYTHON = REPO_ROOT / ".venv-bench" / "bin" / "python"
 TORCHRL_WORKER = Path(__file__).resolve().with_name("bench_torchrl_rows.py")
@@ -198,6 +209,7 @@ class Row:
     num_envs: int
     make: Callable[[Settings, "TorchrlWorker | None"], Measure]
     needs_torchrl: bool = False
+    needs_ray: bool = False
     costly: bool = False  # measured on settings.costly_frames
     startup: bool = False  # a start-up row: measures construction to first batch, no frames/s
 
@@ -523,6 +535,25 @@ def torchrl_startup_fork(settings: Settings, worker: TorchrlWorker) -> Measure:
     return torchrl_measure(settings, worker, "multisync-startup", "fork")
 
 
+# ---------------------------------------------------------------------- r: Ray (scripts/bench_ray.py's rows)
+RAY = f"{NUM_WORKERS} actors x GymEnv({ENVS_PER_WORKER})"
+
+
+def rlcollect_ray_measure(settings: Settings, bench_ray_row: str) -> Measure:
+    _, make_collector = ray_throughput_rows(settings.frames_per_batch)[bench_ray_row]
+    return lambda frames: time_collector(make_collector, frames, settings.frames_per_batch)
+
+
+@register("r1", f"rlcollect RayCollector(sync=True), {RAY}", num_envs=NUM_ENVS, needs_ray=True)
+def rlcollect_ray_sync(settings: Settings, worker) -> Measure:
+    return rlcollect_ray_measure(settings, "r")
+
+
+@register("r2", f"rlcollect RayCollector(sync=False), {RAY}", num_envs=NUM_ENVS, needs_ray=True)
+def rlcollect_ray_async(settings: Settings, worker) -> Measure:
+    return rlcollect_ray_measure(settings, "ra")
+
+
 # (numerator, denominator, what, target)
 COMPARISONS = (
     ("c", "a", "rlcollect / hand-written, 1 env", TARGET_RATIO),
@@ -547,6 +578,8 @@ COMPARISONS = (
     ("m4", "m3", "Alternating / ActionServer, heavy", None),
     ("m5", "m3", "Alt. no-overlap / ActionServer, heavy", None),
     ("m4", "m1", "Alternating / 1-process, heavy policy", None),
+    ("r1", "f", "RayCollector sync / MultiSync", None),
+    ("r2", "g", "RayCollector async / MultiAsync", None),
 )
 STARTUP_TARGETS = {"s1": TARGET_STARTUP_S, "s2": TARGET_STARTUP_S}  # seconds, construction to first batch
 
@@ -642,12 +675,12 @@ def format_ratios(results: dict[str, RowResult]) -> list[str]:
     return lines
 
 
-def format_report(results: dict[str, RowResult], settings: Settings, header: list[str], skipped: str | None) -> str:
+def format_report(results: dict[str, RowResult], settings: Settings, header: list[str], skipped: list[str]) -> str:
     throughput = {key: result for key, result in results.items() if not result.row.startup}
     startup = {key: result for key, result in results.items() if result.row.startup}
     sections = (format_throughput(throughput, settings) if throughput else [],
                 format_startup(startup) if startup else [],
-                [skipped] if skipped else [],
+                skipped,
                 format_ratios(throughput))
     lines = [*header]
     for section in sections:
@@ -658,14 +691,14 @@ def format_report(results: dict[str, RowResult], settings: Settings, header: lis
 
 def report_header(settings: Settings, machine: dict) -> list[str]:
     return [
-        f"{ENV_ID} (rows a-j, l) and BusyEnv({BUSY_STEP_US:.0f} us per step, rows k), {HIDDEN}x{HIDDEN} tanh MLP + "
+        f"{ENV_ID} (rows a-j, l, r) and BusyEnv({BUSY_STEP_US:.0f} us per step, rows k), {HIDDEN}x{HIDDEN} tanh MLP + "
         "Gumbel-max categorical_sample, torch threads 1 in every process",
         f"heavy policy rows m: BusyEnv({HEAVY_STEP_US:.0f} us), {HEAVY_HIDDEN}x{HEAVY_HIDDEN} tanh MLP",
         f"{settings.frames:,} frames per measurement ({settings.costly_frames:,} for the k and m rows); "
         f"{settings.reps} interleaved reps after 1 warm-up (none for start-up rows)",
         f"collectors: frames_per_batch={settings.frames_per_batch}; multi-process rows: {NUM_WORKERS} workers x "
         f"{ENVS_PER_WORKER} envs, start method {settings.start_method}; action-server rows: policy on "
-        f"{settings.policy_device}",
+        f"{settings.policy_device}; Ray rows: {NUM_WORKERS} actors x {ENVS_PER_WORKER} envs, Ray on loopback",
         "build ms: env + collector construction (workers included); 1st batch ms: from the start of construction to "
         "the first batch (medians)",
         f"{machine['cpus']} cpus, 1-min load average {machine['load_before']:.2f} before, "
@@ -751,16 +784,41 @@ def start_torchrl_worker(rows: list[Row]) -> tuple[TorchrlWorker | None, str | N
     return TorchrlWorker(BENCH_PYTHON), None
 
 
+def start_ray(rows: list[Row]) -> tuple[str | None, str | None]:
+    """Start a local Ray on loopback when a Ray row is asked for and Ray is installed:
+    ``(ray version, None)``; else ``(None, why not)``."""
+    if not any(row.needs_ray for row in rows):
+        return None, None
+    try:
+        import ray
+    except ImportError:
+        return None, "Ray rows skipped: ray is not installed; pip install -e '.[ray]' adds it"
+    from rlcollect.collectors.ray import start_local_ray
+
+    start_local_ray(num_cpus=NUM_WORKERS)  # one CPU per actor; a measurement's actors are gone before the next
+    return ray.__version__, None
+
+
+def stop_ray() -> None:
+    import ray
+
+    ray.shutdown()
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     configure_torch()
     settings = Settings(args.frames, args.frames_per_batch, args.reps, args.start_method, args.policy_device)
     rows = [ROWS[key] for key in args.rows.split(",")]
-    worker, skipped = start_torchrl_worker(rows)
-    if skipped:
+    worker, torchrl_skipped = start_torchrl_worker(rows)
+    if torchrl_skipped:
         rows = [row for row in rows if not row.needs_torchrl]
+    ray_version, ray_skipped = start_ray(rows)
+    if ray_skipped:
+        rows = [row for row in rows if not row.needs_ray]
+    versions = {**local_versions(), **({"ray": ray_version} if ray_version else {})}
     machine = {"cpus": os.cpu_count(), "load_before": os.getloadavg()[0],
-               "versions": {"main": local_versions(), **({"torchrl_venv": worker.versions} if worker else {})}}
+               "versions": {"main": versions, **({"torchrl_venv": worker.versions} if worker else {})}}
     started = time.perf_counter()
     try:
         print(f"benchmarking rows {','.join(row.key for row in rows)} ...", file=sys.stderr, flush=True)
@@ -768,8 +826,11 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if worker is not None:
             worker.close()
+        if ray_version:
+            stop_ray()
     machine["load_after"] = os.getloadavg()[0]
     machine["wall_s"] = time.perf_counter() - started
+    skipped = [note for note in (torchrl_skipped, ray_skipped) if note]
     print(format_report(results, settings, report_header(settings, machine), skipped))
     if args.json:
         args.json.write_text(json.dumps(to_json(results, settings, machine), indent=2))

@@ -16,6 +16,8 @@ every process):
     r   RayCollector(sync=True), 2 actors x Collector(GymEnv("CartPole-v1", 4))
     ra  RayCollector(sync=False), 2 actors x Collector(GymEnv("CartPole-v1", 4))
 
+(scripts/bench_collectors.py imports ``throughput_rows`` for its rows r1 and r2.)
+
 Each measurement builds a fresh collector with ``total_frames = frames_per_batch + frames``
 and times the ``frames`` frames after the first batch (so worker and actor start-up is not
 in frames/s; it is reported on its own, "build ms" and "1st batch ms"). Every row is warmed

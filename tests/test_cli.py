@@ -26,10 +26,13 @@ def read_jsonl(path):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("collector", [["collector=sync"],
                                        ["collector=multisync", "collector.start_method=fork",
-                                        "collector.envs_per_worker=2"]], ids=["sync", "multisync"])
+                                        "collector.envs_per_worker=2"],
+                                       ["collector=alternating", "collector.start_method=fork",
+                                        "collector.envs_per_worker=2"]], ids=["sync", "multisync", "alternating"])
 def test_train_logs_the_same_values_to_metrics_jsonl_and_wandb(tmp_path, collector):
-    """Collection metrics come from the post-collect hook: in-process for sync, inside the
-    workers for multisync; both must reach the W&B run."""
+    """Collection metrics come from the post-collect hook: in-process for sync and the
+    action-server collectors (alternating), inside the workers for multisync; all must
+    reach the W&B run."""
     result = rlcollect(tmp_path, "train", *TINY, *collector, "hydra.run.dir=run")
     assert result.returncode == 0, result.stderr
     run_dir = tmp_path / "run"
@@ -86,6 +89,10 @@ def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
     ("collector=ray weight_sync=shared_mem", "collector=ray shares no memory with its actors: use weight_sync=ray"),
     ("weight_sync=ray", "weight_sync=ray needs collector=ray (got collector=sync)"),
     ("collector=ray collector.remote_config.gpus=1", "Key 'gpus' not in 'RayRemoteConfig'"),
+    ("collector=action_server collector.overlap=false", "Key 'overlap' not in 'ActionServerCollectorConfig'"),
+    ("collector=action_server collector.env_device=cpu",
+     "collector.env_device=cpu: collector=action_server steps its envs in worker processes"),
+    ("collector=alternating collector.num_workers=3", "num_workers must be a multiple of 2, got 3"),
 ])
 def test_bad_options_exit_non_zero_with_a_clear_message(tmp_path, override, message):
     result = rlcollect(tmp_path, "train", *override.split(), "logger=none", "progress=false")

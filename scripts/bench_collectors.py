@@ -20,6 +20,9 @@ alternating collector should gain most (rlpyt: up to 2x in theory).
     b   hand-written loop, SyncVectorEnv of 8 envs, one batched forward per step
     c   rlcollect Collector on GymEnv(CartPole-v1)
     d   rlcollect Collector on GymEnv(CartPole-v1, num_envs=8)
+    n1  hand-written loop, SyncVectorEnv of 8 envs, GRU policy: carries h, zeroes it on done
+    n2  rlcollect Collector on GymEnv(CartPole-v1, num_envs=8), the same GRU policy as a
+        GRUModule (hidden state primed, stored, carried and reset by the collector)
     e1  torchrl Collector on GymEnv(CartPole-v1)              } in .venv-bench, through
     e2  torchrl Collector on SerialEnv(8, GymEnv(CartPole-v1)) } scripts/bench_torchrl_rows.py
     f   rlcollect MultiSyncCollector, 2 workers x GymEnv(num_envs=4)
@@ -315,6 +318,70 @@ def rlcollect_batched(settings: Settings, worker) -> Measure:
     return rlcollect_measure(settings, ENV_ID, num_envs=NUM_ENVS)
 
 
+# ---------------------------------------------------------------------- n: a recurrent policy
+class GRUSamplingPolicy(torch.nn.Module):
+    """observation -> GRU (hidden 64) -> Linear -> sample_action: a GRUModule (step mode)
+    that the collector feeds ("recurrent_state" primed, carried, reset), and the very same
+    nn.GRU and head for the hand-written loop."""
+
+    def __init__(self) -> None:
+        from rlcollect.modules import GRUModule
+
+        super().__init__()
+        torch.manual_seed(SEED)
+        self.rnn = GRUModule(4, HIDDEN)
+        self.head = torch.nn.Linear(HIDDEN, 2)
+
+    def forward(self, tensordict):
+        features = self.rnn(tensordict).get("features")
+        tensordict.set("action", sample_action(self.head(features)))
+        return tensordict
+
+
+class HandGRULoop(HandVectorLoop):
+    """As b, carrying the GRU's hidden state by hand: zeroed where an env finished."""
+
+    def __init__(self) -> None:
+        super().__init__(gym.vector.SyncVectorEnv)
+        policy = GRUSamplingPolicy()
+        self.gru, self.head = policy.rnn.layers[0], policy.head
+        self.hidden = torch.zeros(1, NUM_ENVS, HIDDEN)
+
+    def __call__(self, frames: int) -> Measurement:
+        env, gru, head, obs, hidden = self.env, self.gru, self.head, self.obs, self.hidden
+        with torch.no_grad():
+            start = time.perf_counter()
+            for _ in range(frames // NUM_ENVS):
+                output, hidden = gru(torch.from_numpy(obs).unsqueeze(1), hidden)
+                action = sample_action(head(output.squeeze(1)))
+                obs, reward, terminated, truncated, _ = env.step(action.numpy())
+                done = terminated | truncated
+                if done.any():
+                    hidden[:, torch.from_numpy(done)] = 0.0
+            elapsed = time.perf_counter() - start
+        self.obs, self.hidden = obs, hidden
+        return Measurement(frames / elapsed)
+
+
+@register("n1", f"hand-written loop, SyncVectorEnv({NUM_ENVS}), GRU policy", num_envs=NUM_ENVS)
+def hand_gru(settings: Settings, worker) -> Measure:
+    return HandGRULoop()
+
+
+@register("n2", f"rlcollect Collector, GymEnv(num_envs={NUM_ENVS}), GRU policy", num_envs=NUM_ENVS)
+def rlcollect_gru(settings: Settings, worker) -> Measure:
+    from rlcollect.collectors import Collector
+    from rlcollect.envs import GymEnv
+
+    policy = GRUSamplingPolicy()
+
+    def make_collector(total_frames: int):
+        return Collector(lambda: GymEnv(ENV_ID, num_envs=NUM_ENVS, seed=SEED), policy,
+                         frames_per_batch=settings.frames_per_batch, total_frames=total_frames)
+
+    return lambda frames: time_collector(make_collector, frames, settings.frames_per_batch)
+
+
 # ---------------------------------------------------------------------- e: torchrl
 class TorchrlWorker:
     """A bench_torchrl_rows.py process in .venv-bench, asked one measurement at a time."""
@@ -558,6 +625,7 @@ def rlcollect_ray_async(settings: Settings, worker) -> Measure:
 COMPARISONS = (
     ("c", "a", "rlcollect / hand-written, 1 env", TARGET_RATIO),
     ("d", "b", f"rlcollect / hand-written, {NUM_ENVS} envs", TARGET_RATIO),
+    ("n2", "n1", f"rlcollect / hand-written, GRU, {NUM_ENVS} envs", TARGET_RATIO),
     ("e1", "a", "torchrl / hand-written, 1 env", None),
     ("e2", "b", f"torchrl / hand-written, {NUM_ENVS} envs", None),
     ("c", "e1", "rlcollect / torchrl, 1 env", None),

@@ -113,3 +113,15 @@ def test_the_action_server_carries_hidden_states_for_every_worker(no_leftovers):
     data = torch.cat(list(collector), dim=-1)
     check_hidden_states(data, "gru")
     replays_in_recurrent_mode(policy, data)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("storing_device", ["cpu", "cuda"])
+def test_a_recurrent_policy_on_cuda_with_envs_on_cpu(storing_device):
+    policy = recurrent_policy().to("cuda")
+    collector = Collector(GymEnv(counting_env_factories([4, 6, 9]), 3), policy, frames_per_batch=12,
+                          total_frames=48, storing_device=storing_device)
+    data = torch.cat(list(collector), dim=-1)
+    assert data["next", STATE].device.type == storing_device
+    check_hidden_states(data.cpu(), "gru")
+    replays_in_recurrent_mode(policy, data.to("cuda"))

@@ -295,11 +295,11 @@ def busy_env_source(step_cost_us: float = BUSY_STEP_US) -> Callable[[], gym.Env]
 
 
 def rlcollect_measure(settings: Settings, env_source, num_envs: int | None, obs_dim: int = 4,
-                      hidden: int = HIDDEN) -> Measure:
+                      hidden: int = HIDDEN, policy=None) -> Measure:
     from rlcollect.collectors import Collector
     from rlcollect.envs import GymEnv
 
-    policy = MLPSamplingPolicy(build_mlp(obs_dim, hidden))
+    policy = MLPSamplingPolicy(build_mlp(obs_dim, hidden)) if policy is None else policy
 
     def make_collector(total_frames: int):
         return Collector(lambda: GymEnv(env_source, num_envs=num_envs, seed=SEED), policy,
@@ -370,16 +370,7 @@ def hand_gru(settings: Settings, worker) -> Measure:
 
 @register("n2", f"rlcollect Collector, GymEnv(num_envs={NUM_ENVS}), GRU policy", num_envs=NUM_ENVS)
 def rlcollect_gru(settings: Settings, worker) -> Measure:
-    from rlcollect.collectors import Collector
-    from rlcollect.envs import GymEnv
-
-    policy = GRUSamplingPolicy()
-
-    def make_collector(total_frames: int):
-        return Collector(lambda: GymEnv(ENV_ID, num_envs=NUM_ENVS, seed=SEED), policy,
-                         frames_per_batch=settings.frames_per_batch, total_frames=total_frames)
-
-    return lambda frames: time_collector(make_collector, frames, settings.frames_per_batch)
+    return rlcollect_measure(settings, ENV_ID, num_envs=NUM_ENVS, policy=GRUSamplingPolicy())
 
 
 # ---------------------------------------------------------------------- e: torchrl

@@ -118,6 +118,7 @@ import torch
 
 from bench_policy import HIDDEN, REPO_ROOT, SEED, MLPSamplingPolicy, build_mlp, configure_torch, sample_action
 from bench_ray import throughput_rows as ray_throughput_rows
+from bench_timing import Measurement, time_collector, time_startup  # noqa: F401 (Measurement: bench_torchrl_rows)
 
 BENCH_PYTHON = REPO_ROOT / ".venv-bench" / "bin" / "python"
 TORCHRL_WORKER = Path(__file__).resolve().with_name("bench_torchrl_rows.py")
@@ -134,50 +135,6 @@ TARGET_RATIO = 0.8  # rlcollect / hand-written
 TARGET_MULTI_VS_TORCHRL = 3.0
 TARGET_COSTLY_SPEEDUP = 1.5
 TARGET_STARTUP_S = 3.0  # rlcollect MultiSync, construction to first batch
-
-
-# ---------------------------------------------------------------------- timing
-@dataclass
-class Measurement:
-    frames_per_s: float | None = None  # throughput rows
-    construct_ms: float | None = None  # collector rows: env + collector construction
-    startup_ms: float | None = None  # collector rows: construction + first batch
-    shutdown_ms: float | None = None  # start-up rows: shutdown() after the first batch
-
-
-def time_collector(make_collector: Callable[[int], Iterable], frames: int, frames_per_batch: int) -> Measurement:
-    """Build a collector of ``frames_per_batch + frames`` total frames (``make_collector``
-    gets that total), time construction to first batch, then the remaining ``frames``."""
-    start = time.perf_counter()
-    collector = make_collector(frames_per_batch + frames)
-    try:
-        constructed = time.perf_counter()
-        batches = iter(collector)
-        next(batches)
-        first_batch = time.perf_counter()
-        collected = 0
-        for batch in batches:
-            collected += batch.numel()
-        end = time.perf_counter()
-    finally:
-        collector.shutdown()
-    if collected != frames:
-        raise RuntimeError(f"expected {frames} frames after the first batch, got {collected}")
-    return Measurement(frames / (end - first_batch), 1e3 * (constructed - start), 1e3 * (first_batch - start))
-
-
-def time_startup(make_collector: Callable[[int], Iterable], frames_per_batch: int) -> Measurement:
-    """Build a collector of one batch, time construction, first batch and shutdown."""
-    start = time.perf_counter()
-    collector = make_collector(frames_per_batch)
-    try:
-        constructed = time.perf_counter()
-        next(iter(collector))
-        first_batch = time.perf_counter()
-    finally:
-        collector.shutdown()
-    end = time.perf_counter()
-    return Measurement(None, 1e3 * (constructed - start), 1e3 * (first_batch - start), 1e3 * (end - first_batch))
 
 
 # ---------------------------------------------------------------------- row registry

@@ -57,19 +57,13 @@ from pathlib import Path
 import torch
 
 from bench_policy import SEED, MLPSamplingPolicy, ProbedSamplingPolicy, build_mlp, configure_torch
+from bench_timing import Measurement, time_collector
 
 ENV_ID = "CartPole-v1"
 NUM_WORKERS = 2  # workers (MultiSync) or actors (Ray)
 ENVS_PER_WORKER = 4
 UPDATE_HIDDEN = 1000
 POLICY_VERSION = ("collector", "policy_version")
-
-
-@dataclass
-class Measurement:
-    frames_per_s: float
-    build_ms: float
-    first_batch_ms: float
 
 
 @dataclass
@@ -86,23 +80,6 @@ def env_fns(num_envs: int | None) -> list:
     per_worker = num_envs or 1
     return [functools.partial(GymEnv, ENV_ID, num_envs, seed=SEED + per_worker * worker)
             for worker in range(NUM_WORKERS)]
-
-
-def time_collector(make, frames: int, frames_per_batch: int) -> Measurement:
-    start = time.perf_counter()
-    collector = make(frames_per_batch + frames)
-    try:
-        built = time.perf_counter()
-        batches = iter(collector)
-        next(batches)
-        first = time.perf_counter()
-        collected = sum(batch.numel() for batch in batches)
-        end = time.perf_counter()
-    finally:
-        collector.shutdown()
-    if collected != frames:
-        raise RuntimeError(f"expected {frames} frames after the first batch, got {collected}")
-    return Measurement(frames / (end - first), 1e3 * (built - start), 1e3 * (first - start))
 
 
 def throughput_rows(frames_per_batch: int) -> dict:
@@ -215,8 +192,8 @@ def format_report(throughput: dict, updates: dict[str, UpdateStats], args, machi
     for key, values in results.items():
         fps = [m.frames_per_s for m in values]
         lines.append(f"{key:<4}{labels[key]:<52}{statistics.median(fps):>12,.0f}{min(fps):>10,.0f}{max(fps):>10,.0f}"
-                     f"{statistics.median(m.build_ms for m in values):>10,.0f}"
-                     f"{statistics.median(m.first_batch_ms for m in values):>14,.0f}")
+                     f"{statistics.median(m.construct_ms for m in values):>10,.0f}"
+                     f"{statistics.median(m.startup_ms for m in values):>14,.0f}")
     lines.append("")
     for numerator in ("r", "ra"):
         ratios = [n.frames_per_s / d.frames_per_s for n, d in zip(results[numerator], results["m"])]

@@ -43,3 +43,23 @@ def check_trajectories(data):
     per_row = [torch.unique_consecutive(row).tolist() for row in ids.reshape(-1, ids.shape[-1])]
     trajectories = [traj_id for row in per_row for traj_id in row]
     assert len(trajectories) == len(set(trajectories)), "a traj id was reused"
+
+
+def check_weights_reach_every_worker(collector, policy):
+    """With a ``rlcollect.testing.WeightProbe`` policy: the batch after each
+    ``update_policy_weights_()`` shows the new parameter ("weight_seen") and buffer
+    ("offset_seen") in every row, stamped with the new policy_version. Returns the batch
+    iterator, to go on with."""
+    version_key = ("collector", "policy_version")
+    batches = iter(collector)
+    first = next(batches)
+    assert (first["weight_seen"] == 0).all() and (first[version_key] == 0).all()
+    for version in (1, 2):
+        with torch.no_grad():
+            policy.weight.fill_(float(version))
+            policy.offset.fill_(10.0 * version)
+        collector.update_policy_weights_()
+        batch = next(batches)  # the very next batch: no lag for a synchronous collector
+        assert (batch["weight_seen"] == version).all() and (batch["offset_seen"] == 10.0 * version).all()
+        assert (batch[version_key] == version).all() and collector.policy_version == version
+    return batches

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 import torch
-from checks import check_keys_and_shapes, check_trajectories
+from checks import check_keys_and_shapes, check_trajectories, check_weights_reach_every_worker
 
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector, WorkerError
 from rlcollect.envs import GymEnv
@@ -86,17 +86,7 @@ def test_parameters_and_buffers_reach_every_worker(no_leftovers, scheme):
     policy = WeightProbe()
     collector = make(MultiSyncCollector, no_leftovers, create_env_fn=worker_envs(), policy=policy,
                      frames_per_batch=4, weight_sync_schemes={"policy": scheme})
-    batches = iter(collector)
-    first = next(batches)
-    assert (first["weight_seen"] == 0).all() and (first[VERSION] == 0).all()
-    for version in (1, 2):
-        with torch.no_grad():
-            policy.weight.fill_(float(version))
-            policy.offset.fill_(10.0 * version)
-        collector.update_policy_weights_()
-        batch = next(batches)
-        assert (batch["weight_seen"] == version).all() and (batch["offset_seen"] == 10.0 * version).all()
-        assert (batch[VERSION] == version).all() and collector.policy_version == version
+    check_weights_reach_every_worker(collector, policy)
 
 
 def test_explicit_weights_and_no_sync(no_leftovers):

@@ -27,6 +27,7 @@ import torch
 
 ray = pytest.importorskip("ray")
 
+from checks import check_weights_reach_every_worker  # noqa: E402
 from rlcollect.buffers import LazyTensorStorage, ReplayBuffer  # noqa: E402
 from rlcollect.collectors.multi import WorkerError  # noqa: E402
 from rlcollect.collectors.ray import TRAJ_ID_SHIFT, RayCollector, loopback_ray_env  # noqa: E402
@@ -206,17 +207,7 @@ def test_sync_stacks_actor_batches_in_order_with_disjoint_traj_ids(make):
 def test_parameters_and_buffers_reach_every_actor(make):
     policy = WeightProbe()
     collector = make(worker_envs(2), policy, num_collectors=2, frames_per_batch=8)
-    batches = iter(collector)
-    first = next(batches)
-    assert (first["weight_seen"] == 0).all() and (first[VERSION] == 0).all()
-    for version in (1, 2):
-        with torch.no_grad():
-            policy.weight.fill_(float(version))
-            policy.offset.fill_(10.0 * version)
-        collector.update_policy_weights_()
-        batch = next(batches)  # the very next batch: no lag with sync=True
-        assert (batch["weight_seen"] == version).all() and (batch["offset_seen"] == 10.0 * version).all()
-        assert (batch[VERSION] == version).all() and collector.policy_version == version
+    batches = check_weights_reach_every_worker(collector, policy)
     collector.update_policy_weights_({"weight": torch.tensor(3.0), "offset": torch.tensor(4.0)})  # a state_dict
     batch = next(batches)
     assert (batch["weight_seen"] == 3).all() and (batch["offset_seen"] == 4).all()

@@ -433,9 +433,8 @@ def run(pipeline: Pipeline) -> dict:
                dynamic_ncols=True)
     try:
         for batch, frames in _collected(p):
-            if p.background or not isinstance(p.collector, (Collector, ActionServerCollector)):
-                reports = p.collector.hook_results() if isinstance(p.collector, RayCollector) else ()
-                p.logger.drain_worker_hooks(frames, reports)
+            if getattr(p.collector, "post_collect_hook", None) is not p.logger:  # the hooks ran elsewhere
+                p.logger.drain_worker_hooks(frames, p.collector.hook_results())
             p.logger.log({f"train/{k}": v for k, v in p.learner.learn(batch, frames).items()}, step=frames)
             p.collector.update_policy_weights_()
             bar.update(frames - bar.n)

@@ -34,6 +34,11 @@ class CollectorBase(ABC):
             raise ValueError(f"total_frames must be a positive int or -1 (endless), got {total_frames!r}")
         return total_frames
 
+    def hook_results(self) -> list:
+        """What post-collect hooks that ran out of this process returned since the last
+        call, when the collector brings it back (RayCollector); empty otherwise."""
+        return []
+
     @property
     def frames(self) -> int:
         """Frames collected so far (every yielded batch counts in full)."""

@@ -38,14 +38,14 @@ _EXPORTS = {
     "PPO": "rlcollect.algos.ppo",
     "RolloutBuffer": "rlcollect.buffers.rollout",
     "RunLogger": "rlcollect.logging.run_logger",
-    "TrajectoryPool": "rlcollect.collectors.trajectories",
+    "TrajectoryPool": "rlcollect.trajectories",
     "WandbLogger": "rlcollect.logging.run_logger",
     "evaluate_episodes": "rlcollect.collectors.evaluation",
     "generalized_advantage_estimate": "rlcollect.algos.gae",
     "iterate_minibatches": "rlcollect.buffers.rollout",
     "recurrent_mode": "rlcollect.modules.recurrent",
     "set_recurrent_mode": "rlcollect.modules.recurrent",
-    "split_trajectories": "rlcollect.collectors.trajectories",
+    "split_trajectories": "rlcollect.trajectories",
     "transition_view": "rlcollect.buffers.rollout",
 }
 __all__ = sorted(_EXPORTS)
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from rlcollect.collectors.base import CollectorBase
     from rlcollect.collectors.evaluation import EvalResult, evaluate_episodes
     from rlcollect.collectors.single import Collector
-    from rlcollect.collectors.trajectories import TrajectoryPool, split_trajectories
+    from rlcollect.trajectories import TrajectoryPool, split_trajectories
     from rlcollect.envs.gym_env import GymEnv
     from rlcollect.logging.run_logger import RunLogger, WandbLogger
     from rlcollect.modules.actor_critic import ActorCritic

@@ -20,8 +20,8 @@ from tensordict import TensorDictBase
 
 from rlcollect.buffers.samplers import RandomSampler, Sampler
 from rlcollect.buffers.storage import LazyTensorStorage
+from rlcollect.keys import BUFFER_ID
 
-BUFFER_ID = ("collector", "buffer_id")
 Transform = Callable[[TensorDictBase], TensorDictBase]
 
 

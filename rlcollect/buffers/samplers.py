@@ -15,11 +15,8 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.buffers.storage import LazyTensorStorage
+from rlcollect.keys import IS_INIT, MASK, TRAJ_IDS
 
-# The collector's keys (DESIGN.md, "Data layout"); buffers do not import collectors.
-TRAJ_IDS = ("collector", "traj_ids")
-MASK = ("collector", "mask")
-IS_INIT = "is_init"
 EPISODE = "episode"
 TRAJ_KEY_CANDIDATES = (TRAJ_IDS, EPISODE)
 

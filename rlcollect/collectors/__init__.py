@@ -2,12 +2,11 @@
 from rlcollect._lazy import lazy_getattr
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.single import Collector
-from rlcollect.collectors.trajectories import TrajectoryPool, split_trajectories
 
-__all__ = ["ActionServerCollector", "AlternatingCollector", "Collector", "CollectorBase", "RayCollector", "RayReplayBuffer", "TrajectoryPool", "loopback_ray_env",
-           "split_trajectories", "start_local_ray"]
+__all__ = ["ActionServerCollector", "AlternatingCollector", "Collector", "CollectorBase", "RayCollector", "RayReplayBuffer", "loopback_ray_env",
+           "start_local_ray"]
 
-# collectors/ray.py loads on first use (and imports Ray itself only when a RayCollector is built);
+# collectors/ray/ loads on first use (and imports Ray itself only when a RayCollector is built);
 # so do the action-server collectors (collectors/action_server.py).
 __getattr__ = lazy_getattr("rlcollect.collectors", {
     **{name: "rlcollect.collectors.ray" for name in ("RayCollector", "RayReplayBuffer", "loopback_ray_env",

@@ -38,7 +38,7 @@ from rlcollect.collectors.devices import DeviceLike
 from rlcollect.collectors.processes import WorkerProcesses, check_cpu_affinity
 from rlcollect.collectors.single import Collector, _policy_param_device as _param_device, deliver_batch
 from rlcollect.collectors.step_buffer import CLOSE, RemoteEnv, StepBuffer, StepWorkerSpec, step_worker_main
-from rlcollect.collectors.trajectories import TrajectoryPool
+from rlcollect.trajectories import TrajectoryPool
 from rlcollect.envs.gym_env import EnvSource, GymEnv
 
 log = logging.getLogger(__name__)

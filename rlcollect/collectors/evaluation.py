@@ -18,8 +18,8 @@ import torch
 
 from rlcollect.collectors.single import Collector
 from rlcollect.envs.gym_env import EnvSource, GymEnv
-from rlcollect.logging.episodes import EpisodeTracker, TrajectoryInfo
-from rlcollect.collectors.trajectories import TRAJ_IDS
+from rlcollect.keys import TRAJ_IDS
+from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo
 
 STEPS_PER_BATCH = 64  # per env: how often the stop conditions are checked
 

@@ -26,7 +26,7 @@ from tensordict import TensorDictBase
 
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.processes import WorkerError, WorkerProcesses
-from rlcollect.collectors.trajectories import TrajectoryPool, split_trajectories
+from rlcollect.trajectories import TrajectoryPool, split_trajectories
 from rlcollect.buffers.layout import to_storage_layout
 from rlcollect.collectors.single import Collector
 from rlcollect.collectors.worker import WorkerSpec, resolve_model, stamp_worker_keys, worker_main

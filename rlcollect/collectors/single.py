@@ -32,8 +32,9 @@ from tensordict.nn import set_interaction_type
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.devices import CollectorDevices, DeviceLike, sync_function
 from rlcollect.buffers.layout import to_storage_layout
-from rlcollect.collectors.trajectories import TRAJ_IDS, CompleteTrajectories, TrajectoryPool, split_trajectories
-from rlcollect.envs.gym_env import NEXT_KEYS, GymEnv
+from rlcollect.envs.gym_env import GymEnv
+from rlcollect.keys import CARRIER_KEYS, NEXT_KEYS, TRAJ_IDS
+from rlcollect.trajectories import CompleteTrajectories, TrajectoryPool, split_trajectories
 from rlcollect.modules.recurrent import policy_primers
 
 log = logging.getLogger(__name__)
@@ -41,7 +42,6 @@ log = logging.getLogger(__name__)
 EnvFactory = Union[GymEnv, Callable[[], GymEnv]]
 Policy = Callable[[TensorDictBase], TensorDictBase]
 EXPLORATION_TYPES = ("random", "deterministic")
-CARRIER_KEYS = ("observation", "is_init")
 
 
 def _as_env(create_env_fn: EnvFactory) -> GymEnv:

@@ -23,10 +23,9 @@ from typing import Any, Callable
 
 import torch
 
-from rlcollect.collectors.trajectories import TrajectoryPool
+from rlcollect.keys import POLICY_VERSION, WORKER_ID
+from rlcollect.trajectories import TrajectoryPool
 
-WORKER_ID = ("collector", "worker_id")
-POLICY_VERSION = ("collector", "policy_version")
 
 
 @dataclass

@@ -21,11 +21,11 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from rlcollect.keys import NEXT_KEYS
 from rlcollect.envs.spaces import check_supported, numpy_dtype, random_actions, sample_shape
 
 EnvSource = Union[str, Callable[[], gym.Env]]
 
-NEXT_KEYS = ("observation", "reward", "terminated", "truncated", "done")
 
 
 def make_gym_env(env: EnvSource, max_episode_steps: int | None = None, **make_kwargs) -> gym.Env:

@@ -5,7 +5,6 @@ Names load on first access, so `rlcollect compare` does not import torch.
 from rlcollect._lazy import lazy_getattr
 
 _EXPORTS = {
-    "EpisodeTracker": "rlcollect.logging.episodes",
     "RunLogger": "rlcollect.logging.run_logger",
     "WandbLogger": "rlcollect.logging.run_logger",
 }

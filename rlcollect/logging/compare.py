@@ -17,11 +17,11 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rlcollect.logging.plots import plot_curves
-from rlcollect.logging.runs import CompareError, RunRecord, load_runs, load_wandb_runs
+from rlcollect.logging.runs import CompareError, Group, RunRecord, load_runs, load_wandb_runs
 
 __all__ = ["CompareError", "Group", "Row", "RunRecord", "Stat", "FORMATS", "SUMMARY_COLUMNS", "compare_runs",
            "compare_table", "group_runs", "load_runs", "load_wandb_runs", "plot_curves", "render"]
@@ -40,21 +40,6 @@ SUMMARY_COLUMNS = {
 }
 TO_THRESHOLD = ("frames_to_solve", "seconds_to_solve")
 METRIC_FORMAT = ".4g"
-
-
-@dataclass
-class Group:
-    """Runs that differ only by seed.
-
-    Attributes:
-        label: the settings that differ across the compared runs, ``"k=v,k=v"``, or "default".
-        settings: those settings as a mapping.
-        runs: the group's runs, sorted by path.
-    """
-
-    label: str
-    settings: dict[str, str]
-    runs: list[RunRecord] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

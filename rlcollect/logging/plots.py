@@ -8,14 +8,10 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from rlcollect.logging.runs import EVAL_RETURN, CompareError, RunRecord, wall_clock
-
-if TYPE_CHECKING:
-    from rlcollect.logging.compare import Group
+from rlcollect.logging.runs import EVAL_RETURN, CompareError, Group, RunRecord, wall_clock
 
 __all__ = ["eval_curve", "mean_curve", "plot_curves"]
 

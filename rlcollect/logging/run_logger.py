@@ -16,7 +16,7 @@ from typing import Any
 
 from tensordict import TensorDictBase
 
-from rlcollect.logging.episodes import EpisodeTracker, TrajectoryInfo
+from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo
 
 METRICS_FILE = "metrics.jsonl"
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,21 @@ class RunRecord:
     config: dict[str, Any]
     summary: dict[str, Any]
     history: list[dict[str, Any]]
+
+
+@dataclass
+class Group:
+    """Runs that differ only by seed.
+
+    Attributes:
+        label: the settings that differ across the compared runs, ``"k=v,k=v"``, or "default".
+        settings: those settings as a mapping.
+        runs: the group's runs, sorted by path.
+    """
+
+    label: str
+    settings: dict[str, str]
+    runs: list[RunRecord] = field(default_factory=list)
 
 
 def summarize_history(history: list[dict[str, Any]], solved_return: float | None) -> dict[str, Any]:

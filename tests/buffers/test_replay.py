@@ -6,7 +6,7 @@ from tensordict import TensorDict
 
 from rlcollect.buffers import (LazyMemmapStorage, LazyTensorStorage, RandomSampler, ReplayBuffer,
                                ReplayBufferEnsemble, SliceSampler)
-from rlcollect.collectors import Collector, TrajectoryPool
+from rlcollect import Collector, TrajectoryPool
 from rlcollect.envs import GymEnv
 from rlcollect.testing import CountingEnv, counting_env_factories
 

@@ -1,7 +1,7 @@
 import torch
 from tensordict import TensorDict
 
-from rlcollect.collectors import TrajectoryPool, split_trajectories
+from rlcollect.trajectories import TrajectoryPool, split_trajectories
 
 
 def batch_of(traj_ids, done):

@@ -4,7 +4,7 @@ from tensordict import TensorDict
 
 from rlcollect.collectors import Collector
 from rlcollect.envs import GymEnv
-from rlcollect.logging.episodes import EpisodeTracker
+from rlcollect.trajectories import EpisodeTracker
 from rlcollect.testing import counting_env_factories
 
 

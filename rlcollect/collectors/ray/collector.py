@@ -31,362 +31,32 @@ import contextlib
 import functools
 import logging
 import math
-import os
 import time
 import uuid
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 
-from rlcollect.buffers.layout import to_storage_layout
 from rlcollect.buffers.replay import ReplayBuffer
 from rlcollect.collectors.base import CollectorBase
-from rlcollect.collectors.multi import WorkerError
-from rlcollect.collectors.trajectories import CompleteTrajectories, TrajectoryPool
-from rlcollect.collectors.worker import POLICY_VERSION, WORKER_ID, resolve_model
+from rlcollect.collectors.processes import WorkerError
+from rlcollect.collectors.ray.actor import TRAJ_ID_SHIFT, ActorSpec, CollectorActor
+from rlcollect.collectors.ray.replay_buffer import RayReplayBuffer
+from rlcollect.collectors.ray.startup import (import_ray, is_loopback_address, loopback_node_ip, remote_class,
+                                              start_local_ray)
+from rlcollect.collectors.ray.wire import batch_from_wire, stack_from_wire
+from rlcollect.collectors.worker import resolve_model
 from rlcollect.envs.gym_env import GymEnv
 from rlcollect.weight_sync import NoWeightSyncScheme, WeightSyncScheme
-from rlcollect.weight_sync.ray import RayWeightSender, RayWeightSyncScheme, tensor_from_wire, tensor_to_wire
-
+from rlcollect.weight_sync.ray import RayWeightSender, RayWeightSyncScheme
 
 COLLECTOR_CLASSES = ("sync", "multisync", "multiasync")
 REMOTE_CONFIG_KEYS = ("num_cpus", "num_gpus", "memory", "resources")
 RESERVED_COLLECTOR_KWARGS = ("frames_per_batch", "total_frames", "traj_pool", "replay_buffer", "trajs_per_batch")
-TRAJ_ID_SHIFT = 40  # actor i owns traj ids [i << 40, (i + 1) << 40)
 WAIT_SLICE_SECONDS = 0.5
-INSTALL_HINT = "RayCollector needs Ray: pip install 'rlcollect[ray]' (or pip install ray)"
 
 
-def loopback_ray_env() -> dict[str, str]:
-    """Environment under which a Ray instance started on this machine binds and talks to
-    loopback only: node IP 127.0.0.1, no usage report, and the cloud-metadata probe
-    (169.254.169.254) and any other HTTP(S) request sent to a closed loopback port.
-    Set it before Ray starts (``ray start`` or ``ray.init``); it also stops this node from
-    joining a multi-node cluster, so use it for local instances only."""
-    proxy, local = "http://127.0.0.1:9", "127.0.0.1,localhost,::1"
-    return {
-        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",  # Ray then takes 127.0.0.1 as this node's IP
-        "RAY_USAGE_STATS_ENABLED": "0",
-        "RAY_USAGE_STATS_REPORT_URL": f"{proxy}/",  # `ray start` reports "disabled" to usage-stats.ray.io otherwise
-        "RAY_AUTH_MODE": "disabled",
-        "http_proxy": proxy, "HTTP_PROXY": proxy, "https_proxy": proxy, "HTTPS_PROXY": proxy,
-        "no_proxy": local, "NO_PROXY": local,
-    }
-
-
-@contextlib.contextmanager
-def _loopback_node_ip(ray):
-    """Let Ray keep 127.0.0.1 as this node's IP while it starts or connects.
-
-    Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER once, when it is imported; unless it was 0
-    then, ``ray.init`` rewrites 127.0.0.1 (as ``_node_ip_address`` or in an address) into
-    the machine's external IP, and a local instance binds every interface. When ray was
-    imported without it, its constant is switched for the duration.
-    """
-    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
-    saved = getattr(constants, "ENABLE_RAY_CLUSTER", None)
-    if saved is not None:
-        constants.ENABLE_RAY_CLUSTER = False
-    try:
-        yield
-    finally:
-        if saved is not None:
-            constants.ENABLE_RAY_CLUSTER = saved
-
-
-@contextlib.contextmanager
-def _loopback_environment(ray):
-    """``loopback_ray_env()`` in os.environ while a local Ray starts (the processes it
-    starts inherit it), then the caller's environment back, so the driver's own HTTP is
-    left alone."""
-    saved = {name: os.environ.get(name) for name in loopback_ray_env()}
-    os.environ.update(loopback_ray_env())
-    try:
-        with _loopback_node_ip(ray):
-            yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def _is_loopback_address(address: str) -> bool:
-    host = address.rsplit(":", 1)[0].strip("[]") if ":" in address else address
-    return host in ("localhost", "127.0.0.1", "::1")
-
-
-def _import_ray():
-    try:
-        import ray
-    except ImportError as error:
-        raise ImportError(INSTALL_HINT) from error
-    return ray
-
-
-@functools.lru_cache(maxsize=None)
-def _remote_class(cls):
-    return _import_ray().remote(cls)
-
-
-def start_local_ray(num_cpus: int | None = None) -> None:
-    """Start a Ray instance on this machine, bound to loopback (``loopback_ray_env()``), no
-    dashboard, and connect this process to it (``ray.shutdown()`` stops it). ``num_cpus``
-    logical CPUs, at least os.cpu_count(). What RayCollector(ray_address=None) does."""
-    ray = _import_ray()
-    with _loopback_environment(ray):
-        ray.init(address="local", num_cpus=max(os.cpu_count() or 1, num_cpus or 0), include_dashboard=False,
-                 _node_ip_address="127.0.0.1", logging_level=logging.WARNING)
-    node_ip = ray.util.get_node_ip_address()
-    if node_ip != "127.0.0.1":  # a Ray version that ignores these settings: never run exposed
-        ray.shutdown()
-        raise RuntimeError(f"the local Ray instance came up on {node_ip}, not 127.0.0.1: export "
-                           "rlcollect.collectors.ray.loopback_ray_env() before Python starts")
-
-
-# ---------------------------------------------------------------------------- batches on the wire
-def batch_to_wire(batch: TensorDictBase) -> tuple[list[int], dict]:
-    """``(batch_size, {key: array})``: numpy arrays pickle out-of-band, torch tensors do not."""
-    return list(batch.batch_size), {key: tensor_to_wire(value) for key, value in batch.items(True, True)}
-
-
-def batch_from_wire(wire) -> TensorDict:
-    batch_size, leaves = wire
-    batch = TensorDict({}, batch_size=batch_size)
-    for key, value in leaves.items():
-        batch.set(key, tensor_from_wire(value, copy=True))
-    return batch
-
-
-def stack_from_wire(wires: list) -> TensorDict:
-    """Stack actor batches along a new leading dim (one copy, straight from the arrays)."""
-    batch_size, first = wires[0]
-    batch = TensorDict({}, batch_size=[len(wires), *batch_size])
-    for key, value in first.items():
-        parts = [leaves[key] for _, leaves in wires]
-        if isinstance(value, torch.Tensor):
-            batch.set(key, torch.stack(parts))
-        else:
-            batch.set(key, torch.from_numpy(np.stack(parts)))
-    return batch
-
-
-# ---------------------------------------------------------------------------- replay buffer in an actor
-class _ReplayBufferActor:
-    """Holds an rlcollect ReplayBuffer; one task at a time, so no lock is needed."""
-
-    def __init__(self, replay_buffer: ReplayBuffer) -> None:
-        self.buffer = replay_buffer
-
-    def extend(self, wire) -> int:
-        self.buffer.extend(batch_from_wire(wire))
-        return self.buffer.write_count
-
-    def sample(self, batch_size):
-        return batch_to_wire(self.buffer.sample(batch_size))
-
-    def read(self, index):
-        return batch_to_wire(self.buffer[index])
-
-    def length(self) -> int:
-        return len(self.buffer)
-
-    def write_count(self) -> int:
-        return self.buffer.write_count
-
-    def state_dict(self, include_storage: bool) -> dict:
-        return self.buffer.state_dict(include_storage=include_storage)
-
-    def load_state_dict(self, state: dict) -> None:
-        self.buffer.load_state_dict(state)
-
-
-class RayReplayBuffer:
-    """A ReplayBuffer held by a Ray actor on the driver's node; this object is its handle,
-    with the ReplayBuffer methods a learner and a collector use (``extend``, ``add``,
-    ``sample``, ``len``, ``write_count``, indexing, ``state_dict``). Picklable: collector
-    actors write through their copy. Each call is one round trip to the buffer actor.
-
-    Args:
-        replay_buffer: the rlcollect ReplayBuffer to hold (moved into the actor; the local
-            object is not used afterwards).
-        remote_config: Ray options of the buffer actor (default ``num_cpus=0``: it waits more
-            than it works).
-    """
-
-    def __init__(self, replay_buffer: ReplayBuffer, *, remote_config: dict | None = None) -> None:
-        if not isinstance(replay_buffer, ReplayBuffer):
-            raise TypeError(f"replay_buffer must be an rlcollect ReplayBuffer, got {type(replay_buffer).__name__}")
-        ray = _import_ray()
-        if not ray.is_initialized():
-            raise RuntimeError("RayReplayBuffer needs a running Ray: build it after ray.init() or a RayCollector")
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        options = {"num_cpus": 0, "max_restarts": 0, **(remote_config or {})}
-        options.setdefault("scheduling_strategy", NodeAffinitySchedulingStrategy(
-            node_id=ray.get_runtime_context().get_node_id(), soft=False))
-        self._actor = _remote_class(_ReplayBufferActor).options(**options).remote(replay_buffer)
-        self.ndim = replay_buffer.storage.ndim
-        self.batch_size = replay_buffer.batch_size
-        self._owner = True
-
-    def _call(self, method: str, *args):
-        if self._actor is None:
-            raise RuntimeError("this RayReplayBuffer was closed (a RayCollector closes the buffer it made at shutdown)")
-        return _import_ray().get(getattr(self._actor, method).remote(*args))
-
-    def extend(self, data: TensorDictBase) -> None:
-        self._call("extend", batch_to_wire(data))
-
-    def add(self, step: TensorDictBase) -> None:
-        self.extend(step.unsqueeze(-1))
-
-    def sample(self, batch_size: int | None = None) -> TensorDict:
-        return batch_from_wire(self._call("sample", batch_size))
-
-    def __getitem__(self, index) -> TensorDict:
-        return batch_from_wire(self._call("read", index))
-
-    def __len__(self) -> int:
-        return self._call("length")
-
-    @property
-    def write_count(self) -> int:
-        return self._call("write_count")
-
-    def state_dict(self, *, include_storage: bool = False) -> dict:
-        return self._call("state_dict", include_storage)
-
-    def load_state_dict(self, state: dict) -> None:
-        self._call("load_state_dict", state)
-
-    def close(self) -> None:
-        """Kill the buffer actor (only from the handle that created it)."""
-        if self._owner and self._actor is not None:
-            ray = _import_ray()
-            if ray.is_initialized():
-                ray.kill(self._actor, no_restart=True)
-        self._actor = None
-
-    def __getstate__(self) -> dict:
-        return {**self.__dict__, "_owner": False}  # copies write and sample, never kill
-
-    def __repr__(self) -> str:
-        return f"RayReplayBuffer(ndim={self.ndim}, batch_size={self.batch_size})"
-
-
-# ---------------------------------------------------------------------------- the collector actor
-@dataclass
-class _ActorSpec:
-    """What one collector actor is built from (pickled once, at its creation)."""
-
-    actor_index: int
-    collector_class: str
-    create_env_fn: Any
-    frames_per_batch: int
-    collector_kwargs: dict
-    weight_endpoints: dict = field(default_factory=dict)
-    replay_buffer: RayReplayBuffer | None = None
-    trajs_per_batch: int | None = None
-    post_collect_hook: Any = None
-
-
-class _CollectorActor:
-    """One of rlcollect's collectors inside a Ray actor; see RayCollector."""
-
-    def __init__(self, spec: _ActorSpec, policy) -> None:
-        from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
-        from rlcollect.collectors.single import Collector
-
-        self.index = spec.actor_index
-        traj_start = spec.actor_index << TRAJ_ID_SHIFT
-        kwargs = dict(frames_per_batch=spec.frames_per_batch, total_frames=-1, **spec.collector_kwargs)
-        if spec.collector_class == "sync":
-            self.collector = Collector(spec.create_env_fn, policy, traj_pool=TrajectoryPool(traj_start), **kwargs)
-        else:
-            cls = MultiSyncCollector if spec.collector_class == "multisync" else MultiAsyncCollector
-            self.collector = cls(list(spec.create_env_fn), policy, **kwargs)
-            # The workers share one pool; move it to this actor's range (they restart their trajectories).
-            self.collector.load_state_dict({"frames": 0, "traj_pool": {"next_id": traj_start}})
-        self._multi = spec.collector_class != "sync"
-        self._batches = iter(self.collector)
-        self._receivers = {model_id: endpoint.make_receiver(resolve_model(self.collector, model_id))
-                           for model_id, endpoint in spec.weight_endpoints.items()}
-        self._weights_error: BaseException | None = None
-        self.policy_version = 0
-        self.replay_buffer = spec.replay_buffer
-        self._trajs_per_batch = spec.trajs_per_batch
-        self._complete: dict[int, CompleteTrajectories] = {}
-        self._hook = spec.post_collect_hook
-
-    def describe(self) -> tuple[list[int], int]:
-        """The batch shape and frames this actor yields per ``collect``."""
-        return list(self.collector.batch_size), self.collector.frames_per_batch
-
-    def receive_weights(self, model_id: str, version: int, payload: dict) -> None:
-        """Apply an update now (no batch runs meanwhile); a failure is raised by the next collect."""
-        try:
-            receiver = self._receivers[model_id]
-            receiver.receive(version, payload)
-            receiver.poll()
-            if self._multi:
-                self.collector.update_policy_weights_()  # on to the actor's worker processes
-            if model_id == "policy":
-                self.policy_version = version
-        except BaseException as error:
-            self._weights_error = error
-
-    def collect(self) -> tuple[Any, Any]:
-        """``(payload, hook result)``: payload is one batch on the wire, or (replay_buffer)
-        the number of frames written."""
-        if self._weights_error is not None:
-            raise RuntimeError("applying the policy weights failed") from self._weights_error
-        frames_before = self.collector.frames
-        batch = next(self._batches)
-        # the inner worker (before restamping): rows of one worker are the same envs from batch to batch
-        source = int(batch.get(WORKER_ID).reshape(-1)[0]) if self._multi and self._trajs_per_batch else 0
-        batch.set(WORKER_ID, torch.full(batch.shape, self.index, dtype=torch.int64, device=batch.device))
-        batch.set(POLICY_VERSION, torch.full(batch.shape, self.policy_version, dtype=torch.int64, device=batch.device))
-        hook_result = None if self._hook is None else self._hook(batch)
-        if self.replay_buffer is None:
-            return batch_to_wire(batch), hook_result
-        self._write(batch, source)
-        return self.collector.frames - frames_before, hook_result
-
-    def _write(self, batch: TensorDictBase, source: int) -> None:
-        if self._trajs_per_batch is None:
-            self.replay_buffer.extend(to_storage_layout(batch, 1))
-            return
-        if source not in self._complete:
-            self._complete[source] = CompleteTrajectories(self._trajs_per_batch)
-        trajectories = self._complete[source].add(batch)
-        if trajectories is not None:
-            self.replay_buffer.extend(trajectories)
-
-    def set_seed(self, seed: int) -> int:
-        return self.collector.set_seed(seed)
-
-    def reset(self) -> None:
-        self.collector.reset()
-
-    def state_dict(self) -> dict:
-        return self.collector.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        self.collector.load_state_dict(state)
-
-    def get_policy_version(self) -> int:
-        return self.policy_version
-
-    def close(self) -> None:
-        self.collector.shutdown()
-
-
-# ---------------------------------------------------------------------------- the driver side
 class RayCollector(CollectorBase):
     """``num_collectors`` Ray actors, each running one of rlcollect's collectors.
 
@@ -484,7 +154,7 @@ class RayCollector(CollectorBase):
         schemes = self._setup_weight_sync_schemes(weight_sync_schemes)
         if trajs_per_batch is not None and replay_buffer is None:
             raise ValueError("trajs_per_batch applies to writes into replay_buffer: pass replay_buffer=...")
-        ray = _import_ray()
+        ray = import_ray()
         try:
             self._started_ray = self._connect(ray, ray_address)
             self._senders = {model_id: scheme.make_sender(resolve_model(self, model_id), self.num_collectors, None)
@@ -579,7 +249,7 @@ class RayCollector(CollectorBase):
             return False
         if ray_address is not None:
             # joining a head bound to loopback: keep 127.0.0.1 (Ray would swap in the external IP)
-            with _loopback_node_ip(ray) if _is_loopback_address(ray_address) else contextlib.nullcontext():
+            with loopback_node_ip(ray) if is_loopback_address(ray_address) else contextlib.nullcontext():
                 ray.init(address=ray_address, logging_level=logging.WARNING)
             return False
         start_local_ray(math.ceil(self.num_collectors * self.remote_config["num_cpus"]))
@@ -600,11 +270,11 @@ class RayCollector(CollectorBase):
         return replay_buffer
 
     def _start_actors(self, ray, env_fns: list, actor_frames: int, trajs_per_batch: int | None) -> None:
-        actor_class = _remote_class(_CollectorActor)
+        actor_class = remote_class(CollectorActor)
         policy_ref = ray.put(self.policy)  # one copy in the object store for every actor
         run = uuid.uuid4().hex[:8]
         for index, env_fn in enumerate(env_fns):
-            spec = _ActorSpec(
+            spec = ActorSpec(
                 actor_index=index, collector_class=self.collector_class, create_env_fn=env_fn,
                 frames_per_batch=actor_frames, collector_kwargs=self.collector_kwargs,
                 weight_endpoints={model_id: sender.endpoint(index) for model_id, sender in self._senders.items()},
@@ -645,7 +315,7 @@ class RayCollector(CollectorBase):
 
     def _wait_one(self, pending: dict, what: str):
         """The first ready ref (oldest first among the ready ones), watching batch_timeout."""
-        ray = _import_ray()
+        ray = import_ray()
         deadline = None if self.batch_timeout is None else time.monotonic() + self.batch_timeout
         while True:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_SLICE_SECONDS)
@@ -655,7 +325,7 @@ class RayCollector(CollectorBase):
                 self._fail(min(pending.values()), f"no {what} within batch_timeout={self.batch_timeout} s")
 
     def _get(self, ref, index: int):
-        ray = _import_ray()
+        ray = import_ray()
         try:
             return ray.get(ref)
         except ray.exceptions.RayTaskError as error:
@@ -777,7 +447,7 @@ class RayCollector(CollectorBase):
 
     # ------------------------------------------------------------------ shutdown
     def _close(self) -> None:
-        ray = _import_ray()
+        ray = import_ray()
         connected = ray.is_initialized()
         if self._actors and connected:
             closing = []

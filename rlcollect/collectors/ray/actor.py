@@ -1,0 +1,123 @@
+"""The collector actor: one of rlcollect's collectors inside a Ray actor (see RayCollector)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect.buffers.layout import to_storage_layout
+from rlcollect.collectors.ray.replay_buffer import RayReplayBuffer
+from rlcollect.collectors.ray.wire import batch_to_wire
+from rlcollect.collectors.worker import resolve_model
+from rlcollect.keys import POLICY_VERSION, WORKER_ID
+from rlcollect.trajectories import CompleteTrajectories, TrajectoryPool
+
+TRAJ_ID_SHIFT = 40  # actor i owns traj ids [i << 40, (i + 1) << 40)
+
+
+@dataclass
+class ActorSpec:
+    """What one collector actor is built from (pickled once, at its creation)."""
+
+    actor_index: int
+    collector_class: str
+    create_env_fn: Any
+    frames_per_batch: int
+    collector_kwargs: dict
+    weight_endpoints: dict = field(default_factory=dict)
+    replay_buffer: RayReplayBuffer | None = None
+    trajs_per_batch: int | None = None
+    post_collect_hook: Any = None
+
+
+class CollectorActor:
+    """One of rlcollect's collectors inside a Ray actor; see RayCollector."""
+
+    def __init__(self, spec: ActorSpec, policy) -> None:
+        from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
+        from rlcollect.collectors.single import Collector
+
+        self.index = spec.actor_index
+        traj_start = spec.actor_index << TRAJ_ID_SHIFT
+        kwargs = dict(frames_per_batch=spec.frames_per_batch, total_frames=-1, **spec.collector_kwargs)
+        if spec.collector_class == "sync":
+            self.collector = Collector(spec.create_env_fn, policy, traj_pool=TrajectoryPool(traj_start), **kwargs)
+        else:
+            cls = MultiSyncCollector if spec.collector_class == "multisync" else MultiAsyncCollector
+            self.collector = cls(list(spec.create_env_fn), policy, **kwargs)
+            # The workers share one pool; move it to this actor's range (they restart their trajectories).
+            self.collector.load_state_dict({"frames": 0, "traj_pool": {"next_id": traj_start}})
+        self._multi = spec.collector_class != "sync"
+        self._batches = iter(self.collector)
+        self._receivers = {model_id: endpoint.make_receiver(resolve_model(self.collector, model_id))
+                           for model_id, endpoint in spec.weight_endpoints.items()}
+        self._weights_error: BaseException | None = None
+        self.policy_version = 0
+        self.replay_buffer = spec.replay_buffer
+        self._trajs_per_batch = spec.trajs_per_batch
+        self._complete: dict[int, CompleteTrajectories] = {}
+        self._hook = spec.post_collect_hook
+
+    def describe(self) -> tuple[list[int], int]:
+        """The batch shape and frames this actor yields per ``collect``."""
+        return list(self.collector.batch_size), self.collector.frames_per_batch
+
+    def receive_weights(self, model_id: str, version: int, payload: dict) -> None:
+        """Apply an update now (no batch runs meanwhile); a failure is raised by the next collect."""
+        try:
+            receiver = self._receivers[model_id]
+            receiver.receive(version, payload)
+            receiver.poll()
+            if self._multi:
+                self.collector.update_policy_weights_()  # on to the actor's worker processes
+            if model_id == "policy":
+                self.policy_version = version
+        except BaseException as error:
+            self._weights_error = error
+
+    def collect(self) -> tuple[Any, Any]:
+        """``(payload, hook result)``: payload is one batch on the wire, or (replay_buffer)
+        the number of frames written."""
+        if self._weights_error is not None:
+            raise RuntimeError("applying the policy weights failed") from self._weights_error
+        frames_before = self.collector.frames
+        batch = next(self._batches)
+        # the inner worker (before restamping): rows of one worker are the same envs from batch to batch
+        source = int(batch.get(WORKER_ID).reshape(-1)[0]) if self._multi and self._trajs_per_batch else 0
+        batch.set(WORKER_ID, torch.full(batch.shape, self.index, dtype=torch.int64, device=batch.device))
+        batch.set(POLICY_VERSION, torch.full(batch.shape, self.policy_version, dtype=torch.int64, device=batch.device))
+        hook_result = None if self._hook is None else self._hook(batch)
+        if self.replay_buffer is None:
+            return batch_to_wire(batch), hook_result
+        self._write(batch, source)
+        return self.collector.frames - frames_before, hook_result
+
+    def _write(self, batch: TensorDictBase, source: int) -> None:
+        if self._trajs_per_batch is None:
+            self.replay_buffer.extend(to_storage_layout(batch, 1))
+            return
+        if source not in self._complete:
+            self._complete[source] = CompleteTrajectories(self._trajs_per_batch)
+        trajectories = self._complete[source].add(batch)
+        if trajectories is not None:
+            self.replay_buffer.extend(trajectories)
+
+    def set_seed(self, seed: int) -> int:
+        return self.collector.set_seed(seed)
+
+    def reset(self) -> None:
+        self.collector.reset()
+
+    def state_dict(self) -> dict:
+        return self.collector.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.collector.load_state_dict(state)
+
+    def get_policy_version(self) -> int:
+        return self.policy_version
+
+    def close(self) -> None:
+        self.collector.shutdown()

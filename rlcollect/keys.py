@@ -1,0 +1,24 @@
+"""The TensorDict keys every part of rlcollect agrees on (docs/data-layout.md).
+
+A leaf module: it imports nothing, so envs, buffers, collectors and logging can all
+share these names without depending on each other.
+"""
+
+# What one step of an env holds besides the policy's output (the carrier and the step's result).
+OBSERVATION = "observation"
+ACTION = "action"
+IS_INIT = "is_init"
+NEXT = "next"
+CARRIER_KEYS = (OBSERVATION, IS_INIT)  # what persists from one step (and batch) to the next
+NEXT_KEYS = (OBSERVATION, "reward", "terminated", "truncated", "done")  # under "next"
+DONE = (NEXT, "done")
+TERMINATED = (NEXT, "terminated")
+TRUNCATED = (NEXT, "truncated")
+REWARD = (NEXT, "reward")
+
+# What the collectors add.
+TRAJ_IDS = ("collector", "traj_ids")  # int64, unique per trajectory across every worker of a run
+POLICY_VERSION = ("collector", "policy_version")  # int64, the weights version that produced the step
+WORKER_ID = ("collector", "worker_id")  # int64, the worker (or Ray actor) that collected the step
+MASK = ("collector", "mask")  # bool, real steps of a padded layout
+BUFFER_ID = ("collector", "buffer_id")  # int64, the member of a ReplayBufferEnsemble a sample came from

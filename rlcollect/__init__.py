@@ -1,21 +1,28 @@
 """rlcollect: reinforcement-learning data collection, and a Hydra-driven experiment runner.
 
-The library, usable without the CLI:
+The library, usable without the CLI (docs/README.md is the map):
 
-- ``GymEnv``: gymnasium envs (single or batched) speaking TensorDicts.
-- ``Collector``: iterate to get ``[T]`` / ``[P, T]`` batches of env steps.
-- ``ActionServerCollector`` / ``AlternatingCollector``: envs step in worker processes, one
-  batched policy forward for all of them in the main process (rlpyt's GPU samplers);
-  the alternating one overlaps one group's env steps with the other group's forward.
-- ``split_trajectories``: the legacy padded ``[N_traj, T_max]`` layout.
-- ``RolloutBuffer``: the on-policy ``[N, T + 1]`` rollout storage.
-- ``ActorCritic``: MLP actor-critic policy (Discrete and Box actions).
-- ``GRUModule`` / ``LSTMModule``: recurrent blocks that restart at ``is_init``; step mode by
-  default, ``set_recurrent_mode("recurrent")`` for flat batches of trajectories (``recurrent_mode()``).
-- ``PPO`` and ``generalized_advantage_estimate``.
-- ``RunLogger`` / ``WandbLogger``: metrics.jsonl and W&B, usable as a post-collect hook.
+- Envs: ``GymEnv`` (gymnasium envs, single or batched, speaking TensorDicts), ``make_env``
+  (any env source: a gymnasium id, a GymEnv, or a callable returning either).
+- Collectors (iterate to get ``[T]`` / ``[P, T]`` batches): ``Collector`` (in process),
+  ``MultiSyncCollector`` / ``MultiAsyncCollector`` (worker processes),
+  ``ActionServerCollector`` / ``AlternatingCollector`` (envs in workers, one batched
+  policy forward here), ``RayCollector`` (Ray actors), ``EvalCollector`` (evaluation),
+  with their option groups (``StepOptions``, ``DeviceOptions``, ``DeliveryOptions``,
+  ``WorkerOptions``, ``BatchSpec``) and ``WorkerError``.
+- Weight sync: ``SharedMemWeightSyncScheme``, ``MultiProcessWeightSyncScheme``,
+  ``NoWeightSyncScheme``, ``RayWeightSyncScheme``.
+- Buffers: ``RolloutBuffer`` (on-policy ``[N, T + 1]``), ``ReplayBuffer`` over a
+  ``LazyTensorStorage`` / ``LazyMemmapStorage`` read by a ``RandomSampler`` /
+  ``SliceSampler``; ``split_trajectories`` for the legacy padded layout.
+- Trajectories: ``TrajectoryPool``, ``TrajectoryInfo``, ``EpisodeTracker``.
+- Models and algorithms: ``ActorCritic``, ``RecurrentActorCritic``, ``QValuePolicy``,
+  ``GRUModule`` / ``LSTMModule``, ``PPO``, ``DQN``, ``generalized_advantage_estimate``.
+- Logging: ``RunLogger`` / ``WandbLogger`` (metrics.jsonl and W&B, usable as a post-collect hook).
 
-The command line: ``rlcollect train [overrides]`` (see README.md).
+The command line: ``rlcollect train [overrides]`` (README.md). Names load on first access,
+so ``rlcollect --help`` and config errors answer without importing torch, and importing
+rlcollect never imports Ray.
 """
 from typing import TYPE_CHECKING
 
@@ -23,33 +30,78 @@ from rlcollect._lazy import lazy_getattr
 
 __version__ = "0.1.0"
 
-# Public name -> defining module. Loaded on first access, so `rlcollect --help` and config
-# errors answer without importing torch.
+# Public name -> defining module, one name per thing.
 _EXPORTS = {
+    # envs
+    "GymEnv": "rlcollect.envs.gym_env",
+    "StagedEnv": "rlcollect.envs.staging",
+    "make_env": "rlcollect.envs.sources",
+    # collectors and their options
     "ActionServerCollector": "rlcollect.collectors.action_server",
-    "ActorCritic": "rlcollect.modules.actor_critic",
     "AlternatingCollector": "rlcollect.collectors.action_server",
+    "BatchSpec": "rlcollect.collectors.options",
     "Collector": "rlcollect.collectors.single",
     "CollectorBase": "rlcollect.collectors.base",
+    "Delivery": "rlcollect.collectors.delivery",
+    "DeliveryOptions": "rlcollect.collectors.options",
+    "DeviceOptions": "rlcollect.collectors.options",
+    "EvalCollector": "rlcollect.collectors.evaluation",
     "EvalResult": "rlcollect.collectors.evaluation",
+    "MultiAsyncCollector": "rlcollect.collectors.multi",
+    "MultiSyncCollector": "rlcollect.collectors.multi",
+    "RayCollector": "rlcollect.collectors.ray",
+    "RayReplayBuffer": "rlcollect.collectors.ray",
+    "StepOptions": "rlcollect.collectors.options",
+    "WorkerError": "rlcollect.collectors.processes",
+    "WorkerOptions": "rlcollect.collectors.options",
+    "evaluate_episodes": "rlcollect.collectors.evaluation",
+    # weight sync
+    "MultiProcessWeightSyncScheme": "rlcollect.weight_sync.pipes",
+    "NoWeightSyncScheme": "rlcollect.weight_sync.schemes",
+    "RayWeightSyncScheme": "rlcollect.weight_sync.ray",
+    "SharedMemWeightSyncScheme": "rlcollect.weight_sync.shared_mem",
+    "WeightSyncScheme": "rlcollect.weight_sync.schemes",
+    # buffers
+    "LazyMemmapStorage": "rlcollect.buffers.storage",
+    "LazyTensorStorage": "rlcollect.buffers.storage",
+    "RandomSampler": "rlcollect.buffers.samplers",
+    "ReplayBuffer": "rlcollect.buffers.replay",
+    "ReplayBufferEnsemble": "rlcollect.buffers.replay",
+    "RolloutBuffer": "rlcollect.buffers.rollout",
+    "SliceSampler": "rlcollect.buffers.samplers",
+    "iterate_minibatches": "rlcollect.buffers.rollout",
+    "transition_view": "rlcollect.buffers.rollout",
+    # trajectories
+    "EpisodeTracker": "rlcollect.trajectories",
+    "TrajectoryInfo": "rlcollect.trajectories",
+    "TrajectoryPool": "rlcollect.trajectories",
+    "split_trajectories": "rlcollect.trajectories",
+    # models and algorithms
+    "ActorCritic": "rlcollect.modules.actor_critic",
+    "DQN": "rlcollect.algos.dqn",
     "GRUModule": "rlcollect.modules.recurrent",
-    "GymEnv": "rlcollect.envs.gym_env",
     "LSTMModule": "rlcollect.modules.recurrent",
     "PPO": "rlcollect.algos.ppo",
-    "RolloutBuffer": "rlcollect.buffers.rollout",
-    "RunLogger": "rlcollect.logging.run_logger",
-    "TrajectoryPool": "rlcollect.trajectories",
-    "WandbLogger": "rlcollect.logging.run_logger",
-    "evaluate_episodes": "rlcollect.collectors.evaluation",
+    "QValuePolicy": "rlcollect.modules.q_network",
+    "RecurrentActorCritic": "rlcollect.modules.actor_critic",
     "generalized_advantage_estimate": "rlcollect.algos.gae",
-    "iterate_minibatches": "rlcollect.buffers.rollout",
     "recurrent_mode": "rlcollect.modules.recurrent",
     "set_recurrent_mode": "rlcollect.modules.recurrent",
-    "split_trajectories": "rlcollect.trajectories",
-    "transition_view": "rlcollect.buffers.rollout",
+    # logging
+    "RunLogger": "rlcollect.logging.run_logger",
+    "WandbLogger": "rlcollect.logging.run_logger",
 }
-__all__ = sorted(_EXPORTS)
-
+__all__ = [
+    "ActionServerCollector", "ActorCritic", "AlternatingCollector", "BatchSpec", "Collector", "CollectorBase", "DQN",
+    "Delivery", "DeliveryOptions", "DeviceOptions", "EpisodeTracker", "EvalCollector", "EvalResult", "GRUModule",
+    "GymEnv", "LSTMModule", "LazyMemmapStorage", "LazyTensorStorage", "MultiAsyncCollector",
+    "MultiProcessWeightSyncScheme", "MultiSyncCollector", "NoWeightSyncScheme", "PPO", "QValuePolicy",
+    "RandomSampler", "RayCollector", "RayReplayBuffer", "RayWeightSyncScheme", "RecurrentActorCritic",
+    "ReplayBuffer", "ReplayBufferEnsemble", "RolloutBuffer", "RunLogger", "SharedMemWeightSyncScheme",
+    "SliceSampler", "StagedEnv", "StepOptions", "TrajectoryInfo", "TrajectoryPool", "WandbLogger", "WeightSyncScheme",
+    "WorkerError", "WorkerOptions", "evaluate_episodes", "generalized_advantage_estimate", "iterate_minibatches",
+    "make_env", "recurrent_mode", "set_recurrent_mode", "split_trajectories", "transition_view",
+]
 
 __getattr__ = lazy_getattr("rlcollect", _EXPORTS, globals())
 
@@ -58,16 +110,32 @@ def __dir__() -> list[str]:
     return sorted([*globals(), *__all__])
 
 
-if TYPE_CHECKING:
-    from rlcollect.algos.gae import generalized_advantage_estimate
-    from rlcollect.algos.ppo import PPO
-    from rlcollect.buffers.rollout import RolloutBuffer, iterate_minibatches, transition_view
-    from rlcollect.collectors.action_server import ActionServerCollector, AlternatingCollector
-    from rlcollect.collectors.base import CollectorBase
-    from rlcollect.collectors.evaluation import EvalResult, evaluate_episodes
-    from rlcollect.collectors.single import Collector
-    from rlcollect.trajectories import TrajectoryPool, split_trajectories
-    from rlcollect.envs.gym_env import GymEnv
-    from rlcollect.logging.run_logger import RunLogger, WandbLogger
-    from rlcollect.modules.actor_critic import ActorCritic
-    from rlcollect.modules.recurrent import GRUModule, LSTMModule, recurrent_mode, set_recurrent_mode
+if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load lazily
+    from rlcollect.algos.dqn import DQN  # noqa: F401
+    from rlcollect.algos.gae import generalized_advantage_estimate  # noqa: F401
+    from rlcollect.algos.ppo import PPO  # noqa: F401
+    from rlcollect.buffers.replay import ReplayBuffer, ReplayBufferEnsemble  # noqa: F401
+    from rlcollect.buffers.rollout import RolloutBuffer, iterate_minibatches, transition_view  # noqa: F401
+    from rlcollect.buffers.samplers import RandomSampler, SliceSampler  # noqa: F401
+    from rlcollect.buffers.storage import LazyMemmapStorage, LazyTensorStorage  # noqa: F401
+    from rlcollect.collectors.action_server import ActionServerCollector, AlternatingCollector  # noqa: F401
+    from rlcollect.collectors.base import CollectorBase  # noqa: F401
+    from rlcollect.collectors.delivery import Delivery  # noqa: F401
+    from rlcollect.collectors.evaluation import EvalCollector, EvalResult, evaluate_episodes  # noqa: F401
+    from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector  # noqa: F401
+    from rlcollect.collectors.options import (BatchSpec, DeliveryOptions, DeviceOptions, StepOptions,  # noqa: F401
+                                              WorkerOptions)
+    from rlcollect.collectors.processes import WorkerError  # noqa: F401
+    from rlcollect.collectors.ray import RayCollector, RayReplayBuffer  # noqa: F401
+    from rlcollect.envs.gym_env import GymEnv  # noqa: F401
+    from rlcollect.envs.sources import make_env  # noqa: F401
+    from rlcollect.envs.staging import StagedEnv  # noqa: F401
+    from rlcollect.logging.run_logger import RunLogger, WandbLogger  # noqa: F401
+    from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic  # noqa: F401
+    from rlcollect.modules.q_network import QValuePolicy  # noqa: F401
+    from rlcollect.modules.recurrent import GRUModule, LSTMModule, recurrent_mode, set_recurrent_mode  # noqa: F401
+    from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo, TrajectoryPool, split_trajectories  # noqa: F401
+    from rlcollect.weight_sync.pipes import MultiProcessWeightSyncScheme  # noqa: F401
+    from rlcollect.weight_sync.ray import RayWeightSyncScheme  # noqa: F401
+    from rlcollect.weight_sync.schemes import NoWeightSyncScheme, WeightSyncScheme  # noqa: F401
+    from rlcollect.weight_sync.shared_mem import SharedMemWeightSyncScheme  # noqa: F401

@@ -14,6 +14,7 @@ from tensordict import TensorDict, TensorDictBase, lazy_stack
 from tensordict.utils import NestedKey
 
 from rlcollect.keys import DONE, MASK, REWARD, TRAJ_IDS
+from rlcollect.validation import check_positive_int
 
 
 class TrajectoryPool:
@@ -106,9 +107,7 @@ class CompleteTrajectories:
     """
 
     def __init__(self, trajs_per_write: int) -> None:
-        if not isinstance(trajs_per_write, int) or trajs_per_write < 1:
-            raise ValueError(f"trajs_per_batch must be a positive int, got {trajs_per_write!r}")
-        self.trajs_per_write = trajs_per_write
+        self.trajs_per_write = check_positive_int("trajs_per_batch", trajs_per_write)
         self._tails: list[TensorDict | None] = []
         self._ready: list[TensorDict] = []
         self._ready_count = 0

@@ -13,7 +13,7 @@ never sees a half-written extend and the write position stays consistent.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 from tensordict import TensorDictBase
@@ -21,14 +21,9 @@ from tensordict import TensorDictBase
 from rlcollect.buffers.samplers import RandomSampler, Sampler
 from rlcollect.buffers.storage import LazyTensorStorage
 from rlcollect.keys import BUFFER_ID
+from rlcollect.validation import check_positive_int
 
 Transform = Callable[[TensorDictBase], TensorDictBase]
-
-
-def _check_batch_size(name: str, batch_size: Any) -> int | None:
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1):
-        raise ValueError(f"{name} must be None or a positive int, got {batch_size!r}")
-    return batch_size
 
 
 class ReplayBuffer:
@@ -51,8 +46,13 @@ class ReplayBuffer:
             raise TypeError(f"transform must be callable TensorDict -> TensorDict, got {type(transform).__name__}")
         self.storage = storage
         self.sampler = sampler if sampler is not None else RandomSampler()
-        self.batch_size = _check_batch_size("batch_size", batch_size)
+        self.batch_size = check_positive_int("batch_size", batch_size, optional=True)
         self.transform = transform
+
+    @property
+    def ndim(self) -> int:
+        """The storage's write layout: the batch dims an ``extend`` takes (time last)."""
+        return self.storage.ndim
 
     @property
     def lock(self):
@@ -88,7 +88,7 @@ class ReplayBuffer:
         return self.transform(data) if self.transform is not None else data
 
     def _resolve_batch_size(self, batch_size: int | None) -> int:
-        batch_size = _check_batch_size("batch_size", batch_size)
+        batch_size = check_positive_int("batch_size", batch_size, optional=True)
         if batch_size is None:
             if self.batch_size is None:
                 raise ValueError("sample() needs a batch_size: pass one, or give batch_size= to the ReplayBuffer")
@@ -146,7 +146,7 @@ class ReplayBufferEnsemble:
                 raise TypeError(f"buffers[{index}] must be a ReplayBuffer, got {type(buffer).__name__}")
         self.buffers = tuple(buffers)
         self.sample_from_all = bool(sample_from_all)
-        self.batch_size = _check_batch_size("batch_size", batch_size)
+        self.batch_size = check_positive_int("batch_size", batch_size, optional=True)
         if batch_size is not None and sample_from_all and batch_size % len(buffers):
             raise ValueError(f"batch_size={batch_size} must be a multiple of the {len(buffers)} buffers "
                              "when sample_from_all=True")
@@ -165,7 +165,7 @@ class ReplayBufferEnsemble:
         return weights
 
     def sample(self, batch_size: int | None = None) -> TensorDictBase:
-        batch_size = _check_batch_size("batch_size", batch_size) or self.batch_size
+        batch_size = check_positive_int("batch_size", batch_size, optional=True) or self.batch_size
         if batch_size is None:
             raise ValueError("sample() needs a batch_size: pass one, or give batch_size= to the ensemble")
         if self.sample_from_all:

@@ -16,6 +16,7 @@ from tensordict import TensorDictBase
 
 from rlcollect.buffers.storage import LazyTensorStorage
 from rlcollect.keys import IS_INIT, MASK, TRAJ_IDS
+from rlcollect.validation import check_positive_int
 
 EPISODE = "episode"
 TRAJ_KEY_CANDIDATES = (TRAJ_IDS, EPISODE)
@@ -128,8 +129,8 @@ class SliceSampler(Sampler):
             raise ValueError(f"SliceSampler needs exactly one of num_slices or slice_len, got "
                              f"num_slices={num_slices!r}, slice_len={slice_len!r}")
         for name, value in (("num_slices", num_slices), ("slice_len", slice_len)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+            if value is not None:
+                check_positive_int(name, value)
         return num_slices, slice_len
 
     def slice_shape(self, batch_size: int) -> tuple[int, int]:

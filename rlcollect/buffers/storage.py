@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
+from rlcollect.validation import check_positive_int
+
 DeviceLike = str | torch.device
 
 
@@ -115,12 +117,6 @@ class WritePosition:
                 f"shared={self._shared})")
 
 
-def _check_positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 class LazyTensorStorage:
     """A ring-buffer TensorDict in memory, allocated from the first write's structure.
 
@@ -132,8 +128,8 @@ class LazyTensorStorage:
     """
 
     def __init__(self, max_size: int, *, ndim: int = 1, device: DeviceLike = "cpu") -> None:
-        self.max_size = _check_positive_int("max_size", max_size)
-        self.ndim = _check_positive_int("ndim", ndim)
+        self.max_size = check_positive_int("max_size", max_size)
+        self.ndim = check_positive_int("ndim", ndim)
         self.device = torch.device(device)
         self.position = WritePosition()
         self._data: TensorDict | None = None

@@ -10,6 +10,8 @@ from typing import Iterator
 import torch
 from tensordict import TensorDict
 
+from rlcollect.collectors.options import DeliveryOptions
+
 
 class CollectorBase(ABC):
     """Iterating yields batches of ``frames_per_batch`` frames until ``total_frames``
@@ -19,20 +21,25 @@ class CollectorBase(ABC):
     total_frames: int
     batch_size: torch.Size  # of the batches collected (before split_trajs / postproc)
 
-    def __init__(self) -> None:
+    hooks_run_in_process: bool = False  # whether post_collect_hook is called in this process, on every batch
+
+    def __init__(self, delivery_options: DeliveryOptions | None = None) -> None:
+        self.delivery_options = delivery_options if delivery_options is not None else DeliveryOptions()
         self._frames = 0
         self._shut_down = False
-        self.replay_buffer = None
         self._background: threading.Thread | None = None
         self._background_error: BaseException | None = None
         self._stop_background = threading.Event()
         self._write_lock = threading.Lock()
 
-    @staticmethod
-    def _setup_total_frames(total_frames: int) -> int:
-        if not isinstance(total_frames, int) or (total_frames < 0 and total_frames != -1) or total_frames == 0:
-            raise ValueError(f"total_frames must be a positive int or -1 (endless), got {total_frames!r}")
-        return total_frames
+    @property
+    def replay_buffer(self):
+        """The replay buffer batches are written into (None: batches are yielded)."""
+        return self.delivery_options.replay_buffer
+
+    @property
+    def post_collect_hook(self):
+        return self.delivery_options.post_collect_hook
 
     def hook_results(self) -> list:
         """What post-collect hooks that ran out of this process returned since the last

@@ -9,6 +9,14 @@ import torch
 DeviceLike = str | torch.device | None
 
 
+def policy_param_device(policy) -> torch.device | None:
+    """The device of a module policy's first parameter or buffer (None: no tensors, or not a module)."""
+    if isinstance(policy, torch.nn.Module):
+        for tensor in (*policy.parameters(), *policy.buffers()):
+            return tensor.device
+    return None
+
+
 def _noop() -> None:
     return None
 

@@ -17,23 +17,26 @@ from __future__ import annotations
 
 import copy
 import math
-import multiprocessing as mp
 import warnings
-from typing import Callable, Sequence
+from dataclasses import replace
 
 import torch
 from tensordict import TensorDictBase
 
 from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.delivery import Delivery
+from rlcollect.collectors.options import (DeliveryOptions, DeviceOptions, StepOptions, WorkerOptions, check_groups,
+                                          check_total_frames, split_options, with_options_doc)
 from rlcollect.collectors.processes import WorkerError, WorkerProcesses
-from rlcollect.trajectories import TrajectoryPool, split_trajectories
-from rlcollect.buffers.layout import to_storage_layout
 from rlcollect.collectors.single import Collector
 from rlcollect.collectors.worker import WorkerSpec, resolve_model, stamp_worker_keys, worker_main
-from rlcollect.envs.gym_env import GymEnv
+from rlcollect.envs.sources import worker_env_specs
+from rlcollect.buffers.layout import to_storage_layout
+from rlcollect.trajectories import TrajectoryPool
+from rlcollect.seeding import env_seed
+from rlcollect.validation import check_positive_int
 from rlcollect.weight_sync import SharedMemWeightSyncScheme, WeightSyncScheme
 
-START_METHODS = ("spawn", "forkserver", "fork")
 CAT_RESULTS = ("stack", 0, -1)
 __all__ = ["MultiAsyncCollector", "MultiSyncCollector", "WorkerError"]
 
@@ -41,70 +44,55 @@ __all__ = ["MultiAsyncCollector", "MultiSyncCollector", "WorkerError"]
 class _MultiCollector(CollectorBase):
     """Shared machinery of the multi-process collectors; see MultiSyncCollector."""
 
+    hooks_run_in_process = False  # hooks run in the workers, on each worker's batch
+
     def __init__(
         self,
-        create_env_fn: Sequence,
+        create_env_fn,
         policy=None,
         *,
         frames_per_batch: int,
         total_frames: int = -1,
+        num_workers: int | None = None,
+        envs_per_worker: int | None = None,
+        seed: int | None = None,
+        env_kwargs: dict | None = None,
         weight_sync_schemes: dict[str, WeightSyncScheme] | None = None,
         update_at_each_batch: bool = False,
-        start_method: str = "spawn",
-        worker_torch_threads: int = 1,
-        batch_timeout: float | None = None,
-        shutdown_timeout: float = 5.0,
-        split_trajs: bool = False,
-        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
-        pre_collect_hook: Callable[[], None] | None = None,
-        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
-        replay_buffer=None,
-        trajs_per_batch: int | None = None,
-        **collector_kwargs,
+        **options,
     ) -> None:
-        super().__init__()
+        groups = split_options(type(self).__name__, options)
+        step, devices, delivery = groups[StepOptions], groups[DeviceOptions], groups[DeliveryOptions]
+        self.worker_options = workers = groups[WorkerOptions]
+        check_groups(step, delivery)
+        super().__init__(delivery)
         self._workers: WorkerProcesses | None = None
         self._senders: dict = {}
-        self.num_workers = self._setup_create_env_fn(create_env_fn)
+        env_specs = worker_env_specs(create_env_fn, num_workers, envs_per_worker, seed, env_kwargs)
+        self.num_workers = len(env_specs)
         self.policy = policy
-        self.total_frames = self._setup_total_frames(total_frames)
+        self.total_frames = check_total_frames(total_frames)
         self.update_at_each_batch = update_at_each_batch
-        self.batch_timeout = batch_timeout
-        self.shutdown_timeout = shutdown_timeout
-        self.split_trajs = split_trajs
-        self.postproc = postproc
-        if split_trajs and not collector_kwargs.get("track_traj_ids", True):
-            raise ValueError("split_trajs=True needs track_traj_ids=True")
-        if split_trajs and replay_buffer is not None:
-            raise ValueError("split_trajs=True pads batches; a replay_buffer takes the flat layout: drop split_trajs")
-        if start_method not in START_METHODS:
-            raise ValueError(f"start_method must be one of {START_METHODS}, got {start_method!r}")
-        self._mp_context = mp.get_context(start_method)
+        self.batch_timeout, self.shutdown_timeout = workers.batch_timeout, workers.shutdown_timeout
+        self._delivery = Delivery(delivery.in_main())
+        cpus = workers.cpu_sets(self.num_workers)
+        self._mp_context = workers.mp_context
         self._workers = WorkerProcesses(self._mp_context, on_failure=self.shutdown)
         self._traj_pool = TrajectoryPool(mp_context=self._mp_context)
         schemes = self._setup_weight_sync_schemes(weight_sync_schemes)
-        worker_frames = self._worker_frames_per_batch(frames_per_batch)
-        writes = dict(replay_buffer=replay_buffer, trajs_per_batch=trajs_per_batch, postproc=postproc)
-        if replay_buffer is not None:
-            self._setup_replay_buffer(replay_buffer, create_env_fn[0], policy, worker_frames, collector_kwargs, postproc)
+        worker_frames = self._worker_frames_per_batch(check_positive_int("frames_per_batch", frames_per_batch))
+        if delivery.replay_buffer is not None:
+            self._setup_replay_buffer(delivery, env_specs[0], policy, worker_frames, step, devices)
         try:
             self._senders = {model_id: scheme.make_sender(resolve_model(self, model_id), self.num_workers,
                                                           self._mp_context)
                              for model_id, scheme in schemes.items()}
-            self._start_workers(create_env_fn, worker_frames, collector_kwargs, worker_torch_threads,
-                                pre_collect_hook, post_collect_hook, writes if replay_buffer is not None else {})
+            self._start_workers(env_specs, worker_frames, step, devices, delivery.in_workers(), workers, cpus)
         except BaseException:
             self.shutdown()
             raise
 
     # ------------------------------------------------------------------ construction
-    @staticmethod
-    def _setup_create_env_fn(create_env_fn) -> int:
-        if isinstance(create_env_fn, (str, bytes)) or not isinstance(create_env_fn, Sequence) or not create_env_fn:
-            raise TypeError("create_env_fn must be a non-empty list: one GymEnv (or callable returning one) "
-                            f"per worker process, got {create_env_fn!r}")
-        return len(create_env_fn)
-
     def _setup_weight_sync_schemes(self, schemes) -> dict:
         if schemes is None:
             return {"policy": SharedMemWeightSyncScheme()} if isinstance(self.policy, torch.nn.Module) else {}
@@ -117,40 +105,44 @@ class _MultiCollector(CollectorBase):
     def _worker_frames_per_batch(self, frames_per_batch: int) -> int:
         raise NotImplementedError
 
-    def _setup_replay_buffer(self, replay_buffer, env_fn, policy, frames_per_batch, collector_kwargs, postproc):
+    def _setup_replay_buffer(self, delivery: DeliveryOptions, env_spec, policy, frames_per_batch: int,
+                             step: StepOptions, devices: DeviceOptions) -> None:
         """Workers write into one shared flat buffer; allocate it from a worker-like batch
         (a probe Collector built here) and share it before the workers start."""
-        if replay_buffer.storage.ndim != 1:
+        replay_buffer = delivery.replay_buffer
+        if replay_buffer.ndim != 1:
             raise ValueError("worker processes write into one shared buffer in an uncontrolled order: use a "
-                             f"storage with ndim=1 (got ndim={replay_buffer.storage.ndim}), with trajs_per_batch "
-                             "or set_truncated=True to keep trajectories whole (data-layout.txt)")
+                             f"storage with ndim=1 (got ndim={replay_buffer.ndim}), with trajs_per_batch "
+                             "or set_truncated=True to keep trajectories whole (docs/data-layout.md)")
         if not replay_buffer.storage.initialized:
-            probe = Collector(env_fn, policy, frames_per_batch=frames_per_batch, **collector_kwargs)
-            batch = stamp_worker_keys(probe._batch.clone(), 0)
+            probe = Collector.from_options(env_spec(), policy, frames_per_batch=frames_per_batch, devices=devices,
+                                           step=step)
+            batch = stamp_worker_keys(probe.batch.clone(), 0)
+            postproc = delivery.postproc
             replay_buffer.init_from(to_storage_layout(postproc(batch) if postproc else batch, 1))
-            if not isinstance(env_fn, GymEnv):  # a user's env instance is still to be sent to its worker
+            if not env_spec.is_built:  # a user's env instance is still to be sent to its worker
                 probe.shutdown()
         replay_buffer.share(self._mp_context)
-        self.replay_buffer = replay_buffer
 
-    def _start_workers(self, create_env_fn, frames_per_batch, collector_kwargs, torch_threads,
-                       pre_collect_hook, post_collect_hook, writes: dict) -> None:
-        for worker_id, env_fn in enumerate(create_env_fn):
+    def _start_workers(self, env_specs, frames_per_batch: int, step: StepOptions, devices: DeviceOptions,
+                       delivery: DeliveryOptions, workers: WorkerOptions, cpus) -> None:
+        for worker_id, env_spec in enumerate(env_specs):
             spec = WorkerSpec(
                 # A copy per worker: pickling for spawn would otherwise move the trainer's own tensors to
                 # shared memory and let the workers see every in-place update without a weight sync.
-                worker_id=worker_id, create_env_fn=env_fn, policy=copy.deepcopy(self.policy),
-                frames_per_batch=frames_per_batch,
-                collector_kwargs=collector_kwargs, traj_pool=self._traj_pool,
+                worker_id=worker_id, create_env=env_spec, policy=copy.deepcopy(self.policy),
+                frames_per_batch=frames_per_batch, step=step, devices=devices, delivery=delivery,
+                traj_pool=self._traj_pool, seed=env_spec.seed,
                 weight_endpoints={model_id: sender.endpoint(worker_id) for model_id, sender in self._senders.items()},
-                torch_threads=torch_threads, pre_collect_hook=pre_collect_hook, post_collect_hook=post_collect_hook,
-                **writes,
+                torch_threads=workers.worker_torch_threads, cpus=None if cpus is None else cpus[worker_id],
             )
             self._workers.start(worker_main, spec)
         self._buffers: list[TensorDictBase] = [None] * self.num_workers
         self._worker_frames = [0] * self.num_workers
         for worker_id, (_, buffer, frames) in self._receive(range(self.num_workers), expect="ready"):
             self._buffers[worker_id], self._worker_frames[worker_id] = buffer, frames
+        env_counts = [buffer.batch_size[:-1].numel() for buffer in self._buffers]
+        self._first_env = [sum(env_counts[:worker_id]) for worker_id in range(self.num_workers)]
 
     # ------------------------------------------------------------------ messaging
     @property
@@ -168,10 +160,10 @@ class _MultiCollector(CollectorBase):
     def _check_alive(self) -> None:
         self._workers.check_alive()
 
-    def _request(self, command: str, *args) -> None:
-        """Send a command to every worker and wait for every answer."""
+    def _request(self, command: str, *args_per_worker) -> None:
+        """Send a command (with the worker's own arguments) to every worker and wait for every answer."""
         for worker_id in range(self.num_workers):
-            self._send(worker_id, command, *args)
+            self._send(worker_id, command, *(args[worker_id] for args in args_per_worker))
         for _ in self._receive(range(self.num_workers), expect="ok"):
             pass
 
@@ -191,11 +183,10 @@ class _MultiCollector(CollectorBase):
         return 0 if sender is None else sender.version
 
     def set_seed(self, seed: int) -> int:
-        """Seed every worker (worker i gets ``seed + 1000 * i``); returns ``seed``."""
-        for worker_id in range(self.num_workers):
-            self._send(worker_id, "set_seed", seed + 1000 * worker_id)
-        for _ in self._receive(range(self.num_workers), expect="ok"):
-            pass
+        """Seed every worker by the seed rule (rlcollect/seeding.py: worker w's envs are
+        seeded from ``seed`` + the global index of its first env, and so are its RNGs);
+        returns ``seed``."""
+        self._request("set_seed", [env_seed(seed, first) for first in self._first_env])
         return seed
 
     def reset(self) -> None:
@@ -210,19 +201,14 @@ class _MultiCollector(CollectorBase):
         self._traj_pool.load_state_dict(state["traj_pool"])
         self.reset()
 
-    def _finish(self, batch: TensorDictBase) -> TensorDictBase:
-        if self.split_trajs:
-            batch = split_trajectories(batch)
-        if self.postproc is not None:
-            batch = self.postproc(batch)
-        return batch
-
     def _close(self) -> None:
         if self._workers is not None:
             self._workers.close(self.shutdown_timeout)
         for sender in self._senders.values():
             sender.close()
         self._buffers = []
+        # The hooks went to the workers; drop them here too (a worker hook holds a queue and its locks).
+        self.delivery_options = replace(self.delivery_options, pre_collect_hook=None, post_collect_hook=None)
         # Keep counting ids in this process, and let go of the shared counter and its lock.
         self._traj_pool = TrajectoryPool(self._traj_pool.state_dict()["next_id"])
 
@@ -231,6 +217,7 @@ class _MultiCollector(CollectorBase):
             self.shutdown()
 
 
+@with_options_doc(StepOptions, DeviceOptions, DeliveryOptions, WorkerOptions)
 class MultiSyncCollector(_MultiCollector):
     """B worker processes collect together; each batch combines one batch from every
     worker, in worker order, collected with the weights of the last
@@ -239,23 +226,31 @@ class MultiSyncCollector(_MultiCollector):
     ``frames_per_batch`` is split across workers. ``cat_results`` sets the layout
     (time stays the last dim): "stack" gives ``[B, T]`` (single envs) / ``[B, P, T]``
     (batched envs of P); 0 gives ``[B*T]`` / ``[B*P, T]``; -1 gives ``[B*T]`` / ``[P, T*B]``.
-    Every Collector argument (devices, max_frames_per_traj, set_truncated, hooks, ...)
+    Every Collector option (devices, max_frames_per_traj, set_truncated, hooks, ...)
     applies inside each worker; hooks run in the workers, ``postproc`` and
-    ``split_trajs`` on the combined batch.
+    ``split_trajs`` on the combined batch (with a replay buffer, postproc and the write
+    run in the workers too).
 
     Args:
-        create_env_fn: one GymEnv or callable returning one per worker.
+        create_env_fn: one env source for every worker (a gymnasium id, or a picklable
+            zero-argument callable returning a gymnasium.Env or a GymEnv), or a list with one
+            per worker.
+        policy: callable TensorDict -> TensorDict writing ``"action"`` (each worker gets a
+            copy); None: uniform random actions.
+        frames_per_batch: frames per yielded batch, split across the workers.
+        total_frames: stop after this many frames; -1 for endless.
+        cat_results: "stack", 0 or -1 (see above).
+        num_workers: worker processes (with one env source; a list sets it).
+        envs_per_worker: envs each worker steps, a batched GymEnv (None: one env, batch [T]).
+        seed: env i over all workers is seeded with ``seed + i``, each worker's RNGs with
+            the seed of its first env (rlcollect/seeding.py); None: unseeded.
+        env_kwargs: GymEnv keyword arguments (``max_episode_steps``, gym.make kwargs).
         weight_sync_schemes: model id -> WeightSyncScheme; default
             ``{"policy": SharedMemWeightSyncScheme()}``.
         update_at_each_batch: push the weights before every batch.
-        start_method: "spawn" (default: safe with torch threads), "forkserver" or "fork".
-        worker_torch_threads: torch threads in each worker.
-        batch_timeout: seconds to wait for a batch before failing (None: no limit; dead
-            workers are detected regardless).
-        shutdown_timeout: seconds workers get to exit before they are terminated.
     """
 
-    def __init__(self, create_env_fn: Sequence, policy=None, *, frames_per_batch: int, total_frames: int = -1,
+    def __init__(self, create_env_fn, policy=None, *, frames_per_batch: int, total_frames: int = -1,
                  cat_results: str | int = "stack", **kwargs) -> None:
         if cat_results not in CAT_RESULTS:
             raise ValueError(f"cat_results must be one of {CAT_RESULTS}, got {cat_results!r}")
@@ -271,8 +266,6 @@ class MultiSyncCollector(_MultiCollector):
         self.batch_size = self._combined_shape(self._buffers[0].batch_size)
 
     def _worker_frames_per_batch(self, frames_per_batch: int) -> int:
-        if not isinstance(frames_per_batch, int) or frames_per_batch < 1:
-            raise ValueError(f"frames_per_batch must be a positive int, got {frames_per_batch!r}")
         return math.ceil(frames_per_batch / self.num_workers)
 
     def _check_layout(self) -> None:
@@ -307,9 +300,10 @@ class MultiSyncCollector(_MultiCollector):
         self._frames += self.frames_per_batch
         if self.replay_buffer is not None:
             return None  # the workers wrote their batches
-        return self._finish(self._combine(self._buffers))
+        return self._delivery(self._combine(self._buffers))
 
 
+@with_options_doc(StepOptions, DeviceOptions, DeliveryOptions, WorkerOptions)
 class MultiAsyncCollector(_MultiCollector):
     """B worker processes collect continuously; each batch is one worker's
     ``frames_per_batch`` frames (``[T]`` or ``[P, T]``), yielded first-come first-served.
@@ -319,7 +313,7 @@ class MultiAsyncCollector(_MultiCollector):
     which. Same arguments as MultiSyncCollector, without ``cat_results``.
     """
 
-    def __init__(self, create_env_fn: Sequence, policy=None, *, frames_per_batch: int, total_frames: int = -1,
+    def __init__(self, create_env_fn, policy=None, *, frames_per_batch: int, total_frames: int = -1,
                  **kwargs) -> None:
         super().__init__(create_env_fn, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
                          **kwargs)
@@ -328,8 +322,6 @@ class MultiAsyncCollector(_MultiCollector):
         self._collecting: set[int] = set()
 
     def _worker_frames_per_batch(self, frames_per_batch: int) -> int:
-        if not isinstance(frames_per_batch, int) or frames_per_batch < 1:
-            raise ValueError(f"frames_per_batch must be a positive int, got {frames_per_batch!r}")
         return frames_per_batch
 
     def _next_batch(self) -> TensorDictBase:
@@ -342,7 +334,7 @@ class MultiAsyncCollector(_MultiCollector):
         if self.update_at_each_batch:
             self.update_policy_weights_()
         self._send(worker_id, "collect")  # keep it busy while this batch is consumed
-        return None if batch is None else self._finish(batch)
+        return None if batch is None else self._delivery(batch, source=worker_id)
 
     def _wait_in_flight(self) -> None:
         self._pause()

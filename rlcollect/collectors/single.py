@@ -3,7 +3,7 @@
     for t in range(T):
         carrier ──(cast to policy_device if it differs)──▶ policy ──▶ action, log_prob, ...
         carrier + policy output ──copy──▶ batch[..., t]
-        env._step(action)  ──▶ staged ("next", ...) ──copy──▶ batch["next"][..., t]
+        env.stage_step(action) ──▶ staged ("next", ...) ──copy──▶ batch["next"][..., t]
                            ──▶ carrier obs = reset obs where done (is_init), next obs elsewhere
         new traj ids where an env finished
 
@@ -13,114 +13,68 @@ continues with the right observation and the same traj id. A recurrent policy (o
 (zeros), stored with every step (the state read, and the one written at ``("next", key)``),
 carried to the next step and zeroed for the envs that restart. The batch is allocated once,
 from a dry-run of the policy at construction, and written by index; every step writes
-precomputed views, so the loop allocates nothing it can avoid. A step is two halves,
-``_act_step`` (carrier and policy) and ``_record_step`` (what the env step produced), so
-that the action-server collectors can step the env in other processes in between.
+precomputed views, so the loop allocates nothing it can avoid.
+
+The loop is public in pieces, so that other collectors drive it without a second copy:
+``begin_batch()``, then per step ``act(t)`` (carrier and policy) and ``record(t, done)``
+(what the env step produced), then ``end_batch()``; the action-server collectors step the
+env in other processes between ``act`` and ``record``. ``collect()`` is the whole batch,
+``deliver(batch)`` the delivery path (collectors/delivery.py).
 """
 from __future__ import annotations
 
 import copy
-import logging
 import math
-from typing import Callable, Union
+from typing import Callable
 
 import numpy as np
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import set_interaction_type
 
 from rlcollect.collectors.base import CollectorBase
-from rlcollect.collectors.devices import CollectorDevices, DeviceLike, sync_function
-from rlcollect.buffers.layout import to_storage_layout
-from rlcollect.envs.gym_env import GymEnv
+from rlcollect.collectors.delivery import Delivery
+from rlcollect.collectors.devices import CollectorDevices, DeviceLike, policy_param_device, sync_function
+from rlcollect.collectors.options import (BatchSpec, DeliveryOptions, DeviceOptions, StepOptions, check_groups,
+                                          check_total_frames)
+from rlcollect.envs.sources import EnvSource, make_env
 from rlcollect.keys import CARRIER_KEYS, NEXT_KEYS, TRAJ_IDS
-from rlcollect.trajectories import CompleteTrajectories, TrajectoryPool, split_trajectories
 from rlcollect.modules.recurrent import policy_primers
+from rlcollect.trajectories import TrajectoryPool
 
-log = logging.getLogger(__name__)
-
-EnvFactory = Union[GymEnv, Callable[[], GymEnv]]
 Policy = Callable[[TensorDictBase], TensorDictBase]
-EXPLORATION_TYPES = ("random", "deterministic")
-
-
-def _as_env(create_env_fn: EnvFactory) -> GymEnv:
-    env = create_env_fn if isinstance(create_env_fn, GymEnv) else create_env_fn()
-    if not isinstance(env, GymEnv):
-        raise TypeError(f"create_env_fn must be a GymEnv or return one, got {type(env).__name__}")
-    return env
-
-
-def _policy_param_device(policy) -> torch.device | None:
-    if isinstance(policy, torch.nn.Module):
-        for tensor in (*policy.parameters(), *policy.buffers()):
-            return tensor.device
-    return None
-
-
-def write_to_buffer(replay_buffer, batch: TensorDictBase, complete_trajectories: CompleteTrajectories | None) -> None:
-    """The collector's direct write: complete trajectories only (trajs_per_batch), or the
-    batch in the storage's layout."""
-    if complete_trajectories is None:
-        replay_buffer.extend(to_storage_layout(batch, replay_buffer.storage.ndim))
-        return
-    trajectories = complete_trajectories.add(batch)
-    if trajectories is not None:
-        replay_buffer.extend(trajectories)
-
-
-def deliver_batch(batch: TensorDictBase, *, split_trajs: bool, postproc, post_collect_hook, replay_buffer,
-                  complete_trajectories: CompleteTrajectories | None) -> TensorDictBase | None:
-    """What happens to a collected batch (one the caller may hand out): split_trajs,
-    postproc, the post-collect hook with exactly what is yielded, then either return it or
-    write it into replay_buffer and return None."""
-    if split_trajs:
-        batch = split_trajectories(batch)
-    if postproc is not None:
-        batch = postproc(batch)
-    if post_collect_hook is not None:
-        post_collect_hook(batch)
-    if replay_buffer is None:
-        return batch
-    write_to_buffer(replay_buffer, batch, complete_trajectories)
-    return None
 
 
 class Collector(CollectorBase):
-    """Collects batches from one (possibly batched) GymEnv in the calling process.
+    """Collects batches from one (possibly batched) env in the calling process.
 
     Yields TensorDicts of batch shape ``[T]`` (single env) or ``[P, T]`` (batched env of
-    P), ``P * T == frames_per_batch`` (rounded up to a multiple of P). See DESIGN.md for
-    the keys and collector-internals.txt for the semantics of every argument.
+    P), ``P * T == frames_per_batch`` (rounded up to a multiple of P). docs/data-layout.md
+    lists the keys, docs/collectors.md the semantics of every option.
 
     Args:
-        create_env_fn: a GymEnv or a zero-argument callable returning one.
+        create_env_fn: a GymEnv, a gymnasium id, or a zero-argument callable returning a
+            gymnasium.Env or a GymEnv.
         policy: callable TensorDict -> TensorDict writing ``"action"``; None: uniform random.
         frames_per_batch: frames per yielded batch.
         total_frames: stop after this many frames; -1 for endless.
-        device: sets policy_device, env_device and storing_device at once.
-        max_frames_per_traj: cut trajectories after this many steps (marked truncated).
-        init_random_frames: the first frames use random actions (the policy is not called).
-        reset_at_each_iter: reset every env at the start of every batch.
-        reset_when_done: reset envs that finish (False leaves them to the env).
-        split_trajs: yield the legacy padded ``[N_traj, T_max]`` layout with a mask.
-        exploration_type: "random" or "deterministic", set around the policy call.
-        track_traj_ids: write ("collector", "traj_ids").
-        set_truncated: mark the last step of each batch truncated (and done); the next
-            batch starts new trajectories.
-        postproc: TensorDict -> TensorDict applied to each batch before it is yielded.
-        pre_collect_hook: called with no argument before each batch.
-        post_collect_hook: called with exactly the batch that is yielded.
-        no_cuda_sync: skip the explicit CUDA syncs after cross-device copies.
-        replay_buffer: write every batch into this buffer (after postproc); iteration then
-            yields None, and ``start()`` collects in a background thread.
-        trajs_per_batch: with replay_buffer, each write commits only complete trajectories
-            (at least this many); unfinished ones wait for their end.
+        traj_pool: where trajectory ids come from (shared by the workers of a multi-process
+            collector); default: a pool of its own.
+
+    Options, by group (collectors/options.py; ``Collector.from_options`` takes the groups):
+        DeviceOptions: device, policy_device, env_device, storing_device.
+        StepOptions: max_frames_per_traj, init_random_frames, reset_at_each_iter,
+            reset_when_done, exploration_type, track_traj_ids, set_truncated, no_cuda_sync.
+        DeliveryOptions: split_trajs, postproc, pre_collect_hook, post_collect_hook,
+            replay_buffer (iteration then yields None, and ``start()`` collects in a
+            background thread), trajs_per_batch.
     """
+
+    hooks_run_in_process = True  # the post-collect hook sees every batch in the caller's process
 
     def __init__(
         self,
-        create_env_fn: EnvFactory,
+        create_env_fn: EnvSource,
         policy: Policy | None = None,
         *,
         frames_per_batch: int,
@@ -145,29 +99,52 @@ class Collector(CollectorBase):
         trajs_per_batch: int | None = None,
         traj_pool: TrajectoryPool | None = None,
     ) -> None:
-        super().__init__()
-        self.env = _as_env(create_env_fn)
-        self.devices = self._setup_devices(policy, device, policy_device, env_device, storing_device, no_cuda_sync)
+        self._build(
+            create_env_fn, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
+            devices=DeviceOptions(device=device, policy_device=policy_device, env_device=env_device,
+                                  storing_device=storing_device),
+            step=StepOptions(max_frames_per_traj=max_frames_per_traj, init_random_frames=init_random_frames,
+                             reset_at_each_iter=reset_at_each_iter, reset_when_done=reset_when_done,
+                             exploration_type=exploration_type, track_traj_ids=track_traj_ids,
+                             set_truncated=set_truncated, no_cuda_sync=no_cuda_sync),
+            delivery=DeliveryOptions(split_trajs=split_trajs, postproc=postproc, pre_collect_hook=pre_collect_hook,
+                                     post_collect_hook=post_collect_hook, replay_buffer=replay_buffer,
+                                     trajs_per_batch=trajs_per_batch),
+            traj_pool=traj_pool,
+        )
+
+    @classmethod
+    def from_options(cls, create_env_fn: EnvSource, policy: Policy | None = None, *, frames_per_batch: int,
+                     total_frames: int = -1, devices: DeviceOptions = DeviceOptions(),
+                     step: StepOptions = StepOptions(), delivery: DeliveryOptions = DeliveryOptions(),
+                     traj_pool: TrajectoryPool | None = None) -> "Collector":
+        """A Collector from option groups (what the other collectors build theirs with)."""
+        collector = cls.__new__(cls)
+        collector._build(create_env_fn, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
+                         devices=devices, step=step, delivery=delivery, traj_pool=traj_pool)
+        return collector
+
+    # ------------------------------------------------------------------ construction
+    def _build(self, create_env_fn, policy, *, frames_per_batch: int, total_frames: int, devices: DeviceOptions,
+               step: StepOptions, delivery: DeliveryOptions, traj_pool: TrajectoryPool | None) -> None:
+        super().__init__(delivery)
+        check_groups(step, delivery)
+        self.env = make_env(create_env_fn)
+        self.step_options = step
+        self.devices = self._setup_devices(policy, devices, step.no_cuda_sync)
         self.policy = self._setup_policy(policy)
-        self.frames_per_batch, self._time_steps = self._setup_frames_per_batch(frames_per_batch)
-        self.total_frames = self._setup_total_frames(total_frames)
-        self.max_frames_per_traj = self._setup_max_frames_per_traj(max_frames_per_traj)
-        self.init_random_frames = self._setup_non_negative("init_random_frames", init_random_frames)
-        self.exploration_type = self._setup_exploration_type(exploration_type)
-        self.split_trajs = self._setup_split_trajs(split_trajs, track_traj_ids)
-        self.reset_at_each_iter = reset_at_each_iter
-        self.reset_when_done = reset_when_done
-        self.track_traj_ids = track_traj_ids
-        self.set_truncated = set_truncated
-        self.postproc = postproc
-        self.pre_collect_hook = pre_collect_hook
-        self.post_collect_hook = post_collect_hook
-        self.replay_buffer = replay_buffer
-        self._complete_trajectories = self._setup_trajs_per_batch(trajs_per_batch, replay_buffer, split_trajs)
+        self._num_envs = self.env.num_envs or 1
+        self.batch_spec = BatchSpec.round(frames_per_batch, self._num_envs)
+        self.frames_per_batch, self._time_steps = self.batch_spec.size, self.batch_spec.time_steps
+        self.total_frames = check_total_frames(total_frames)
+        self.max_frames_per_traj, self.init_random_frames = step.max_frames_per_traj, step.init_random_frames
+        self.reset_at_each_iter, self.reset_when_done = step.reset_at_each_iter, step.reset_when_done
+        self.exploration_type, self.track_traj_ids = step.exploration_type, step.track_traj_ids
+        self.set_truncated = step.set_truncated
+        self.delivery = Delivery(delivery)
         self._traj_pool = traj_pool if traj_pool is not None else TrajectoryPool()
         self._env_batch = tuple(self.env.batch_size)
         self.batch_size = torch.Size([*self._env_batch, self._time_steps])  # of every collected batch
-        self._num_envs = self.env.num_envs or 1
         self._steps_in_traj = np.zeros(self._num_envs, np.int64)
         self._traj_ids: torch.Tensor | None = None
         self._primers = policy_primers(policy)
@@ -175,21 +152,20 @@ class Collector(CollectorBase):
         self._make_carrier()
         self._allocate_batch()
 
-    # ------------------------------------------------------------------ construction
-    def _setup_devices(self, policy, device, policy_device, env_device, storing_device, no_cuda_sync):
-        devices = CollectorDevices.resolve(
-            device=device,
-            policy_device=policy_device,
-            env_device=env_device,
-            storing_device=storing_device,
-            policy_param_device=_policy_param_device(policy),
+    def _setup_devices(self, policy, devices: DeviceOptions, no_cuda_sync: bool) -> CollectorDevices:
+        resolved = CollectorDevices.resolve(
+            device=devices.device,
+            policy_device=devices.policy_device,
+            env_device=devices.env_device,
+            storing_device=devices.storing_device,
+            policy_param_device=policy_param_device(policy),
             env_own_device=self.env.device,
         )
-        self.env.to(devices.env)
-        self._cast_to_policy_device = devices.policy != devices.env
-        self._sync_policy = sync_function(devices.policy, no_cuda_sync)
-        self._sync_storage = sync_function(devices.storing, no_cuda_sync)
-        return devices
+        self.env.to(resolved.env)
+        self._cast_to_policy_device = resolved.policy != resolved.env
+        self._sync_policy = sync_function(resolved.policy, no_cuda_sync)
+        self._sync_storage = sync_function(resolved.storing, no_cuda_sync)
+        return resolved
 
     def _setup_policy(self, policy):
         """Use the policy as is, or a copy on policy_device when its weights live elsewhere
@@ -199,55 +175,11 @@ class Collector(CollectorBase):
             return None
         if not callable(policy):
             raise TypeError(f"policy must be callable TensorDict -> TensorDict, got {type(policy).__name__}")
-        param_device = _policy_param_device(policy)
+        param_device = policy_param_device(policy)
         if param_device is not None and param_device != self.devices.policy:
             self._source_policy = policy
             policy = copy.deepcopy(policy).to(self.devices.policy)
         return policy
-
-    def _setup_frames_per_batch(self, frames_per_batch: int) -> tuple[int, int]:
-        if not isinstance(frames_per_batch, int) or frames_per_batch < 1:
-            raise ValueError(f"frames_per_batch must be a positive int, got {frames_per_batch!r}")
-        num_envs = self.env.num_envs or 1
-        time_steps = math.ceil(frames_per_batch / num_envs)
-        if time_steps * num_envs != frames_per_batch:
-            log.info("frames_per_batch=%d rounded up to %d (a multiple of %d envs)",
-                     frames_per_batch, time_steps * num_envs, num_envs)
-        return time_steps * num_envs, time_steps
-
-    @staticmethod
-    def _setup_max_frames_per_traj(max_frames_per_traj: int | None) -> int | None:
-        if max_frames_per_traj is not None and (not isinstance(max_frames_per_traj, int) or max_frames_per_traj < 1):
-            raise ValueError(f"max_frames_per_traj must be None or a positive int, got {max_frames_per_traj!r}")
-        return max_frames_per_traj
-
-    @staticmethod
-    def _setup_non_negative(name: str, value: int) -> int:
-        if not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-        return value
-
-    @staticmethod
-    def _setup_exploration_type(exploration_type: str) -> str:
-        if exploration_type not in EXPLORATION_TYPES:
-            raise ValueError(f"exploration_type must be one of {EXPLORATION_TYPES}, got {exploration_type!r}")
-        return exploration_type
-
-    @staticmethod
-    def _setup_trajs_per_batch(trajs_per_batch, replay_buffer, split_trajs) -> CompleteTrajectories | None:
-        if replay_buffer is not None and split_trajs:
-            raise ValueError("split_trajs=True pads batches; a replay_buffer takes the flat layout: drop split_trajs")
-        if trajs_per_batch is None:
-            return None
-        if replay_buffer is None:
-            raise ValueError("trajs_per_batch applies to writes into replay_buffer: pass replay_buffer=...")
-        return CompleteTrajectories(trajs_per_batch)
-
-    @staticmethod
-    def _setup_split_trajs(split_trajs: bool, track_traj_ids: bool) -> bool:
-        if split_trajs and not track_traj_ids:
-            raise ValueError("split_trajs=True needs track_traj_ids=True")
-        return split_trajs
 
     def _make_carrier(self) -> None:
         """Reset every env and start a trajectory in each (the carrier's initial state)."""
@@ -333,6 +265,8 @@ class Collector(CollectorBase):
             self._copy_env_output = torch.Tensor.copy_
             plan = [(self._env_source(key), views(key)) for key in env_keys]
         self._carrier_plan, self._next_plan = plan[:len(carrier_keys)], plan[len(carrier_keys):]
+        # A policy off the CPU with a batch on it: step the env with the stored copy, not a second device copy.
+        self._send_stored_action = self._action_numpy_views is None and self.devices.storing.type == "cpu"
 
     def share_memory_(self) -> "Collector":
         """Move the preallocated batch to shared memory (for worker processes)."""
@@ -364,20 +298,35 @@ class Collector(CollectorBase):
         output = self.policy(policy_input)
         return policy_input if output is None else output
 
-    def _collect(self) -> TensorDictBase:
-        """Fill the preallocated batch (overwritten by the next call) and count its frames."""
-        random_steps = self._begin_batch()
-        with torch.no_grad(), set_interaction_type(self.exploration_type):
-            for t in range(self._time_steps):
-                self._step(t, t < random_steps)
-        self._end_batch()
+    @property
+    def batch(self) -> TensorDictBase:
+        """The preallocated batch ``[*env_batch, T]`` each ``collect()`` fills (overwritten
+        by the next one: clone what you keep)."""
         return self._batch
 
-    def _begin_batch(self) -> int:
-        """Pre-collect hook and reset_at_each_iter; returns how many of the batch's first
-        steps take random actions (init_random_frames, or no policy)."""
-        if self.pre_collect_hook is not None:
-            self.pre_collect_hook()
+    def collect(self) -> TensorDictBase:
+        """Fill the preallocated batch and count its frames; returns it (not delivered:
+        see ``deliver``)."""
+        random_steps = self.begin_batch()
+        env, reset_when_done = self.env, self.reset_when_done
+        with torch.no_grad(), set_interaction_type(self.exploration_type):
+            for t in range(self._time_steps):
+                action = self.act(t, t < random_steps)
+                self.record(t, env.stage_step(action, reset_when_done))
+        self.end_batch()
+        return self._batch
+
+    def deliver(self, batch: TensorDictBase) -> TensorDictBase | None:
+        """The delivery path (split_trajs, postproc, post-collect hook, replay-buffer write);
+        the batch to yield, or None when it was written."""
+        return self.delivery(batch)
+
+    def begin_batch(self) -> int:
+        """Start a batch: pre-collect hook and reset_at_each_iter; returns how many of the
+        batch's first steps take random actions (init_random_frames, or no policy)."""
+        pre_collect_hook = self.delivery.options.pre_collect_hook
+        if pre_collect_hook is not None:
+            pre_collect_hook()
         if self.reset_at_each_iter and not self._carrier_is_fresh:
             self._make_carrier()
         self._carrier_is_fresh = False
@@ -385,24 +334,18 @@ class Collector(CollectorBase):
             return self._time_steps
         return math.ceil(max(self.init_random_frames - self._frames, 0) / self._num_envs)
 
-    def _end_batch(self) -> None:
+    def end_batch(self) -> None:
+        """Finish a batch: set_truncated, the storage sync, the frame count."""
         if self.set_truncated:
             self._truncate_last_step()
         self._sync_storage()
         self._frames += self.frames_per_batch
 
-    def _step(self, t: int, random: bool) -> None:
-        action = self._act_step(t, random)
-        if self._action_numpy_views is not None:
-            done = self.env._step_numpy(action, auto_reset=self.reset_when_done)
-        else:
-            done = self.env._step(action, auto_reset=self.reset_when_done)
-        self._record_step(t, done)
-
-    def _act_step(self, t: int, random: bool):
-        """First half of step t: record the carrier, run the policy, record its output.
-        Returns the action to step the env with (a numpy array when the write plan is
-        numpy, else a tensor)."""
+    def act(self, t: int, random: bool = False):
+        """First half of step t: record the carrier, run the policy (or take a random
+        action), record its output. Returns the action to step the env with: a numpy
+        array with a numpy write plan, the stored CPU copy when the batch is on the CPU,
+        else the policy's tensor."""
         carrier, copy = self._carrier, self._copy_env_output
         for source, views in self._carrier_plan:
             copy(views[t], source)
@@ -415,6 +358,8 @@ class Collector(CollectorBase):
             copy(self._action_numpy_views[t], action.reshape(self._action_numpy_views[t].shape))
         else:
             self._action_views[t].copy_(action)
+            if self._send_stored_action:
+                action = self._action_views[t]
         if random and self.policy is not None:
             for _, views in self._other_policy_views:
                 views[t].zero_()
@@ -429,7 +374,7 @@ class Collector(CollectorBase):
                 state.copy_(next_state)  # the next step reads it (zeroed below where an env restarts)
         return action
 
-    def _record_step(self, t: int, done: np.ndarray | None) -> None:
+    def record(self, t: int, done: np.ndarray | None) -> None:
         """Second half of step t, once the env stepped (``done``: its done mask, or None
         when no env finished): record what the step produced, cut trajectories that reached
         max_frames_per_traj, give restarted envs new trajectory ids."""
@@ -465,7 +410,7 @@ class Collector(CollectorBase):
             cut_mask = torch.from_numpy(cut).reshape(self._env_batch).to(self.devices.storing)
             self._truncated_views[t].logical_or_(cut_mask)
             self._done_views[t].logical_or_(cut_mask)
-            self.env._reset_indices(np.flatnonzero(cut))
+            self.env.reset_some(np.flatnonzero(cut))
         return cut
 
     def _start_trajectories(self, restarted: np.ndarray) -> None:
@@ -490,17 +435,15 @@ class Collector(CollectorBase):
         self._done_views[last].fill_(True)
         running = still_running.reshape(-1).cpu().numpy()
         if running.any():
-            self.env._mark_init(np.flatnonzero(running))
+            self.env.mark_init(np.flatnonzero(running))
             self._start_trajectories(running)
 
     # ------------------------------------------------------------------ public API
     def _next_batch(self) -> TensorDictBase | None:
-        batch = self._collect()
-        if self.replay_buffer is None:
+        batch = self.collect()
+        if not self.delivery.writes:
             batch = batch.clone()  # the preallocated batch is overwritten by the next one
-        return deliver_batch(batch, split_trajs=self.split_trajs, postproc=self.postproc,
-                             post_collect_hook=self.post_collect_hook, replay_buffer=self.replay_buffer,
-                             complete_trajectories=self._complete_trajectories)
+        return self.deliver(batch)
 
     def set_seed(self, seed: int) -> int:
         """Seed torch's RNG and the envs, and restart every env from the seeded reset:

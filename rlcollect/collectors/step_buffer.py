@@ -7,14 +7,14 @@ arrays plus the actions, in shared memory; worker w owns rows [w*E, (w+1)*E):
     main (RemoteEnv, one per group of workers)        worker w (step_worker_main)
     write actions[rows], command[w] = STEP
     act_ready[w].release()  ───────────────────────▶  act_ready[w].acquire()
-                                                      GymEnv._step_numpy(actions[rows]):
+                                                      GymEnv.stage_step(actions[rows]):
                                                         staging rows <- next obs, reward,
                                                         terminated, truncated, done,
                                                         reset obs where done, is_init
     step_ready[w].acquire()  ◀─────────────────────── step_ready[w].release()
     read the staging rows (the Collector's carrier and write plan alias them)
 
-The worker's GymEnv stages straight into its rows (``GymEnv._stage_into``), so a step
+The worker's GymEnv stages straight into its rows (``GymEnv.stage_into``), so a step
 copies nothing between processes besides the actions. Semaphores count, so no release is
 ever lost; every command is answered by exactly one release, and the main process only
 writes a command once the previous one was answered, so the two never drift. Waits on
@@ -30,7 +30,7 @@ import os
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any
+from typing import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -39,7 +39,8 @@ from tensordict import TensorDict
 
 from rlcollect.collectors.processes import WAIT_SLICE_SECONDS, WorkerProcesses, initialize_worker
 from rlcollect.envs.gym_env import GymEnv
-from rlcollect.envs.spaces import sample_shape, torch_dtype
+from rlcollect.envs.spaces import random_actions, sample_shape, torch_dtype
+from rlcollect.envs.staging import Staging, allocate_arrays
 
 # commands, written to command[w] before act_ready[w] is released
 STEP, STEP_KEEP_DONE, RESET_SOME, RESET_ALL, RESET_ALL_SEEDED, CLOSE = range(1, 7)
@@ -70,21 +71,12 @@ class StepBuffer:
     def allocate(cls, observation_space: gym.Space, action_space: gym.Space, num_workers: int,
                  envs_per_worker: int, mp_context) -> "StepBuffer":
         num_envs = num_workers * envs_per_worker
-        observation = (num_envs, *sample_shape(observation_space))
-        obs_dtype = torch_dtype(observation_space)
 
         def shared(shape, dtype) -> torch.Tensor:
             return torch.zeros(shape, dtype=dtype).share_memory_()
 
-        staging = {
-            "observation": shared(observation, obs_dtype),
-            "is_init": shared(num_envs, torch.bool),
-            "next_observation": shared(observation, obs_dtype),
-            "reward": shared(num_envs, torch.float32),
-            "terminated": shared(num_envs, torch.bool),
-            "truncated": shared(num_envs, torch.bool),
-            "done": shared(num_envs, torch.bool),
-        }
+        staging = {name: torch.from_numpy(array).clone().share_memory_()
+                   for name, array in allocate_arrays(observation_space, num_envs).items()}
         return cls(
             staging=staging,
             action=shared((num_envs, *sample_shape(action_space)), torch_dtype(action_space)),
@@ -114,10 +106,8 @@ class StepWorkerSpec:
     """Everything a step worker needs, pickled once at start-up."""
 
     worker_id: int
-    env_source: Any  # a gymnasium id or a zero-argument callable returning a gymnasium.Env
-    env_kwargs: dict
-    env_seed: int | None  # sub-env i of this worker is seeded with env_seed + i
-    worker_seed: int | None  # initialize_worker's seed
+    create_env: Callable[[], GymEnv]  # called in the worker (envs/sources.py EnvSpec): its envs, seeded
+    worker_seed: int | None  # initialize_worker's seed (rlcollect/seeding.py: its first env's)
     torch_threads: int | None
     cpus: tuple[int, ...] | None
     max_decorrelation_steps: int
@@ -132,9 +122,12 @@ def step_worker_main(handoff: list[StepWorkerSpec], connection) -> None:
     env = None
     try:
         initialize_worker(spec.worker_seed, spec.torch_threads, spec.cpus)
-        env = GymEnv(spec.env_source, buffer.envs_per_worker, seed=spec.env_seed, **spec.env_kwargs)
+        env = spec.create_env()
+        if not isinstance(env, GymEnv) or env.num_envs != buffer.envs_per_worker:
+            raise TypeError(f"the env source built {env!r}: a step worker needs a GymEnv of envs_per_worker="
+                            f"{buffer.envs_per_worker} envs")
         rows = buffer.rows(range(spec.worker_id, spec.worker_id + 1))
-        env._stage_into({name: tensor[rows].numpy() for name, tensor in buffer.staging.items()})
+        env.stage_into({name: tensor[rows].numpy() for name, tensor in buffer.staging.items()})
         connection.send(("ready",))
         _serve(spec, env, buffer, rows, lambda: _main_gone(connection, parent_pid))
     except (EOFError, BrokenPipeError):
@@ -170,23 +163,23 @@ def _serve(spec: StepWorkerSpec, env: GymEnv, buffer: StepBuffer, rows: slice, m
     act_ready, step_ready = buffer.act_ready[worker_id], buffer.step_ready[worker_id]
     commands, seeds = buffer.command.numpy(), buffer.seed.numpy()
     actions, reset = buffer.action[rows].numpy(), buffer.reset[rows].numpy()
-    rng = np.random.default_rng(spec.env_seed)  # decorrelation step counts
+    rng = np.random.default_rng(spec.worker_seed)  # decorrelation step counts
     while True:
         while not act_ready.acquire(timeout=PARENT_CHECK_SECONDS):
             if main_gone():
                 return
         command = commands[worker_id]
         if command == STEP:
-            env._step_numpy(actions)
+            env.stage_step(actions)
         elif command == STEP_KEEP_DONE:
-            env._step_numpy(actions, auto_reset=False)
+            env.stage_step(actions, auto_reset=False)
         elif command == RESET_SOME:
-            env._reset_indices(np.flatnonzero(reset))
+            env.reset_some(np.flatnonzero(reset))
         elif command == RESET_ALL or command == RESET_ALL_SEEDED:
             if command == RESET_ALL_SEEDED:
                 env.set_seed(int(seeds[worker_id]))
                 rng = np.random.default_rng(int(seeds[worker_id]))
-            env._reset_indices(range(num_envs))
+            env.reset_some(range(num_envs))
             if spec.max_decorrelation_steps:
                 env.random_steps(rng.integers(0, spec.max_decorrelation_steps + 1, size=num_envs))
         elif command == CLOSE:
@@ -197,13 +190,14 @@ def _serve(spec: StepWorkerSpec, env: GymEnv, buffer: StepBuffer, rows: slice, m
 
 
 # ---------------------------------------------------------------------- the server's side
-class RemoteEnv(GymEnv):
-    """The server's handle on the envs of a group of step workers: a GymEnv (so a
-    Collector drives it) whose staging arrays are the group's rows of the step buffer.
+class RemoteEnv:
+    """The server's handle on the envs of a group of step workers: a StagedEnv
+    (envs/staging.py), so a Collector drives it, whose staging arrays are the group's rows
+    of the step buffer.
 
     ``send(actions)`` starts a step and returns at once; ``receive()`` waits for it and
-    returns the done mask like ``GymEnv._step``, which is the two together. Resets go to
-    the workers that own the envs; a reset of every env (``reset()``) is followed, in each
+    returns the done mask like ``stage_step``, which is the two together. Resets go to the
+    workers that own the envs; a reset of every env (``reset()``) is followed, in each
     worker, by its decorrelation steps. Its tensors live on the CPU, in shared memory.
     """
 
@@ -214,13 +208,10 @@ class RemoteEnv(GymEnv):
         self.batch_size = torch.Size([self.num_envs])
         self.device = torch.device("cpu")
         self.observation_space, self.action_space = observation_space, action_space
+        self._staging = Staging({name: tensor[rows].numpy() for name, tensor in buffer.staging.items()},
+                                batched=True, device=self.device)
         self._seed = None
-        self._closed = False
-        self._action_bounds = None  # the workers' GymEnv clips
-        self._np = {name: tensor[rows].numpy() for name, tensor in buffer.staging.items()}
-        self._is_init_set = False  # is_init entries this side marked (set_truncated): cleared at the next step
         self._actions_shape = (self.num_envs, *sample_shape(action_space))
-        self._bind_staging()
         self._buffer, self._worker_ids, self._workers = buffer, worker_ids, workers
         self._actions = buffer.action[rows].numpy()
         self._reset_rows = buffer.reset[rows].numpy()
@@ -229,24 +220,26 @@ class RemoteEnv(GymEnv):
         self._step_ready = [buffer.step_ready[w] for w in worker_ids]
         self.deadline: float | None = None  # time.monotonic() by which a wait must end (batch_timeout)
 
+    @property
+    def staged(self) -> TensorDict:
+        return self._staging.staged
+
     # ------------------------------------------------------------------ stepping
     def send(self, actions, auto_reset: bool = True) -> None:
         """Write one action per env and let the group's workers step."""
         if isinstance(actions, torch.Tensor):
             actions = actions.detach().cpu().numpy()
         np.copyto(self._actions, actions.reshape(self._actions_shape))
-        if self._is_init_set:
-            self._np["is_init"][:] = False
-            self._is_init_set = False
+        self._staging.begin_step()  # is_init flags this side marked (set_truncated) end with this step
         self._order(self._worker_ids, STEP if auto_reset else STEP_KEEP_DONE)
 
     def receive(self) -> np.ndarray | None:
         """Wait for the step under way; the done mask when some env finished, else None."""
         self._wait(self._worker_ids)
-        done = self._np["done"]
+        done = self._staging.arrays["done"]
         return done if done.any() else None
 
-    def _step_numpy(self, actions: np.ndarray, auto_reset: bool = True) -> np.ndarray | None:
+    def stage_step(self, actions, auto_reset: bool = True) -> np.ndarray | None:
         self.send(actions, auto_reset)
         return self.receive()
 
@@ -269,10 +262,10 @@ class RemoteEnv(GymEnv):
 
     # ------------------------------------------------------------------ resets
     def reset(self) -> TensorDict:
-        self._reset_indices(range(self.num_envs))
+        self.reset_some(range(self.num_envs))
         return self.staged.select("observation", "is_init").clone()
 
-    def _reset_indices(self, indices) -> None:
+    def reset_some(self, indices) -> None:
         indices = np.asarray(list(indices), dtype=np.int64)
         if indices.size == self.num_envs:
             if self._seed is not None:  # env seeds as in GymEnv(..., num_envs=P, seed): seed + env index
@@ -288,18 +281,26 @@ class RemoteEnv(GymEnv):
         self._order(owners, RESET_SOME)
         self._wait(owners)
 
-    # ------------------------------------------------------------------ GymEnv API
+    def mark_init(self, indices) -> None:
+        self._staging.mark_init(indices)
+
+    # ------------------------------------------------------------------ the rest of StagedEnv
+    def set_seed(self, seed: int | None) -> int | None:
+        """Seed env i of the group's workers with ``seed + i`` (over all workers) at the next reset."""
+        self._seed = seed
+        return seed
+
+    def random_action(self) -> torch.Tensor:
+        return random_actions(self.action_space, tuple(self.batch_size), self.device)
+
     def to(self, device) -> "RemoteEnv":
         if torch.device(device).type != "cpu":
             raise ValueError(f"the envs live in worker processes, their data in shared CPU memory: env_device must "
                              f"be 'cpu', got {str(device)!r} (policy_device and storing_device may differ)")
         return self
 
-    def random_steps(self, steps) -> None:
-        raise NotImplementedError("decorrelation steps run in the workers (max_decorrelation_steps)")
-
     def close(self) -> None:
-        self._closed = True  # the workers' envs close with the workers
+        """Nothing to do: the workers' envs close with the workers."""
 
     def __repr__(self) -> str:
         return (f"RemoteEnv(workers={self._worker_ids.start}..{self._worker_ids.stop - 1}, "

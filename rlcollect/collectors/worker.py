@@ -9,13 +9,13 @@ start-up. Afterwards the pipe carries only small messages:
                      | ("ok", None) | ("error", traceback text)
 
 Before each batch the worker applies pending weights (its WeightReceivers); while idle it
-also wakes up on weight pipes, so a sender never waits on an idle worker. It ignores
-SIGINT (the main process decides when to stop), ships any exception to the main process
-and exits; it exits as well when the main process goes away (EOF on its pipe).
+also wakes up on weight pipes, so a sender never waits on an idle worker. It is set up by
+``initialize_worker`` (SIGINT ignored: the main process decides when to stop; RNGs seeded
+by the seed rule; threads; CPU affinity), ships any exception to the main process and
+exits; it exits as well when the main process goes away (EOF on its pipe).
 """
 from __future__ import annotations
 
-import signal
 import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -23,6 +23,8 @@ from typing import Any, Callable
 
 import torch
 
+from rlcollect.collectors.options import DeliveryOptions, DeviceOptions, StepOptions
+from rlcollect.collectors.processes import initialize_worker
 from rlcollect.keys import POLICY_VERSION, WORKER_ID
 from rlcollect.trajectories import TrajectoryPool
 
@@ -33,18 +35,17 @@ class WorkerSpec:
     """Everything a worker needs, pickled once at start-up."""
 
     worker_id: int
-    create_env_fn: Any
+    create_env: Callable  # called in the worker: its env (envs/sources.py EnvSpec)
     policy: Any
     frames_per_batch: int
-    collector_kwargs: dict
+    step: StepOptions
+    devices: DeviceOptions
+    delivery: DeliveryOptions  # the workers' part (DeliveryOptions.in_workers)
     traj_pool: TrajectoryPool
+    seed: int | None = None  # the worker's RNGs (rlcollect/seeding.py)
     weight_endpoints: dict = field(default_factory=dict)
-    torch_threads: int = 1
-    pre_collect_hook: Callable[[], None] | None = None
-    post_collect_hook: Callable | None = None
-    replay_buffer: Any = None  # shared: the worker writes its batches into it (after postproc)
-    trajs_per_batch: int | None = None
-    postproc: Callable | None = None
+    torch_threads: int | None = 1
+    cpus: tuple[int, ...] | None = None
 
 
 def resolve_model(owner, model_id: str) -> torch.nn.Module:
@@ -72,25 +73,21 @@ def stamp_worker_keys(batch, worker_id: int):
 def worker_main(handoff: list[WorkerSpec], connection: Connection) -> None:
     """Process entry point; ``handoff`` holds the WorkerSpec (see _MultiCollector._start_workers)."""
     spec = handoff[0]
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    torch.set_num_threads(spec.torch_threads)
     collector = None
     try:
+        initialize_worker(spec.seed, spec.torch_threads, spec.cpus)
         from rlcollect.collectors.single import Collector
 
-        writes = spec.replay_buffer is not None
-        collector = Collector(spec.create_env_fn, spec.policy, frames_per_batch=spec.frames_per_batch,
-                              total_frames=-1, traj_pool=spec.traj_pool, pre_collect_hook=spec.pre_collect_hook,
-                              replay_buffer=spec.replay_buffer, trajs_per_batch=spec.trajs_per_batch,
-                              postproc=spec.postproc, post_collect_hook=spec.post_collect_hook if writes else None,
-                              **spec.collector_kwargs)
+        collector = Collector.from_options(spec.create_env(), spec.policy, frames_per_batch=spec.frames_per_batch,
+                                           devices=spec.devices, step=spec.step, delivery=spec.delivery,
+                                           traj_pool=spec.traj_pool)
         receivers = {model_id: endpoint.make_receiver(resolve_model(collector, model_id))
                      for model_id, endpoint in spec.weight_endpoints.items()}
-        batch = stamp_worker_keys(collector._batch, spec.worker_id)
+        batch = stamp_worker_keys(collector.batch, spec.worker_id)
         if batch.device.type == "cpu":
             collector.share_memory_()
         connection.send(("ready", batch, collector.frames_per_batch))
-        _serve(spec, collector, receivers, connection)
+        _serve(collector, receivers, connection)
     except (EOFError, BrokenPipeError):
         pass  # the main process went away: nothing to report to
     except BaseException:
@@ -103,10 +100,10 @@ def worker_main(handoff: list[WorkerSpec], connection: Connection) -> None:
             collector.shutdown()
 
 
-def _serve(spec: WorkerSpec, collector, receivers: dict, connection: Connection) -> None:
+def _serve(collector, receivers: dict, connection: Connection) -> None:
     weight_connections = [c for receiver in receivers.values() for c in receiver.connections()]
     version = receivers["policy"] if "policy" in receivers else None
-    batch = collector._batch
+    batch = collector.batch
     while True:
         wait([connection, *weight_connections])
         for receiver in receivers.values():
@@ -119,12 +116,7 @@ def _serve(spec: WorkerSpec, collector, receivers: dict, connection: Connection)
                 receiver.poll()
             policy_version = version.version if version is not None else 0
             batch.get(POLICY_VERSION).fill_(policy_version)  # the weights this batch starts with
-            if spec.replay_buffer is not None:
-                collector._next_batch()  # postproc, hook, write into the shared buffer
-            else:
-                collector._collect()  # the main process reads the shared batch
-                if spec.post_collect_hook is not None:
-                    spec.post_collect_hook(batch)
+            collector.deliver(collector.collect())  # hooks; with a replay buffer postproc and the write
             connection.send(("batch", policy_version))
         elif command == "set_seed":
             collector.set_seed(*args)

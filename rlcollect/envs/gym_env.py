@@ -1,12 +1,12 @@
 """GymEnv: one gymnasium env, or P of them stepped in lock-step, as TensorDicts.
 
-Each step writes into staging arrays allocated once: numpy arrays that gymnasium's
-outputs are assigned into and torch tensors that alias them (torch.from_numpy), so a
-step allocates no tensor. ``step_and_maybe_reset`` returns fresh TensorDicts for users;
-the Collector reads the staging tensors directly (``staged``) and copies them into its
-preallocated batch.
+Each step writes into staging arrays allocated once (envs/staging.py): numpy arrays that
+gymnasium's outputs are assigned into and torch tensors that alias them (torch.from_numpy),
+so a step allocates no tensor. ``step_and_maybe_reset`` returns fresh TensorDicts for
+users; the Collector reads the staging tensors directly (``staged``) and copies them into
+its preallocated batch.
 
-    carrier ──action──▶ _step ──▶ staged["next", ...]     what the step produced
+    carrier ──action──▶ stage_step ──▶ staged["next", ...]     what the step produced
                                   staged["observation"]   what the next step consumes:
                                                           the reset observation where an
                                                           env finished, else next obs
@@ -21,11 +21,11 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rlcollect.keys import NEXT_KEYS
-from rlcollect.envs.spaces import check_supported, numpy_dtype, random_actions, sample_shape
+from rlcollect.envs.spaces import check_supported, random_actions, sample_shape
+from rlcollect.envs.staging import Staging, allocate_arrays
+from rlcollect.validation import check_positive_int
 
 EnvSource = Union[str, Callable[[], gym.Env]]
-
 
 
 def make_gym_env(env: EnvSource, max_episode_steps: int | None = None, **make_kwargs) -> gym.Env:
@@ -78,9 +78,7 @@ class GymEnv:
         max_episode_steps: int | None = None,
         **make_kwargs,
     ) -> None:
-        if num_envs is not None and (not isinstance(num_envs, int) or num_envs < 1):
-            raise ValueError(f"num_envs must be None or a positive int, got {num_envs!r}")
-        self.num_envs = num_envs
+        self.num_envs = check_positive_int("num_envs", num_envs, optional=True)
         self.batch_size = torch.Size([] if num_envs is None else [num_envs])
         self.device = torch.device(device)
         self._envs = [make_gym_env(env, max_episode_steps, **make_kwargs) for _ in range(num_envs or 1)]
@@ -92,46 +90,15 @@ class GymEnv:
         self._closed = False
         box = isinstance(self.action_space, gym.spaces.Box)
         self._action_bounds = (self.action_space.low, self.action_space.high) if box else None
-        self._allocate_staging()
-        self._bind_staging()
+        self._actions_shape = (len(self._envs), *sample_shape(self.action_space))
+        self._staging = Staging(allocate_arrays(self.observation_space, len(self._envs)),
+                                batched=num_envs is not None, device=self.device)
 
-    def _allocate_staging(self) -> None:
-        n = len(self._envs)
-        obs_shape, obs_dtype = sample_shape(self.observation_space), numpy_dtype(self.observation_space)
-        self._np = {
-            "observation": np.zeros((n, *obs_shape), obs_dtype),
-            "is_init": np.zeros(n, bool),
-            "next_observation": np.zeros((n, *obs_shape), obs_dtype),
-            "reward": np.zeros(n, np.float32),
-            "terminated": np.zeros(n, bool),
-            "truncated": np.zeros(n, bool),
-            "done": np.zeros(n, bool),
-        }
-        self._is_init_set = False  # is_init has a True entry to clear at the next step
-        self._actions_shape = (n, *sample_shape(self.action_space))
-
-    def _bind_staging(self) -> None:
-        """Expose the staging arrays as tensors on ``self.device`` (aliases on CPU)."""
-        cpu = {name: torch.from_numpy(array) for name, array in self._np.items()}
-        if self.device.type != "cpu":
-            self._cpu_staging = cpu
-            device_tensors = {name: t.to(self.device) for name, t in cpu.items()}
-        else:
-            self._cpu_staging = None
-            device_tensors = cpu
-        squeeze = self.num_envs is None
-        view = (lambda t: t[0]) if squeeze else (lambda t: t)
-        self.staged = TensorDict(
-            {
-                "observation": view(device_tensors["observation"]),
-                "is_init": view(device_tensors["is_init"]),
-                "next": {key: view(device_tensors["next_observation" if key == "observation" else key]) for key in NEXT_KEYS},
-            },
-            batch_size=self.batch_size,
-            device=self.device,
-        )
-        # Flat views of the device tensors for in-place refresh on non-CPU devices.
-        self._device_staging = device_tensors
+    @property
+    def staged(self) -> TensorDict:
+        """The staging tensors: ``observation``, ``is_init`` (the carrier slots) and
+        ``("next", ...)`` of the last step; overwritten by the next step or reset."""
+        return self._staging.staged
 
     # ------------------------------------------------------------------ public API
     def set_seed(self, seed: int | None) -> int | None:
@@ -141,13 +108,13 @@ class GymEnv:
 
     def reset(self) -> TensorDict:
         """Reset every sub-env; returns the carrier (``observation``, ``is_init``)."""
-        self._reset_indices(range(len(self._envs)))
+        self.reset_some(range(len(self._envs)))
         return self.staged.select("observation", "is_init").clone()
 
     def step_and_maybe_reset(self, tensordict: TensorDict) -> tuple[TensorDict, TensorDict]:
         """Step with ``tensordict["action"]``. Returns ``tensordict`` with its ``"next"``
         entry set, and the carrier for the next step (reset observation where done)."""
-        self._step(tensordict.get("action"))
+        self.stage_step(tensordict.get("action"))
         tensordict.set("next", self.staged.get("next").clone())
         return tensordict, self.staged.select("observation", "is_init").clone()
 
@@ -166,7 +133,7 @@ class GymEnv:
         device = torch.device(device)
         if device != self.device:
             self.device = device
-            self._bind_staging()
+            self._staging.bind(device)
         return self
 
     def close(self) -> None:
@@ -177,25 +144,22 @@ class GymEnv:
         for env in self._envs:
             env.close()
 
-    # ------------------------------------------------------------------ fast path
-    def _step(self, action: torch.Tensor, auto_reset: bool = True) -> np.ndarray | None:
-        """Step every sub-env, writing results into ``self.staged``.
+    # ------------------------------------------------------------------ the collector's protocol (envs/staging.py)
+    def stage_step(self, actions, auto_reset: bool = True) -> np.ndarray | None:
+        """Step every sub-env, writing results into ``staged``. This is the per-step hot
+        path: it works on the numpy staging arrays directly.
 
-        With ``auto_reset``, finished sub-envs are reset (``is_init`` set); the others carry
-        the next observation over. Returns the done mask (a staging array, valid until the
-        next step) when some sub-env finished, else None. This is the per-step hot path:
-        it works on the numpy staging arrays directly.
+        ``actions``: a numpy array or tensor holding one action per sub-env. With
+        ``auto_reset``, finished sub-envs are reset (``is_init`` set); the others carry the
+        next observation over. Returns the done mask (a staging array, valid until the next
+        step) when some sub-env finished, else None.
         """
-        if action.requires_grad:
-            action = action.detach()
-        return self._step_numpy(action.cpu().numpy(), auto_reset)
-
-    def _step_numpy(self, actions: np.ndarray, auto_reset: bool = True) -> np.ndarray | None:
-        """``_step`` for actions already in a numpy array (any shape holding one action per env)."""
+        if isinstance(actions, torch.Tensor):
+            actions = actions.detach().cpu().numpy()
         actions = actions.reshape(self._actions_shape)
         if self._action_bounds is not None:  # Gaussian policies sample past the bounds
             actions = np.clip(actions, *self._action_bounds)
-        arrays = self._np
+        arrays = self._staging.arrays
         next_obs, reward = arrays["next_observation"], arrays["reward"]
         terminated, truncated, done = arrays["terminated"], arrays["truncated"], arrays["done"]
         any_done = False
@@ -206,16 +170,14 @@ class GymEnv:
             if finished:
                 any_done = True
         arrays["observation"][:] = next_obs
-        if self._is_init_set:
-            arrays["is_init"][:] = False
-            self._is_init_set = False
+        self._staging.begin_step()
         if any_done and auto_reset:
-            self._reset_indices(np.flatnonzero(done))
-        elif self._cpu_staging is not None:
-            self._refresh_device()
+            self.reset_some(np.flatnonzero(done))
+        else:
+            self._staging.refresh()
         return done if any_done else None
 
-    def _reset_indices(self, indices) -> None:
+    def reset_some(self, indices) -> None:
         """Reset the given sub-envs into the carrier slots (``observation``, ``is_init``).
 
         A pending seed (``set_seed``) is consumed by the next reset of every sub-env;
@@ -223,17 +185,24 @@ class GymEnv:
         """
         indices = [int(i) for i in indices]
         seed = self._seed if len(indices) == len(self._envs) else None
-        observation, is_init = self._np["observation"], self._np["is_init"]
+        observation = self._staging.arrays["observation"]
         for i in indices:
             if seed is not None:
                 self._envs[i].action_space.seed(seed + i)
             observation[i], _ = self._envs[i].reset(seed=None if seed is None else seed + i)
-            is_init[i] = True
-            self._is_init_set = True
         if seed is not None:
             self._seed = None
-        if self._cpu_staging is not None:
-            self._refresh_device()
+        self._staging.mark_init(indices)
+
+    def mark_init(self, indices) -> None:
+        """Make the next step of these sub-envs a trajectory start (no reset)."""
+        self._staging.mark_init(indices)
+
+    def stage_into(self, arrays: dict[str, np.ndarray]) -> None:
+        """Stage every step in ``arrays`` (same names, shapes and dtypes as the env's own
+        staging arrays; e.g. this worker's rows of a shared-memory step buffer) instead of
+        private arrays. Their current content is overwritten by the next reset or step."""
+        self._staging.replace_arrays(arrays)
 
     def random_steps(self, steps) -> None:
         """Take ``steps[i]`` uniformly random actions (the action space's own sampler) in
@@ -242,36 +211,13 @@ class GymEnv:
         sub-env starts a trajectory (``is_init``)."""
         if len(steps) != len(self._envs):
             raise ValueError(f"random_steps needs one step count per sub-env ({len(self._envs)}), got {len(steps)}")
-        observation = self._np["observation"]
+        observation = self._staging.arrays["observation"]
         for i, (env, count) in enumerate(zip(self._envs, steps)):
             for _ in range(int(count)):
                 observation[i], _, terminated, truncated, _ = env.step(env.action_space.sample())
                 if terminated or truncated:
                     observation[i], _ = env.reset()
-        self._mark_init(range(len(self._envs)))
-
-    def _stage_into(self, arrays: dict[str, np.ndarray]) -> None:
-        """Stage every step in ``arrays`` (same names, shapes and dtypes as the env's own
-        staging arrays; e.g. this worker's rows of a shared-memory step buffer) instead of
-        private arrays. Their current content is overwritten by the next reset or step."""
-        for name, own in self._np.items():
-            given = arrays[name]
-            if given.shape != own.shape or given.dtype != own.dtype:
-                raise ValueError(f"staging array {name!r}: expected {own.shape} {own.dtype}, "
-                                 f"got {given.shape} {given.dtype}")
-        self._np = {name: arrays[name] for name in self._np}
-        self._bind_staging()
-
-    def _mark_init(self, indices) -> None:
-        """Make the next step of these sub-envs a trajectory start (no reset)."""
-        self._np["is_init"][indices] = True
-        self._is_init_set = True
-        if self._cpu_staging is not None:
-            self._refresh_device()
-
-    def _refresh_device(self) -> None:
-        for name, tensor in self._device_staging.items():
-            tensor.copy_(self._cpu_staging[name], non_blocking=True)
+        self.mark_init(range(len(self._envs)))
 
     def __repr__(self) -> str:
         spec = self._envs[0].spec

@@ -37,6 +37,8 @@ from tensordict.nn import TensorDictModuleBase
 from tensordict.utils import NestedKey
 from torch import nn
 
+from rlcollect.validation import check_positive_int
+
 RECURRENT_MODES = ("step", "recurrent")
 _local = threading.local()
 
@@ -131,12 +133,6 @@ def _next(key: NestedKey) -> tuple[str, ...]:
     return ("next", *key) if isinstance(key, tuple) else ("next", key)
 
 
-def _check_positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return value
-
-
 class _RecurrentModule(TensorDictModuleBase):
     """What GRUModule and LSTMModule share: keys, validation, the two modes. Subclasses set
     ``rnn_class`` and ``num_states`` and run one layer (``_step_layer``, ``_sequence_layer``)."""
@@ -148,9 +144,9 @@ class _RecurrentModule(TensorDictModuleBase):
                  in_keys: Sequence[NestedKey], out_keys: Sequence[NestedKey]) -> None:
         super().__init__()
         name = type(self).__name__
-        self.input_size = _check_positive_int("input_size", input_size)
-        self.hidden_size = _check_positive_int("hidden_size", hidden_size)
-        self.num_layers = _check_positive_int("num_layers", num_layers)
+        self.input_size = check_positive_int("input_size", input_size)
+        self.hidden_size = check_positive_int("hidden_size", hidden_size)
+        self.num_layers = check_positive_int("num_layers", num_layers)
         self.in_keys, self.out_keys = list(in_keys), list(out_keys)
         if len(self.in_keys) != self.num_states + 2 or len(self.out_keys) != self.num_states + 1:
             raise ValueError(f"{name} needs in_keys [input, {self.num_states} hidden-state key(s), is_init] and "

@@ -20,7 +20,6 @@ from typing import Callable
 
 from torch import nn
 
-from rlcollect.weight_sync import strategies
 
 
 class WeightReceiver(ABC):

@@ -11,7 +11,7 @@ from checks import check_keys_and_shapes, check_trajectories, check_weights_reac
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector, WorkerError
 from rlcollect.envs import GymEnv
 from rlcollect.logging import RunLogger
-from rlcollect.testing import ErrorAfterEnv, WeightProbe, worker_id_envs as worker_envs
+from rlcollect.testing import CountingEnv, ErrorAfterEnv, WeightProbe, worker_id_envs as worker_envs
 from rlcollect.weight_sync import MultiProcessWeightSyncScheme, NoWeightSyncScheme, SharedMemWeightSyncScheme
 
 pytestmark = pytest.mark.timeout(120)
@@ -68,8 +68,14 @@ def test_bad_cat_results_and_model_ids_raise(no_leftovers):
     with pytest.raises(ValueError, match="model id 'value_net' resolves to nothing"):
         MultiSyncCollector(worker_envs(), WeightProbe(), frames_per_batch=4, start_method="fork",
                            weight_sync_schemes={"value_net": SharedMemWeightSyncScheme()})
-    with pytest.raises(TypeError, match="one GymEnv"):
+    with pytest.raises(TypeError, match="num_workers is required when create_env_fn is one env source"):
         MultiSyncCollector("CartPole-v1", frames_per_batch=4)
+    with pytest.raises(TypeError, match="one built env .* cannot serve several workers"):
+        MultiSyncCollector(GymEnv(CountingEnv), num_workers=2, frames_per_batch=4)
+    with pytest.raises(TypeError, match=r"unexpected arguments \['frames'\]"):
+        MultiSyncCollector("CartPole-v1", num_workers=2, frames_per_batch=4, frames=3)
+    with pytest.raises(ValueError, match="num_workers=3 but create_env_fn lists 2 env sources"):
+        MultiSyncCollector(worker_envs(), num_workers=3, frames_per_batch=4)
 
 
 def test_traj_ids_are_unique_across_workers(no_leftovers):
@@ -198,3 +204,36 @@ def test_spawned_workers_hold_their_own_copy_of_the_weights(no_leftovers):
         policy.offset.fill_(7.0)
     batch = next(iter(collector))
     assert (batch["weight_seen"] == 0).all() and (batch["offset_seen"] == 0).all()
+
+
+def push_left(td):
+    """A deterministic policy: the data then depends on the env seeds only."""
+    td.set("action", torch.zeros(td.batch_size, dtype=torch.int64))
+    return td
+
+
+@pytest.mark.parametrize("cls", [MultiSyncCollector, MultiAsyncCollector])
+def test_one_env_source_is_seeded_by_the_seed_rule_like_one_batched_env(no_leftovers, cls):
+    """Worker w's envs are seeded seed + w*E + j (rlcollect/seeding.py): 2 workers x 2
+    CartPoles start exactly where one GymEnv of 4 seeded alike starts, also after set_seed."""
+    from rlcollect import Collector
+
+    reference = Collector(GymEnv("CartPole-v1", 4, seed=7), push_left, frames_per_batch=4 * 5)
+    collector = make(cls, no_leftovers, create_env_fn="CartPole-v1", policy=push_left, num_workers=2,
+                     envs_per_worker=2, seed=7, frames_per_batch=20 if cls is MultiSyncCollector else 10)
+    expected = next(iter(reference))["observation"]  # [4, 5, 4]
+    if cls is MultiSyncCollector:
+        got = next(iter(collector))["observation"].reshape(4, 5, 4)  # [2 workers, 2 envs, 5, 4]
+    else:
+        batches = {}
+        for batch in collector:
+            batches.setdefault(int(batch["collector", "worker_id"][0, 0]), batch["observation"])
+            if len(batches) == 2:
+                break
+        got = torch.cat([batches[0], batches[1]], 0)
+    assert torch.equal(got, expected)
+    collector.set_seed(3)
+    reference.set_seed(3)
+    if cls is MultiSyncCollector:
+        assert torch.equal(next(iter(collector))["observation"].reshape(4, 5, 4), next(iter(reference))["observation"])
+    reference.shutdown()

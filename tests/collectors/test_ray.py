@@ -366,7 +366,7 @@ def test_every_ray_listener_binds_loopback(make, ray_head):
     ray_pids = descendants(ray_head["pid"]) | {ray_head["pid"], os.getpid()}
     ours = [(host, pid, line) for host, pid, line in listeners() if pid in ray_pids]
     assert any("gcs_server" in line for _, _, line in ours), "the head's listeners were not found"
-    assert any("ray::_Collector" in line for _, _, line in ours), "no actor listener found"  # comm: 15 chars
+    assert any("ray::CollectorA" in line for _, _, line in ours), "no actor listener found"  # process name: 15 chars of ray::CollectorActor
     exposed = [line for host, _, line in ours if not is_loopback(host)]
     assert not exposed, "Ray listeners outside loopback:\n" + "\n".join(exposed)
 
@@ -414,7 +414,7 @@ def test_a_collector_that_starts_ray_binds_loopback_and_stops_it(tmp_path):
     assert report["initialized_after_shutdown"] is False
     pids = set(report["pids"])  # the driver and every process it started: Ray's, and the actor
     ours = [line for line in report["ss"].splitlines() if pids & {int(p) for p in re.findall(r"pid=(\d+)", line)}]
-    assert any("gcs_server" in line for line in ours) and any("ray::_Collector" in line for line in ours), report["ss"]
+    assert any("gcs_server" in line for line in ours) and any("ray::CollectorA" in line for line in ours), report["ss"]
     exposed = [line for line in ours if not is_loopback(line.split()[4].rsplit(":", 1)[0].strip("[]"))]
     assert not exposed, "Ray listeners outside loopback:\n" + "\n".join(exposed)
 

@@ -5,14 +5,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from tensordict import TensorDictBase
 
-from rlcollect.buffers.layout import to_storage_layout
+from rlcollect.collectors.delivery import Delivery
+from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.ray.replay_buffer import RayReplayBuffer
 from rlcollect.collectors.ray.wire import batch_to_wire
 from rlcollect.collectors.worker import resolve_model
 from rlcollect.keys import POLICY_VERSION, WORKER_ID
-from rlcollect.trajectories import CompleteTrajectories, TrajectoryPool
+from rlcollect.trajectories import TrajectoryPool
 
 TRAJ_ID_SHIFT = 40  # actor i owns traj ids [i << 40, (i + 1) << 40)
 
@@ -23,9 +23,9 @@ class ActorSpec:
 
     actor_index: int
     collector_class: str
-    create_env_fn: Any
+    create_env_fn: Any  # sync: an env source; multi*: one source for the workers, or a list of them
     frames_per_batch: int
-    collector_kwargs: dict
+    collector_kwargs: dict  # the inner collector's options (with a single source: envs_per_worker, seed, ...)
     weight_endpoints: dict = field(default_factory=dict)
     replay_buffer: RayReplayBuffer | None = None
     trajs_per_batch: int | None = None
@@ -46,7 +46,8 @@ class CollectorActor:
             self.collector = Collector(spec.create_env_fn, policy, traj_pool=TrajectoryPool(traj_start), **kwargs)
         else:
             cls = MultiSyncCollector if spec.collector_class == "multisync" else MultiAsyncCollector
-            self.collector = cls(list(spec.create_env_fn), policy, **kwargs)
+            sources = spec.create_env_fn
+            self.collector = cls(list(sources) if isinstance(sources, (list, tuple)) else sources, policy, **kwargs)
             # The workers share one pool; move it to this actor's range (they restart their trajectories).
             self.collector.load_state_dict({"frames": 0, "traj_pool": {"next_id": traj_start}})
         self._multi = spec.collector_class != "sync"
@@ -55,10 +56,9 @@ class CollectorActor:
                            for model_id, endpoint in spec.weight_endpoints.items()}
         self._weights_error: BaseException | None = None
         self.policy_version = 0
-        self.replay_buffer = spec.replay_buffer
         self._trajs_per_batch = spec.trajs_per_batch
-        self._complete: dict[int, CompleteTrajectories] = {}
-        self._hook = spec.post_collect_hook
+        self._delivery = Delivery(DeliveryOptions(post_collect_hook=spec.post_collect_hook,
+                                                  replay_buffer=spec.replay_buffer, trajs_per_batch=spec.trajs_per_batch))
 
     def describe(self) -> tuple[list[int], int]:
         """The batch shape and frames this actor yields per ``collect``."""
@@ -88,21 +88,11 @@ class CollectorActor:
         source = int(batch.get(WORKER_ID).reshape(-1)[0]) if self._multi and self._trajs_per_batch else 0
         batch.set(WORKER_ID, torch.full(batch.shape, self.index, dtype=torch.int64, device=batch.device))
         batch.set(POLICY_VERSION, torch.full(batch.shape, self.policy_version, dtype=torch.int64, device=batch.device))
-        hook_result = None if self._hook is None else self._hook(batch)
-        if self.replay_buffer is None:
-            return batch_to_wire(batch), hook_result
-        self._write(batch, source)
+        delivered = self._delivery(batch, source)  # the hook, then the write into the Ray-held buffer
+        hook_result = self._delivery.last_hook_result
+        if delivered is not None:
+            return batch_to_wire(delivered), hook_result
         return self.collector.frames - frames_before, hook_result
-
-    def _write(self, batch: TensorDictBase, source: int) -> None:
-        if self._trajs_per_batch is None:
-            self.replay_buffer.extend(to_storage_layout(batch, 1))
-            return
-        if source not in self._complete:
-            self._complete[source] = CompleteTrajectories(self._trajs_per_batch)
-        trajectories = self._complete[source].add(batch)
-        if trajectories is not None:
-            self.replay_buffer.extend(trajectories)
 
     def set_seed(self, seed: int) -> int:
         return self.collector.set_seed(seed)

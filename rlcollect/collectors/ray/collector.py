@@ -40,6 +40,7 @@ from tensordict import TensorDictBase
 
 from rlcollect.buffers.replay import ReplayBuffer
 from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.options import DeliveryOptions, check_total_frames
 from rlcollect.collectors.processes import WorkerError
 from rlcollect.collectors.ray.actor import TRAJ_ID_SHIFT, ActorSpec, CollectorActor
 from rlcollect.collectors.ray.replay_buffer import RayReplayBuffer
@@ -48,6 +49,9 @@ from rlcollect.collectors.ray.startup import (import_ray, is_loopback_address, l
 from rlcollect.collectors.ray.wire import batch_from_wire, stack_from_wire
 from rlcollect.collectors.worker import resolve_model
 from rlcollect.envs.gym_env import GymEnv
+from rlcollect.envs.sources import worker_env_specs
+from rlcollect.seeding import env_seed
+from rlcollect.validation import check_positive_int
 from rlcollect.weight_sync import NoWeightSyncScheme, WeightSyncScheme
 from rlcollect.weight_sync.ray import RayWeightSender, RayWeightSyncScheme
 
@@ -121,6 +125,9 @@ class RayCollector(CollectorBase):
         total_frames: int = -1,
         sync: bool = True,
         collector_class: str = "sync",
+        envs_per_worker: int | None = None,
+        seed: int | None = None,
+        env_kwargs: dict | None = None,
         collector_kwargs: dict | None = None,
         remote_config: dict | None = None,
         ray_address: str | None = None,
@@ -131,7 +138,9 @@ class RayCollector(CollectorBase):
         batch_timeout: float | None = None,
         shutdown_timeout: float = 5.0,
     ) -> None:
-        super().__init__()
+        super().__init__(DeliveryOptions(post_collect_hook=post_collect_hook))
+        self._replay_buffer = None
+        self._actor_kwargs = [{}] * check_positive_int("num_collectors", num_collectors)  # per actor, set by _env_specs
         self._actors: list = []
         self.actor_names: list[str] = []
         self._senders: dict = {}
@@ -139,16 +148,15 @@ class RayCollector(CollectorBase):
         self._started_ray = False
         self._owned_buffer: RayReplayBuffer | None = None
         self._hook_results: list = []
-        self.post_collect_hook = post_collect_hook
         self.num_collectors = self._setup_num_collectors(num_collectors)
         self.collector_class = self._setup_collector_class(collector_class)
         self.sync = bool(sync)
         self.policy = policy
-        self.total_frames = self._setup_total_frames(total_frames)
+        self.total_frames = check_total_frames(total_frames)
         self.batch_timeout = batch_timeout
         self.shutdown_timeout = shutdown_timeout
-        env_fns = self._setup_create_env_fn(create_env_fn)
         self.collector_kwargs = self._setup_collector_kwargs(collector_kwargs)
+        env_fns = self._setup_create_env_fn(create_env_fn, envs_per_worker, seed, dict(env_kwargs or {}))
         self.remote_config = self._setup_remote_config(remote_config)
         actor_frames = self._setup_frames_per_batch(frames_per_batch)
         schemes = self._setup_weight_sync_schemes(weight_sync_schemes)
@@ -159,17 +167,21 @@ class RayCollector(CollectorBase):
             self._started_ray = self._connect(ray, ray_address)
             self._senders = {model_id: scheme.make_sender(resolve_model(self, model_id), self.num_collectors, None)
                              for model_id, scheme in schemes.items()}
-            self.replay_buffer = self._setup_replay_buffer(replay_buffer)
+            self._replay_buffer = self._setup_replay_buffer(replay_buffer)
             self._start_actors(ray, env_fns, actor_frames, trajs_per_batch)
         except BaseException:
             self.shutdown()
             raise
 
+    @property
+    def replay_buffer(self) -> RayReplayBuffer | None:
+        """The Ray-held buffer the actors write into (sample from it); None: batches are yielded."""
+        return self._replay_buffer
+
     # ------------------------------------------------------------------ construction
     @staticmethod
     def _setup_num_collectors(num_collectors: int) -> int:
-        if isinstance(num_collectors, bool) or not isinstance(num_collectors, int) or num_collectors < 1:
-            raise ValueError(f"num_collectors must be a positive int, got {num_collectors!r}")
+        check_positive_int("num_collectors", num_collectors)
         if num_collectors >= 1 << (63 - TRAJ_ID_SHIFT):
             raise ValueError(f"num_collectors must be below {1 << (63 - TRAJ_ID_SHIFT)} (traj id ranges)")
         return num_collectors
@@ -180,12 +192,21 @@ class RayCollector(CollectorBase):
             raise ValueError(f"collector_class must be one of {COLLECTOR_CLASSES}, got {collector_class!r}")
         return collector_class
 
-    def _setup_create_env_fn(self, create_env_fn) -> list:
+    def _setup_create_env_fn(self, create_env_fn, envs_per_worker, seed, env_kwargs: dict) -> list:
+        """One entry per actor: what its collector takes as create_env_fn. With
+        ``envs_per_worker``, ``seed`` or ``env_kwargs``, ``create_env_fn`` is one env source
+        for all; the envs are seeded by the seed rule over all actors (rlcollect/seeding.py)."""
         multi = self.collector_class != "sync"
 
         def is_list(value) -> bool:
             return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
 
+        one_source = envs_per_worker is not None or seed is not None or env_kwargs or isinstance(create_env_fn, str)
+        if one_source:
+            if is_list(create_env_fn) or isinstance(create_env_fn, GymEnv):
+                raise TypeError("create_env_fn: envs_per_worker, seed and env_kwargs apply to one env source (a "
+                                "gymnasium id or a picklable zero-argument callable) that every actor builds from")
+            return self._env_specs(create_env_fn, envs_per_worker, seed, env_kwargs)
         if is_list(create_env_fn) and create_env_fn and (not multi or all(is_list(e) for e in create_env_fn)):
             entries = list(create_env_fn)
             if len(entries) != self.num_collectors:
@@ -201,8 +222,23 @@ class RayCollector(CollectorBase):
                                     f"'CartPole-v1', 4)), got {type(env_fn).__name__}")
             if multi and not (is_list(entry) and entry):
                 raise TypeError(f"create_env_fn[{index}]: collector_class={self.collector_class!r} runs worker "
-                                "processes in each actor: give a non-empty list of env callables, one per worker")
+                                "processes in each actor: give a non-empty list of env callables, one per worker, "
+                                "or one env source with envs_per_worker and collector_kwargs['num_workers']")
         return entries
+
+    def _env_specs(self, source, envs_per_worker, seed, env_kwargs: dict) -> list:
+        """Per actor: an EnvSpec (sync), or for a multi-process actor the source itself, its
+        workers' size and seed going into that actor's collector_kwargs (``_actor_kwargs``)."""
+        if self.collector_class == "sync":
+            return worker_env_specs(source, self.num_collectors, envs_per_worker, seed, env_kwargs)
+        num_workers = self.collector_kwargs.get("num_workers")
+        if num_workers is None:
+            raise TypeError(f"collector_class={self.collector_class!r} with one env source needs "
+                            "collector_kwargs['num_workers'] (worker processes per actor)")
+        envs_per_actor = num_workers * (envs_per_worker or 1)
+        self._actor_kwargs = [dict(envs_per_worker=envs_per_worker, seed=env_seed(seed, actor * envs_per_actor),
+                                   env_kwargs=env_kwargs) for actor in range(self.num_collectors)]
+        return [source] * self.num_collectors
 
     def _setup_collector_kwargs(self, collector_kwargs: dict | None) -> dict:
         kwargs = dict(collector_kwargs or {})
@@ -229,8 +265,7 @@ class RayCollector(CollectorBase):
         return config
 
     def _setup_frames_per_batch(self, frames_per_batch: int) -> int:
-        if isinstance(frames_per_batch, bool) or not isinstance(frames_per_batch, int) or frames_per_batch < 1:
-            raise ValueError(f"frames_per_batch must be a positive int, got {frames_per_batch!r}")
+        check_positive_int("frames_per_batch", frames_per_batch)
         return math.ceil(frames_per_batch / self.num_collectors) if self.sync else frames_per_batch
 
     def _setup_weight_sync_schemes(self, schemes) -> dict:
@@ -276,9 +311,9 @@ class RayCollector(CollectorBase):
         for index, env_fn in enumerate(env_fns):
             spec = ActorSpec(
                 actor_index=index, collector_class=self.collector_class, create_env_fn=env_fn,
-                frames_per_batch=actor_frames, collector_kwargs=self.collector_kwargs,
+                frames_per_batch=actor_frames, collector_kwargs={**self.collector_kwargs, **self._actor_kwargs[index]},
                 weight_endpoints={model_id: sender.endpoint(index) for model_id, sender in self._senders.items()},
-                replay_buffer=self.replay_buffer, trajs_per_batch=trajs_per_batch,
+                replay_buffer=self._replay_buffer, trajs_per_batch=trajs_per_batch,
                 post_collect_hook=self.post_collect_hook,
             )
             name = f"rlcollect-{run}-{index}"
@@ -427,8 +462,11 @@ class RayCollector(CollectorBase):
 
     # ------------------------------------------------------------------ seeds and state
     def set_seed(self, seed: int) -> int:
-        """Seed every actor (actor i gets ``seed + 1000 * i``); returns ``seed``."""
-        self._call_all("set_seed", [seed + 1000 * index for index in range(self.num_collectors)])
+        """Seed every actor by the seed rule (rlcollect/seeding.py: the envs of all actors
+        are numbered in actor order, env i seeded ``seed + i``); returns ``seed``."""
+        firsts = [sum(shape[:-1].numel() for shape in self._actor_shapes[:index])
+                  for index in range(self.num_collectors)]
+        self._call_all("set_seed", [env_seed(seed, first) for first in firsts])
         return seed
 
     def reset(self) -> None:

@@ -26,7 +26,7 @@ rlcollect never imports Ray.
 """
 from typing import TYPE_CHECKING
 
-from rlcollect._lazy import lazy_getattr
+from rlcollect.lazy_exports import lazy_getattr
 
 __version__ = "0.1.0"
 

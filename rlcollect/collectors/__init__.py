@@ -1,5 +1,5 @@
 """Collectors: iterate to get batches of env steps produced by a policy."""
-from rlcollect._lazy import lazy_getattr
+from rlcollect.lazy_exports import lazy_getattr
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.single import Collector
 

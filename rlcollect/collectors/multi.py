@@ -4,7 +4,7 @@ Each worker process runs a Collector (collectors/worker.py) into a batch preallo
 shared memory; the main process only sends "collect" and reads the shared batches.
 
     main                                   worker i (one per create_env_fn entry)
-    ("collect",) ───────── pipe ─────────▶  apply pending weights; Collector._collect()
+    ("collect",) ───────── pipe ─────────▶  apply pending weights; Collector.collect()
     read shared batch i ◀── ("batch", v) ── batch i (shared memory), policy_version v
 
 MultiSync asks every worker and combines the B batches (``cat_results``); MultiAsync keeps

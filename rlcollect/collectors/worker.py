@@ -71,7 +71,7 @@ def stamp_worker_keys(batch, worker_id: int):
 
 
 def worker_main(handoff: list[WorkerSpec], connection: Connection) -> None:
-    """Process entry point; ``handoff`` holds the WorkerSpec (see _MultiCollector._start_workers)."""
+    """Process entry point; ``handoff`` holds the WorkerSpec (see MultiSyncCollector)."""
     spec = handoff[0]
     collector = None
     try:

@@ -2,7 +2,7 @@
 
 Names load on first access, so `rlcollect compare` does not import torch.
 """
-from rlcollect._lazy import lazy_getattr
+from rlcollect.lazy_exports import lazy_getattr
 
 _EXPORTS = {
     "RunLogger": "rlcollect.logging.run_logger",

@@ -1,5 +1,5 @@
 """Weight synchronisation from the trainer to the policy copies in worker processes."""
-from rlcollect._lazy import lazy_getattr
+from rlcollect.lazy_exports import lazy_getattr
 from rlcollect.weight_sync.pipes import MultiProcessWeightSyncScheme
 from rlcollect.weight_sync.schemes import NoWeightSyncScheme, WeightReceiver, WeightSender, WeightSyncScheme
 from rlcollect.weight_sync.shared_mem import SharedMemWeightSyncScheme

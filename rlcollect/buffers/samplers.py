@@ -3,7 +3,7 @@
 A sampler turns ``(storage, batch_size)`` into a flat TensorDict ``[n]`` gathered from the
 storage. ``RandomSampler`` draws elements uniformly; ``SliceSampler`` draws contiguous
 slices of trajectories and concatenates them end to end (the recommended 1-D layout of
-data-layout.txt), marking where each slice starts (``is_init``) and ends.
+docs/data-layout.md), marking where each slice starts (``is_init``) and ends.
 """
 from __future__ import annotations
 

@@ -240,10 +240,10 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _load_yaml(path: Path) -> Any:
-    """A YAML file as plain values (omegaconf's loader, so no new dependency)."""
-    from omegaconf import OmegaConf
+    """A YAML file as plain values (interpolations, if any, stay strings)."""
+    import yaml
 
     try:
-        return OmegaConf.to_container(OmegaConf.load(path), resolve=False)
-    except Exception as error:  # yaml and omegaconf raise many kinds; the message is what matters
+        return yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
         raise CompareError(f"cannot read {path}: {error}") from None

@@ -7,7 +7,7 @@ one env, batch shape ``[*B]`` (``[]`` for a single env, ``[P]`` for a batched on
                                                                    ("next", recurrent_state) [*B, L, H]
 
 Recurrent mode (``with set_recurrent_mode("recurrent")``, to train on stored data): the
-input is the flat 1-D layout of data-layout.txt, trajectories or slices end to end
+input is the flat 1-D layout of docs/data-layout.md, trajectories or slices end to end
 (``[N]``); a ``[*B, T]`` input is read as its rows end to end, each row starting a segment.
 
     is_init     T . . T . . . T .      a segment starts where is_init (and at position 0)

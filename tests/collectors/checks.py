@@ -1,6 +1,6 @@
 """Checks every collector's batches must pass, shared by the collector tests (imported as
 ``checks``: pytest puts this folder on sys.path; tests/collectors/conftest.py has
-pytest rewrite its asserts). DESIGN.md's data layout, and trajectory bookkeeping."""
+pytest rewrite its asserts). docs/data-layout.md, and trajectory bookkeeping."""
 import torch
 
 TRAJ_IDS = ("collector", "traj_ids")
@@ -10,7 +10,7 @@ FLAGS = ("is_init", ("next", "terminated"), ("next", "truncated"), ("next", "don
 
 
 def check_keys_and_shapes(batch, batch_size, observation_shape, action_shape=()):
-    """Every key of a collector step, with DESIGN.md's shapes (scalars per step carry no
+    """Every key of a collector step, with docs/data-layout.md's shapes (scalars per step carry no
     trailing singleton dim) and dtypes."""
     batch_size = tuple(batch_size)
     assert tuple(batch.batch_size) == batch_size

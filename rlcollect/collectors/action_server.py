@@ -256,6 +256,9 @@ class ActionServerCollector(CollectorBase):
         return self._delivery(batch)
 
     # ------------------------------------------------------------------ public API
+    def _apply_delivery(self, changes: dict) -> None:
+        self._delivery.options = self.delivery_options
+
     @property
     def policy(self):
         """The policy the server runs (a copy on policy_device when its weights live elsewhere)."""

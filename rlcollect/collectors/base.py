@@ -5,12 +5,15 @@ import math
 import threading
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Iterator
 
 import torch
 from tensordict import TensorDict
 
 from rlcollect.collectors.options import DeliveryOptions
+
+SETTABLE_DELIVERY = ("pre_collect_hook", "post_collect_hook", "postproc")
 
 
 class CollectorBase(ABC):
@@ -39,7 +42,43 @@ class CollectorBase(ABC):
 
     @property
     def post_collect_hook(self):
+        """Called with each batch (where: see ``hooks_run_in_process``); settable."""
         return self.delivery_options.post_collect_hook
+
+    @post_collect_hook.setter
+    def post_collect_hook(self, hook) -> None:
+        self.set_delivery(post_collect_hook=hook)
+
+    @property
+    def pre_collect_hook(self):
+        """Called with no argument before each batch; settable."""
+        return self.delivery_options.pre_collect_hook
+
+    @pre_collect_hook.setter
+    def pre_collect_hook(self, hook) -> None:
+        self.set_delivery(pre_collect_hook=hook)
+
+    @property
+    def postproc(self):
+        """TensorDict -> TensorDict applied to each batch before it is yielded or written; settable."""
+        return self.delivery_options.postproc
+
+    @postproc.setter
+    def postproc(self, postproc) -> None:
+        self.set_delivery(postproc=postproc)
+
+    def set_delivery(self, **changes) -> None:
+        """Change the hooks or postproc after construction: the change reaches wherever they
+        run (worker processes included) before the next batch starts. split_trajs,
+        replay_buffer and trajs_per_batch are fixed at construction."""
+        fixed = sorted(set(changes) - set(SETTABLE_DELIVERY))
+        if fixed:
+            raise ValueError(f"{fixed} can only be set at construction; after it, set {list(SETTABLE_DELIVERY)}")
+        self.delivery_options = replace(self.delivery_options, **changes)
+        self._apply_delivery(changes)
+
+    def _apply_delivery(self, changes: dict) -> None:
+        """Bring ``changes`` (already in ``delivery_options``) to where the delivery runs."""
 
     def hook_results(self) -> list:
         """What post-collect hooks that ran out of this process returned since the last

@@ -68,6 +68,7 @@ class _MultiCollector(CollectorBase):
         super().__init__(delivery)
         self._workers: WorkerProcesses | None = None
         self._senders: dict = {}
+        self._delivery_changes: dict[int, dict] = {}  # worker id -> delivery changes to send with its next "collect"
         env_specs = worker_env_specs(create_env_fn, num_workers, envs_per_worker, seed, env_kwargs)
         self.num_workers = len(env_specs)
         self.policy = policy
@@ -159,6 +160,20 @@ class _MultiCollector(CollectorBase):
 
     def _check_alive(self) -> None:
         self._workers.check_alive()
+
+    def _send_collect(self, worker_id: int) -> None:
+        """Ask for a batch, with the delivery changes this worker has not received yet."""
+        changes = self._delivery_changes.pop(worker_id, None)
+        self._send(worker_id, "collect", *(() if changes is None else (changes,)))
+
+    def _apply_delivery(self, changes: dict) -> None:
+        """postproc runs here on the combined batch (in the workers with a replay buffer);
+        hooks run in the workers, which get the change with their next "collect"."""
+        self._delivery.options = self.delivery_options.in_main()
+        options = self.delivery_options.in_workers()
+        worker_changes = {name: getattr(options, name) for name in changes}
+        for worker_id in range(self.num_workers):
+            self._delivery_changes[worker_id] = {**self._delivery_changes.get(worker_id, {}), **worker_changes}
 
     def _request(self, command: str, *args_per_worker) -> None:
         """Send a command (with the worker's own arguments) to every worker and wait for every answer."""
@@ -294,7 +309,7 @@ class MultiSyncCollector(_MultiCollector):
         if self.update_at_each_batch:
             self.update_policy_weights_()
         for worker_id in range(self.num_workers):
-            self._send(worker_id, "collect")
+            self._send_collect(worker_id)
         for _ in self._receive(range(self.num_workers), expect="batch"):
             pass
         self._frames += self.frames_per_batch
@@ -306,7 +321,9 @@ class MultiSyncCollector(_MultiCollector):
 @with_options_doc(StepOptions, DeviceOptions, DeliveryOptions, WorkerOptions)
 class MultiAsyncCollector(_MultiCollector):
     """B worker processes collect continuously; each batch is one worker's
-    ``frames_per_batch`` frames (``[T]`` or ``[P, T]``), yielded first-come first-served.
+    ``frames_per_batch`` frames (``[T]`` or ``[P, T]``), yielded first-come first-served:
+    when several batches are ready, the one that finished first (the worker's clock at its
+    end) is yielded first, so no batch waits behind a slower worker's.
 
     Workers pick up new weights at the start of their next batch, so a batch may have been
     collected with older weights than the trainer's: ("collector", "policy_version") says
@@ -319,21 +336,29 @@ class MultiAsyncCollector(_MultiCollector):
                          **kwargs)
         self.frames_per_batch = max(self._worker_frames)
         self.batch_size = max((buffer.batch_size for buffer in self._buffers), key=lambda size: size.numel())
-        self._collecting: set[int] = set()
+        self._collecting: set[int] = set()  # workers asked for a batch not yet yielded
+        self._arrived: dict[int, int] = {}  # of those, the ones whose batch is there: when it finished (ns)
 
     def _worker_frames_per_batch(self, frames_per_batch: int) -> int:
         return frames_per_batch
 
     def _next_batch(self) -> TensorDictBase:
         for worker_id in set(range(self.num_workers)) - self._collecting:
-            self._send(worker_id, "collect")
+            self._send_collect(worker_id)
             self._collecting.add(worker_id)
-        worker_id, _ = next(self._receive(self._collecting, expect="batch"))
+        if not self._arrived:  # wait for the first batch to finish
+            worker_id, (_, _, finished_ns) = next(self._receive(self._collecting, expect="batch"))
+            self._arrived[worker_id] = finished_ns
+        waiting = self._collecting - set(self._arrived)
+        for worker_id, (_, _, finished_ns) in self._workers.ready(waiting, expect="batch"):
+            self._arrived[worker_id] = finished_ns  # every batch already there: the oldest goes first
+        worker_id = min(self._arrived, key=self._arrived.get)
+        del self._arrived[worker_id]
         batch = None if self.replay_buffer is not None else self._buffers[worker_id].clone()
         self._frames += self._worker_frames[worker_id]
         if self.update_at_each_batch:
             self.update_policy_weights_()
-        self._send(worker_id, "collect")  # keep it busy while this batch is consumed
+        self._send_collect(worker_id)  # keep it busy while this batch is consumed
         return None if batch is None else self._delivery(batch, source=worker_id)
 
     def _wait_in_flight(self) -> None:
@@ -341,10 +366,12 @@ class MultiAsyncCollector(_MultiCollector):
 
     def _pause(self) -> None:
         """Wait for the batches in flight (their data is dropped, or written by the workers)."""
-        for worker_id, _ in self._receive(set(self._collecting), expect="batch"):
-            if self.replay_buffer is not None:  # written by the worker: it counts
-                self._frames += self._worker_frames[worker_id]
+        for _ in self._receive(self._collecting - set(self._arrived), expect="batch"):
+            pass
+        if self.replay_buffer is not None:  # written by the workers: they count
+            self._frames += sum(self._worker_frames[worker_id] for worker_id in self._collecting)
         self._collecting.clear()
+        self._arrived.clear()
 
     def set_seed(self, seed: int) -> int:
         self._pause()

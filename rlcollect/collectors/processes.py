@@ -140,6 +140,25 @@ class WorkerProcesses:
             if deadline is not None and time.monotonic() > deadline and pending:
                 self.fail(min(pending), f"no {expect!r} within batch_timeout={timeout} s")
 
+    def ready(self, worker_ids: Iterable[int], expect: str) -> list[tuple[int, tuple]]:
+        """``(worker_id, message)`` of each of ``worker_ids`` that has a message now (no
+        waiting); checked as in ``receive``."""
+        worker_ids = list(worker_ids)
+        handles = {self.connections[i]: i for i in worker_ids}
+        sentinels = {self.processes[i].sentinel: i for i in worker_ids}
+        found = {}
+        for handle in wait([*handles, *sentinels], timeout=0):
+            worker_id = handles.get(handle, sentinels.get(handle))
+            if worker_id in found:
+                continue
+            message = self.recv(worker_id)
+            if message[0] == "error":
+                self.fail(worker_id, f"raised an exception:\n{message[1]}")
+            if message[0] != expect:
+                self.fail(worker_id, f"sent {message[0]!r} while {expect!r} was expected")
+            found[worker_id] = message
+        return list(found.items())
+
     def recv(self, worker_id: int):
         """The worker's next message; fails with its death message if it died without one."""
         connection = self.connections[worker_id]

@@ -296,7 +296,11 @@ class Collector(CollectorBase):
         else:
             policy_input = carrier
         output = self.policy(policy_input)
-        return policy_input if output is None else output
+        if output is None or output is policy_input:
+            return policy_input
+        # An out-of-place policy returned a new TensorDict: its entries join the input's, so the
+        # step keeps its observation, is_init and trajectory ids (as with an in-place policy).
+        return policy_input.update(output)
 
     @property
     def batch(self) -> TensorDictBase:
@@ -428,10 +432,12 @@ class Collector(CollectorBase):
             self._traj_ids.masked_scatter_(mask, new_ids)
 
     def _truncate_last_step(self) -> None:
-        """set_truncated: cut every trajectory at the batch boundary."""
+        """set_truncated: cut every trajectory at the batch boundary. The last step is
+        truncated and done whatever happened there (an env that terminated on it is both
+        terminated and truncated); the envs still running start new trajectories."""
         last = self._time_steps - 1
         still_running = ~self._done_views[last]
-        self._truncated_views[last].logical_or_(still_running)
+        self._truncated_views[last].fill_(True)
         self._done_views[last].fill_(True)
         running = still_running.reshape(-1).cpu().numpy()
         if running.any():
@@ -444,6 +450,9 @@ class Collector(CollectorBase):
         if not self.delivery.writes:
             batch = batch.clone()  # the preallocated batch is overwritten by the next one
         return self.deliver(batch)
+
+    def _apply_delivery(self, changes: dict) -> None:
+        self.delivery.options = self.delivery_options
 
     def set_seed(self, seed: int) -> int:
         """Seed torch's RNG and the envs, and restart every env from the seeded reset:

@@ -4,8 +4,8 @@ The worker owns a Collector (the same per-step loop as in-process collection) wh
 preallocated batch is moved to shared memory once and handed to the main process at
 start-up. Afterwards the pipe carries only small messages:
 
-    main -> worker   ("collect",) | ("set_seed", seed) | ("reset",) | ("close",)
-    worker -> main   ("ready", batch, frames_per_batch) | ("batch", policy_version)
+    main -> worker   ("collect", [delivery changes]) | ("set_seed", seed) | ("reset",) | ("close",)
+    worker -> main   ("ready", batch, frames_per_batch) | ("batch", policy_version, finished_ns)
                      | ("ok", None) | ("error", traceback text)
 
 Before each batch the worker applies pending weights (its WeightReceivers); while idle it
@@ -16,6 +16,7 @@ exits; it exits as well when the main process goes away (EOF on its pipe).
 """
 from __future__ import annotations
 
+import time
 import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -112,12 +113,14 @@ def _serve(collector, receivers: dict, connection: Connection) -> None:
             continue
         command, *args = connection.recv()
         if command == "collect":
+            if args:  # hooks or postproc changed in the main process (CollectorBase.set_delivery)
+                collector.set_delivery(**args[0])
             for receiver in receivers.values():
                 receiver.poll()
             policy_version = version.version if version is not None else 0
             batch.get(POLICY_VERSION).fill_(policy_version)  # the weights this batch starts with
             collector.deliver(collector.collect())  # hooks; with a replay buffer postproc and the write
-            connection.send(("batch", policy_version))
+            connection.send(("batch", policy_version, time.monotonic_ns()))  # when it finished: first come, first served
         elif command == "set_seed":
             collector.set_seed(*args)
             connection.send(("ok", None))

@@ -1,6 +1,7 @@
 """SharedMemWeightSyncScheme: one shared-memory copy of the weights and a version counter."""
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from rlcollect.weight_sync import strategies
@@ -26,6 +27,7 @@ class _SharedMemSender(WeightSender):
     def endpoint(self, worker_id: int):
         return _SharedMemEndpoint(self._shared, self._version)
 
+    @torch.no_grad()
     def send(self, weights=None, liveness=None) -> None:
         source = strategies.as_tensordict(self._model if weights is None else weights)
         with self._version.get_lock():

@@ -34,8 +34,8 @@ def extract(weights, strategy: str):
     if strategy == "state_dict":
         if isinstance(weights, nn.Module):
             return {key: value.detach().clone() for key, value in weights.state_dict().items()}
-        return {key: value.clone() for key, value in as_tensordict(weights).flatten_keys(".").items()}
-    return as_tensordict(weights).clone()
+        return {key: value.detach().clone() for key, value in as_tensordict(weights).flatten_keys(".").items()}
+    return as_tensordict(weights).detach().clone()  # from_module weights require grad: send data only
 
 
 @torch.no_grad()

@@ -173,6 +173,12 @@ class RayCollector(CollectorBase):
             self.shutdown()
             raise
 
+    def set_delivery(self, **changes) -> None:
+        """Hooks run in the actors, each with the copy it was built with: not settable here."""
+        raise ValueError(f"RayCollector: {sorted(changes)} can only be set at construction (each actor holds its own "
+                         "copy from its start); pass post_collect_hook=..., or the inner collector's hooks in "
+                         "collector_kwargs")
+
     @property
     def replay_buffer(self) -> RayReplayBuffer | None:
         """The Ray-held buffer the actors write into (sample from it); None: batches are yielded."""

@@ -1,0 +1,134 @@
+"""Collector semantics users rely on, each pinned by a test that failed before its fix
+(TorchRL's collector behaviours, translated to rlcollect's API)."""
+import functools
+import time
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rlcollect import Collector, GymEnv, MultiAsyncCollector, MultiProcessWeightSyncScheme, MultiSyncCollector
+from rlcollect import SharedMemWeightSyncScheme
+from rlcollect.testing import BusyEnv, CountingEnv, WeightProbe
+
+
+def parity(td):
+    """In place: action = step count mod 2 (deterministic)."""
+    td.set("action", (td["observation"][..., 0] % 2).to(torch.int64))
+    return td
+
+
+def parity_out_of_place(td):
+    """The same actions in a NEW TensorDict holding only "action"."""
+    return TensorDict({"action": (td["observation"][..., 0] % 2).to(torch.int64)}, batch_size=td.batch_size)
+
+
+@pytest.mark.parametrize("num_envs", [None, 3])
+def test_an_out_of_place_policy_collects_exactly_what_an_in_place_one_does(num_envs):
+    batches = {}
+    for policy in (parity, parity_out_of_place):
+        collector = Collector(GymEnv(functools.partial(CountingEnv, 4), num_envs), policy,
+                              frames_per_batch=12, total_frames=24)
+        batches[policy] = torch.cat(list(collector), -1)
+    in_place, out_of_place = batches[parity], batches[parity_out_of_place]
+    assert set(in_place.keys(True, True)) == set(out_of_place.keys(True, True))
+    assert (in_place == out_of_place).all()
+    assert in_place["action"].sum() > 0  # the actions are not all zero: the check has teeth
+
+
+def counting_factory(episode_length):
+    return functools.partial(GymEnv, functools.partial(CountingEnv, episode_length), 2)
+
+
+@pytest.mark.parametrize("cls", [Collector, MultiSyncCollector, MultiAsyncCollector])
+def test_set_truncated_marks_the_last_step_truncated_even_where_the_env_terminated(no_leftovers, cls):
+    # episodes of 3 steps, batches of 3 steps per env: every env terminates on the batch's last step
+    if cls is Collector:
+        collector = Collector(counting_factory(3)(), frames_per_batch=6, set_truncated=True, total_frames=12)
+    else:
+        collector = cls([counting_factory(3)] * 2, frames_per_batch=12 if cls is MultiSyncCollector else 6,
+                        set_truncated=True, total_frames=24, start_method="fork")
+        no_leftovers(collector)
+    for batch in collector:
+        last = batch[..., -1]
+        assert last["next", "terminated"].all()  # the env's own end
+        assert last["next", "truncated"].all() and last["next", "done"].all()  # and the batch boundary
+        assert not batch[..., :-1]["next", "truncated"].any()
+
+
+def probe_weights(policy, kind):
+    if kind == "module":
+        return policy
+    if kind == "state_dict":
+        return policy.state_dict()
+    if kind == "tensordict":
+        return TensorDict.from_module(policy)  # parameters that require grad
+    return None
+
+
+@pytest.mark.parametrize("scheme", [SharedMemWeightSyncScheme(), MultiProcessWeightSyncScheme("state_dict"),
+                                    MultiProcessWeightSyncScheme("tensordict")], ids=["shared", "state_dict", "td"])
+@pytest.mark.parametrize("kind", ["none", "module", "state_dict", "tensordict"])
+def test_every_scheme_takes_none_a_module_a_state_dict_or_a_tensordict(no_leftovers, scheme, kind):
+    policy = WeightProbe()
+    collector = MultiSyncCollector([counting_factory(5)] * 2, policy, frames_per_batch=4, start_method="fork",
+                                   weight_sync_schemes={"policy": scheme})
+    no_leftovers(collector)
+    batches = iter(collector)
+    next(batches)
+    with torch.no_grad():
+        policy.weight.fill_(3.0)
+        policy.offset.fill_(30.0)
+    collector.update_policy_weights_(probe_weights(policy, kind))
+    batch = next(batches)
+    assert (batch["weight_seen"] == 3.0).all() and (batch["offset_seen"] == 30.0).all()
+
+
+def busy_factory(step_cost_us):
+    return functools.partial(GymEnv, functools.partial(BusyEnv, step_cost_us, 1000), None)
+
+
+def test_multiasync_yields_the_batch_that_finished_first_not_the_lowest_worker(no_leftovers):
+    # worker 0 needs ~200 ms of CPU per batch, worker 1 ~4 ms: while the trainer is busy for
+    # 1.5 s, worker 1's second batch (finished at ~8 ms) is ready long before worker 0's first
+    collector = MultiAsyncCollector([busy_factory(50_000), busy_factory(1_000)], frames_per_batch=4,
+                                    start_method="fork")
+    no_leftovers(collector)
+    batches = iter(collector)
+    first = next(batches)
+    time.sleep(1.5)
+    second, third = next(batches), next(batches)
+    order = [int(batch["collector", "worker_id"][0]) for batch in (first, second, third)]
+    assert order == [1, 1, 0]
+
+
+def record_numel(path, batch):
+    with open(path, "a") as file:
+        file.write(f"{batch.numel()}\n")
+
+
+def append_line(path, line):
+    with open(path, "a") as file:
+        file.write(line + "\n")
+
+
+def add_marker(batch):
+    batch.set("marker", torch.ones(batch.batch_size))
+    return batch
+
+
+@pytest.mark.parametrize("cls", [MultiSyncCollector, MultiAsyncCollector])
+def test_hooks_and_postproc_set_after_construction_reach_the_workers(no_leftovers, tmp_path, cls):
+    path = tmp_path / "hook.txt"
+    collector = cls([counting_factory(5)] * 2, frames_per_batch=8 if cls is MultiSyncCollector else 4,
+                    start_method="fork", total_frames=16)
+    no_leftovers(collector)
+    collector.post_collect_hook = functools.partial(record_numel, path)
+    collector.pre_collect_hook = functools.partial(append_line, path.with_name("pre.txt"), "called")
+    collector.postproc = add_marker
+    batches = list(collector)
+    assert all((batch["marker"] == 1).all() for batch in batches)
+    assert sum(int(line) for line in path.read_text().splitlines()) >= 16  # every worker batch went through the hook
+    assert set(path.with_name("pre.txt").read_text().splitlines()) == {"called"}
+    with pytest.raises(ValueError, match="can only be set at construction"):
+        collector.set_delivery(split_trajs=True)

@@ -86,14 +86,18 @@ class SliceSampler(Sampler):
         slice_len: steps per slice (``num_slices = batch_size // slice_len``). Exactly one
             of num_slices / slice_len is given.
         traj_key: the per-step trajectory id. None: detected on the first sample,
-            ``("collector", "traj_ids")`` first, then ``"episode"``, else boundaries are
-            rebuilt from ``end_key``.
-        end_key: the per-step "last step of its trajectory" flag.
+            ``("collector", "traj_ids")`` first, then ``"episode"``. Either way, when it is
+            not stored, boundaries are rebuilt from ``end_key``.
+        end_key: the per-step "last step of its trajectory" flag, one per step (shape [N],
+            or [N, 1]); a flag with more per-step dims is rejected.
         strict_length: False keeps trajectories shorter than slice_len (their slices are
             shorter, so the sample may be smaller than ``batch_size``); True draws only from
             trajectories of at least slice_len steps.
         pad_output: pad short slices to slice_len by repeating their last real step and add
-            a bool ``("collector", "mask")`` (discouraged; needs strict_length=False).
+            a bool ``("collector", "mask")`` (discouraged; needs strict_length=False). The
+            mask is in every sample, padded or not, so that every sample has the same keys
+            (samples stack, and code reading the mask never needs a branch); truncation is
+            marked on the last real step of a slice, never on its padding.
         truncated_key: where slice cuts are marked; None leaves the stored flags untouched.
     """
 
@@ -145,18 +149,21 @@ class SliceSampler(Sampler):
     # ------------------------------------------------------------------ trajectory runs
     def _resolve_boundary_key(self, storage: LazyTensorStorage):
         keys = storage.keys()
-        if self.traj_key is not None:
-            if self.traj_key not in keys:
-                raise KeyError(f"SliceSampler(traj_key={self.traj_key!r}): the storage has no such key; "
-                               f"it holds {sorted(map(str, keys))}")
+        if self.traj_key is not None and self.traj_key in keys:
             return self.traj_key, True
-        for candidate in TRAJ_KEY_CANDIDATES:
-            if candidate in keys:
-                return candidate, True
-        if self.end_key in keys:
+        if self.traj_key is None:
+            for candidate in TRAJ_KEY_CANDIDATES:
+                if candidate in keys:
+                    return candidate, True
+        if self.end_key in keys:  # boundaries rebuilt from the end flags (also when traj_key is not stored)
+            shape = storage.rows_view(self.end_key).shape[2:]
+            if any(size != 1 for size in shape):
+                raise ValueError(f"SliceSampler(end_key={self.end_key!r}): the flag must be one per step, "
+                                 f"shape [N] (or [N, 1]); the storage holds extra dims {list(shape)}")
             return self.end_key, False
-        raise KeyError(f"SliceSampler found no trajectory key ({', '.join(map(repr, TRAJ_KEY_CANDIDATES))}) "
-                       f"nor end_key={self.end_key!r} in the storage; pass traj_key= or end_key=")
+        wanted = repr(self.traj_key) if self.traj_key is not None else ", ".join(map(repr, TRAJ_KEY_CANDIDATES))
+        raise KeyError(f"SliceSampler found no trajectory key ({wanted}) nor end_key={self.end_key!r} in the "
+                       f"storage (it holds {sorted(map(str, keys))}); pass traj_key= or end_key=")
 
     def segments(self, storage: LazyTensorStorage) -> Segments:
         """The storage's trajectory runs, cached until its write_count or position changes."""
@@ -264,7 +271,7 @@ def _padded(first: np.ndarray, slice_lengths: np.ndarray, slice_len: int):
     last = (slice_lengths - 1)[:, None]
     positions = (first[:, None] + np.minimum(steps, last)).reshape(-1)
     mask = (steps <= last).reshape(-1)
-    ends = (steps >= last).reshape(-1)
+    ends = (steps == last).reshape(-1)  # the last REAL step is the slice's end; padding is never marked
     return positions, np.arange(0, positions.shape[0], slice_len), ends, mask
 
 

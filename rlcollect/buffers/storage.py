@@ -219,18 +219,22 @@ class LazyTensorStorage:
     # ------------------------------------------------------------------ writes
     def extend(self, data: TensorDictBase) -> None:
         """Write ``data`` (``ndim`` batch dims, time last) at the cursor, under the lock;
-        the oldest steps are overwritten once the ring is full."""
+        the oldest steps are overwritten once the ring is full (a write longer than the
+        ring leaves its last ``capacity`` steps, exactly as several shorter writes would)."""
         if self._data is None:
             with self.position.lock:
                 if self._data is None:
                     self.init_from(data)
         sources = self._check_write(data)
-        steps = data.batch_size[-1]
-        if steps == 0:
+        written = data.batch_size[-1]
+        if written == 0:
             return
+        steps, skipped = min(written, self._capacity), max(written - self._capacity, 0)
+        if skipped:  # longer than the ring: only its last `capacity` steps survive, as with several writes
+            sources = [value[(slice(None),) * (self.ndim - 1) + (slice(skipped, None),)] for value in sources]
         rows = (slice(None),) * (self.ndim - 1)
         with self.position.lock:
-            cursor = self.position.cursor
+            cursor = (self.position.cursor + skipped) % self._capacity
             head = min(steps, self._capacity - cursor)
             wrapped = head < steps  # the rest goes to the start of every row
             for (stored, stored_numpy), value in zip(self._writers, sources):
@@ -245,7 +249,7 @@ class LazyTensorStorage:
                     stored[(*rows, slice(cursor, cursor + head))].copy_(value[(*rows, slice(0, head))])
                     if wrapped:
                         stored[(*rows, slice(0, steps - head))].copy_(value[(*rows, slice(head, steps))])
-            self.position.advance(steps, self.num_rows * steps, self._capacity)
+            self.position.advance(written, self.num_rows * written, self._capacity)
 
     def _check_write(self, data: TensorDictBase) -> list[torch.Tensor]:
         """Validate a write's batch shape, keys and feature shapes; returns its tensors in
@@ -253,7 +257,7 @@ class LazyTensorStorage:
         if not isinstance(data, TensorDictBase):
             raise TypeError(f"extend takes a TensorDict, got {type(data).__name__}")
         batch = data.batch_size
-        if len(batch) != self.ndim or tuple(batch[:-1]) != self._rows or batch[-1] > self._capacity:
+        if len(batch) != self.ndim or tuple(batch[:-1]) != self._rows:
             raise ValueError(self._layout_message(batch, "write"))
         given = dict(data.items(include_nested=True, leaves_only=True))
         if len(given) != len(self._leaves) or not self._keys.issuperset(given):
@@ -274,8 +278,7 @@ class LazyTensorStorage:
         allocated, capacity = "", ""
         if self._data is not None:
             allocated = f"; allocated storage shape {list(self.shape)}"
-            capacity = (f" with N <= {self._capacity}" if self.ndim == 1 else
-                        f" with T <= {self._capacity} and leading dims {list(self._rows)}")
+            capacity = "" if self.ndim == 1 else f" with leading dims {list(self._rows)}"
         return (f"{type(self).__name__}(ndim={self.ndim}) takes a {what} of batch shape {expected}{capacity} "
                 f"(time last), got {list(batch)}{allocated}")
 

@@ -194,8 +194,11 @@ def test_traj_key_is_detected_collector_ids_first_then_episode_then_done():
     sampler.sample(done_storage, 4)
     assert sampler._boundary_key == (("next", "done"), False)
 
-    with pytest.raises(KeyError, match="no such key"):
-        SliceSampler(slice_len=2, traj_key="nope").sample(storage, 4)
+    sampler = SliceSampler(slice_len=2, traj_key="nope")  # not stored: boundaries from the end key, as detection does
+    sampler.sample(storage, 4)
+    assert sampler._boundary_key == (("next", "done"), False)
+    with pytest.raises(KeyError, match="no trajectory key.*nope.*nor end_key.*nothing"):
+        SliceSampler(slice_len=2, traj_key="nope", end_key="nothing").sample(storage, 4)
     bare = LazyTensorStorage(10)
     bare.extend(TensorDict({"value": torch.zeros(4)}, [4]))
     with pytest.raises(KeyError, match="no trajectory key"):
@@ -291,3 +294,62 @@ def test_segmentation_is_cached_until_the_storage_is_written():
     assert sampler.segments(storage) is segments
     storage.extend(counting_batches(1)[0].reshape(-1))
     assert sampler.segments(storage) is not segments
+
+
+# ---------------------------------------------------------------------------- edge cases (TorchRL's)
+def flat_storage(num_steps, episode_length, capacity=100, extra=None):
+    """A flat storage of ``num_steps`` steps of episodes of ``episode_length`` (observation = step index)."""
+    from rlcollect import LazyTensorStorage
+
+    steps = torch.arange(num_steps)
+    done = (steps % episode_length) == episode_length - 1
+    data = TensorDict({"observation": steps.float(), "next": {"done": done, "truncated": torch.zeros_like(done)}},
+                      batch_size=[num_steps])
+    if extra is not None:
+        data.set(("next", "done"), extra(done))
+    storage = LazyTensorStorage(capacity)
+    storage.extend(data)
+    return storage
+
+
+def test_a_traj_key_not_in_the_storage_falls_back_to_the_end_key():
+    storage = flat_storage(12, 4)
+    sampler = SliceSampler(slice_len=4, traj_key=("collector", "traj_ids"), strict_length=True)
+    torch.manual_seed(0)
+    sample = sampler.sample(storage, 12)
+    # every slice is a whole episode: starts at a multiple of 4
+    assert (sample["observation"].reshape(3, 4)[:, 0] % 4 == 0).all()
+
+
+def test_an_end_flag_with_extra_per_step_dims_is_rejected():
+    storage = flat_storage(12, 4, extra=lambda done: done[:, None].expand(12, 5).clone())
+    with pytest.raises(ValueError, match=r"one per step.*extra dims \[5\]"):
+        SliceSampler(slice_len=4).sample(storage, 8)
+    storage = flat_storage(12, 4, extra=lambda done: done[:, None].clone())  # [N, 1] is one per step
+    assert SliceSampler(slice_len=4).sample(storage, 8).batch_size == (8,)
+
+
+def test_pad_output_marks_truncated_on_the_last_real_step_only():
+    storage = flat_storage(6, 2)  # episodes of 2 steps, slices of 4: every slice is padded
+    sampler = SliceSampler(slice_len=4, pad_output=True)
+    sample = sampler.sample(storage, 8)
+    mask = sample["collector", "mask"].reshape(2, 4)
+    assert mask.tolist() == [[True, True, False, False]] * 2
+    truncated = sample["next", "truncated"].reshape(2, 4)
+    assert not truncated[~mask].any()  # never on padding
+    # these slices end with their episode (stored done): nothing to mark as truncated
+    assert not truncated.any()
+
+
+def test_pad_output_truncates_a_cut_slice_at_its_last_real_step():
+    from rlcollect import LazyTensorStorage
+
+    # one trajectory of 3 steps still running (no done): a slice of 4 is its 3 real steps + 1 pad
+    data = TensorDict({"observation": torch.arange(3).float(),
+                       "next": {"done": torch.zeros(3, dtype=torch.bool), "truncated": torch.zeros(3, dtype=torch.bool)}},
+                      batch_size=[3])
+    storage = LazyTensorStorage(10)
+    storage.extend(data)
+    sample = SliceSampler(slice_len=4, pad_output=True).sample(storage, 4)
+    assert sample["collector", "mask"].tolist() == [True, True, True, False]
+    assert sample["next", "truncated"].tolist() == [False, False, True, False]

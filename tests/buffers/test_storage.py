@@ -125,10 +125,6 @@ def test_a_write_that_does_not_fit_the_allocated_rows_raises():
     storage.extend(TensorDict({"value": torch.zeros(2, 3)}, [2, 3]))
     with pytest.raises(ValueError, match=r"ndim=2.*leading dims \[2\].*got \[3, 3\].*\[2, 10\]"):
         storage.extend(TensorDict({"value": torch.zeros(3, 3)}, [3, 3]))
-    with pytest.raises(ValueError, match=r"T <= 10.*got \[2, 11\]"):
-        storage.extend(TensorDict({"value": torch.zeros(2, 11)}, [2, 11]))
-    with pytest.raises(ValueError, match=r"ndim=1.*N <= 10.*got \[11\]"):
-        LazyTensorStorage(10).extend(values(0, 11))
     with pytest.raises(ValueError, match="smaller than the 30 rows"):
         LazyTensorStorage(20, ndim=2).extend(TensorDict({"value": torch.zeros(30, 1)}, [30, 1]))
 
@@ -242,3 +238,25 @@ def test_writes_of_dtypes_numpy_lacks_and_of_non_contiguous_sources():
     expected = torch.tensor([[2, 2, 4, 6, 0], [3, 3, 5, 7, 1]])
     assert torch.equal(storage.read()["value"], expected)
     assert torch.equal(storage.read()["half"].float(), expected.float())
+
+
+@pytest.mark.parametrize("ndim", [1, 2])
+def test_a_write_longer_than_the_ring_wraps_like_two_shorter_writes(ndim):
+    """12 steps into a ring of 10 (starting at cursor 3) leave what 3 + 9 steps written in
+    two extends would: the last 10 steps, the cursor and counts advanced by all 12."""
+    def steps(first, count):
+        data = values(first, first + count)
+        return data if ndim == 1 else torch.stack([data, data], 0)
+
+    max_size = 10 * (1 if ndim == 1 else 2)  # rows of 10
+    one, two = LazyTensorStorage(max_size, ndim=ndim), LazyTensorStorage(max_size, ndim=ndim)
+    for storage in (one, two):
+        storage.extend(steps(0, 3))
+    one.extend(steps(3, 12))
+    two.extend(steps(3, 3))
+    two.extend(steps(6, 9))
+    assert one.position.cursor == two.position.cursor == 5
+    assert one.write_count == two.write_count == 15 * (1 if ndim == 1 else 2)
+    assert torch.equal(one.read()["value"], two.read()["value"])
+    oldest_first = one.read()["value"] if ndim == 1 else one.read()["value"][0].roll(-one.position.cursor)
+    assert oldest_first.tolist() == list(range(5, 15))

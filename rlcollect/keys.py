@@ -22,3 +22,6 @@ POLICY_VERSION = ("collector", "policy_version")  # int64, the weights version t
 WORKER_ID = ("collector", "worker_id")  # int64, the worker (or Ray actor) that collected the step
 MASK = ("collector", "mask")  # bool, real steps of a padded layout
 BUFFER_ID = ("collector", "buffer_id")  # int64, the member of a ReplayBufferEnsemble a sample came from
+
+# Dim names: every collector batch names its last batch dim (time) "time", as TorchRL does.
+TIME_DIM = "time"

@@ -11,6 +11,10 @@ from typing import Iterator, Sequence
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rlcollect.keys import TIME_DIM
+
+ROLLOUT_DIM = "rollout"  # the [N, T + 1] rollout's last dim: T transitions + the bootstrap slot
+
 TRANSITION_KEYS = (
     "observation", "action", "action_log_prob", "state_value", "is_init",
     ("next", "observation"), ("next", "reward"), ("next", "terminated"),
@@ -18,24 +22,45 @@ TRANSITION_KEYS = (
 )
 
 
+def feature_shape(dim: int | Sequence[int]) -> tuple[int, ...]:
+    """An int ``d`` is a feature dim of ``d`` (``(d,)``); a sequence is the shape itself
+    (``()`` for a scalar, e.g. a Discrete action)."""
+    if isinstance(dim, bool):
+        raise TypeError(f"a feature dim must be an int or a shape, got {dim!r}")
+    return (dim,) if isinstance(dim, int) else tuple(dim)
+
+
 class RolloutBuffer:
     """One rollout of ``num_envs`` x ``rollout_len`` transitions, allocated once on ``device``.
 
-    ``state_shapes`` adds per-step entries the policy carries (a recurrent policy's hidden
-    states, ``{key: (num_layers, hidden_size)}``), stored as ``key`` and ``("next", key)``.
+    The rollout is ``[num_envs, rollout_len + 1]``: row n holds env n's transitions, slot
+    ``rollout_len`` the observation that follows the last step (the bootstrap slot).
 
-    ``start_rollout()`` gives the shared TensorDict; ``add(batch)`` fills it from a
-    collector batch ``[num_envs, rollout_len]`` (or marks the shared one ready);
-    ``get()`` hands out the transition view. Algorithms add fields (advantage, ...)
-    to the shared TensorDict.
+    Args:
+        num_envs, rollout_len: the rollout's shape.
+        obs_dim: an int (a flat observation of that many features) or the observation's shape.
+        action_dim: an int (a vector action) or the action's shape (``()``, the default: one
+            discrete action per step).
+        device: where the rollout lives.
+        observation_dtype: default float32.
+        action_dtype: default int64 for a scalar action (shape ``()``), float32 otherwise.
+        state_shapes: per-step entries the policy carries (a recurrent policy's hidden
+            states, ``{key: (num_layers, hidden_size)}``), stored as ``key`` and ``("next", key)``.
+
+    ``start_rollout()`` gives the shared TensorDict (``Collector.collect(num_steps,
+    rollout=...)`` writes straight into it); ``add(rollout)`` marks it ready, or copies a
+    collector batch ``[num_envs, rollout_len]`` into it; ``get()`` hands out the transition
+    view. Algorithms add fields (advantage, ...) to the shared TensorDict.
     """
 
-    def __init__(self, num_envs: int, rollout_len: int, observation_shape: Sequence[int],
-                 action_shape: Sequence[int] = (), *, observation_dtype: torch.dtype = torch.float32,
-                 action_dtype: torch.dtype = torch.int64, device: str | torch.device = "cpu",
-                 state_shapes: dict[str, Sequence[int]] | None = None) -> None:
+    def __init__(self, num_envs: int, rollout_len: int, obs_dim: int | Sequence[int], action_dim: int | Sequence[int] = (),
+                 device: str | torch.device = "cpu", *, observation_dtype: torch.dtype = torch.float32,
+                 action_dtype: torch.dtype | None = None, state_shapes: dict[str, Sequence[int]] | None = None) -> None:
         self.num_envs, self.rollout_len = num_envs, rollout_len
         self.device = torch.device(device)
+        observation_shape, action_shape = feature_shape(obs_dim), feature_shape(action_dim)
+        if action_dtype is None:
+            action_dtype = torch.int64 if action_shape == () else torch.float32
         shape = (num_envs, rollout_len + 1)
 
         def zeros(*feature_shape, dtype=torch.float32):
@@ -58,6 +83,7 @@ class RolloutBuffer:
             },
             batch_size=shape,
             device=self.device,
+            names=[None, ROLLOUT_DIM],
         )
         self.state_keys = list(state_shapes or {})
         for key, state_shape in (state_shapes or {}).items():
@@ -108,8 +134,15 @@ class RolloutBuffer:
 
 
 def transition_view(rollout: TensorDictBase, flatten: bool = False) -> TensorDictBase:
-    """Drop the padded final slot: ``[N, T + 1]`` -> ``[N, T]`` (a view), or ``[N * T]``."""
-    view = rollout[:, :-1]
+    """The transitions of a rollout: ``[N, T + 1]`` -> ``[N, T]`` (a view, the bootstrap
+    slot dropped), or ``[N * T]`` with ``flatten``. Idempotent: a transition view (its
+    last dim named ``"time"``, as ``get()``'s and every collector batch's is) is not
+    trimmed again."""
+    if rollout.names[-1] == TIME_DIM:
+        view = rollout
+    else:
+        view = rollout[..., :-1]
+        view.names = [*view.names[:-1], TIME_DIM]
     return view.reshape(-1) if flatten else view
 
 

@@ -32,13 +32,14 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import set_interaction_type
 
+from rlcollect.buffers.rollout import transition_view
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import CollectorDevices, DeviceLike, policy_param_device, sync_function
 from rlcollect.collectors.options import (BatchSpec, DeliveryOptions, DeviceOptions, StepOptions, check_groups,
                                           check_total_frames)
 from rlcollect.envs.sources import EnvSource, make_env
-from rlcollect.keys import CARRIER_KEYS, NEXT_KEYS, TRAJ_IDS
+from rlcollect.keys import CARRIER_KEYS, NEXT_KEYS, TIME_DIM, TRAJ_IDS
 from rlcollect.modules.recurrent import policy_primers
 from rlcollect.trajectories import TrajectoryPool
 
@@ -236,37 +237,56 @@ class Collector(CollectorBase):
             batch_size=[*self._env_batch, self._time_steps],
             device=self.devices.storing,
         )
+        self._batch.names = [None] * len(self._env_batch) + [TIME_DIM]  # as TorchRL's batches: time is named
         self._build_write_plan()
 
     def _build_write_plan(self) -> None:
-        """Per-step destinations (views of the batch at each t) and their sources."""
+        """The per-step destinations for the preallocated batch (see ``_write_plan``)."""
+        self._batch_plan = self._write_plan(self._batch)
+        self._rollout_plans: dict = {}  # (id, data pointer, T) of a rollout -> its write plan
+        self.__dict__.update(self._batch_plan)
+
+    def _write_plan(self, target: TensorDictBase) -> dict:
+        """Per-step destinations (views of ``target`` ``[*env_batch, T]`` at each t) and
+        their sources: the attributes the per-step loop reads, as a dict, so that a
+        rollout's plan can stand in for the batch's (``collect(rollout=...)``)."""
         time_dim = len(self._env_batch)
+        time_steps = target.batch_size[-1]
 
         def views(key):
-            return self._batch.get(key).unbind(time_dim)
+            return target.get(key).unbind(time_dim)
+
+        def numpy_views(key) -> list:
+            stored = target.get(key)
+            flat = stored.numpy().reshape(self._num_envs, time_steps, *stored.shape[time_dim + 1:])
+            return [flat[:, t] for t in range(time_steps)]
 
         carrier_keys = self._carried_keys
-        self._action_views = views("action")
-        self._other_policy_views = [(key, views(key)) for key in self._policy_keys if key != "action"]
-        self._next_hidden_views = [(key, state, views(("next", key))) for key, state in self._hidden.items()]
-        self._truncated_views = views(("next", "truncated"))
-        self._done_views = views(("next", "done"))
-        self._carrier_entries = [(key, self.env.staged.get(key)) for key in CARRIER_KEYS]
-        self._staged_observation = self.env.staged.get("observation")
+        plan = dict(
+            _time_steps=time_steps,
+            _action_views=views("action"),
+            _other_policy_views=[(key, views(key)) for key in self._policy_keys if key != "action"],
+            _next_hidden_views=[(key, state, views(("next", key))) for key, state in self._hidden.items()],
+            _truncated_views=views(("next", "truncated")),
+            _done_views=views(("next", "done")),
+            _carrier_entries=[(key, self.env.staged.get(key)) for key in CARRIER_KEYS],
+            _staged_observation=self.env.staged.get("observation"),
+        )
         env_keys = [*carrier_keys, *(("next", key) for key in NEXT_KEYS)]
-        if self.devices.env.type == "cpu" and self.devices.storing.type == "cpu":
+        storing_on_cpu = target.device is not None and target.device.type == "cpu"
+        if self.devices.env.type == "cpu" and storing_on_cpu:
             # numpy writes cost a third of Tensor.copy_ for these tiny per-step slices
-            self._copy_env_output = np.copyto
-            plan = [(self._env_source(key).numpy(), self._numpy_views(key)) for key in env_keys]
-            on_cpu = self.devices.policy.type == "cpu"
-            self._action_numpy_views = self._numpy_views("action") if on_cpu else None
+            plan["_copy_env_output"] = np.copyto
+            sources = [(self._env_source(key).numpy(), numpy_views(key)) for key in env_keys]
+            plan["_action_numpy_views"] = numpy_views("action") if self.devices.policy.type == "cpu" else None
         else:
-            self._action_numpy_views = None
-            self._copy_env_output = torch.Tensor.copy_
-            plan = [(self._env_source(key), views(key)) for key in env_keys]
-        self._carrier_plan, self._next_plan = plan[:len(carrier_keys)], plan[len(carrier_keys):]
+            plan["_action_numpy_views"] = None
+            plan["_copy_env_output"] = torch.Tensor.copy_
+            sources = [(self._env_source(key), views(key)) for key in env_keys]
+        plan["_carrier_plan"], plan["_next_plan"] = sources[:len(carrier_keys)], sources[len(carrier_keys):]
         # A policy off the CPU with a batch on it: step the env with the stored copy, not a second device copy.
-        self._send_stored_action = self._action_numpy_views is None and self.devices.storing.type == "cpu"
+        plan["_send_stored_action"] = plan["_action_numpy_views"] is None and storing_on_cpu
+        return plan
 
     def share_memory_(self) -> "Collector":
         """Move the preallocated batch to shared memory (for worker processes)."""
@@ -278,12 +298,6 @@ class Collector(CollectorBase):
         """The persistent tensor that holds ``key`` for the current step, flat over envs."""
         source = self._carrier.get(key) if key in self._carrier.keys(True, True) else self.env.staged.get(key)
         return source.reshape(self._num_envs, *source.shape[len(self._env_batch):])
-
-    def _numpy_views(self, key) -> list[np.ndarray]:
-        """Per-step numpy views ``[num_envs, *feature]`` of the batch entry ``key``."""
-        stored = self._batch.get(key)
-        flat = stored.numpy().reshape(self._num_envs, self._time_steps, *stored.shape[len(self._env_batch) + 1:])
-        return [flat[:, t] for t in range(self._time_steps)]
 
     # ------------------------------------------------------------------ the loop
     def _act(self, carrier: TensorDictBase, random: bool) -> TensorDictBase:
@@ -308,9 +322,36 @@ class Collector(CollectorBase):
         by the next one: clone what you keep)."""
         return self._batch
 
-    def collect(self) -> TensorDictBase:
-        """Fill the preallocated batch and count its frames; returns it (not delivered:
-        see ``deliver``)."""
+    def collect(self, num_steps: int | None = None, rollout: TensorDictBase | None = None) -> TensorDictBase:
+        """Collect one batch and count its frames.
+
+        Without ``rollout``: fill the preallocated batch (``num_steps``, if given, must be
+        its T) and return it, not delivered (see ``deliver``). With ``rollout``, a
+        ``[*env_batch, num_steps + 1]`` TensorDict such as ``RolloutBuffer.start_rollout()``
+        (``[1, num_steps + 1]`` for a single env): write ``num_steps`` steps straight into
+        its first ``num_steps`` slots, with no intermediate batch, put the observation that
+        follows the last step into slot ``num_steps``, and return it. Entries the rollout
+        lacks (trajectory ids, what the policy writes besides action, log-prob and value)
+        are added to it once.
+        """
+        if rollout is None:
+            if num_steps is not None and num_steps != self._time_steps:
+                raise ValueError(f"num_steps={num_steps}: this collector's batches have {self._time_steps} steps "
+                                 "per env; pass rollout=... to collect another length")
+            self._run_steps()
+            return self._batch
+        rows, target, plan = self._rollout_plan(rollout, num_steps)
+        self.__dict__.update(plan)
+        try:
+            self._run_steps()
+        finally:
+            self.__dict__.update(self._batch_plan)
+        time_dim = rows.batch_dims - 1  # the bootstrap slot gets the observation after the last step
+        rows.get("observation").select(time_dim, -1).copy_(target.get(("next", "observation")).select(time_dim, -1))
+        return rollout
+
+    def _run_steps(self) -> None:
+        """The loop over the current write plan's time steps."""
         random_steps = self.begin_batch()
         env, reset_when_done = self.env, self.reset_when_done
         with torch.no_grad(), set_interaction_type(self.exploration_type):
@@ -318,7 +359,38 @@ class Collector(CollectorBase):
                 action = self.act(t, t < random_steps)
                 self.record(t, env.stage_step(action, reset_when_done))
         self.end_batch()
-        return self._batch
+
+    def _rollout_plan(self, rollout: TensorDictBase, num_steps: int | None) -> tuple:
+        """``(rows, transitions, write plan)`` of ``rollout``: its ``[*env_batch, T + 1]``
+        rows, their ``[*env_batch, T]`` transitions view this collector writes into, and the
+        plan (cached: a RolloutBuffer hands out the same TensorDict every time)."""
+        single = not self._env_batch and rollout.batch_dims == 2 and rollout.batch_size[0] == 1
+        env_batch = tuple(rollout.batch_size[1:-1] if single else rollout.batch_size[:-1])
+        steps = rollout.batch_size[-1] - 1 if rollout.batch_dims else 0
+        if env_batch != self._env_batch or steps < 1:
+            raise ValueError(f"rollout has batch size {list(rollout.batch_size)}; this collector's env batch is "
+                             f"{list(self._env_batch)}: expected [*env_batch, num_steps + 1] ([1, num_steps + 1] "
+                             "for a single env)")
+        if num_steps is not None and num_steps != steps:
+            raise ValueError(f"num_steps={num_steps} but the rollout holds {steps} steps (+ 1 bootstrap slot)")
+        key = (id(rollout), rollout.get("observation").data_ptr(), steps)
+        if key not in self._rollout_plans:
+            batch_dims = self._batch.batch_dims
+            for name, stored in self._batch.items(True, True):
+                feature = stored.shape[batch_dims:]
+                if name not in rollout.keys(True, True):
+                    rollout.set(name, torch.zeros((*rollout.batch_size, *feature), dtype=stored.dtype,
+                                                  device=rollout.device))
+                    continue
+                given = rollout.get(name)
+                if given.dtype != stored.dtype or given.shape[rollout.batch_dims:] != feature:
+                    raise ValueError(f"rollout entry {name!r} is {given.dtype} "
+                                     f"{list(given.shape[rollout.batch_dims:])}; the collector writes {stored.dtype} "
+                                     f"{list(feature)}")
+            rows = rollout[0] if single else rollout
+            target = transition_view(rows)
+            self._rollout_plans[key] = (rows, target, self._write_plan(target))
+        return self._rollout_plans[key]
 
     def deliver(self, batch: TensorDictBase) -> TensorDictBase | None:
         """The delivery path (split_trajs, postproc, post-collect hook, replay-buffer write);
@@ -343,7 +415,7 @@ class Collector(CollectorBase):
         if self.set_truncated:
             self._truncate_last_step()
         self._sync_storage()
-        self._frames += self.frames_per_batch
+        self._frames += self._num_envs * self._time_steps
 
     def act(self, t: int, random: bool = False):
         """First half of step t: record the carrier, run the policy (or take a random

@@ -90,6 +90,13 @@ _EXPORTS = {
     # logging
     "RunLogger": "rlcollect.logging.run_logger",
     "WandbLogger": "rlcollect.logging.run_logger",
+    # the seed's and TorchRL's names, for users who migrate (rlcollect/compat.py)
+    "MultiCollector": "rlcollect.compat",
+    "MultiSyncDataCollector": "rlcollect.compat",
+    "MultiaSyncDataCollector": "rlcollect.compat",
+    "SyncDataCollector": "rlcollect.compat",
+    "TensorDictReplayBuffer": "rlcollect.compat",
+    "aSyncDataCollector": "rlcollect.compat",
 }
 __all__ = [
     "ActionServerCollector", "ActorCritic", "AlternatingCollector", "BatchSpec", "Collector", "CollectorBase", "DQN",
@@ -101,6 +108,9 @@ __all__ = [
     "SliceSampler", "StagedEnv", "StepOptions", "TrajectoryInfo", "TrajectoryPool", "WandbLogger", "WeightSyncScheme",
     "WorkerError", "WorkerOptions", "evaluate_episodes", "generalized_advantage_estimate", "iterate_minibatches",
     "make_env", "recurrent_mode", "set_recurrent_mode", "split_trajectories", "transition_view",
+    # aliases for migrating users (rlcollect/compat.py)
+    "MultiCollector", "MultiSyncDataCollector", "MultiaSyncDataCollector", "SyncDataCollector",
+    "TensorDictReplayBuffer", "aSyncDataCollector",
 ]
 
 __getattr__ = lazy_getattr("rlcollect", _EXPORTS, globals())
@@ -127,6 +137,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load
                                               WorkerOptions)
     from rlcollect.collectors.processes import WorkerError  # noqa: F401
     from rlcollect.collectors.ray import RayCollector, RayReplayBuffer  # noqa: F401
+    from rlcollect.collectors.single import Collector  # noqa: F401
+    from rlcollect.compat import (MultiaSyncDataCollector, MultiCollector, MultiSyncDataCollector,  # noqa: F401
+                                  SyncDataCollector, TensorDictReplayBuffer, aSyncDataCollector)
     from rlcollect.envs.gym_env import GymEnv  # noqa: F401
     from rlcollect.envs.sources import make_env  # noqa: F401
     from rlcollect.envs.staging import StagedEnv  # noqa: F401

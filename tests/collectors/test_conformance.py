@@ -132,3 +132,21 @@ def test_hooks_and_postproc_set_after_construction_reach_the_workers(no_leftover
     assert set(path.with_name("pre.txt").read_text().splitlines()) == {"called"}
     with pytest.raises(ValueError, match="can only be set at construction"):
         collector.set_delivery(split_trajs=True)
+
+
+def test_torchrl_names_and_the_seeds_multicollector(no_leftovers):
+    from rlcollect.compat import (MultiaSyncDataCollector, MultiCollector, MultiSyncDataCollector, SyncDataCollector,
+                                  TensorDictReplayBuffer, aSyncDataCollector)
+    from rlcollect import ReplayBuffer
+
+    assert SyncDataCollector is Collector and TensorDictReplayBuffer is ReplayBuffer
+    assert MultiSyncDataCollector is MultiSyncCollector and MultiaSyncDataCollector is MultiAsyncCollector
+    sync = MultiCollector([counting_factory(5)] * 2, frames_per_batch=8, start_method="fork")
+    asynchronous = MultiCollector([counting_factory(5)] * 2, frames_per_batch=4, sync=False, start_method="fork")
+    background = aSyncDataCollector(counting_factory(5), frames_per_batch=4, start_method="fork", total_frames=8)
+    for collector in (sync, asynchronous, background):
+        no_leftovers(collector)
+    assert type(sync) is MultiSyncCollector and type(asynchronous) is MultiAsyncCollector
+    assert next(iter(sync)).batch_size == (2, 2, 2)
+    assert [batch.batch_size for batch in background] == [(2, 2), (2, 2)]  # one worker of 2 envs
+    assert background.num_workers == 1

@@ -19,6 +19,7 @@ import copy
 import math
 import warnings
 from dataclasses import replace
+from typing import Sequence
 
 import torch
 from tensordict import TensorDictBase
@@ -81,9 +82,9 @@ class _MultiCollector(CollectorBase):
         self._workers = WorkerProcesses(self._mp_context, on_failure=self.shutdown)
         self._traj_pool = TrajectoryPool(mp_context=self._mp_context)
         schemes = self._setup_weight_sync_schemes(weight_sync_schemes)
-        worker_frames = self._worker_frames_per_batch(check_positive_int("frames_per_batch", frames_per_batch))
+        worker_frames = self._setup_frames_per_batch(frames_per_batch)
         if delivery.replay_buffer is not None:
-            self._setup_replay_buffer(delivery, env_specs[0], policy, worker_frames, step, devices)
+            self._setup_replay_buffer(delivery, env_specs[0], policy, worker_frames[0], step, devices)
         try:
             self._senders = {model_id: scheme.make_sender(resolve_model(self, model_id), self.num_workers,
                                                           self._mp_context)
@@ -102,6 +103,16 @@ class _MultiCollector(CollectorBase):
                 raise TypeError(f"weight_sync_schemes[{model_id!r}] must be a WeightSyncScheme, "
                                 f"got {type(scheme).__name__}")
         return dict(schemes)
+
+    def _setup_frames_per_batch(self, frames_per_batch) -> list[int]:
+        """Frames per batch of each worker: one int for all (see the subclass), or one per worker."""
+        if isinstance(frames_per_batch, (list, tuple)):
+            if len(frames_per_batch) != self.num_workers:
+                raise ValueError(f"frames_per_batch lists {len(frames_per_batch)} values for {self.num_workers} "
+                                 "workers: give one per worker, or one int")
+            return [check_positive_int(f"frames_per_batch[{i}]", value) for i, value in enumerate(frames_per_batch)]
+        return [self._worker_frames_per_batch(check_positive_int("frames_per_batch", frames_per_batch))] * \
+            self.num_workers
 
     def _worker_frames_per_batch(self, frames_per_batch: int) -> int:
         raise NotImplementedError
@@ -125,14 +136,14 @@ class _MultiCollector(CollectorBase):
                 probe.shutdown()
         replay_buffer.share(self._mp_context)
 
-    def _start_workers(self, env_specs, frames_per_batch: int, step: StepOptions, devices: DeviceOptions,
+    def _start_workers(self, env_specs, frames_per_batch: list[int], step: StepOptions, devices: DeviceOptions,
                        delivery: DeliveryOptions, workers: WorkerOptions, cpus) -> None:
         for worker_id, env_spec in enumerate(env_specs):
             spec = WorkerSpec(
                 # A copy per worker: pickling for spawn would otherwise move the trainer's own tensors to
                 # shared memory and let the workers see every in-place update without a weight sync.
                 worker_id=worker_id, create_env=env_spec, policy=copy.deepcopy(self.policy),
-                frames_per_batch=frames_per_batch, step=step, devices=devices, delivery=delivery,
+                frames_per_batch=frames_per_batch[worker_id], step=step, devices=devices, delivery=delivery,
                 traj_pool=self._traj_pool, seed=env_spec.seed,
                 weight_endpoints={model_id: sender.endpoint(worker_id) for model_id, sender in self._senders.items()},
                 torch_threads=workers.worker_torch_threads, cpus=None if cpus is None else cpus[worker_id],
@@ -175,12 +186,15 @@ class _MultiCollector(CollectorBase):
         for worker_id in range(self.num_workers):
             self._delivery_changes[worker_id] = {**self._delivery_changes.get(worker_id, {}), **worker_changes}
 
-    def _request(self, command: str, *args_per_worker) -> None:
-        """Send a command (with the worker's own arguments) to every worker and wait for every answer."""
+    def _request(self, command: str, *args_per_worker) -> list:
+        """Send a command (with the worker's own arguments) to every worker, wait for every
+        answer; returns the answers in worker order."""
         for worker_id in range(self.num_workers):
             self._send(worker_id, command, *(args[worker_id] for args in args_per_worker))
-        for _ in self._receive(range(self.num_workers), expect="ok"):
-            pass
+        answers = [None] * self.num_workers
+        for worker_id, (_, answer) in self._receive(range(self.num_workers), expect="ok"):
+            answers[worker_id] = answer
+        return answers
 
     # ------------------------------------------------------------------ public API
     def update_policy_weights_(self, policy_or_weights=None) -> None:
@@ -209,9 +223,18 @@ class _MultiCollector(CollectorBase):
         self._request("reset")
 
     def state_dict(self) -> dict:
-        return {"frames": self._frames, "traj_pool": self._traj_pool.state_dict()}
+        """Frame count, the shared trajectory-id pool, the policy version, and per worker
+        (``"worker{i}"``) what it holds: its collector's state and its policy's weights.
+        Tensors, numbers and dicts only (a checkpoint loads it with weights_only=True)."""
+        workers = self._request("state_dict")
+        return {"frames": self._frames, "traj_pool": self._traj_pool.state_dict(),
+                "policy_version": self.policy_version,
+                **{f"worker{worker_id}": state for worker_id, state in enumerate(workers)}}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore the frame count and the id pool; each env restarts (a new trajectory in
+        every env). The ``"worker{i}"`` entries are a record: the workers get their weights
+        from the trainer's policy (``update_policy_weights_()``), never from a checkpoint."""
         self._frames = int(state["frames"])
         self._traj_pool.load_state_dict(state["traj_pool"])
         self.reset()
@@ -252,9 +275,11 @@ class MultiSyncCollector(_MultiCollector):
             per worker.
         policy: callable TensorDict -> TensorDict writing ``"action"`` (each worker gets a
             copy); None: uniform random actions.
-        frames_per_batch: frames per yielded batch, split across the workers.
+        frames_per_batch: frames per yielded batch, split across the workers; or one value
+            per worker (the batch holds their sum; with different lengths, concatenate along
+            time: cat_results=-1).
         total_frames: stop after this many frames; -1 for endless.
-        cat_results: "stack", 0 or -1 (see above).
+        cat_results: "stack" (None means it too, as in TorchRL), 0 or -1 (see above).
         num_workers: worker processes (with one env source; a list sets it).
         envs_per_worker: envs each worker steps, a batched GymEnv (None: one env, batch [T]).
         seed: env i over all workers is seeded with ``seed + i``, each worker's RNGs with
@@ -265,8 +290,10 @@ class MultiSyncCollector(_MultiCollector):
         update_at_each_batch: push the weights before every batch.
     """
 
-    def __init__(self, create_env_fn, policy=None, *, frames_per_batch: int, total_frames: int = -1,
-                 cat_results: str | int = "stack", **kwargs) -> None:
+    def __init__(self, create_env_fn, policy=None, *, frames_per_batch: int | Sequence[int], total_frames: int = -1,
+                 cat_results: str | int | None = "stack", **kwargs) -> None:
+        if cat_results is None:  # TorchRL's spelling of the default
+            cat_results = "stack"
         if cat_results not in CAT_RESULTS:
             raise ValueError(f"cat_results must be one of {CAT_RESULTS}, got {cat_results!r}")
         if cat_results == 0:
@@ -278,32 +305,40 @@ class MultiSyncCollector(_MultiCollector):
                          **kwargs)
         self.frames_per_batch = sum(self._worker_frames)
         self._check_layout()
-        self.batch_size = self._combined_shape(self._buffers[0].batch_size)
+        self.batch_size = self._combined_shape([buffer.batch_size for buffer in self._buffers])
 
     def _worker_frames_per_batch(self, frames_per_batch: int) -> int:
         return math.ceil(frames_per_batch / self.num_workers)
 
-    def _check_layout(self) -> None:
-        shapes = {tuple(buffer.batch_size) for buffer in self._buffers}
-        if len(shapes) > 1:
-            self.shutdown()
-            raise ValueError(f"MultiSyncCollector needs every worker to produce the same batch shape; got "
-                             f"{sorted(shapes)} (give every worker the same number of envs)")
-
-    def _combined_shape(self, worker_shape: torch.Size) -> torch.Size:
-        workers = self.num_workers
+    def _cat_dim(self, batch_dims: int) -> int | None:
+        """The dim the workers' batches are concatenated along (None: stacked)."""
         if self.cat_results == "stack":
-            return torch.Size([workers, *worker_shape])
-        if len(worker_shape) == 1 or self.cat_results == 0:
-            return torch.Size([workers * worker_shape[0], *worker_shape[1:]])
-        return torch.Size([*worker_shape[:-1], worker_shape[-1] * workers])
+            return None
+        return 0 if batch_dims == 1 or self.cat_results == 0 else batch_dims - 1
+
+    def _check_layout(self) -> None:
+        """Stacked batches need one shape; concatenated ones agree on every other dim."""
+        shapes = [tuple(buffer.batch_size) for buffer in self._buffers]
+        dim = self._cat_dim(len(shapes[0]))
+        kept = {shape if dim is None else shape[:dim] + shape[dim + 1:] for shape in shapes}
+        if len({len(shape) for shape in shapes}) > 1 or len(kept) > 1:
+            self.shutdown()
+            along = "" if dim is None else f" but along dim {dim}"
+            raise ValueError(f"MultiSyncCollector with cat_results={self.cat_results!r} needs every worker's batch "
+                             f"to have the same shape{along}; got {shapes} (give every worker the same number of "
+                             "envs, and with per-worker frames_per_batch concatenate along time: cat_results=-1)")
+
+    def _combined_shape(self, worker_shapes: list[torch.Size]) -> torch.Size:
+        dim = self._cat_dim(len(worker_shapes[0]))
+        if dim is None:
+            return torch.Size([self.num_workers, *worker_shapes[0]])
+        combined = list(worker_shapes[0])
+        combined[dim] = sum(shape[dim] for shape in worker_shapes)
+        return torch.Size(combined)
 
     def _combine(self, batches: list[TensorDictBase]) -> TensorDictBase:
-        if self.cat_results == "stack":
-            return torch.stack(batches, 0)
-        if batches[0].batch_dims == 1:
-            return torch.cat(batches, 0)
-        return torch.cat(batches, 0 if self.cat_results == 0 else -1)
+        dim = self._cat_dim(batches[0].batch_dims)
+        return torch.stack(batches, 0) if dim is None else torch.cat(batches, dim)
 
     def _next_batch(self) -> TensorDictBase:
         if self.update_at_each_batch:
@@ -327,7 +362,8 @@ class MultiAsyncCollector(_MultiCollector):
 
     Workers pick up new weights at the start of their next batch, so a batch may have been
     collected with older weights than the trainer's: ("collector", "policy_version") says
-    which. Same arguments as MultiSyncCollector, without ``cat_results``.
+    which. Same arguments as MultiSyncCollector, without ``cat_results``; with one
+    frames_per_batch per worker, each worker's batches have its own length.
     """
 
     def __init__(self, create_env_fn, policy=None, *, frames_per_batch: int, total_frames: int = -1,
@@ -376,6 +412,12 @@ class MultiAsyncCollector(_MultiCollector):
     def set_seed(self, seed: int) -> int:
         self._pause()
         return super().set_seed(seed)
+
+    def state_dict(self) -> dict:
+        """As MultiSyncCollector's; the batches in flight are waited for first (and dropped,
+        unless written into a replay buffer)."""
+        self._pause()
+        return super().state_dict()
 
     def reset(self) -> None:
         self._pause()

@@ -39,7 +39,7 @@ from rlcollect.collectors.devices import CollectorDevices, DeviceLike, policy_pa
 from rlcollect.collectors.options import (BatchSpec, DeliveryOptions, DeviceOptions, StepOptions, check_groups,
                                           check_total_frames)
 from rlcollect.envs.sources import EnvSource, make_env
-from rlcollect.keys import CARRIER_KEYS, NEXT_KEYS, TIME_DIM, TRAJ_IDS
+from rlcollect.keys import CARRIER_KEYS, NEXT_KEYS, POLICY_VERSION, TIME_DIM, TRAJ_IDS
 from rlcollect.modules.recurrent import policy_primers
 from rlcollect.trajectories import TrajectoryPool
 
@@ -59,6 +59,9 @@ class Collector(CollectorBase):
         policy: callable TensorDict -> TensorDict writing ``"action"``; None: uniform random.
         frames_per_batch: frames per yielded batch.
         total_frames: stop after this many frames; -1 for endless.
+        track_policy_version: write ("collector", "policy_version"), the number of
+            ``update_policy_weights_()`` calls before the batch started (as the
+            multi-process collectors always do).
         traj_pool: where trajectory ids come from (shared by the workers of a multi-process
             collector); default: a pool of its own.
 
@@ -98,6 +101,7 @@ class Collector(CollectorBase):
         no_cuda_sync: bool = False,
         replay_buffer=None,
         trajs_per_batch: int | None = None,
+        track_policy_version: bool = False,
         traj_pool: TrajectoryPool | None = None,
     ) -> None:
         self._build(
@@ -113,6 +117,9 @@ class Collector(CollectorBase):
                                      trajs_per_batch=trajs_per_batch),
             traj_pool=traj_pool,
         )
+        if track_policy_version:
+            self._policy_version_entry = torch.zeros(self.batch_size, dtype=torch.int64, device=self.devices.storing)
+            self._batch.set(POLICY_VERSION, self._policy_version_entry)
 
     @classmethod
     def from_options(cls, create_env_fn: EnvSource, policy: Policy | None = None, *, frames_per_batch: int,
@@ -150,6 +157,8 @@ class Collector(CollectorBase):
         self._traj_ids: torch.Tensor | None = None
         self._primers = policy_primers(policy)
         self._hidden: dict = {}  # hidden-state key -> its persistent carrier tensor [*env_batch, L, H]
+        self.policy_version = 0  # update_policy_weights_() calls so far
+        self._policy_version_entry: torch.Tensor | None = None  # track_policy_version's batch entry
         self._make_carrier()
         self._allocate_batch()
 
@@ -406,6 +415,8 @@ class Collector(CollectorBase):
         if self.reset_at_each_iter and not self._carrier_is_fresh:
             self._make_carrier()
         self._carrier_is_fresh = False
+        if self._policy_version_entry is not None:
+            self._policy_version_entry.fill_(self.policy_version)
         if self.policy is None:
             return self._time_steps
         return math.ceil(max(self.init_random_frames - self._frames, 0) / self._num_envs)
@@ -545,6 +556,7 @@ class Collector(CollectorBase):
         when no copy was made), an ``nn.Module``, a state_dict, or a TensorDict of
         parameters (``TensorDict.from_module``).
         """
+        self.policy_version += 1
         if self.policy is None or not isinstance(self.policy, torch.nn.Module):
             return
         if weights is None:
@@ -559,12 +571,15 @@ class Collector(CollectorBase):
             self.policy.load_state_dict(weights)
 
     def state_dict(self) -> dict:
-        """Frame count and the trajectory-id pool (ids never repeat after a reload)."""
-        return {"frames": self._frames, "traj_pool": self._traj_pool.state_dict()}
+        """Frame count, the trajectory-id pool (ids never repeat after a reload) and the
+        policy version."""
+        return {"frames": self._frames, "traj_pool": self._traj_pool.state_dict(),
+                "policy_version": self.policy_version}
 
     def load_state_dict(self, state: dict) -> None:
         self._frames = int(state["frames"])
         self._traj_pool.load_state_dict(state["traj_pool"])
+        self.policy_version = int(state.get("policy_version", 0))
         self._make_carrier()
 
     def _close(self) -> None:

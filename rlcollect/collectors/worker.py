@@ -4,9 +4,10 @@ The worker owns a Collector (the same per-step loop as in-process collection) wh
 preallocated batch is moved to shared memory once and handed to the main process at
 start-up. Afterwards the pipe carries only small messages:
 
-    main -> worker   ("collect", [delivery changes]) | ("set_seed", seed) | ("reset",) | ("close",)
+    main -> worker   ("collect", [delivery changes]) | ("set_seed", seed) | ("reset",) | ("state_dict",)
+                     | ("close",)
     worker -> main   ("ready", batch, frames_per_batch) | ("batch", policy_version, finished_ns)
-                     | ("ok", None) | ("error", traceback text)
+                     | ("ok", None or the worker's state_dict) | ("error", traceback text)
 
 Before each batch the worker applies pending weights (its WeightReceivers); while idle it
 also wakes up on weight pipes, so a sender never waits on an idle worker. It is set up by
@@ -127,6 +128,11 @@ def _serve(collector, receivers: dict, connection: Connection) -> None:
         elif command == "reset":
             collector.reset()
             connection.send(("ok", None))
+        elif command == "state_dict":
+            state = {**collector.state_dict(), "policy_version": version.version if version is not None else 0}
+            if isinstance(collector.policy, torch.nn.Module):
+                state["policy"] = {key: value.detach().clone() for key, value in collector.policy.state_dict().items()}
+            connection.send(("ok", state))
         elif command == "close":
             return
         else:

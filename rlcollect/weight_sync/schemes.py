@@ -62,6 +62,21 @@ class WeightSyncScheme(ABC):
     def make_sender(self, model: nn.Module, num_workers: int, mp_context) -> WeightSender:
         """Create the transport for ``num_workers`` workers and the main-process sender."""
 
+    @staticmethod
+    def from_backend(backend: str, **kwargs) -> "WeightSyncScheme":
+        """The scheme of a backend by name (as TorchRL's): "shared" (SharedMemWeightSyncScheme),
+        "process" (MultiProcessWeightSyncScheme, kwargs: strategy, ack_timeout), "ray"
+        (RayWeightSyncScheme), "none" (NoWeightSyncScheme)."""
+        from rlcollect.weight_sync.pipes import MultiProcessWeightSyncScheme
+        from rlcollect.weight_sync.ray import RayWeightSyncScheme
+        from rlcollect.weight_sync.shared_mem import SharedMemWeightSyncScheme
+
+        schemes = {"shared": SharedMemWeightSyncScheme, "process": MultiProcessWeightSyncScheme,
+                   "ray": RayWeightSyncScheme, "none": NoWeightSyncScheme}
+        if backend not in schemes:
+            raise ValueError(f"weight-sync backend must be one of {sorted(schemes)}, got {backend!r}")
+        return schemes[backend](**kwargs)
+
 
 # ---------------------------------------------------------------------------- none
 class NoWeightSyncScheme(WeightSyncScheme):

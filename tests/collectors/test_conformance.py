@@ -150,3 +150,52 @@ def test_torchrl_names_and_the_seeds_multicollector(no_leftovers):
     assert next(iter(sync)).batch_size == (2, 2, 2)
     assert [batch.batch_size for batch in background] == [(2, 2), (2, 2)]  # one worker of 2 envs
     assert background.num_workers == 1
+
+
+def test_frames_per_batch_per_worker_and_cat_results_none(no_leftovers):
+    per_worker = MultiSyncCollector([counting_factory(5)] * 2, frames_per_batch=[4, 8], cat_results=-1,
+                                    start_method="fork", total_frames=24)
+    no_leftovers(per_worker)
+    batches = list(per_worker)
+    assert [batch.batch_size for batch in batches] == [(2, 6), (2, 6)]  # [2 envs, 2 + 4 steps]
+    assert per_worker.frames_per_batch == 12 and per_worker.frames == 24
+    asynchronous = MultiAsyncCollector([counting_factory(5)] * 2, frames_per_batch=[4, 8], start_method="fork")
+    no_leftovers(asynchronous)
+    sizes = {int(batch["collector", "worker_id"][0, 0]): batch.batch_size for _, batch in zip(range(4), asynchronous)}
+    assert sizes == {0: (2, 2), 1: (2, 4)}
+    with pytest.raises(ValueError, match="frames_per_batch lists 3 values for 2 workers"):
+        MultiSyncCollector([counting_factory(5)] * 2, frames_per_batch=[4, 4, 4], start_method="fork")
+    with pytest.raises(ValueError, match=r"cat_results='stack' needs every worker's batch to have the same shape"):
+        MultiSyncCollector([counting_factory(5)] * 2, frames_per_batch=[4, 8], start_method="fork")
+    stacked = MultiSyncCollector([counting_factory(5)] * 2, frames_per_batch=8, cat_results=None, start_method="fork")
+    no_leftovers(stacked)
+    assert stacked.cat_results == "stack" and next(iter(stacked)).batch_size == (2, 2, 2)
+
+
+def test_policy_version_is_tracked_and_in_every_state_dict(no_leftovers):
+    from rlcollect import WeightSyncScheme, NoWeightSyncScheme
+
+    policy = WeightProbe()
+    single = Collector(counting_factory(5)(), policy, frames_per_batch=4, track_policy_version=True)
+    batches = iter(single)
+    assert (next(batches)["collector", "policy_version"] == 0).all()
+    single.update_policy_weights_()
+    assert (next(batches)["collector", "policy_version"] == 1).all()
+    assert single.state_dict()["policy_version"] == 1
+    untracked = Collector(counting_factory(5)(), policy, frames_per_batch=4)
+    assert ("collector", "policy_version") not in next(iter(untracked)).keys(True, True)
+
+    multi = MultiSyncCollector([counting_factory(5)] * 2, policy, frames_per_batch=8, start_method="fork",
+                               weight_sync_schemes={"policy": WeightSyncScheme.from_backend("process")})
+    no_leftovers(multi)
+    next(iter(multi))
+    with torch.no_grad():
+        policy.weight.fill_(2.0)
+    multi.update_policy_weights_()
+    state = multi.state_dict()
+    assert state["policy_version"] == 1 and state["frames"] == 8
+    assert [state[f"worker{i}"]["policy_version"] for i in range(2)] == [1, 1]
+    assert [float(state[f"worker{i}"]["policy"]["weight"]) for i in range(2)] == [2.0, 2.0]
+    assert isinstance(WeightSyncScheme.from_backend("none"), NoWeightSyncScheme)
+    with pytest.raises(ValueError, match="weight-sync backend must be one of"):
+        WeightSyncScheme.from_backend("nccl")

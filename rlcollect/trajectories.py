@@ -103,7 +103,8 @@ class CompleteTrajectories:
     ``add(batch)`` takes a collector batch (time last, each row one env) and returns the
     flat concatenation of complete trajectories once at least ``trajs_per_write`` are
     ready, else None. Each env's unfinished tail waits for the next batch, so a write never
-    contains a partial episode.
+    contains a partial episode. ``split(batch)`` gives the trajectories a batch completes,
+    one by one, in the order they ended.
     """
 
     def __init__(self, trajs_per_write: int) -> None:
@@ -112,27 +113,92 @@ class CompleteTrajectories:
         self._ready: list[TensorDict] = []
         self._ready_count = 0
 
-    def add(self, batch: TensorDict) -> TensorDict | None:
+    def split(self, batch: TensorDict) -> list[TensorDict]:
+        """The trajectories that end in ``batch`` (earlier steps from previous batches
+        included), ordered by the step they ended at, then by row; unfinished tails wait."""
         rows = batch.reshape(-1, batch.batch_size[-1])
         if not self._tails:
             self._tails = [None] * rows.shape[0]
+        ended = []  # (end step in this batch, row, trajectory)
         for row_index in range(rows.shape[0]):
             row = rows[row_index]
             tail = self._tails[row_index]
+            if tail is not None and TRAJ_IDS in row.keys(True) and tail.get(TRAJ_IDS)[-1] != row.get(TRAJ_IDS)[0]:
+                tail = None  # the env was reset meanwhile (reset(), reset_at_each_iter): that trajectory never ends
+            held = 0 if tail is None else tail.shape[0]
             steps = row if tail is None else torch.cat([tail, row], 0)
-            ends = torch.nonzero(steps.get(("next", "done"))).squeeze(-1)
-            if ends.numel():
-                last_end = int(ends[-1]) + 1
-                self._ready.append(steps[:last_end].clone())
-                self._ready_count += ends.numel()
-                self._tails[row_index] = steps[last_end:].clone() if last_end < steps.shape[0] else None
-            else:
-                self._tails[row_index] = steps.clone()
+            ends = torch.nonzero(steps.get(DONE)).squeeze(-1).tolist()
+            start = 0
+            for end in ends:
+                ended.append((end - held, row_index, steps[start:end + 1].clone()))
+                start = end + 1
+            self._tails[row_index] = steps[start:].clone() if start < steps.shape[0] else None
+        return [trajectory for _, _, trajectory in sorted(ended, key=lambda item: item[:2])]
+
+    def add(self, batch: TensorDict) -> TensorDict | None:
+        trajectories = self.split(batch)
+        self._ready += trajectories
+        self._ready_count += len(trajectories)
         if self._ready_count < self.trajs_per_write:
             return None
         complete = torch.cat(self._ready, 0)
         self._ready, self._ready_count = [], 0
         return complete
+
+    def drop_partial(self) -> None:
+        """Forget the unfinished tails (their envs were reset)."""
+        self._tails = []
+
+
+TRAJ_FORMATS = ("cat", "padded")
+
+
+class TrajectoryBatcher:
+    """Batches of exactly ``trajs_per_batch`` complete trajectories, the first to complete
+    first (a collector's ``trajs_per_batch`` without a replay buffer).
+
+    ``add(batch)`` takes a collector batch; ``pop()`` returns the next batch of complete
+    trajectories, or None until enough have completed. ``traj_format``: "cat" (flat
+    ``[sum of lengths]``, trajectories end to end, exactly N done flags) or "padded"
+    (``[N, T_max]``, zero-padded after each trajectory's done, with ``("collector", "mask")``).
+    """
+
+    def __init__(self, trajs_per_batch: int, traj_format: str = "cat") -> None:
+        if traj_format not in TRAJ_FORMATS:
+            raise ValueError(f"traj_format must be one of {TRAJ_FORMATS}, got {traj_format!r}")
+        self.trajs_per_batch = check_positive_int("trajs_per_batch", trajs_per_batch)
+        self.traj_format = traj_format
+        self._splitter = CompleteTrajectories(trajs_per_batch)
+        self._ready: list[TensorDict] = []
+
+    def add(self, batch: TensorDict) -> None:
+        self._ready += self._splitter.split(batch)
+
+    def pop(self) -> TensorDict | None:
+        if len(self._ready) < self.trajs_per_batch:
+            return None
+        chosen, self._ready = self._ready[:self.trajs_per_batch], self._ready[self.trajs_per_batch:]
+        if self.traj_format == "cat":
+            return torch.cat(chosen, 0)
+        return _pad(chosen)
+
+    def drop_partial(self) -> None:
+        """Forget the unfinished trajectories (a reset restarted their envs)."""
+        self._splitter.drop_partial()
+
+
+def _pad(trajectories: list[TensorDict]) -> TensorDict:
+    """``[N, T_max]``: trajectory i in row i from step 0, zeros after it, and the mask."""
+    lengths = [trajectory.shape[0] for trajectory in trajectories]
+    first = trajectories[0]
+    padded = first.apply(lambda x: torch.zeros((len(trajectories), max(lengths), *x.shape[1:]), dtype=x.dtype,
+                                               device=x.device), batch_size=[len(trajectories), max(lengths)])
+    mask = torch.zeros(len(trajectories), max(lengths), dtype=torch.bool, device=first.device)
+    for row, (trajectory, length) in enumerate(zip(trajectories, lengths)):
+        padded[row, :length] = trajectory
+        mask[row, :length] = True
+    padded.set(MASK, mask)
+    return padded
 
 
 # ---------------------------------------------------------------------------- trajectory info

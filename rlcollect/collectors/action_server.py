@@ -281,8 +281,10 @@ class ActionServerCollector(CollectorBase):
         return seed
 
     def reset(self) -> None:
-        """Reset every env (decorrelation steps included); each starts a new trajectory."""
+        """Reset every env (decorrelation steps included); each starts a new trajectory
+        (trajectories held back for trajs_per_batch are dropped)."""
         self._restart()
+        self._delivery.drop_partial()
 
     def _restart(self) -> None:
         try:

@@ -11,7 +11,9 @@ from typing import Iterator
 import torch
 from tensordict import TensorDict
 
+from rlcollect.collectors.delivery import PENDING
 from rlcollect.collectors.options import DeliveryOptions
+from rlcollect.keys import MASK
 
 SETTABLE_DELIVERY = ("pre_collect_hook", "post_collect_hook", "postproc")
 
@@ -29,6 +31,7 @@ class CollectorBase(ABC):
     def __init__(self, delivery_options: DeliveryOptions | None = None) -> None:
         self.delivery_options = delivery_options if delivery_options is not None else DeliveryOptions()
         self._frames = 0
+        self._yielded_frames = 0  # trajs_per_batch without a replay buffer: frames of the yielded trajectories
         self._shut_down = False
         self._background: threading.Thread | None = None
         self._background_error: BaseException | None = None
@@ -98,8 +101,22 @@ class CollectorBase(ABC):
     def __iter__(self) -> Iterator[TensorDict]:
         if self._shut_down:
             raise RuntimeError(f"{type(self).__name__} was shut down")
-        while self.total_frames < 0 or self._frames < self.total_frames:
-            yield self._next_batch()
+        while self.total_frames < 0 or self._counted_frames() < self.total_frames:
+            batch = self._next_batch()
+            if batch is PENDING:  # trajs_per_batch: the trajectories are still running
+                continue
+            if batch is not None and self._yields_trajectories():
+                self._yielded_frames += int(batch.get(MASK).sum()) if MASK in batch.keys(True) else batch.numel()
+            yield batch
+
+    def _yields_trajectories(self) -> bool:
+        options = self.delivery_options
+        return options.trajs_per_batch is not None and options.replay_buffer is None
+
+    def _counted_frames(self) -> int:
+        """What total_frames counts: the frames collected, or with trajs_per_batch and no
+        replay buffer the frames of the trajectories yielded."""
+        return self._yielded_frames if self._yields_trajectories() else self._frames
 
     @abstractmethod
     def _next_batch(self) -> TensorDict:

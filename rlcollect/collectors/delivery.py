@@ -15,7 +15,9 @@ from tensordict import TensorDictBase
 
 from rlcollect.buffers.layout import to_storage_layout
 from rlcollect.collectors.options import DeliveryOptions
-from rlcollect.trajectories import CompleteTrajectories, split_trajectories
+from rlcollect.trajectories import CompleteTrajectories, TrajectoryBatcher, split_trajectories
+
+PENDING = object()  # what a delivery returns while trajs_per_batch trajectories are still running
 
 
 class Delivery:
@@ -28,13 +30,25 @@ class Delivery:
         self.options = options
         self.last_hook_result = None  # what the post-collect hook returned for the last batch
         self._complete: dict[int, CompleteTrajectories] = {}
+        self._batchers: dict[int, TrajectoryBatcher] = {}  # trajs_per_batch without a buffer, per source
 
     @property
     def writes(self) -> bool:
         return self.options.replay_buffer is not None
 
-    def __call__(self, batch: TensorDictBase, source: int = 0) -> TensorDictBase | None:
+    @property
+    def batches_trajectories(self) -> bool:
+        """Whether yielded batches are whole trajectories (trajs_per_batch, no buffer)."""
+        return self.options.trajs_per_batch is not None and self.options.replay_buffer is None
+
+    def __call__(self, batch: TensorDictBase, source: int = 0):
+        """The batch to yield, None once written into the replay buffer, or PENDING when
+        trajs_per_batch trajectories have not completed yet (collect more)."""
         options = self.options
+        if self.batches_trajectories:
+            batch = self._trajectories(batch, source)
+            if batch is None:
+                return PENDING
         if options.split_trajs:
             batch = split_trajectories(batch)
         if options.postproc is not None:
@@ -45,6 +59,21 @@ class Delivery:
             return batch
         self.write(batch, source)
         return None
+
+    def _trajectories(self, batch: TensorDictBase, source: int) -> TensorDictBase | None:
+        """Exactly trajs_per_batch complete trajectories, the first to complete first, or None."""
+        if source not in self._batchers:
+            self._batchers[source] = TrajectoryBatcher(self.options.trajs_per_batch, self.options.traj_format)
+        batcher = self._batchers[source]
+        batcher.add(batch)
+        return batcher.pop()
+
+    def drop_partial(self) -> None:
+        """The envs restarted: unfinished trajectories will never complete."""
+        for batcher in self._batchers.values():
+            batcher.drop_partial()
+        for complete in self._complete.values():
+            complete.drop_partial()
 
     def write(self, batch: TensorDictBase, source: int = 0) -> None:
         """The direct write: the batch in the storage's layout, or only the trajectories

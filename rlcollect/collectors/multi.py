@@ -219,8 +219,10 @@ class _MultiCollector(CollectorBase):
         return seed
 
     def reset(self) -> None:
-        """Reset every env of every worker; each starts a new trajectory."""
+        """Reset every env of every worker; each starts a new trajectory (trajectories held
+        back for trajs_per_batch are dropped: they never complete)."""
         self._request("reset")
+        self._delivery.drop_partial()
 
     def state_dict(self) -> dict:
         """Frame count, the shared trajectory-id pool, the policy version, and per worker

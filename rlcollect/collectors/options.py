@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from rlcollect.trajectories import TRAJ_FORMATS
 from rlcollect.validation import check_non_negative_int, check_positive_int
 
 log = logging.getLogger(__name__)
@@ -113,20 +114,28 @@ class DeliveryOptions:
     post_collect_hook: Callable | None = _doc("called with exactly the batch that is yielded (or written).")
     replay_buffer: Any = _doc("write every batch into this buffer (after postproc); iteration then yields None "
                               "and start() collects in the background.")
-    trajs_per_batch: int | None = _doc("with replay_buffer, each write commits only complete trajectories, at "
-                                       "least this many; unfinished ones wait for their end.")
+    trajs_per_batch: int | None = _doc("complete trajectories only: with replay_buffer, each write commits at "
+                                       "least this many; without, each yielded batch holds exactly this many, the "
+                                       "first to complete first (unfinished ones wait for their end).")
+    traj_format: str = _doc('trajs_per_batch without a replay buffer: "cat" (trajectories end to end, flat) or '
+                            '"padded" ([N, T_max] with ("collector", "mask")).', "cat")
 
     def __post_init__(self) -> None:
         if self.replay_buffer is not None and self.split_trajs:
             raise ValueError("split_trajs=True pads batches; a replay_buffer takes the flat layout: drop split_trajs")
+        if self.trajs_per_batch is not None and self.split_trajs:
+            raise ValueError("trajs_per_batch yields whole trajectories (traj_format='padded' pads them): drop "
+                             "split_trajs")
+        if self.traj_format not in TRAJ_FORMATS:
+            raise ValueError(f"traj_format must be one of {TRAJ_FORMATS}, got {self.traj_format!r}")
+        if self.traj_format != "cat" and (self.trajs_per_batch is None or self.replay_buffer is not None):
+            raise ValueError("traj_format applies to trajs_per_batch without a replay buffer (writes take the flat "
+                             "layout)")
         for name in ("postproc", "pre_collect_hook", "post_collect_hook"):
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise TypeError(f"{name} must be callable, got {type(value).__name__}")
-        if self.trajs_per_batch is not None:
-            check_positive_int("trajs_per_batch", self.trajs_per_batch)
-            if self.replay_buffer is None:
-                raise ValueError("trajs_per_batch applies to writes into replay_buffer: pass replay_buffer=...")
+        check_positive_int("trajs_per_batch", self.trajs_per_batch, optional=True)
 
     def in_workers(self) -> "DeliveryOptions":
         """The part a worker process runs on its own batch: the hooks, and with a replay
@@ -138,7 +147,8 @@ class DeliveryOptions:
     def in_main(self) -> "DeliveryOptions":
         """The part the main process runs on the combined batch of its workers."""
         if self.replay_buffer is None:
-            return DeliveryOptions(split_trajs=self.split_trajs, postproc=self.postproc)
+            return DeliveryOptions(split_trajs=self.split_trajs, postproc=self.postproc,
+                                   trajs_per_batch=self.trajs_per_batch, traj_format=self.traj_format)
         return DeliveryOptions()
 
 

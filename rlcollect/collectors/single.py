@@ -37,7 +37,7 @@ from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import CollectorDevices, DeviceLike, policy_param_device, sync_function
 from rlcollect.collectors.options import (BatchSpec, DeliveryOptions, DeviceOptions, StepOptions, check_groups,
-                                          check_total_frames)
+                                          check_total_frames, with_options_doc)
 from rlcollect.envs.sources import EnvSource, make_env
 from rlcollect.keys import CARRIER_KEYS, NEXT_KEYS, POLICY_VERSION, TIME_DIM, TRAJ_IDS
 from rlcollect.modules.recurrent import policy_primers
@@ -46,6 +46,7 @@ from rlcollect.trajectories import TrajectoryPool
 Policy = Callable[[TensorDictBase], TensorDictBase]
 
 
+@with_options_doc(DeviceOptions, StepOptions, DeliveryOptions)
 class Collector(CollectorBase):
     """Collects batches from one (possibly batched) env in the calling process.
 
@@ -65,13 +66,9 @@ class Collector(CollectorBase):
         traj_pool: where trajectory ids come from (shared by the workers of a multi-process
             collector); default: a pool of its own.
 
-    Options, by group (collectors/options.py; ``Collector.from_options`` takes the groups):
-        DeviceOptions: device, policy_device, env_device, storing_device.
-        StepOptions: max_frames_per_traj, init_random_frames, reset_at_each_iter,
-            reset_when_done, exploration_type, track_traj_ids, set_truncated, no_cuda_sync.
-        DeliveryOptions: split_trajs, postproc, pre_collect_hook, post_collect_hook,
-            replay_buffer (iteration then yields None, and ``start()`` collects in a
-            background thread), trajs_per_batch.
+    The other keyword arguments are the options of collectors/options.py, listed below by
+    group (``Collector.from_options`` takes the groups themselves). With ``replay_buffer``
+    iteration yields None, and ``start()`` collects in a background thread.
     """
 
     hooks_run_in_process = True  # the post-collect hook sees every batch in the caller's process
@@ -101,6 +98,7 @@ class Collector(CollectorBase):
         no_cuda_sync: bool = False,
         replay_buffer=None,
         trajs_per_batch: int | None = None,
+        traj_format: str = "cat",
         track_policy_version: bool = False,
         traj_pool: TrajectoryPool | None = None,
     ) -> None:
@@ -114,7 +112,7 @@ class Collector(CollectorBase):
                              set_truncated=set_truncated, no_cuda_sync=no_cuda_sync),
             delivery=DeliveryOptions(split_trajs=split_trajs, postproc=postproc, pre_collect_hook=pre_collect_hook,
                                      post_collect_hook=post_collect_hook, replay_buffer=replay_buffer,
-                                     trajs_per_batch=trajs_per_batch),
+                                     trajs_per_batch=trajs_per_batch, traj_format=traj_format),
             traj_pool=traj_pool,
         )
         if track_policy_version:
@@ -546,8 +544,10 @@ class Collector(CollectorBase):
         return seed
 
     def reset(self) -> None:
-        """Reset every env; each starts a new trajectory."""
+        """Reset every env; each starts a new trajectory (trajectories held back for
+        trajs_per_batch are dropped: they never complete)."""
         self._make_carrier()
+        self.delivery.drop_partial()
 
     def update_policy_weights_(self, weights=None) -> None:
         """Refresh the collector's policy copy.

@@ -199,3 +199,48 @@ def test_policy_version_is_tracked_and_in_every_state_dict(no_leftovers):
     assert isinstance(WeightSyncScheme.from_backend("none"), NoWeightSyncScheme)
     with pytest.raises(ValueError, match="weight-sync backend must be one of"):
         WeightSyncScheme.from_backend("nccl")
+
+
+def heterogeneous_env():
+    """Envs whose episodes last 2, 3 and 5 steps: trajectories complete out of env order."""
+    from rlcollect.testing import counting_env_factories
+
+    return GymEnv(counting_env_factories([2, 3, 5]), 3)
+
+
+def test_trajs_per_batch_without_a_buffer_yields_exactly_n_trajectories_first_completed_first():
+    collector = Collector(heterogeneous_env(), frames_per_batch=6, trajs_per_batch=4, total_frames=20)
+    batches = list(collector)
+    # completion order over time: t=1 env0 (len 2), t=2 env1 (3), t=3 env0, t=4 env2 (5), t=5 env0, env1 ...
+    first = batches[0]
+    assert first.batch_dims == 1 and int(first["next", "done"].sum()) == 4
+    ends = first["next", "done"].nonzero().squeeze(-1).tolist()
+    starts = [0] + [end + 1 for end in ends[:-1]]
+    assert [end - start + 1 for start, end in zip(starts, ends)] == [2, 3, 2, 5]  # completion order
+    assert ends[-1] == first.shape[0] - 1  # ends with a done: no partial trajectory
+    for start, end in zip(starts, ends):  # each trajectory contiguous, counting from 0
+        assert first["observation"][start:end + 1, 0].tolist() == list(range(end - start + 1))
+    assert sum(batch.numel() for batch in batches) >= 20 > sum(batch.numel() for batch in batches[:-1])
+
+
+def test_trajs_per_batch_padded_and_reset_drops_partial_trajectories(no_leftovers):
+    collector = Collector(heterogeneous_env(), frames_per_batch=6, trajs_per_batch=3, traj_format="padded")
+    padded = next(iter(collector))
+    mask = padded["collector", "mask"]
+    assert padded.batch_size == (3, 3) and mask.sum(-1).tolist() == [2, 3, 2]
+    last_real = mask.sum(-1) - 1
+    assert padded["next", "done"][torch.arange(3), last_real].all()  # each row ends with its done
+    assert not padded["next", "done"][~mask].any()
+    collector.reset()  # the running trajectories restart: what they had collected never completes
+    again = next(iter(collector))
+    assert (again["observation"][again["collector", "mask"]] >= 0).all()
+    assert again["observation"][:, 0, 0].tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="traj_format must be one of"):
+        Collector(heterogeneous_env(), frames_per_batch=6, trajs_per_batch=3, traj_format="ragged")
+
+    multi = MultiSyncCollector([lambda: GymEnv(CountingEnv, 2)] * 2, frames_per_batch=8, trajs_per_batch=5,
+                               start_method="fork", total_frames=20)
+    no_leftovers(multi)
+    batches = list(multi)
+    assert all(int(batch["next", "done"].sum()) == 5 for batch in batches)
+    assert sum(batch.numel() for batch in batches) == 25  # episodes of 5 steps: total_frames counts yielded frames

@@ -61,8 +61,9 @@ def test_trajs_per_batch_writes_only_complete_trajectories():
             assert steps["observation"][:, 0].tolist() == list(range(steps.shape[0]))
             assert steps["next", "done"][-1] and not steps["next", "done"][:-1].any()
         assert ids.unique().numel() >= 2
-    with pytest.raises(ValueError, match="replay_buffer"):
-        Collector(GymEnv("CartPole-v1"), frames_per_batch=4, trajs_per_batch=1)
+    with pytest.raises(ValueError, match="traj_format applies to trajs_per_batch without a replay buffer"):
+        Collector(GymEnv("CartPole-v1"), frames_per_batch=4, trajs_per_batch=1, traj_format="padded",
+                  replay_buffer=ReplayBuffer(LazyTensorStorage(10)))
 
 
 def test_two_workers_writing_one_buffer_lose_and_mix_nothing():

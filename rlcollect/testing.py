@@ -142,6 +142,24 @@ class BusyEnv(CountingEnv):
         return super().step(action)
 
 
+class LogNormalBusyEnv(CountingEnv):
+    """A BusyEnv whose step cost is heavy-tailed: log-normal around ``median_us`` (sigma
+    ``sigma``), drawn from the env's own seeded RNG: an env of uneven speed (a physics step
+    that sometimes needs many substeps)."""
+
+    def __init__(self, median_us: float = 100.0, sigma: float = 1.0, episode_length: int = 200) -> None:
+        super().__init__(episode_length=episode_length)
+        self.median_s, self.sigma = median_us * 1e-6, sigma
+
+    def step(self, action):
+        import time
+
+        deadline = time.perf_counter() + self.median_s * float(np.exp(self.sigma * self.np_random.standard_normal()))
+        while time.perf_counter() < deadline:
+            pass
+        return super().step(action)
+
+
 def worker_id_envs(num_workers: int = 2, num_envs: int | None = None, episode_length: int = 5) -> list:
     """One picklable GymEnv factory per worker, worker i building WorkerIdEnv(i) sub-envs."""
     from rlcollect.envs.gym_env import GymEnv

@@ -34,6 +34,7 @@ from rlcollect.collectors.worker import WorkerSpec, resolve_model, stamp_worker_
 from rlcollect.envs.sources import worker_env_specs
 from rlcollect.buffers.layout import to_storage_layout
 from rlcollect.trajectories import TrajectoryPool
+from rlcollect.keys import MASK
 from rlcollect.seeding import env_seed
 from rlcollect.validation import check_positive_int
 from rlcollect.weight_sync import SharedMemWeightSyncScheme, WeightSyncScheme
@@ -46,6 +47,7 @@ class _MultiCollector(CollectorBase):
     """Shared machinery of the multi-process collectors; see MultiSyncCollector."""
 
     hooks_run_in_process = False  # hooks run in the workers, on each worker's batch
+    _preempt_flag: torch.Tensor | None = None  # MultiSync's preemption: workers end their batch when it is set
 
     def __init__(
         self,
@@ -147,6 +149,7 @@ class _MultiCollector(CollectorBase):
                 traj_pool=self._traj_pool, seed=env_spec.seed,
                 weight_endpoints={model_id: sender.endpoint(worker_id) for model_id, sender in self._senders.items()},
                 torch_threads=workers.worker_torch_threads, cpus=None if cpus is None else cpus[worker_id],
+                preempt=self._preempt_flag,
             )
             self._workers.start(worker_main, spec)
         self._buffers: list[TensorDictBase] = [None] * self.num_workers
@@ -290,12 +293,21 @@ class MultiSyncCollector(_MultiCollector):
         weight_sync_schemes: model id -> WeightSyncScheme; default
             ``{"policy": SharedMemWeightSyncScheme()}``.
         update_at_each_batch: push the weights before every batch.
+        preemptive_threshold: a fraction of the workers in [0, 1]: once that many have
+            finished their share of a batch, the others end theirs at their next step (for
+            envs of uneven speed). Their missing steps are marked ``("collector", "mask")``
+            False with cat_results="stack", and left out with -1 (or 0 for single envs);
+            only the steps collected count as frames. None or 1.0: every worker finishes.
     """
 
     def __init__(self, create_env_fn, policy=None, *, frames_per_batch: int | Sequence[int], total_frames: int = -1,
-                 cat_results: str | int | None = "stack", **kwargs) -> None:
+                 cat_results: str | int | None = "stack", preemptive_threshold: float | None = None,
+                 **kwargs) -> None:
         if cat_results is None:  # TorchRL's spelling of the default
             cat_results = "stack"
+        self.preemptive_threshold = self._setup_preemptive_threshold(preemptive_threshold)
+        if self.preemptive_threshold is not None:
+            self._preempt_flag = torch.zeros(1, dtype=torch.uint8).share_memory_()
         if cat_results not in CAT_RESULTS:
             raise ValueError(f"cat_results must be one of {CAT_RESULTS}, got {cat_results!r}")
         if cat_results == 0:
@@ -308,6 +320,18 @@ class MultiSyncCollector(_MultiCollector):
         self.frames_per_batch = sum(self._worker_frames)
         self._check_layout()
         self.batch_size = self._combined_shape([buffer.batch_size for buffer in self._buffers])
+        if self.preemptive_threshold is not None and self.cat_results == 0 and self._buffers[0].batch_dims > 1:
+            self.shutdown()
+            raise ValueError("preemptive_threshold with cat_results=0 and batched envs: the rows of the workers that "
+                             "stop early would be shorter; use cat_results='stack' (masked) or -1 (concatenated)")
+
+    @staticmethod
+    def _setup_preemptive_threshold(threshold) -> float | None:
+        if threshold is None:
+            return None
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"preemptive_threshold must be None or a fraction of workers in [0, 1], got {threshold!r}")
+        return None if threshold == 1.0 else float(threshold)  # 1.0: every worker finishes (no preemption)
 
     def _worker_frames_per_batch(self, frames_per_batch: int) -> int:
         return math.ceil(frames_per_batch / self.num_workers)
@@ -345,14 +369,35 @@ class MultiSyncCollector(_MultiCollector):
     def _next_batch(self) -> TensorDictBase:
         if self.update_at_each_batch:
             self.update_policy_weights_()
+        if self._preempt_flag is not None:
+            self._preempt_flag.zero_()
         for worker_id in range(self.num_workers):
             self._send_collect(worker_id)
-        for _ in self._receive(range(self.num_workers), expect="batch"):
-            pass
-        self._frames += self.frames_per_batch
+        steps = [0] * self.num_workers
+        enough = None if self._preempt_flag is None else math.ceil(self.preemptive_threshold * self.num_workers)
+        for finished, (worker_id, (_, _, _, worker_steps)) in enumerate(
+                self._receive(range(self.num_workers), expect="batch"), start=1):
+            steps[worker_id] = worker_steps
+            if enough is not None and finished >= enough:
+                self._preempt_flag.fill_(1)  # the others end their batch at their next step
+        envs = [buffer.batch_size[:-1].numel() for buffer in self._buffers]
+        self._frames += sum(count * worker_steps for count, worker_steps in zip(envs, steps))
         if self.replay_buffer is not None:
             return None  # the workers wrote their batches
-        return self._delivery(self._combine(self._buffers))
+        if self._preempt_flag is None:
+            return self._delivery(self._combine(self._buffers))
+        return self._delivery(self._combine_preempted(steps))
+
+    def _combine_preempted(self, steps: list[int]) -> TensorDictBase:
+        """The batches of a preemptive round: stacked with ("collector", "mask") False on
+        the steps a worker did not collect, or concatenated from the steps collected."""
+        if self.cat_results == "stack":
+            batch = torch.stack(self._buffers, 0)
+            time = torch.arange(batch.batch_size[-1])
+            valid = time < torch.tensor(steps).reshape(-1, *([1] * (batch.batch_dims - 1)))
+            batch.set(MASK, valid.expand(batch.batch_size).clone())
+            return batch
+        return self._combine([buffer[..., :worker_steps] for buffer, worker_steps in zip(self._buffers, steps)])
 
 
 @with_options_doc(StepOptions, DeviceOptions, DeliveryOptions, WorkerOptions)
@@ -385,10 +430,10 @@ class MultiAsyncCollector(_MultiCollector):
             self._send_collect(worker_id)
             self._collecting.add(worker_id)
         if not self._arrived:  # wait for the first batch to finish
-            worker_id, (_, _, finished_ns) = next(self._receive(self._collecting, expect="batch"))
+            worker_id, (_, _, finished_ns, _) = next(self._receive(self._collecting, expect="batch"))
             self._arrived[worker_id] = finished_ns
         waiting = self._collecting - set(self._arrived)
-        for worker_id, (_, _, finished_ns) in self._workers.ready(waiting, expect="batch"):
+        for worker_id, (_, _, finished_ns, _) in self._workers.ready(waiting, expect="batch"):
             self._arrived[worker_id] = finished_ns  # every batch already there: the oldest goes first
         worker_id = min(self._arrived, key=self._arrived.get)
         del self._arrived[worker_id]

@@ -156,6 +156,7 @@ class Collector(CollectorBase):
         self._primers = policy_primers(policy)
         self._hidden: dict = {}  # hidden-state key -> its persistent carrier tensor [*env_batch, L, H]
         self.policy_version = 0  # update_policy_weights_() calls so far
+        self.steps_collected = 0  # steps per env in the last batch (fewer than T when stopped early)
         self._policy_version_entry: torch.Tensor | None = None  # track_policy_version's batch entry
         self._make_carrier()
         self._allocate_batch()
@@ -329,7 +330,8 @@ class Collector(CollectorBase):
         by the next one: clone what you keep)."""
         return self._batch
 
-    def collect(self, num_steps: int | None = None, rollout: TensorDictBase | None = None) -> TensorDictBase:
+    def collect(self, num_steps: int | None = None, rollout: TensorDictBase | None = None, *,
+                stop: Callable[[], bool] | None = None) -> TensorDictBase:
         """Collect one batch and count its frames.
 
         Without ``rollout``: fill the preallocated batch (``num_steps``, if given, must be
@@ -340,32 +342,41 @@ class Collector(CollectorBase):
         follows the last step into slot ``num_steps``, and return it. Entries the rollout
         lacks (trajectory ids, what the policy writes besides action, log-prob and value)
         are added to it once.
+
+        ``stop``: called before every step but the first; when it returns True the batch
+        ends there (``steps_collected`` says how many steps it holds; the later slots keep
+        stale data, and only the steps collected count as frames).
         """
         if rollout is None:
             if num_steps is not None and num_steps != self._time_steps:
                 raise ValueError(f"num_steps={num_steps}: this collector's batches have {self._time_steps} steps "
                                  "per env; pass rollout=... to collect another length")
-            self._run_steps()
+            self._run_steps(stop)
             return self._batch
         rows, target, plan = self._rollout_plan(rollout, num_steps)
         self.__dict__.update(plan)
         try:
-            self._run_steps()
+            self._run_steps(stop)
         finally:
             self.__dict__.update(self._batch_plan)
         time_dim = rows.batch_dims - 1  # the bootstrap slot gets the observation after the last step
         rows.get("observation").select(time_dim, -1).copy_(target.get(("next", "observation")).select(time_dim, -1))
         return rollout
 
-    def _run_steps(self) -> None:
-        """The loop over the current write plan's time steps."""
+    def _run_steps(self, stop: Callable[[], bool] | None = None) -> None:
+        """The loop over the current write plan's time steps (until ``stop()`` says so,
+        when given: checked before every step but the first)."""
         random_steps = self.begin_batch()
         env, reset_when_done = self.env, self.reset_when_done
+        steps = self._time_steps
         with torch.no_grad(), set_interaction_type(self.exploration_type):
             for t in range(self._time_steps):
+                if stop is not None and t > 0 and stop():
+                    steps = t
+                    break
                 action = self.act(t, t < random_steps)
                 self.record(t, env.stage_step(action, reset_when_done))
-        self.end_batch()
+        self.end_batch(steps)
 
     def _rollout_plan(self, rollout: TensorDictBase, num_steps: int | None) -> tuple:
         """``(rows, transitions, write plan)`` of ``rollout``: its ``[*env_batch, T + 1]``
@@ -419,12 +430,14 @@ class Collector(CollectorBase):
             return self._time_steps
         return math.ceil(max(self.init_random_frames - self._frames, 0) / self._num_envs)
 
-    def end_batch(self) -> None:
-        """Finish a batch: set_truncated, the storage sync, the frame count."""
+    def end_batch(self, steps: int | None = None) -> None:
+        """Finish a batch of ``steps`` steps (default: all; fewer when collection stopped
+        early): set_truncated, the storage sync, the frame count."""
+        self.steps_collected = self._time_steps if steps is None else steps
         if self.set_truncated:
-            self._truncate_last_step()
+            self._truncate_last_step(self.steps_collected - 1)
         self._sync_storage()
-        self._frames += self._num_envs * self._time_steps
+        self._frames += self._num_envs * self.steps_collected
 
     def act(self, t: int, random: bool = False):
         """First half of step t: record the carrier, run the policy (or take a random
@@ -512,11 +525,10 @@ class Collector(CollectorBase):
             new_ids = torch.arange(first, first + count, device=self.devices.env)
             self._traj_ids.masked_scatter_(mask, new_ids)
 
-    def _truncate_last_step(self) -> None:
+    def _truncate_last_step(self, last: int) -> None:
         """set_truncated: cut every trajectory at the batch boundary. The last step is
         truncated and done whatever happened there (an env that terminated on it is both
         terminated and truncated); the envs still running start new trajectories."""
-        last = self._time_steps - 1
         still_running = ~self._done_views[last]
         self._truncated_views[last].fill_(True)
         self._done_views[last].fill_(True)

@@ -6,7 +6,7 @@ start-up. Afterwards the pipe carries only small messages:
 
     main -> worker   ("collect", [delivery changes]) | ("set_seed", seed) | ("reset",) | ("state_dict",)
                      | ("close",)
-    worker -> main   ("ready", batch, frames_per_batch) | ("batch", policy_version, finished_ns)
+    worker -> main   ("ready", batch, frames_per_batch) | ("batch", policy_version, finished_ns, steps)
                      | ("ok", None or the worker's state_dict) | ("error", traceback text)
 
 Before each batch the worker applies pending weights (its WeightReceivers); while idle it
@@ -48,6 +48,7 @@ class WorkerSpec:
     weight_endpoints: dict = field(default_factory=dict)
     torch_threads: int | None = 1
     cpus: tuple[int, ...] | None = None
+    preempt: torch.Tensor | None = None  # shared [1] uint8: non-zero asks the worker to end its batch now
 
 
 def resolve_model(owner, model_id: str) -> torch.nn.Module:
@@ -89,7 +90,7 @@ def worker_main(handoff: list[WorkerSpec], connection: Connection) -> None:
         if batch.device.type == "cpu":
             collector.share_memory_()
         connection.send(("ready", batch, collector.frames_per_batch))
-        _serve(collector, receivers, connection)
+        _serve(collector, receivers, connection, spec.preempt)
     except (EOFError, BrokenPipeError):
         pass  # the main process went away: nothing to report to
     except BaseException:
@@ -102,10 +103,14 @@ def worker_main(handoff: list[WorkerSpec], connection: Connection) -> None:
             collector.shutdown()
 
 
-def _serve(collector, receivers: dict, connection: Connection) -> None:
+def _serve(collector, receivers: dict, connection: Connection, preempt: torch.Tensor | None) -> None:
     weight_connections = [c for receiver in receivers.values() for c in receiver.connections()]
     version = receivers["policy"] if "policy" in receivers else None
     batch = collector.batch
+    stop = None
+    if preempt is not None:
+        flag = preempt.numpy()
+        stop = lambda: flag[0] != 0  # noqa: E731 (read once per step: the main process sets it)
     while True:
         wait([connection, *weight_connections])
         for receiver in receivers.values():
@@ -120,8 +125,12 @@ def _serve(collector, receivers: dict, connection: Connection) -> None:
                 receiver.poll()
             policy_version = version.version if version is not None else 0
             batch.get(POLICY_VERSION).fill_(policy_version)  # the weights this batch starts with
-            collector.deliver(collector.collect())  # hooks; with a replay buffer postproc and the write
-            connection.send(("batch", policy_version, time.monotonic_ns()))  # when it finished: first come, first served
+            collected = collector.collect(stop=stop)
+            steps = collector.steps_collected  # fewer than T when the main process preempted this batch
+            # hooks; with a replay buffer postproc and the write: on the steps collected only
+            collector.deliver(collected if steps == collected.batch_size[-1] else collected[..., :steps])
+            # when it finished (first come, first served) and how many steps it holds
+            connection.send(("batch", policy_version, time.monotonic_ns(), steps))
         elif command == "set_seed":
             collector.set_seed(*args)
             connection.send(("ok", None))

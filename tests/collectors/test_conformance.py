@@ -244,3 +244,30 @@ def test_trajs_per_batch_padded_and_reset_drops_partial_trajectories(no_leftover
     batches = list(multi)
     assert all(int(batch["next", "done"].sum()) == 5 for batch in batches)
     assert sum(batch.numel() for batch in batches) == 25  # episodes of 5 steps: total_frames counts yielded frames
+
+
+@pytest.mark.parametrize("cat_results", ["stack", -1])
+def test_preemptive_threshold_ends_the_slow_workers_batch_early(no_leftovers, cat_results):
+    # worker 0 steps in ~1 ms, worker 1 in ~50 ms: with a threshold of 0.5 the fast one's finish
+    # ends the slow one's batch at its next step
+    fast, slow = busy_factory(1_000), busy_factory(50_000)
+    collector = MultiSyncCollector([fast, slow], frames_per_batch=40, preemptive_threshold=0.5,
+                                   cat_results=cat_results, start_method="fork")
+    no_leftovers(collector)
+    batch = next(iter(collector))
+    if cat_results == "stack":
+        mask = batch["collector", "mask"]
+        assert batch.batch_size == (2, 20) and mask[0].all()
+        slow_steps = int(mask[1].sum())
+        assert 1 <= slow_steps < 20 and mask[1, :slow_steps].all()  # a prefix: the steps it did collect
+    else:
+        slow_steps = batch.shape[0] - 20  # single envs, concatenated: the fast worker's 20, then the slow one's
+        assert 1 <= slow_steps < 20
+        assert batch["collector", "worker_id"].tolist() == [0] * 20 + [1] * slow_steps
+    assert collector.frames == 20 + slow_steps  # only the steps collected count
+    for bad in (-0.1, 1.5, True):
+        with pytest.raises(ValueError, match="preemptive_threshold must be None or a fraction"):
+            MultiSyncCollector([fast, slow], frames_per_batch=4, preemptive_threshold=bad, start_method="fork")
+    everyone = MultiSyncCollector([fast, fast], frames_per_batch=4, preemptive_threshold=1.0, start_method="fork")
+    no_leftovers(everyone)
+    assert ("collector", "mask") not in next(iter(everyone)).keys(True, True)

@@ -142,6 +142,61 @@ class BusyEnv(CountingEnv):
         return super().step(action)
 
 
+class SpacesEnv(CountingEnv):
+    """A CountingEnv with the observation and action spaces of real envs, every observation
+    entry a function of the step count c (exact values to assert):
+
+        observation="dict":     {"position": Box [2] = (c, -c), "count": Discrete = c,
+                                 "image": Box uint8 [3, 4, 4] = c, "nested": {"flag": MultiBinary [3] = c % 2}}
+        observation="tuple":    (Discrete = c, Box [2] = (c, -c))
+        observation="discrete": Discrete = c
+        observation="image":    Box uint8 [3, 8, 8] = c
+        action: "discrete" (Discrete 2), "multidiscrete" ([3, 4]), "multibinary" (3), "box" ([2] in [-1, 1])
+
+    The last action received is kept in ``received`` (what reached the env).
+    """
+
+    def __init__(self, observation: str = "dict", action: str = "discrete", episode_length: int = 4) -> None:
+        super().__init__(episode_length=episode_length)
+        spaces = gym.spaces
+        image = spaces.Box(0, 255, (3, 4, 4), np.uint8)
+        self.kind = observation
+        self.observation_space = {
+            "dict": spaces.Dict({"position": spaces.Box(-np.inf, np.inf, (2,), np.float32),
+                                 "count": spaces.Discrete(100), "image": image,
+                                 "nested": spaces.Dict({"flag": spaces.MultiBinary(3)})}),
+            "tuple": spaces.Tuple((spaces.Discrete(100), spaces.Box(-np.inf, np.inf, (2,), np.float32))),
+            "discrete": spaces.Discrete(100),
+            "image": spaces.Box(0, 255, (3, 8, 8), np.uint8),
+        }[observation]
+        self.action_space = {
+            "discrete": spaces.Discrete(2), "multidiscrete": spaces.MultiDiscrete([3, 4]),
+            "multibinary": spaces.MultiBinary(3), "box": spaces.Box(-1.0, 1.0, (2,), np.float32),
+        }[action]
+        self.received = None
+
+    def _observation(self):
+        c = self.count
+        position = np.array([c, -c], np.float32)
+        if self.kind == "dict":
+            return {"position": position, "count": c, "image": np.full((3, 4, 4), c, np.uint8),
+                    "nested": {"flag": np.full(3, c % 2, np.int8)}}
+        if self.kind == "tuple":
+            return (c, position)
+        if self.kind == "discrete":
+            return c
+        return np.full((3, 8, 8), c, np.uint8)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._observation(), {}
+
+    def step(self, action):
+        self.received = np.asarray(action)
+        _, reward, terminated, truncated, info = super().step(action)
+        return self._observation(), reward, terminated, truncated, info
+
+
 class LogNormalBusyEnv(CountingEnv):
     """A BusyEnv whose step cost is heavy-tailed: log-normal around ``median_us`` (sigma
     ``sigma``), drawn from the env's own seeded RNG: an env of uneven speed (a physics step

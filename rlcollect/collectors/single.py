@@ -39,11 +39,15 @@ from rlcollect.collectors.devices import CollectorDevices, DeviceLike, policy_pa
 from rlcollect.collectors.options import (BatchSpec, DeliveryOptions, DeviceOptions, StepOptions, check_groups,
                                           check_total_frames, with_options_doc)
 from rlcollect.envs.sources import EnvSource, make_env
-from rlcollect.keys import CARRIER_KEYS, NEXT_KEYS, POLICY_VERSION, TIME_DIM, TRAJ_IDS
+from rlcollect.keys import CARRIER_KEYS, POLICY_VERSION, TIME_DIM, TRAJ_IDS
 from rlcollect.modules.recurrent import policy_primers
 from rlcollect.trajectories import TrajectoryPool
 
 Policy = Callable[[TensorDictBase], TensorDictBase]
+
+
+def _as_tuple(key) -> tuple:
+    return key if isinstance(key, tuple) else (key,)
 
 
 @with_options_doc(DeviceOptions, StepOptions, DeliveryOptions)
@@ -204,6 +208,8 @@ class Collector(CollectorBase):
             carrier.set(TRAJ_IDS, self._traj_ids)
         self._prime(carrier)
         self._carried_keys = list(carrier.keys(True, True))
+        # the env's leaves of the carrier (an observation's entries, nested as its space, then is_init)
+        self._carrier_leaves = [key for key in self.env.staged.select(*CARRIER_KEYS).keys(True, True)]
         on_cpu = self.track_traj_ids and self._traj_ids.device.type == "cpu"
         self._traj_ids_numpy = self._traj_ids.numpy().reshape(self._num_envs) if on_cpu else None
         self._carrier = carrier
@@ -277,10 +283,10 @@ class Collector(CollectorBase):
             _next_hidden_views=[(key, state, views(("next", key))) for key, state in self._hidden.items()],
             _truncated_views=views(("next", "truncated")),
             _done_views=views(("next", "done")),
-            _carrier_entries=[(key, self.env.staged.get(key)) for key in CARRIER_KEYS],
-            _staged_observation=self.env.staged.get("observation"),
+            _carrier_entries=[(key, self.env.staged.get(key)) for key in self._carrier_leaves],
+            _staged_observation=self.env.staged.get(self._carrier_leaves[0]),
         )
-        env_keys = [*carrier_keys, *(("next", key) for key in NEXT_KEYS)]
+        env_keys = [*carrier_keys, *(("next", *_as_tuple(key)) for key in self.env.staged.get("next").keys(True, True))]
         storing_on_cpu = target.device is not None and target.device.type == "cpu"
         if self.devices.env.type == "cpu" and storing_on_cpu:
             # numpy writes cost a third of Tensor.copy_ for these tiny per-step slices
@@ -448,7 +454,7 @@ class Collector(CollectorBase):
         for source, views in self._carrier_plan:
             copy(views[t], source)
         policy_output = self._act(carrier, random)
-        if carrier.get("observation") is not self._staged_observation:
+        if carrier.get(self._carrier_leaves[0]) is not self._staged_observation:
             self._restore_carrier()  # the policy replaced the observation: point back to staging
         action = policy_output.get("action")
         if self._action_numpy_views is not None:

@@ -39,7 +39,7 @@ from tensordict import TensorDict
 
 from rlcollect.collectors.processes import WAIT_SLICE_SECONDS, WorkerProcesses, initialize_worker
 from rlcollect.envs.gym_env import GymEnv
-from rlcollect.envs.spaces import random_actions, sample_shape, torch_dtype
+from rlcollect.envs.spaces import random_actions, sample_shape, torch_dtype, tree_map
 from rlcollect.envs.staging import Staging, allocate_arrays
 
 # commands, written to command[w] before act_ready[w] is released
@@ -57,7 +57,7 @@ class StepBuffer:
     (RESET_SOME); ``command``, ``seed``, ``status``: one entry per worker.
     """
 
-    staging: dict[str, torch.Tensor]
+    staging: dict  # name -> tensor (observations nested as their space)
     action: torch.Tensor
     reset: torch.Tensor
     command: torch.Tensor
@@ -75,8 +75,8 @@ class StepBuffer:
         def shared(shape, dtype) -> torch.Tensor:
             return torch.zeros(shape, dtype=dtype).share_memory_()
 
-        staging = {name: torch.from_numpy(array).clone().share_memory_()
-                   for name, array in allocate_arrays(observation_space, num_envs).items()}
+        staging = tree_map(lambda array: torch.from_numpy(array).clone().share_memory_(),
+                           allocate_arrays(observation_space, num_envs))
         return cls(
             staging=staging,
             action=shared((num_envs, *sample_shape(action_space)), torch_dtype(action_space)),
@@ -127,7 +127,7 @@ def step_worker_main(handoff: list[StepWorkerSpec], connection) -> None:
             raise TypeError(f"the env source built {env!r}: a step worker needs a GymEnv of envs_per_worker="
                             f"{buffer.envs_per_worker} envs")
         rows = buffer.rows(range(spec.worker_id, spec.worker_id + 1))
-        env.stage_into({name: tensor[rows].numpy() for name, tensor in buffer.staging.items()})
+        env.stage_into(tree_map(lambda tensor: tensor[rows].numpy(), buffer.staging))
         connection.send(("ready",))
         _serve(spec, env, buffer, rows, lambda: _main_gone(connection, parent_pid))
     except (EOFError, BrokenPipeError):
@@ -208,8 +208,8 @@ class RemoteEnv:
         self.batch_size = torch.Size([self.num_envs])
         self.device = torch.device("cpu")
         self.observation_space, self.action_space = observation_space, action_space
-        self._staging = Staging({name: tensor[rows].numpy() for name, tensor in buffer.staging.items()},
-                                batched=True, device=self.device)
+        self._staging = Staging(tree_map(lambda tensor: tensor[rows].numpy(), buffer.staging), batched=True,
+                                device=self.device)
         self._seed = None
         self._actions_shape = (self.num_envs, *sample_shape(action_space))
         self._buffer, self._worker_ids, self._workers = buffer, worker_ids, workers

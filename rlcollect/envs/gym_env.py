@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rlcollect.envs.spaces import check_supported, random_actions, sample_shape
+from rlcollect.envs.spaces import check_supported, is_nested, random_actions, sample_shape, tree_map, writer
 from rlcollect.envs.staging import Staging, allocate_arrays
 from rlcollect.validation import check_positive_int
 
@@ -91,6 +91,8 @@ class GymEnv:
         box = isinstance(self.action_space, gym.spaces.Box)
         self._action_bounds = (self.action_space.low, self.action_space.high) if box else None
         self._actions_shape = (len(self._envs), *sample_shape(self.action_space))
+        self._nested = is_nested(self.observation_space)
+        self._write_observation = writer(self.observation_space)  # one env's observation into row i
         self._staging = Staging(allocate_arrays(self.observation_space, len(self._envs)),
                                 batched=num_envs is not None, device=self.device)
 
@@ -164,12 +166,19 @@ class GymEnv:
         terminated, truncated, done = arrays["terminated"], arrays["truncated"], arrays["done"]
         any_done = False
         for i, env in enumerate(self._envs):
-            next_obs[i], reward[i], term, trunc, _ = env.step(actions[i])
+            if self._nested:
+                observation, reward[i], term, trunc, _ = env.step(actions[i])
+                self._write_observation(next_obs, i, observation)
+            else:
+                next_obs[i], reward[i], term, trunc, _ = env.step(actions[i])
             terminated[i], truncated[i] = term, trunc
             done[i] = finished = term or trunc
             if finished:
                 any_done = True
-        arrays["observation"][:] = next_obs
+        if self._nested:
+            tree_map(np.copyto, arrays["observation"], next_obs)
+        else:
+            arrays["observation"][:] = next_obs
         self._staging.begin_step()
         if any_done and auto_reset:
             self.reset_some(np.flatnonzero(done))
@@ -185,11 +194,11 @@ class GymEnv:
         """
         indices = [int(i) for i in indices]
         seed = self._seed if len(indices) == len(self._envs) else None
-        observation = self._staging.arrays["observation"]
+        observation, write = self._staging.arrays["observation"], self._write_observation
         for i in indices:
             if seed is not None:
                 self._envs[i].action_space.seed(seed + i)
-            observation[i], _ = self._envs[i].reset(seed=None if seed is None else seed + i)
+            write(observation, i, self._envs[i].reset(seed=None if seed is None else seed + i)[0])
         if seed is not None:
             self._seed = None
         self._staging.mark_init(indices)
@@ -198,7 +207,7 @@ class GymEnv:
         """Make the next step of these sub-envs a trajectory start (no reset)."""
         self._staging.mark_init(indices)
 
-    def stage_into(self, arrays: dict[str, np.ndarray]) -> None:
+    def stage_into(self, arrays: dict) -> None:
         """Stage every step in ``arrays`` (same names, shapes and dtypes as the env's own
         staging arrays; e.g. this worker's rows of a shared-memory step buffer) instead of
         private arrays. Their current content is overwritten by the next reset or step."""
@@ -211,12 +220,13 @@ class GymEnv:
         sub-env starts a trajectory (``is_init``)."""
         if len(steps) != len(self._envs):
             raise ValueError(f"random_steps needs one step count per sub-env ({len(self._envs)}), got {len(steps)}")
-        observation = self._staging.arrays["observation"]
+        observation, write = self._staging.arrays["observation"], self._write_observation
         for i, (env, count) in enumerate(zip(self._envs, steps)):
             for _ in range(int(count)):
-                observation[i], _, terminated, truncated, _ = env.step(env.action_space.sample())
+                sample, _, terminated, truncated, _ = env.step(env.action_space.sample())
+                write(observation, i, sample)
                 if terminated or truncated:
-                    observation[i], _ = env.reset()
+                    write(observation, i, env.reset()[0])
         self.mark_init(range(len(self._envs)))
 
     def __repr__(self) -> str:

@@ -21,19 +21,18 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rlcollect.envs.spaces import numpy_dtype, sample_shape
+from rlcollect.envs.spaces import allocate, tree_map
 from rlcollect.keys import NEXT_KEYS
 
 ARRAY_NAMES = ("observation", "is_init", "next_observation", "reward", "terminated", "truncated", "done")
 
 
-def allocate_arrays(observation_space: gym.Space, num_envs: int) -> dict[str, np.ndarray]:
-    """Zeroed staging arrays for ``num_envs`` envs."""
-    obs_shape, obs_dtype = sample_shape(observation_space), numpy_dtype(observation_space)
+def allocate_arrays(observation_space: gym.Space, num_envs: int) -> dict:
+    """Zeroed staging arrays for ``num_envs`` envs (the observations nested as their space)."""
     return {
-        "observation": np.zeros((num_envs, *obs_shape), obs_dtype),
+        "observation": allocate(observation_space, (num_envs,)),
         "is_init": np.zeros(num_envs, bool),
-        "next_observation": np.zeros((num_envs, *obs_shape), obs_dtype),
+        "next_observation": allocate(observation_space, (num_envs,)),
         "reward": np.zeros(num_envs, np.float32),
         "terminated": np.zeros(num_envs, bool),
         "truncated": np.zeros(num_envs, bool),
@@ -51,7 +50,7 @@ class Staging:
         device: where ``staged``'s tensors live.
     """
 
-    def __init__(self, arrays: dict[str, np.ndarray], *, batched: bool, device: torch.device) -> None:
+    def __init__(self, arrays: dict, *, batched: bool, device: torch.device) -> None:
         self.arrays = arrays
         self.num_envs = len(arrays["done"])
         self.batched = batched
@@ -61,12 +60,12 @@ class Staging:
     def bind(self, device: torch.device) -> None:
         """Expose the arrays as tensors on ``device`` (aliases on CPU)."""
         self.device = torch.device(device)
-        cpu = {name: torch.from_numpy(array) for name, array in self.arrays.items()}
+        cpu = tree_map(torch.from_numpy, self.arrays)
         if self.device.type != "cpu":
-            self._cpu, self._device_tensors = cpu, {name: t.to(self.device) for name, t in cpu.items()}
+            self._cpu, self._device_tensors = cpu, tree_map(lambda t: t.to(self.device), cpu)
         else:
             self._cpu, self._device_tensors = None, cpu
-        view = (lambda t: t) if self.batched else (lambda t: t[0])
+        view = (lambda t: t) if self.batched else (lambda t: tree_map(lambda leaf: leaf[0], t))
         tensors = self._device_tensors
         self.staged = TensorDict(
             {
@@ -78,13 +77,13 @@ class Staging:
             device=self.device,
         )
 
-    def replace_arrays(self, arrays: dict[str, np.ndarray]) -> None:
-        """Stage into ``arrays`` from now on (same names, shapes and dtypes)."""
-        for name, own in self.arrays.items():
-            given = arrays[name]
+    def replace_arrays(self, arrays: dict) -> None:
+        """Stage into ``arrays`` from now on (same names, nesting, shapes and dtypes)."""
+        def check(own, given):
             if given.shape != own.shape or given.dtype != own.dtype:
-                raise ValueError(f"staging array {name!r}: expected {own.shape} {own.dtype}, "
-                                 f"got {given.shape} {given.dtype}")
+                raise ValueError(f"staging array: expected {own.shape} {own.dtype}, got {given.shape} {given.dtype}")
+        for name in ARRAY_NAMES:
+            tree_map(check, self.arrays[name], arrays[name])
         self.arrays = {name: arrays[name] for name in ARRAY_NAMES}
         self.bind(self.device)
 
@@ -103,8 +102,8 @@ class Staging:
     def refresh(self) -> None:
         """Copy the arrays to the device tensors (a no-op on the CPU)."""
         if self._cpu is not None:
-            for name, tensor in self._device_tensors.items():
-                tensor.copy_(self._cpu[name], non_blocking=True)
+            tree_map(lambda device_tensor, cpu: device_tensor.copy_(cpu, non_blocking=True), self._device_tensors,
+                     self._cpu)
 
 
 @runtime_checkable

@@ -71,14 +71,14 @@ def test_bad_arguments_raise_clear_errors():
         GymEnv("CartPole-v1", num_envs=0)
     with pytest.raises(TypeError, match="not a gymnasium.Env"):
         GymEnv(lambda: "not an env")
-    with pytest.raises(TypeError, match="Tuple"):
-        GymEnv(lambda: _TupleObsEnv())
+    with pytest.raises(TypeError, match="Text"):
+        GymEnv(lambda: _TextObsEnv())
 
 
-class _TupleObsEnv(CountingEnv):
+class _TextObsEnv(CountingEnv):
     def __init__(self):
         super().__init__()
-        self.observation_space = gym.spaces.Tuple([gym.spaces.Discrete(2)])
+        self.observation_space = gym.spaces.Dict({"ok": gym.spaces.Discrete(2), "text": gym.spaces.Text(5)})
 
 
 def test_random_actions_respect_the_space():

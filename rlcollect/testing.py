@@ -197,6 +197,18 @@ class SpacesEnv(CountingEnv):
         return self._observation(), reward, terminated, truncated, info
 
 
+class InfoEnv(CountingEnv):
+    """A CountingEnv whose info reports ``cost`` = 0.5 * step count on every step and
+    ``is_success`` (True) only on the last step of an episode."""
+
+    def step(self, action):
+        observation, reward, terminated, truncated, _ = super().step(action)
+        info = {"cost": 0.5 * self.count}
+        if terminated or truncated:
+            info["is_success"] = True
+        return observation, reward, terminated, truncated, info
+
+
 class LogNormalBusyEnv(CountingEnv):
     """A BusyEnv whose step cost is heavy-tailed: log-normal around ``median_us`` (sigma
     ``sigma``), drawn from the env's own seeded RNG: an env of uneven speed (a physics step

@@ -205,13 +205,20 @@ def _pad(trajectories: list[TensorDict]) -> TensorDict:
 @dataclass(frozen=True)
 class TrajectoryInfo:
     """One completed trajectory (rlpyt's TrajInfo): ``totals`` sums the tracker's
-    ``sum_keys`` (env-specific per-step quantities) over its steps."""
+    ``sum_keys`` (env-specific per-step quantities) over its steps, ``last`` holds the
+    values of its ``last_keys`` at its last step (e.g. an env's ``is_success``)."""
 
     traj_id: int
     episode_return: float
     length: int
     discounted_return: float
     totals: dict = field(default_factory=dict)
+    last: dict = field(default_factory=dict)
+
+
+def _names(keys: Sequence[NestedKey]) -> list[str]:
+    """Nested keys as names joined with ``/`` (("next", "cost") -> "next/cost")."""
+    return ["/".join(key) if isinstance(key, tuple) else key for key in keys]
 
 
 class EpisodeTracker:
@@ -226,11 +233,15 @@ class EpisodeTracker:
             the trajectory's first step).
         sum_keys: per-step entries (e.g. ``("next", "cost")``) summed into ``totals``,
             keyed by their name joined with ``/``.
+        last_keys: per-step entries read at each trajectory's last step into ``last``
+            (e.g. ``("next", "is_success")``), keyed likewise.
     """
 
-    def __init__(self, gamma: float = 0.99, sum_keys: Sequence[NestedKey] = ()) -> None:
+    def __init__(self, gamma: float = 0.99, sum_keys: Sequence[NestedKey] = (),
+                 last_keys: Sequence[NestedKey] = ()) -> None:
         self.gamma = gamma
         self.sum_keys = list(sum_keys)
+        self.last_keys = list(last_keys)
         self._partial: dict[int, tuple[float, int, float, list[float]]] = {}
 
     def update(self, batch: TensorDictBase) -> tuple[list[float], list[int]]:
@@ -241,7 +252,7 @@ class EpisodeTracker:
         keys = batch.keys(include_nested=True)
         if TRAJ_IDS not in keys:
             raise KeyError("trajectory info needs ('collector', 'traj_ids'): keep track_traj_ids=True")
-        missing = [key for key in self.sum_keys if key not in keys]
+        missing = [key for key in [*self.sum_keys, *self.last_keys] if key not in keys]
         if missing:
             raise KeyError(f"EpisodeTracker sum_keys {missing} are not in the batch")
         if MASK in keys:  # legacy padded layout
@@ -264,7 +275,9 @@ class EpisodeTracker:
         returns = per_segment(reward)
         discounted = per_segment(reward * torch.full_like(exponent, self.gamma).pow(exponent))
         totals = [per_segment(flat.get(key).cpu().double().reshape(flat.numel())) for key in self.sum_keys]
-        finished = flat.get(DONE).cpu().reshape(flat.numel())[starts + segment_lengths - 1].tolist()
+        ends = starts + segment_lengths - 1
+        finished = flat.get(DONE).cpu().reshape(flat.numel())[ends].tolist()
+        lasts = [flat.get(key).cpu().reshape(flat.numel())[ends].tolist() for key in self.last_keys]
         completed = []
         for index, traj_id in enumerate(traj_ids.tolist()):
             old_return, old_length, old_discounted, old_totals = partial[index]
@@ -272,8 +285,10 @@ class EpisodeTracker:
                      old_discounted + discounted[index],
                      [old + new[index] for old, new in zip(old_totals, totals)])
             if finished[index]:
-                names = ["/".join(key) if isinstance(key, tuple) else key for key in self.sum_keys]
-                completed.append(TrajectoryInfo(traj_id, state[0], state[1], state[2], dict(zip(names, state[3]))))
+                completed.append(TrajectoryInfo(traj_id, state[0], state[1], state[2],
+                                                dict(zip(_names(self.sum_keys), state[3])),
+                                                {name: values[index] for name, values in
+                                                 zip(_names(self.last_keys), lasts)}))
             else:
                 self._partial[traj_id] = state
         return completed

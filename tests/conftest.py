@@ -1,3 +1,4 @@
+import multiprocessing
 import os
 
 import pytest
@@ -13,3 +14,19 @@ torch.set_num_threads(1)
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture
+def no_leftovers():
+    """Register collectors with it (``no_leftovers(collector)``): after the test each is
+    shut down, and then no worker of theirs, no other child process and no new /dev/shm
+    entry may remain."""
+    shm_before = set(os.listdir("/dev/shm"))
+    children_before = set(multiprocessing.active_children())
+    collectors = []
+    yield collectors.append
+    for collector in collectors:
+        collector.shutdown()
+        assert not any(p.is_alive() for p in collector._processes), "orphan worker"
+    assert set(multiprocessing.active_children()) <= children_before, "orphan child process"
+    assert set(os.listdir("/dev/shm")) <= shm_before, "leaked shared memory"

@@ -123,10 +123,10 @@ class ActionServerCollector(CollectorBase):
         group_devices = self._setup_devices(devices)
         env_specs = worker_env_specs(create_env_fn, self.num_workers, self.envs_per_worker, seed, env_kwargs)
         cpus = workers.cpu_sets(self.num_workers)
-        observation_space, action_space = self._probe_spaces(env_specs[0])
+        observation_space, action_space, info_keys = self._probe_spaces(env_specs[0])
         mp_context = workers.mp_context
         self._step_buffer = StepBuffer.allocate(observation_space, action_space, self.num_workers,
-                                                self.envs_per_worker, mp_context)
+                                                self.envs_per_worker, mp_context, info_keys)
         self._workers = WorkerProcesses(mp_context, on_failure=self.shutdown, name="rlcollect-step-worker")
         try:
             self._start_workers(env_specs, workers.worker_torch_threads, cpus)
@@ -156,10 +156,11 @@ class ActionServerCollector(CollectorBase):
 
     @staticmethod
     def _probe_spaces(env_spec):
-        """The spaces of one env built here (rlpyt's example env), to size the step buffer."""
+        """The spaces and info keys of one env built here (rlpyt's example env), to size the
+        step buffer."""
         probe = replace(env_spec, seed=None)()
         try:
-            return probe.observation_space, probe.action_space
+            return probe.observation_space, probe.action_space, getattr(probe, "info_keys", ())
         finally:
             probe.close()
 

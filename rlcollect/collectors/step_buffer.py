@@ -69,14 +69,14 @@ class StepBuffer:
 
     @classmethod
     def allocate(cls, observation_space: gym.Space, action_space: gym.Space, num_workers: int,
-                 envs_per_worker: int, mp_context) -> "StepBuffer":
+                 envs_per_worker: int, mp_context, info_keys=()) -> "StepBuffer":
         num_envs = num_workers * envs_per_worker
 
         def shared(shape, dtype) -> torch.Tensor:
             return torch.zeros(shape, dtype=dtype).share_memory_()
 
         staging = tree_map(lambda array: torch.from_numpy(array).clone().share_memory_(),
-                           allocate_arrays(observation_space, num_envs))
+                           allocate_arrays(observation_space, num_envs, info_keys))
         return cls(
             staging=staging,
             action=shared((num_envs, *sample_shape(action_space)), torch_dtype(action_space)),

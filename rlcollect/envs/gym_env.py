@@ -14,7 +14,8 @@ its preallocated batch.
 from __future__ import annotations
 
 import difflib
-from typing import Callable, Union
+import importlib
+from typing import Callable, Sequence, Union
 
 import gymnasium as gym
 import numpy as np
@@ -28,24 +29,56 @@ from rlcollect.validation import check_positive_int
 EnvSource = Union[str, Callable[[], gym.Env]]
 
 
-def make_gym_env(env: EnvSource, max_episode_steps: int | None = None, **make_kwargs) -> gym.Env:
-    """gym.make for a registered id (clear error with close matches for an unknown one),
-    or call a zero-argument factory."""
+def import_plugins(modules: Sequence[str]) -> None:
+    """Import modules that register envs with gymnasium (a user's package, ``ale_py``, ...)."""
+    for name in modules:
+        try:
+            module = importlib.import_module(name)
+        except ImportError as error:
+            raise ImportError(f"env imports: cannot import {name!r} ({error})") from error
+        if name == "ale_py":  # gymnasium 1.x: ALE ids are registered on request
+            gym.register_envs(module)
+
+
+def resolve_env_id(env_id: str) -> str:
+    """The registered id ``env_id`` names: gymnasium's ``module:EnvId`` imports the module
+    first; an ``ALE/`` id imports ale_py (gymnasium 1.x registers ALE envs on request).
+    An unknown id is a ValueError naming it, with close matches."""
+    if ":" in env_id:
+        module, env_id = env_id.split(":", 1)
+        import_plugins([module])
+    if env_id not in gym.registry and env_id.startswith("ALE/"):
+        try:
+            import_plugins(["ale_py"])
+        except ImportError:
+            raise ValueError(f"{env_id!r} is an Atari env: install ale-py (pip install 'rlcollect[envs]')") from None
+    if env_id not in gym.registry:
+        close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise ValueError(f"Unknown gymnasium env id {env_id!r}.{hint}")
+    return env_id
+
+
+def make_gym_env(env: EnvSource, max_episode_steps: int | None = None, *, wrappers: Sequence[Callable] = (),
+                 **make_kwargs) -> gym.Env:
+    """gym.make for a gymnasium id (``resolve_env_id``), or call a zero-argument factory;
+    then apply ``wrappers`` in order (each a callable env -> env; the first wraps the raw env)."""
     if isinstance(env, str):
-        if env not in gym.registry:
-            close = difflib.get_close_matches(env, list(gym.registry), n=3, cutoff=0.6)
-            hint = f" Did you mean: {', '.join(close)}?" if close else ""
-            raise ValueError(f"Unknown gymnasium env id {env!r}.{hint}")
-        return gym.make(env, max_episode_steps=max_episode_steps, **make_kwargs)
-    if not callable(env):
-        raise TypeError(f"env must be a gymnasium id or a zero-argument callable, got {env!r}")
-    if make_kwargs:
-        raise TypeError(f"make kwargs {sorted(make_kwargs)} only apply to a gymnasium id, not a callable")
-    instance = env()
-    if not isinstance(instance, gym.Env):
-        raise TypeError(f"env factory {env!r} returned {type(instance).__name__}, not a gymnasium.Env")
-    if max_episode_steps is not None:
-        instance = gym.wrappers.TimeLimit(instance, max_episode_steps=max_episode_steps)
+        instance = gym.make(resolve_env_id(env), max_episode_steps=max_episode_steps, **make_kwargs)
+    else:
+        if not callable(env):
+            raise TypeError(f"env must be a gymnasium id or a zero-argument callable, got {env!r}")
+        if make_kwargs:
+            raise TypeError(f"make kwargs {sorted(make_kwargs)} only apply to a gymnasium id, not a callable")
+        instance = env()
+        if not isinstance(instance, gym.Env):
+            raise TypeError(f"env factory {env!r} returned {type(instance).__name__}, not a gymnasium.Env")
+        if max_episode_steps is not None:
+            instance = gym.wrappers.TimeLimit(instance, max_episode_steps=max_episode_steps)
+    for wrapper in wrappers:
+        instance = wrapper(instance)
+        if not isinstance(instance, gym.Env):
+            raise TypeError(f"env wrapper {wrapper!r} returned {type(instance).__name__}, not a gymnasium.Env")
     return instance
 
 
@@ -60,6 +93,11 @@ class GymEnv:
         seed: sub-env i is seeded with ``seed + i`` at its first reset.
         device: where the returned tensors live.
         max_episode_steps: time limit (a gymnasium TimeLimit: its cut is ``truncated``).
+        wrappers: callables env -> env applied to each sub-env in order (the first wraps the
+            raw env), e.g. ``functools.partial(gymnasium.wrappers.AtariPreprocessing, frame_skip=1)``.
+        imports: modules to import first (plugins that register env ids).
+        info_keys: entries of the env's info dict stored with every step as ``("next", key)``
+            (float32; 0 where an env did not report it).
         **make_kwargs: passed to ``gym.make``.
 
     Box actions are clipped to the action space's bounds before they reach the env (the
@@ -76,12 +114,18 @@ class GymEnv:
         seed: int | None = None,
         device: str | torch.device = "cpu",
         max_episode_steps: int | None = None,
+        wrappers: Sequence[Callable] = (),
+        imports: Sequence[str] = (),
+        info_keys: Sequence[str] = (),
         **make_kwargs,
     ) -> None:
         self.num_envs = check_positive_int("num_envs", num_envs, optional=True)
         self.batch_size = torch.Size([] if num_envs is None else [num_envs])
         self.device = torch.device(device)
-        self._envs = [make_gym_env(env, max_episode_steps, **make_kwargs) for _ in range(num_envs or 1)]
+        import_plugins(imports)
+        self.info_keys = self._setup_info_keys(info_keys)
+        self._envs = [make_gym_env(env, max_episode_steps, wrappers=wrappers, **make_kwargs)
+                      for _ in range(num_envs or 1)]
         self.observation_space = self._envs[0].observation_space
         self.action_space = self._envs[0].action_space
         check_supported(self.observation_space, "observation")
@@ -93,8 +137,17 @@ class GymEnv:
         self._actions_shape = (len(self._envs), *sample_shape(self.action_space))
         self._nested = is_nested(self.observation_space)
         self._write_observation = writer(self.observation_space)  # one env's observation into row i
-        self._staging = Staging(allocate_arrays(self.observation_space, len(self._envs)),
+        self._staging = Staging(allocate_arrays(self.observation_space, len(self._envs), self.info_keys),
                                 batched=num_envs is not None, device=self.device)
+
+    @staticmethod
+    def _setup_info_keys(info_keys) -> tuple[str, ...]:
+        info_keys = tuple(info_keys)
+        reserved = sorted(set(info_keys) & {"observation", "reward", "terminated", "truncated", "done"})
+        if reserved or not all(isinstance(key, str) and key for key in info_keys):
+            raise ValueError(f"info_keys must be names of info entries other than the step's own keys, got "
+                             f"{list(info_keys)}")
+        return info_keys
 
     @property
     def staged(self) -> TensorDict:
@@ -165,12 +218,16 @@ class GymEnv:
         next_obs, reward = arrays["next_observation"], arrays["reward"]
         terminated, truncated, done = arrays["terminated"], arrays["truncated"], arrays["done"]
         any_done = False
+        info_arrays = arrays["info"] if self.info_keys else None
         for i, env in enumerate(self._envs):
             if self._nested:
-                observation, reward[i], term, trunc, _ = env.step(actions[i])
+                observation, reward[i], term, trunc, info = env.step(actions[i])
                 self._write_observation(next_obs, i, observation)
             else:
-                next_obs[i], reward[i], term, trunc, _ = env.step(actions[i])
+                next_obs[i], reward[i], term, trunc, info = env.step(actions[i])
+            if info_arrays is not None:
+                for key, values in info_arrays.items():
+                    values[i] = info.get(key, 0)
             terminated[i], truncated[i] = term, trunc
             done[i] = finished = term or trunc
             if finished:

@@ -14,7 +14,7 @@ them on the CPU, or device copies refreshed after each write on another device.
 """
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Sequence, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -24,12 +24,14 @@ from tensordict import TensorDict
 from rlcollect.envs.spaces import allocate, tree_map
 from rlcollect.keys import NEXT_KEYS
 
-ARRAY_NAMES = ("observation", "is_init", "next_observation", "reward", "terminated", "truncated", "done")
+ARRAY_NAMES = ("observation", "is_init", "next_observation", "reward", "terminated", "truncated", "done", "info")
 
 
-def allocate_arrays(observation_space: gym.Space, num_envs: int) -> dict:
-    """Zeroed staging arrays for ``num_envs`` envs (the observations nested as their space)."""
+def allocate_arrays(observation_space: gym.Space, num_envs: int, info_keys: Sequence[str] = ()) -> dict:
+    """Zeroed staging arrays for ``num_envs`` envs (the observations nested as their space;
+    ``info`` holds one float32 array per info key)."""
     return {
+        "info": {key: np.zeros(num_envs, np.float32) for key in info_keys},
         "observation": allocate(observation_space, (num_envs,)),
         "is_init": np.zeros(num_envs, bool),
         "next_observation": allocate(observation_space, (num_envs,)),
@@ -71,7 +73,9 @@ class Staging:
             {
                 "observation": view(tensors["observation"]),
                 "is_init": view(tensors["is_init"]),
-                "next": {key: view(tensors["next_observation" if key == "observation" else key]) for key in NEXT_KEYS},
+                "next": {**{key: view(tensors["next_observation" if key == "observation" else key])
+                            for key in NEXT_KEYS},
+                         **{key: view(value) for key, value in tensors["info"].items()}},
             },
             batch_size=[self.num_envs] if self.batched else [],
             device=self.device,

@@ -12,7 +12,7 @@ import math
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from tensordict import TensorDictBase
 
@@ -42,12 +42,14 @@ class RunLogger:
         gamma: discount of the logged discounted returns.
     """
 
-    def __init__(self, run_dir: str | Path, *, start_frames: int = 0, gamma: float = 0.99) -> None:
+    def __init__(self, run_dir: str | Path, *, start_frames: int = 0, gamma: float = 0.99,
+                 info_keys: Sequence[str] = ()) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._file = open(self.run_dir / METRICS_FILE, "a", encoding="utf-8")
         self.gamma = gamma
-        self._episodes = EpisodeTracker(gamma)
+        self.info_keys = tuple(info_keys)
+        self._episodes = episode_tracker(gamma, self.info_keys)
         self._start_time = time.perf_counter()
         self._seconds_before = 0.0
         self._frames = start_frames
@@ -85,7 +87,7 @@ class RunLogger:
         and sends the worker's episode statistics here; ``drain_worker_hooks`` logs them."""
         if self._worker_queue is None:
             self._worker_queue = mp_context.SimpleQueue()
-        return WorkerEpisodeHook(self._worker_queue, gamma=self.gamma)
+        return WorkerEpisodeHook(self._worker_queue, gamma=self.gamma, info_keys=self.info_keys)
 
     def drain_worker_hooks(self, frames: int, reports: list | tuple = ()) -> None:
         """Log, at ``frames``, the episodes the worker hooks reported since the last call,
@@ -110,6 +112,8 @@ class RunLogger:
             metrics["collect/episode_return"] = self.recent_episode_return
             metrics["collect/episode_length"] = sum(info.length for info in infos) / len(infos)
             metrics["collect/episode_discounted_return"] = sum(info.discounted_return for info in infos) / len(infos)
+            for key in self.info_keys:  # the env's info at each episode's end, e.g. is_success
+                metrics[f"collect/{key}"] = sum(info.last[f"next/{key}"] for info in infos) / len(infos)
         self.log(metrics, step=frames)
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
@@ -152,7 +156,7 @@ class WandbLogger(RunLogger):
     def __init__(self, run_dir: str | Path, *, project: str, name: str | None = None,
                  group: str | None = None, job_type: str | None = None, config: dict | None = None,
                  mode: str = "offline", entity: str | None = None, run_id: str | None = None,
-                 start_frames: int = 0, gamma: float = 0.99) -> None:
+                 start_frames: int = 0, gamma: float = 0.99, info_keys: Sequence[str] = ()) -> None:
         import wandb
 
         if mode not in ("offline", "online", "disabled"):
@@ -160,7 +164,7 @@ class WandbLogger(RunLogger):
         if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _has_netrc_login()):
             raise ValueError("logger.mode=online needs a W&B login: run `wandb login` or set WANDB_API_KEY "
                                "(or keep the default logger.mode=offline and `wandb sync` later)")
-        super().__init__(run_dir, start_frames=start_frames, gamma=gamma)
+        super().__init__(run_dir, start_frames=start_frames, gamma=gamma, info_keys=info_keys)
         self._run = wandb.init(
             project=project, entity=entity, name=name, group=group, job_type=job_type, config=config,
             dir=str(self.run_dir), mode=mode, id=run_id, resume="allow" if run_id else None,
@@ -184,13 +188,18 @@ class WandbLogger(RunLogger):
         self._run.finish()
 
 
+def episode_tracker(gamma: float, info_keys: Sequence[str]) -> EpisodeTracker:
+    """The tracker of a logger or hook: returns, lengths, and the info keys at episode ends."""
+    return EpisodeTracker(gamma, last_keys=[("next", key) for key in info_keys])
+
+
 class EpisodeStatsHook:
     """A post-collect hook returning the TrajectoryInfo of each trajectory a batch
     completes; picklable, each copy keeps its own EpisodeTracker. RayCollector ships what
     its actors' copies return to the driver (``hook_results()``)."""
 
-    def __init__(self, gamma: float = 0.99) -> None:
-        self._episodes = EpisodeTracker(gamma)
+    def __init__(self, gamma: float = 0.99, info_keys: Sequence[str] = ()) -> None:
+        self._episodes = episode_tracker(gamma, info_keys)
 
     def __call__(self, batch: TensorDictBase) -> list[TrajectoryInfo]:
         return self._episodes.infos(batch)
@@ -200,8 +209,8 @@ class WorkerEpisodeHook(EpisodeStatsHook):
     """Runs in a collector worker: sends the TrajectoryInfo of the trajectories each batch
     completes to the main process's logger through ``queue``."""
 
-    def __init__(self, queue, gamma: float = 0.99) -> None:
-        super().__init__(gamma)
+    def __init__(self, queue, gamma: float = 0.99, info_keys: Sequence[str] = ()) -> None:
+        super().__init__(gamma, info_keys)
         self._queue = queue
 
     def __call__(self, batch: TensorDictBase) -> None:

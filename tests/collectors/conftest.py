@@ -1,22 +1,3 @@
-import multiprocessing
-import os
-
 import pytest
 
 pytest.register_assert_rewrite("checks")
-
-
-@pytest.fixture
-def no_leftovers():
-    """Register collectors with it (``no_leftovers(collector)``): after the test each is
-    shut down, and then no worker of theirs, no other child process and no new /dev/shm
-    entry may remain."""
-    shm_before = set(os.listdir("/dev/shm"))
-    children_before = set(multiprocessing.active_children())
-    collectors = []
-    yield collectors.append
-    for collector in collectors:
-        collector.shutdown()
-        assert not any(p.is_alive() for p in collector._processes), "orphan worker"
-    assert set(multiprocessing.active_children()) <= children_before, "orphan child process"
-    assert set(os.listdir("/dev/shm")) <= shm_before, "leaked shared memory"

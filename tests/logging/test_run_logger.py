@@ -35,3 +35,19 @@ def test_online_mode_without_a_login_fails_clearly(tmp_path, monkeypatch):
         WandbLogger(tmp_path, project="p", mode="online")
     with pytest.raises(ValueError, match="mode must be"):
         WandbLogger(tmp_path, project="p", mode="cloud")
+
+
+def test_info_keys_are_logged_as_the_mean_at_episode_ends(tmp_path):
+    import functools
+    import json
+
+    from rlcollect import Collector, GymEnv
+    from rlcollect.testing import InfoEnv
+
+    logger = RunLogger(tmp_path, info_keys=["is_success", "cost"])
+    env = GymEnv(functools.partial(InfoEnv, 3), 2, info_keys=["is_success", "cost"])
+    list(Collector(env, frames_per_batch=8, total_frames=8, post_collect_hook=logger))
+    logger.close()
+    [row] = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    # 4 steps per env: one complete episode of 3 in each; at its end is_success 1, cost 0.5 * 3
+    assert row["collect/episodes"] == 2 and row["collect/is_success"] == 1.0 and row["collect/cost"] == 1.5

@@ -38,6 +38,7 @@ from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import CollectorDevices, DeviceLike, policy_param_device, sync_function
 from rlcollect.collectors.options import (BatchSpec, DeliveryOptions, DeviceOptions, StepOptions, check_groups,
                                           check_total_frames, with_options_doc)
+from rlcollect.envs.gym_env import NonFiniteActionError
 from rlcollect.envs.sources import EnvSource, make_env
 from rlcollect.keys import CARRIER_KEYS, POLICY_VERSION, TIME_DIM, TRAJ_IDS
 from rlcollect.modules.recurrent import policy_primers
@@ -376,12 +377,17 @@ class Collector(CollectorBase):
         env, reset_when_done = self.env, self.reset_when_done
         steps = self._time_steps
         with torch.no_grad(), set_interaction_type(self.exploration_type):
-            for t in range(self._time_steps):
-                if stop is not None and t > 0 and stop():
-                    steps = t
-                    break
-                action = self.act(t, t < random_steps)
-                self.record(t, env.stage_step(action, reset_when_done))
+            try:
+                for t in range(self._time_steps):
+                    if stop is not None and t > 0 and stop():
+                        steps = t
+                        break
+                    action = self.act(t, t < random_steps)
+                    self.record(t, env.stage_step(action, reset_when_done))
+            except NonFiniteActionError as error:
+                first, batch = self._frames + 1, self._frames // self.frames_per_batch + 1
+                raise NonFiniteActionError(f"batch {batch} (frames {first}..{first + self.frames_per_batch - 1}), "
+                                           f"step {t}: {error}") from None
         self.end_batch(steps)
 
     def _rollout_plan(self, rollout: TensorDictBase, num_steps: int | None) -> tuple:

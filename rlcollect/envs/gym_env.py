@@ -82,6 +82,10 @@ def make_gym_env(env: EnvSource, max_episode_steps: int | None = None, *, wrappe
     return instance
 
 
+class NonFiniteActionError(ValueError):
+    """A policy wrote a NaN or infinite action (a diverged policy); the env never sees it."""
+
+
 class GymEnv:
     """A gymnasium env (``num_envs=None``, batch_size ``[]``) or ``num_envs`` copies
     stepped together (batch_size ``[num_envs]``), speaking rlcollect's TensorDict keys.
@@ -101,9 +105,11 @@ class GymEnv:
         **make_kwargs: passed to ``gym.make``.
 
     Box actions are clipped to the action space's bounds before they reach the env (the
-    unclipped action is what the policy wrote and what is stored). Only sub-envs that finish are reset: ``("next", "observation")`` keeps the true final
-    observation, the carrier returned for the next step holds the reset one with
-    ``is_init=True``. ``terminated`` and ``truncated`` stay distinct.
+    unclipped action is what the policy wrote and what is stored); a NaN or infinite Box
+    action raises NonFiniteActionError instead. Only sub-envs that finish are reset:
+    ``("next", "observation")`` keeps the true final observation, the carrier returned for
+    the next step holds the reset one with ``is_init=True``. ``terminated`` and
+    ``truncated`` stay distinct.
     """
 
     def __init__(
@@ -213,6 +219,11 @@ class GymEnv:
             actions = actions.detach().cpu().numpy()
         actions = actions.reshape(self._actions_shape)
         if self._action_bounds is not None:  # Gaussian policies sample past the bounds
+            if not np.isfinite(actions).all():
+                finite = np.isfinite(actions).reshape(len(self._envs), -1).all(-1)
+                bad = np.flatnonzero(~finite).tolist()
+                raise NonFiniteActionError(f"the policy's action is not finite (nan or inf) for env(s) {bad}: "
+                                           "the policy diverged; nothing was sent to the env")
             actions = np.clip(actions, *self._action_bounds)
         arrays = self._staging.arrays
         next_obs, reward = arrays["next_observation"], arrays["reward"]

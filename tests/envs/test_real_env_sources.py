@@ -78,3 +78,29 @@ def test_info_keys_are_stored_per_step_in_every_collector(no_leftovers):
         check_info(next(iter(collector)))
     with pytest.raises(ValueError, match="info_keys must be names"):
         GymEnv(source, info_keys=["reward"])
+
+
+class NanPolicy(torch.nn.Module):
+    """A diverged continuous policy: finite actions for 3 calls (the collector's dry run and
+    the 2 steps of the first batch), then NaN."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, td):
+        self.calls += 1
+        value = float("nan") if self.calls > 3 else 0.5
+        td.set("action", torch.full((*td.batch_size, 1), value))
+        return td
+
+
+def test_a_nan_action_stops_collection_naming_the_batch_and_never_reaches_the_env():
+    from rlcollect.envs.gym_env import NonFiniteActionError
+
+    env = GymEnv("Pendulum-v1", 2, seed=0)
+    collector = Collector(env, NanPolicy(), frames_per_batch=4)  # 2 steps per batch
+    batches = iter(collector)
+    next(batches)
+    with pytest.raises(NonFiniteActionError, match=r"batch 2 \(frames 5\.\.8\), step 0: .*not finite .*env\(s\) \[0, 1\]"):
+        next(batches)

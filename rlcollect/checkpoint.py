@@ -5,7 +5,9 @@ objects), so loading a checkpoint cannot run arbitrary code.
 """
 from __future__ import annotations
 
+import logging
 import os
+import pickle
 import random
 from pathlib import Path
 
@@ -13,24 +15,77 @@ import numpy as np
 import torch
 
 CHECKPOINT_FILE = "checkpoint.pt"
+PREVIOUS_SUFFIX = ".prev"  # checkpoint.pt.prev: the one before, kept until a new one is written and verified
+
+log = logging.getLogger(__name__)
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be loaded (truncated, garbage, or not weights-only)."""
+
+
+def previous_path(path: Path) -> Path:
+    return path.with_name(path.name + PREVIOUS_SUFFIX)
 
 
 def save_checkpoint(path: str | Path, state: dict) -> None:
-    """Write ``state`` to ``path`` atomically: a crash leaves the previous checkpoint intact."""
+    """Write ``state`` to ``path`` and keep the previous checkpoint as ``path.prev`` until
+    the new one is complete and verified (read back with weights_only=True): a crash at any
+    moment leaves a checkpoint that loads."""
     path = Path(path)
     partial = path.with_name(path.name + ".partial")
     with open(partial, "wb") as file:
         torch.save(state, file)
         file.flush()
         os.fsync(file.fileno())
+    try:
+        _load(partial)
+    except CheckpointError:
+        partial.unlink(missing_ok=True)
+        raise
+    if path.exists():
+        os.replace(path, previous_path(path))
     os.replace(partial, path)
 
 
 def load_checkpoint(path: str | Path) -> dict:
+    """The checkpoint at ``path``; if it is corrupt or incomplete, the previous one
+    (``path.prev``) when that loads, saying so; else a CheckpointError naming the file."""
     path = Path(path)
-    if not path.is_file():
+    if not path.is_file() and not previous_path(path).is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        return _load(path)
+    except (CheckpointError, FileNotFoundError) as error:
+        previous = previous_path(path)
+        if not previous.is_file():
+            raise CheckpointError(f"{error}; no previous checkpoint ({previous.name}) to fall back to") from None
+        try:
+            state = _load(previous)
+        except CheckpointError as previous_error:
+            raise CheckpointError(f"{error}; the previous one is no better: {previous_error}") from None
+        log.warning("%s; falling back to the previous checkpoint %s", error, previous)
+        return state
+
+
+def _load(path: Path) -> dict:
+    """torch.load(weights_only=True), with a one-line error naming the file when it fails
+    (never torch's advice to load with weights_only=False: a checkpoint is data, not code)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} is missing")
+    size = path.stat().st_size
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        raise CheckpointError(f"checkpoint {path} ({size} bytes) is corrupt or incomplete, or holds objects other "
+                              "than tensors and plain values (refused: checkpoints load with weights_only=True)"
+                              ) from None
+    except Exception as error:  # EOFError, RuntimeError (zip), OSError ...: the file is not a whole checkpoint
+        raise CheckpointError(f"checkpoint {path} ({size} bytes) is corrupt or incomplete "
+                              f"({type(error).__name__})") from None
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {path} ({size} bytes) is corrupt or incomplete (not a dict)")
+    return state
 
 
 def rng_state() -> dict:

@@ -11,6 +11,7 @@ from tensordict.nn import InteractionType, TensorDictModuleBase, interaction_typ
 from torch import nn
 
 from rlcollect.modules import distributions as D
+from rlcollect.modules.encoders import RunningNorm, make_encoder
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 DETERMINISTIC = (InteractionType.DETERMINISTIC, InteractionType.MODE, InteractionType.MEAN, InteractionType.MEDIAN)
@@ -29,6 +30,16 @@ def mlp(in_features: int, hidden_sizes: Sequence[int], out_features: int, activa
     return nn.Sequential(*layers)
 
 
+def observation_norm(space: gym.Space, normalize: bool, encoder: str) -> RunningNorm | None:
+    """A RunningNorm for a flat Box observation, when asked for (None otherwise)."""
+    if not normalize:
+        return None
+    if encoder != "mlp" or not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+        raise ValueError(f"normalize_observation applies to flat Box observations (encoder 'mlp'), got {space!r} "
+                         f"with encoder {encoder!r}")
+    return RunningNorm(tuple(space.shape))
+
+
 def _orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
     nn.init.orthogonal_(layer.weight, gain)
     nn.init.zeros_(layer.bias)
@@ -36,24 +47,35 @@ def _orthogonal(layer: nn.Linear, gain: float) -> nn.Linear:
 
 
 class ActorCritic(TensorDictModuleBase):
-    """Separate actor and critic MLPs over a flat ``"observation"`` (``observation_key``).
+    """Separate actor and critic MLPs over the features of ``"observation"``
+    (``observation_key``).
 
     Writes ``"action"`` (sampled, or the mode under a deterministic interaction type),
     ``"action_log_prob"`` and ``"state_value"``. Discrete spaces get a categorical head
     (int64 actions); Box spaces a diagonal Gaussian with a state-independent log-std.
+
+    Args:
+        encoder: "mlp" (a flat Box, as is), "cnn" (an image: the Nature-DQN encoder, shared
+            by the actor and the critic; use hidden_sizes=() for linear heads, as cleanrl's
+            Atari PPO) or "multi_input" (Dict / Tuple / Discrete observations:
+            modules/encoders.py).
+        normalize_observation: a RunningNorm (``obs_norm``) in front of a flat Box encoder;
+            the trainer updates it from each batch (``obs_norm.update``), its statistics
+            travel with the weights.
     """
 
     out_keys = ["action", "action_log_prob", "state_value"]
 
-    def __init__(self, observation_space: gym.spaces.Box, action_space: gym.Space, *,
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
                  hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh",
-                 log_std_init: float = 0.0, observation_key: str = "observation") -> None:
+                 log_std_init: float = 0.0, observation_key: str = "observation", encoder: str = "mlp",
+                 normalize_observation: bool = False) -> None:
         super().__init__()
         self.observation_key = observation_key
         self.in_keys = [observation_key]
-        if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
-            raise TypeError(f"ActorCritic needs a flat Box observation space, got {observation_space!r}")
-        obs_dim = observation_space.shape[0]
+        self.obs_norm = observation_norm(observation_space, normalize_observation, encoder)
+        self.encoder = make_encoder(encoder, observation_space)  # no parameters for "mlp": the MLPs are the model
+        obs_dim = self.encoder.out_features
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if self.discrete:
             self.action_offset = int(action_space.start)
@@ -66,9 +88,15 @@ class ActorCritic(TensorDictModuleBase):
             raise TypeError(f"ActorCritic needs a Discrete or flat Box action space, got {action_space!r}")
         self.critic = mlp(obs_dim, hidden_sizes, 1, activation, output_gain=1.0)
 
-    def value(self, observation: torch.Tensor) -> torch.Tensor:
+    def features(self, observation) -> torch.Tensor:
+        """The float features the heads read (normalised, encoded)."""
+        if self.obs_norm is not None:
+            observation = self.obs_norm(observation)
+        return self.encoder(observation)
+
+    def value(self, observation) -> torch.Tensor:
         """V(observation), without a trailing singleton dim."""
-        return self.critic(observation.float()).squeeze(-1)
+        return self.critic(self.features(observation)).squeeze(-1)
 
     def state_value(self, tensordict: TensorDictBase) -> torch.Tensor:
         """V of each step of ``tensordict``."""
@@ -79,7 +107,7 @@ class ActorCritic(TensorDictModuleBase):
         return self.evaluate_actions(tensordict.get(self.observation_key), tensordict.get("action"))
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        observation = tensordict.get(self.observation_key).float()
+        observation = self.features(tensordict.get(self.observation_key))
         head = self.actor(observation)
         deterministic = interaction_type() in DETERMINISTIC
         if self.discrete:
@@ -97,7 +125,7 @@ class ActorCritic(TensorDictModuleBase):
     def evaluate_actions(self, observation: torch.Tensor, action: torch.Tensor
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log_prob, entropy, value) of ``action`` under the current weights."""
-        observation = observation.float()
+        observation = self.features(observation)
         head = self.actor(observation)
         if self.discrete:
             index = action - self.action_offset if self.action_offset else action

@@ -7,13 +7,16 @@ import gymnasium as gym
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, interaction_type
+from torch import nn
 
-from rlcollect.modules.actor_critic import DETERMINISTIC, mlp
+from rlcollect.modules.actor_critic import DETERMINISTIC, mlp, observation_norm
+from rlcollect.modules.encoders import make_encoder
 
 
 class QValuePolicy(TensorDictModuleBase):
-    """An MLP of Q-values over a flat ``"observation"``; writes ``"action"`` and
-    ``"action_value"`` (the Q-values of every action).
+    """An MLP of Q-values over the features of ``"observation"``; writes ``"action"`` and
+    ``"action_value"`` (the Q-values of every action). ``encoder`` and
+    ``normalize_observation`` as in ActorCritic (the encoder is part of ``q_net``).
 
     Under a deterministic interaction type the action is greedy; otherwise it is
     epsilon-greedy with ``epsilon``, a registered buffer: it travels with the weights, so
@@ -23,20 +26,25 @@ class QValuePolicy(TensorDictModuleBase):
     in_keys = ["observation"]
     out_keys = ["action", "action_value"]
 
-    def __init__(self, observation_space: gym.spaces.Box, action_space: gym.spaces.Discrete, *,
-                 hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu", epsilon: float = 1.0) -> None:
+    def __init__(self, observation_space: gym.Space, action_space: gym.spaces.Discrete, *,
+                 hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu", epsilon: float = 1.0,
+                 encoder: str = "mlp", normalize_observation: bool = False) -> None:
         super().__init__()
-        if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
-            raise TypeError(f"QValuePolicy needs a flat Box observation space, got {observation_space!r}")
         if not isinstance(action_space, gym.spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space, got {action_space!r}")
         self.num_actions = int(action_space.n)
         self.action_offset = int(action_space.start)
-        self.q_net = mlp(observation_space.shape[0], hidden_sizes, self.num_actions, activation)
+        self.obs_norm = observation_norm(observation_space, normalize_observation, encoder)
+        features = make_encoder(encoder, observation_space)
+        head = mlp(features.out_features, hidden_sizes, self.num_actions, activation)
+        self.q_net = head if encoder == "mlp" else nn.Sequential(features, head)  # trained with the head
+        self._float_input = encoder == "mlp"  # the other encoders convert (and scale images) themselves
         self.register_buffer("epsilon", torch.tensor(float(epsilon)))
 
-    def q_values(self, observation: torch.Tensor) -> torch.Tensor:
-        return self.q_net(observation.float())
+    def q_values(self, observation) -> torch.Tensor:
+        if self.obs_norm is not None:
+            observation = self.obs_norm(observation)
+        return self.q_net(observation.float() if self._float_input else observation)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         q_values = self.q_values(tensordict.get("observation"))

@@ -1,0 +1,176 @@
+"""Observation encoders: what turns an observation (a tensor, or a nested TensorDict for a
+Dict / Tuple space) into a flat float feature vector for the policy's heads.
+
+    mlp          a flat Box: the observation itself (the heads are MLPs)
+    cnn          an image Box [C, H, W] (uint8 scaled to [0, 1] inside): the Nature-DQN
+                 encoder (3 conv layers, then 512 features)
+    multi_input  a Dict / Tuple space: one encoder per entry (cnn for images, flatten for
+                 other Boxes, one-hot for Discrete, MultiDiscrete and MultiBinary), concatenated
+
+``RunningNorm`` normalises observations inside the policy: its statistics are buffers, so
+they travel with the weights to every worker and into every checkpoint.
+"""
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+
+from rlcollect.envs.spaces import subspaces
+
+ENCODERS = ("mlp", "cnn", "multi_input")
+
+
+class RunningNorm(nn.Module):
+    """``(x - running_mean) / sqrt(running_var + eps)``, clipped to ``[-clip, clip]``.
+
+    ``running_mean``, ``running_var`` and ``count`` are registered buffers updated by
+    ``update(x)`` (the trainer calls it with each batch; the parallel algorithm of Chan et
+    al., as SB3's VecNormalize): the forward pass never changes them, so evaluation and the
+    workers use the statistics as last synced.
+    """
+
+    def __init__(self, shape: tuple[int, ...], eps: float = 1e-8, clip: float = 10.0) -> None:
+        super().__init__()
+        self.eps, self.clip = eps, clip
+        self.register_buffer("running_mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("running_var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(0.0, dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Fold the samples ``x`` (``[..., *shape]``) into the statistics."""
+        x = x.reshape(-1, *self.running_mean.shape).to(torch.float64)
+        batch_mean, batch_var, batch_count = x.mean(0), x.var(0, unbiased=False), x.shape[0]
+        total = self.count + batch_count
+        delta = batch_mean - self.running_mean
+        self.running_mean += delta * batch_count / total
+        m2 = self.running_var * self.count + batch_var * batch_count + delta.pow(2) * self.count * batch_count / total
+        self.running_var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normalized = (x - self.running_mean) / torch.sqrt(self.running_var + self.eps)
+        return normalized.clamp(-self.clip, self.clip).to(torch.float32)
+
+
+MIN_IMAGE_SIZE = 36  # the Nature CNN's smallest input (8x8/4, 4x4/2, 3x3/1 convolutions)
+
+
+def is_image(space: gym.Space) -> bool:
+    """A Box [C, H, W] (uint8 or float) of at least 36 x 36 pixels: encoded by a CNN
+    (smaller arrays are flattened)."""
+    return isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and min(space.shape[1:]) >= MIN_IMAGE_SIZE
+
+
+class NatureCNN(nn.Module):
+    """Mnih et al. 2015's encoder: [C, H, W] -> 512 features (uint8 pixels / 255 inside)."""
+
+    def __init__(self, space: gym.spaces.Box, features: int = 512) -> None:
+        super().__init__()
+        channels, height, width = space.shape
+        self.scale = 1.0 / 255.0 if space.dtype == np.uint8 else 1.0  # pixels in [0, 255]: scaled here
+        self.conv = nn.Sequential(
+            _orthogonal(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
+            _orthogonal(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            _orthogonal(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten(),
+        )
+        with torch.no_grad():
+            flat = self.conv(torch.zeros(1, channels, height, width)).shape[-1]
+        self.head = nn.Sequential(_orthogonal(nn.Linear(flat, features)), nn.ReLU())
+        self.out_features = features
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        batch_shape = image.shape[:-3]
+        x = image.reshape(-1, *image.shape[-3:]).float() * self.scale
+        return self.head(self.conv(x)).reshape(*batch_shape, self.out_features)
+
+
+class Flatten(nn.Module):
+    """A Box entry as float features (its trailing dims flattened)."""
+
+    def __init__(self, space: gym.spaces.Box) -> None:
+        super().__init__()
+        self.dims = len(space.shape)
+        self.out_features = math.prod(space.shape) if space.shape else 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float()
+        return x.unsqueeze(-1) if self.dims == 0 else x.flatten(-self.dims)
+
+
+class OneHot(nn.Module):
+    """Discrete -> one-hot; MultiDiscrete -> concatenated one-hots; MultiBinary -> floats."""
+
+    def __init__(self, space: gym.Space) -> None:
+        super().__init__()
+        self.scalar = isinstance(space, gym.spaces.Discrete)
+        self.binary_dims = len(space.shape) if isinstance(space, gym.spaces.MultiBinary) else 0
+        if self.scalar:
+            self.sizes, self.starts = [int(space.n)], [int(space.start)]
+        elif isinstance(space, gym.spaces.MultiDiscrete):
+            self.sizes = [int(n) for n in space.nvec.reshape(-1)]
+            self.starts = [int(start) for start in space.start.reshape(-1)]
+        else:
+            self.sizes, self.starts = [], []
+        self.out_features = math.prod(space.shape) if self.binary_dims else sum(self.sizes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.binary_dims:
+            return x.float().flatten(-self.binary_dims)
+        values = x.unsqueeze(-1) if self.scalar else x.flatten(-1) if x.dim() else x
+        parts = [nn.functional.one_hot(values[..., i].long() - start, size).float()
+                 for i, (size, start) in enumerate(zip(self.sizes, self.starts))]
+        return torch.cat(parts, -1)
+
+
+class MultiInputEncoder(nn.Module):
+    """One encoder per entry of a Dict / Tuple observation (nested entries recursively),
+    their features concatenated in the space's order."""
+
+    def __init__(self, space: gym.Space) -> None:
+        super().__init__()
+        self.encoders = nn.ModuleDict({name: leaf_encoder(child) for name, child in subspaces(space).items()})
+        self.out_features = sum(encoder.out_features for encoder in self.encoders.values())
+
+    def forward(self, observation: TensorDictBase) -> torch.Tensor:
+        return torch.cat([encoder(observation.get(name)) for name, encoder in self.encoders.items()], -1)
+
+
+def leaf_encoder(space: gym.Space) -> nn.Module:
+    """The encoder of one observation entry."""
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        return MultiInputEncoder(space)
+    if is_image(space):
+        return NatureCNN(space)
+    if isinstance(space, gym.spaces.Box):
+        return Flatten(space)
+    return OneHot(space)
+
+
+def make_encoder(kind: str, space: gym.Space) -> nn.Module:
+    """The encoder ``kind`` (ENCODERS) for observations of ``space``; checks that they fit."""
+    if kind == "mlp":
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
+            raise TypeError(f"model encoder 'mlp' needs a flat Box observation, got {space!r}: use encoder='cnn' "
+                            "for images or 'multi_input' for Dict / Tuple / Discrete observations")
+        return Flatten(space)
+    if kind == "cnn":
+        if not is_image(space):
+            raise TypeError(f"model encoder 'cnn' needs an image Box [C, H, W] of at least {MIN_IMAGE_SIZE} x "
+                            f"{MIN_IMAGE_SIZE} pixels, got {space!r}")
+        return NatureCNN(space)
+    if kind == "multi_input":
+        return MultiInputEncoder(space) if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)) else \
+            leaf_encoder(space)
+    raise ValueError(f"model encoder must be one of {ENCODERS}, got {kind!r}")
+
+
+def _orthogonal(layer: nn.Module, gain: float = math.sqrt(2)) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer

@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import math
 import multiprocessing as mp
-import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Sequence
 
@@ -180,18 +179,9 @@ class WorkerOptions:
     def cpu_sets(self, num_workers: int) -> list[tuple[int, ...]] | None:
         """``worker_cpu_affinity`` checked against this machine: one non-empty set of
         available CPU ids per worker, or None."""
-        if self.worker_cpu_affinity is None:
-            return None
-        available = os.sched_getaffinity(0)
-        sets = [tuple(int(cpu) for cpu in cpus) for cpus in self.worker_cpu_affinity]
-        if len(sets) != num_workers or not all(sets):
-            raise ValueError(f"worker_cpu_affinity must hold one non-empty list of CPU ids per worker "
-                             f"({num_workers}), got {self.worker_cpu_affinity!r}")
-        unknown = sorted({cpu for cpus in sets for cpu in cpus} - available)
-        if unknown:
-            raise ValueError(f"worker_cpu_affinity names CPUs {unknown} this process cannot use "
-                             f"(available: {sorted(available)})")
-        return sets
+        from rlcollect.collectors.processes import check_cpu_affinity
+
+        return check_cpu_affinity(self.worker_cpu_affinity, num_workers)
 
 
 OPTION_GROUPS = (StepOptions, DeviceOptions, DeliveryOptions, WorkerOptions)

@@ -130,11 +130,7 @@ class WorkerProcesses:
                 worker_id = handles.get(handle, sentinels.get(handle))
                 if worker_id not in pending:
                     continue
-                message = self.recv(worker_id)
-                if message[0] == "error":
-                    self.fail(worker_id, f"raised an exception:\n{message[1]}")
-                if message[0] != expect:
-                    self.fail(worker_id, f"sent {message[0]!r} while {expect!r} was expected")
+                message = self._expected(worker_id, expect)
                 pending.discard(worker_id)
                 yield worker_id, message
             if deadline is not None and time.monotonic() > deadline and pending:
@@ -151,13 +147,17 @@ class WorkerProcesses:
             worker_id = handles.get(handle, sentinels.get(handle))
             if worker_id in found:
                 continue
-            message = self.recv(worker_id)
-            if message[0] == "error":
-                self.fail(worker_id, f"raised an exception:\n{message[1]}")
-            if message[0] != expect:
-                self.fail(worker_id, f"sent {message[0]!r} while {expect!r} was expected")
-            found[worker_id] = message
+            found[worker_id] = self._expected(worker_id, expect)
         return list(found.items())
+
+    def _expected(self, worker_id: int, expect: str) -> tuple:
+        """The worker's next message, which must be ``expect`` (else: fail with its error)."""
+        message = self.recv(worker_id)
+        if message[0] == "error":
+            self.fail(worker_id, f"raised an exception:\n{message[1]}")
+        if message[0] != expect:
+            self.fail(worker_id, f"sent {message[0]!r} while {expect!r} was expected")
+        return message
 
     def recv(self, worker_id: int):
         """The worker's next message; fails with its death message if it died without one."""

@@ -42,7 +42,7 @@ def train(cfg: DictConfig) -> float | None:
             built = pipeline.resume(cfg.resume)
             run_dir = cfg.resume
         else:
-            built = pipeline.build(cfg, run_dir, name=name, group=group, job_type=cfg.collector.type)
+            built = pipeline.build(cfg, run_dir, name=name, group=group, job_type=pipeline.collector_name(cfg))
     except (ValueError, TypeError, FileNotFoundError, ImportError) as error:
         what = "missing dependency" if isinstance(error, ImportError) else "invalid configuration"
         if multirun:  # Hydra reports the job with its overrides and runs the others

@@ -1,8 +1,20 @@
 """Structured-config schemas for `rlcollect train`, registered in Hydra's ConfigStore.
 
-Every YAML option under conf/<group>/ names its schema in its defaults list, so a
-misspelled key or a value of the wrong type is rejected by Hydra before anything runs.
-Keys mirror the constructor arguments they feed.
+Every default of the config tree is written here, once: a YAML option under conf/<group>/
+names its schema in its defaults list and sets only what differs from it (an experiment
+overlays a few values). A misspelled key or a value of the wrong type is rejected by
+Hydra before anything runs; a key added with ``+`` is rejected by the pipeline
+(rlcollect/pipeline/checks.py) unless it is an argument of the node's ``_target_``.
+
+Components are ``_target_`` nodes (docs/configuration.md, "Building components from
+`_target_`"): their keys are the constructor's arguments, built with
+``hydra.utils.instantiate``; ``_partial_: true`` marks the nodes the pipeline completes
+with runtime arguments (env, policy, hooks, run folder, ...). Point ``_target_`` at a
+class of your own to use it instead.
+
+Schemas are registered at the root of the ConfigStore as ``<group>_<option>_schema`` (not
+in the groups), so ``--help`` and Hydra's "could not find" errors list only the YAML
+options.
 """
 from __future__ import annotations
 
@@ -13,120 +25,216 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
 
+# ---------------------------------------------------------------------------- env
 @dataclass
 class EnvConfig:
+    """The training env: ``GymEnv(id, num_envs, seed=..., max_episode_steps=..., **make_kwargs)``
+    (the collectors with worker processes build ``envs_per_worker`` of them per worker)."""
+
     id: str = MISSING  # a registered gymnasium id
-    num_envs: Optional[int] = 8  # None: a single env, batch_size []
-    max_episode_steps: Optional[int] = None
+    num_envs: Optional[int] = 8  # collector=sync: None is a single env, batch_size []
+    max_episode_steps: Optional[int] = None  # None: the env's own limit
     solved_return: Optional[float] = None  # training stops once evaluation reaches it
-    make_kwargs: Any = field(default_factory=dict)
+    make_kwargs: Any = field(default_factory=dict)  # more gymnasium.make arguments
+    imports: List[str] = field(default_factory=list)  # modules that register env ids (a plugin, your package)
+    info_keys: List[str] = field(default_factory=list)  # info entries stored as ("next", key), logged at episode ends
+    wrappers: List[Any] = field(default_factory=list)  # _target_ nodes applied to each sub-env in order
+
+
+# ---------------------------------------------------------------------------- collector
+@dataclass
+class CollectorTarget:
+    """What every collector node has: the class, built by the pipeline (``_partial_``) with
+    the env source, the policy, total_frames, device, hooks and the replay buffer."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
+    frames_per_batch: int = 256
 
 
 @dataclass
-class SyncCollectorConfig:
-    type: str = "sync"
-    frames_per_batch: int = 256
+class StepLoopConfig:
+    """The per-step loop and the devices (StepOptions, DeviceOptions), taken by every collector."""
+
     max_frames_per_traj: Optional[int] = None
-    init_random_frames: int = 0
+    init_random_frames: int = 0  # the pipeline raises it to algo.learning_starts (DQN)
     reset_at_each_iter: bool = False
     reset_when_done: bool = True
     split_trajs: bool = False
     exploration_type: str = "random"
     track_traj_ids: bool = True
     set_truncated: bool = False
-    policy_device: Optional[str] = None
+    policy_device: Optional[str] = None  # null: the top-level device
     env_device: Optional[str] = None
     storing_device: Optional[str] = None
     no_cuda_sync: bool = False
 
 
 @dataclass
-class MultiCollectorConfig(SyncCollectorConfig):
-    type: str = "multisync"  # or "multiasync"
+class SyncCollectorConfig(StepLoopConfig, CollectorTarget):
+    """Collector: the per-step loop in the training process, on env.num_envs envs
+    (frames_per_batch is rounded up to a multiple of them)."""
+
+    _target_: str = "rlcollect.Collector"
+
+
+@dataclass
+class WorkerProcessesConfig(SyncCollectorConfig):
+    """Collectors with worker processes: num_workers x envs_per_worker envs, env i seeded
+    seed + i (env.num_envs is not used)."""
+
     num_workers: int = 2
-    envs_per_worker: int = 4  # each worker steps a batched GymEnv of this many envs
-    cat_results: Any = "stack"  # multisync only: "stack", 0 or -1
-    update_at_each_batch: bool = False
-    start_method: str = "spawn"
-    worker_torch_threads: int = 1
-    batch_timeout: Optional[float] = None
+    envs_per_worker: int = 4
+    start_method: str = "spawn"  # spawn | forkserver | fork
+    worker_torch_threads: Optional[int] = 1
+    worker_cpu_affinity: Optional[List[List[int]]] = None  # one list of CPU ids per worker
+    batch_timeout: Optional[float] = None  # seconds; None waits as long as the workers are alive
     shutdown_timeout: float = 5.0
 
 
 @dataclass
-class ActionServerCollectorConfig(SyncCollectorConfig):
-    """ActionServerCollector: envs step in worker processes, the policy runs in the training
-    process. env_device must stay null (the envs live in the workers, on the CPU)."""
+class MultiCollectorConfig(WorkerProcessesConfig):
+    """Each worker runs a Collector on its envs; the policy is copied to the workers
+    (weight_sync)."""
 
-    type: str = "action_server"
-    num_workers: int = 2
-    envs_per_worker: int = 4
-    max_decorrelation_steps: int = 0
-    start_method: str = "spawn"
-    worker_torch_threads: int = 1
-    worker_cpu_affinity: Optional[List[List[int]]] = None  # one list of CPU ids per worker
-    batch_timeout: Optional[float] = None
-    shutdown_timeout: float = 5.0
+    update_at_each_batch: bool = False
+
+
+@dataclass
+class MultiSyncCollectorConfig(MultiCollectorConfig):
+    """MultiSyncCollector: every batch gathers one from each worker (frames_per_batch split
+    across them), collected with the latest weights."""
+
+    _target_: str = "rlcollect.MultiSyncCollector"
+    cat_results: Any = "stack"  # stack | 0 | -1  (PPO takes stack or 0)
+
+
+@dataclass
+class MultiAsyncCollectorConfig(MultiCollectorConfig):
+    """MultiAsyncCollector: each batch is one worker's, first come first served, possibly
+    collected with older weights (see policy_version)."""
+
+    _target_: str = "rlcollect.MultiAsyncCollector"
+    frames_per_batch: int = 128  # per batch, i.e. per worker batch
+
+
+@dataclass
+class ActionServerCollectorConfig(WorkerProcessesConfig):
+    """ActionServerCollector: envs step in the workers, the policy runs once per step for all
+    of them in the training process (no weights to send: weight_sync is not used); ``device``
+    sets policy_device and storing_device. env_device must stay null (the envs live in the
+    workers, on the CPU)."""
+
+    _target_: str = "rlcollect.ActionServerCollector"
+    max_decorrelation_steps: int = 0  # after a reset, each env takes 0..this many random steps
 
 
 @dataclass
 class AlternatingCollectorConfig(ActionServerCollectorConfig):
-    type: str = "alternating"
-    overlap: bool = True
+    """AlternatingCollector: an action server whose workers form two groups; the policy
+    computes one group's actions while the other group steps (num_workers must be even)."""
+
+    _target_: str = "rlcollect.AlternatingCollector"
+    overlap: bool = True  # false: a group steps only once the other group's step is over
 
 
 @dataclass
 class RayRemoteConfig:
+    """Ray resources of each actor (None: Ray's default)."""
+
     num_cpus: Optional[float] = 1
     num_gpus: Optional[float] = None
     memory: Optional[int] = None  # bytes
 
 
 @dataclass
-class RayCollectorConfig(MultiCollectorConfig):
-    """RayCollector; num_workers, envs_per_worker, start_method and worker_torch_threads
-    describe what runs inside each actor (collector_class)."""
+class RayActorCollectorConfig(StepLoopConfig):
+    """collector_kwargs of collector=ray: the options of the collector each actor runs. The
+    worker keys apply to collector_class multisync/multiasync only; null: not passed (that
+    collector's default)."""
 
-    type: str = "ray"
+    num_workers: Optional[int] = None  # multisync/multiasync actors: worker processes per actor (required)
+    start_method: Optional[str] = None
+    worker_torch_threads: Optional[int] = None
+    worker_cpu_affinity: Optional[List[List[int]]] = None
+    batch_timeout: Optional[float] = None
+    shutdown_timeout: Optional[float] = None
+
+
+@dataclass
+class RayCollectorConfig(CollectorTarget):
+    """RayCollector: num_collectors Ray actors, each running collector_class on its own envs
+    (envs_per_worker per actor, per worker process for multi*), env i seeded seed + i."""
+
+    _target_: str = "rlcollect.RayCollector"
     num_collectors: int = 2
-    sync: bool = True
+    sync: bool = True  # true: one batch from every actor, stacked; false: first come first served
     collector_class: str = "sync"  # sync | multisync | multiasync
+    envs_per_worker: int = 4
+    collector_kwargs: RayActorCollectorConfig = field(default_factory=RayActorCollectorConfig)
     remote_config: RayRemoteConfig = field(default_factory=RayRemoteConfig)
     ray_address: Optional[str] = None  # None: a local Ray on loopback; "auto" or host:port: join a cluster
+    batch_timeout: Optional[float] = None  # seconds; None waits as long as the actors are alive
+    shutdown_timeout: float = 5.0
+
+
+# ---------------------------------------------------------------------------- weight sync
+@dataclass
+class SharedMemWeightSyncConfig:
+    """Weights in shared memory: an update is one copy plus a version bump."""
+
+    _target_: str = "rlcollect.SharedMemWeightSyncScheme"
 
 
 @dataclass
-class WeightSyncConfig:
-    type: str = "shared_mem"  # shared_mem | multiprocess | ray | none
-    strategy: str = "tensordict"  # multiprocess only: "tensordict" or "state_dict"
+class MultiProcessWeightSyncConfig:
+    """Weights sent through a pipe to each worker and acknowledged."""
+
+    _target_: str = "rlcollect.MultiProcessWeightSyncScheme"
+    strategy: str = "tensordict"  # tensordict | state_dict
+    ack_timeout: float = 120.0
 
 
+@dataclass
+class RayWeightSyncConfig:
+    """Weights put once in the Ray object store per update; every actor pulls them."""
+
+    _target_: str = "rlcollect.RayWeightSyncScheme"
+    strategy: str = "tensordict"  # tensordict | state_dict
+
+
+@dataclass
+class NoWeightSyncConfig:
+    """Workers keep the weights they started with."""
+
+    _target_: str = "rlcollect.NoWeightSyncScheme"
+
+
+# ---------------------------------------------------------------------------- algo
 @dataclass
 class PPOConfig:
+    """Clipped PPO, tuned for CartPole (close to rl-zoo's: 8 envs x 32 steps, lambda 0.8)."""
+
     name: str = "ppo"
-    lr: float = 3e-4
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
+    lr: float = 0.001
+    gamma: float = 0.98
+    gae_lambda: float = 0.8
     clip_epsilon: float = 0.2
-    epochs: int = 10
-    minibatch_size: int = 64
+    epochs: int = 20
+    minibatch_size: int = 256
     value_coef: float = 0.5
     entropy_coef: float = 0.0
     max_grad_norm: float = 0.5
     normalize_advantage: bool = True
     anneal_lr: bool = True
-    anneal_clip: bool = False
-    hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
-    activation: str = "tanh"
-    log_std_init: float = 0.0
-    recurrent: Optional[str] = None  # None: MLP actor-critic; gru | lstm: RecurrentActorCritic
-    rnn_hidden_size: int = 64
-    rnn_layers: int = 1
-    sequence_length: Optional[int] = None  # recurrent minibatches: steps per sequence (None: whole rollout rows)
+    anneal_clip: bool = True
+    sequence_length: Optional[int] = None  # recurrent models: steps per minibatch sequence (None: whole rollout rows)
 
 
 @dataclass
 class DQNConfig:
+    """DQN (double, target network, epsilon-greedy) from a replay buffer."""
+
     name: str = "dqn"
     lr: float = 1e-3
     gamma: float = 0.99
@@ -134,7 +242,7 @@ class DQNConfig:
     gradient_steps_per_batch: int = 128  # per collected batch (background collection: per frames_per_batch frames)
     learning_starts: int = 1000  # frames collected with random actions before training
     target_update: str = "periodic"  # periodic | polyak
-    target_update_period: int = 128  # gradient steps
+    target_update_period: int = 128  # gradient steps: one target refresh per collected batch
     tau: float = 0.005
     double_dqn: bool = True
     loss: str = "huber"
@@ -142,82 +250,193 @@ class DQNConfig:
     eps_start: float = 1.0
     eps_end: float = 0.04
     eps_decay_frames: int = 8000
+    background: bool = False  # collector.start(): collect while training
+
+
+# ---------------------------------------------------------------------------- model
+@dataclass
+class ActorCriticConfig:
+    """ActorCritic(observation_space, action_space, ...): separate actor and critic MLPs (PPO)."""
+
+    _target_: str = "rlcollect.ActorCritic"
+    _partial_: bool = True  # the pipeline passes the env's spaces
+    hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
+    activation: str = "tanh"
+    log_std_init: float = 0.0
+    encoder: str = "mlp"  # mlp | cnn (images) | multi_input (Dict/Tuple observations)
+    normalize_observation: bool = False  # running mean/std of the observations, inside the policy
+
+
+@dataclass
+class RecurrentActorCriticConfig:
+    """RecurrentActorCritic(observation_space, action_space, ...): a GRU or LSTM feeding the
+    actor and critic heads (PPO; see experiment=cartpole_novel_gru)."""
+
+    _target_: str = "rlcollect.RecurrentActorCritic"
+    _partial_: bool = True
+    rnn: str = "gru"  # gru | lstm
+    hidden_size: int = 64
+    num_layers: int = 1
+    hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
+    activation: str = "tanh"
+    log_std_init: float = 0.0
+
+
+@dataclass
+class QValuePolicyConfig:
+    """QValuePolicy(observation_space, action_space, ...): an MLP of Q-values, epsilon-greedy (DQN)."""
+
+    _target_: str = "rlcollect.QValuePolicy"
+    _partial_: bool = True
     hidden_sizes: List[int] = field(default_factory=lambda: [256, 256])
     activation: str = "relu"
-    background: bool = False  # collector.start(): collect while training
+    epsilon: float = 1.0  # the first batches'; DQN then follows algo.eps_* (conf/model/q_network.yaml links them)
+    encoder: str = "mlp"  # mlp | cnn (images) | multi_input (Dict/Tuple observations)
+    normalize_observation: bool = False  # running mean/std of the observations, inside the policy
+
+
+# ---------------------------------------------------------------------------- buffer
+@dataclass
+class RolloutBufferConfig:
+    """RolloutBuffer(num_envs, rollout_len, shapes, ...): one collector batch per PPO update."""
+
+    _target_: str = "rlcollect.RolloutBuffer"
+    _partial_: bool = True  # the pipeline passes the batch and env shapes
+    device: Optional[str] = None  # None: the training device
 
 
 @dataclass
 class ReplayBufferConfig:
-    type: str = "replay"
+    """ReplayBuffer(storage, sampler, batch_size=algo.batch_size). ``trajs_per_batch`` is not a
+    ReplayBuffer argument: the collector's, when it writes into the buffer."""
+
+    _target_: str = "rlcollect.ReplayBuffer"
+    storage: Any = MISSING  # buffer/storage: memory | memmap
+    sampler: Any = MISSING  # buffer/sampler: random | slice
+    trajs_per_batch: Optional[int] = None  # collectors write only complete trajectories, at least this many
+
+
+@dataclass
+class LazyTensorStorageConfig:
+    """LazyTensorStorage: a ring buffer in memory."""
+
+    _target_: str = "rlcollect.LazyTensorStorage"
     max_size: int = 100_000
-    ndim: int = 1  # 1: flat (safe for every collector); 2/3: rows per env (see data-layout.txt)
-    sampler: str = "random"  # random | slice
-    slice_len: int = 32
-    storage: str = "memory"  # memory | memmap
-    scratch_dir: Optional[str] = None  # memmap files (default: the run folder)
-    trajs_per_batch: Optional[int] = None  # collectors write only complete trajectories
+    ndim: int = 1  # 1: flat, safe with every collector; 2/3 keep env rows (data-layout.txt)
+    device: Optional[str] = None  # None: the training device
 
 
 @dataclass
-class RolloutBufferConfig:
-    type: str = "rollout"
-    device: Optional[str] = None  # defaults to the training device
+class LazyMemmapStorageConfig:
+    """LazyMemmapStorage: a ring buffer in memory-mapped files (a resumed run re-opens them)."""
+
+    _target_: str = "rlcollect.LazyMemmapStorage"
+    max_size: int = 100_000
+    ndim: int = 1
+    scratch_dir: Optional[str] = None  # None: <run folder>/replay
 
 
 @dataclass
-class EvalConfig:
-    every_frames: int = 2048
-    episodes: int = 10  # eval envs stepped together (EvalCollector's eval_n_envs)
-    max_steps: Optional[int] = None  # step budget over all eval envs; episodes still running are not counted
-    max_trajectories: Optional[int] = None  # None: one episode per eval env; else episodes back to back until this many
+class RandomSamplerConfig:
+    _target_: str = "rlcollect.RandomSampler"
 
 
+@dataclass
+class SliceSamplerConfig:
+    """SliceSampler: contiguous slices of trajectories (exactly one of slice_len, num_slices)."""
+
+    _target_: str = "rlcollect.SliceSampler"
+    slice_len: Optional[int] = 32
+    num_slices: Optional[int] = None
+    strict_length: bool = False
+    pad_output: bool = False
+
+
+# ---------------------------------------------------------------------------- logger
 @dataclass
 class WandbLoggerConfig:
-    type: str = "wandb"
+    """WandbLogger: metrics.jsonl and a W&B run (offline: no account, no network)."""
+
+    _target_: str = "rlcollect.WandbLogger"
+    _partial_: bool = True  # the pipeline passes the run folder, name, group, job_type, config
     project: str = "rlcollect"
     entity: Optional[str] = None
     mode: str = "offline"  # "online" needs a W&B login
 
 
 @dataclass
-class NoLoggerConfig:
-    type: str = "none"
+class RunLoggerConfig:
+    """RunLogger: metrics.jsonl in the run folder only."""
+
+    _target_: str = "rlcollect.RunLogger"
+    _partial_: bool = True  # the pipeline passes the run folder
+
+
+# ---------------------------------------------------------------------------- top level
+@dataclass
+class EvalConfig:
+    every_frames: int = 1024  # deterministic evaluation cadence, in collected frames
+    episodes: int = 10  # eval envs stepped together, one episode each (the unbiased estimate)
+    max_steps: Optional[int] = None  # step budget over all eval envs; an episode cut by it is not counted (eval/cut)
+    max_trajectories: Optional[int] = None  # None: one episode per eval env; else episodes back to back until this many
 
 
 @dataclass
 class TrainConfig:
     env: Any = MISSING
     collector: Any = MISSING
+    weight_sync: Any = MISSING
     algo: Any = MISSING
+    model: Any = MISSING
     buffer: Any = MISSING
     logger: Any = MISSING
-    weight_sync: Any = MISSING
     eval: EvalConfig = field(default_factory=EvalConfig)
-    seed: int = 0
+    seed: int = 0  # env i of the run is seeded seed + i (rlcollect/seeding.py)
     total_frames: int = 100_000
     device: str = "cpu"  # training device; also the collector's default device
-    torch_threads: int = 1
+    torch_threads: int = 1  # small MLPs run fastest on one thread; more threads only add overhead
     progress: bool = True
-    checkpoint_every_frames: Optional[int] = 20_000  # null: no checkpoint
-    resume: Optional[str] = None  # a run folder: continue it from its checkpoint
+    checkpoint_every_frames: Optional[int] = 20_000  # checkpoint.pt in the run folder; None: none
+    resume: Optional[str] = None  # a run folder: `rlcollect train resume=<folder>` continues it
+
+
+# (group, option) -> schema; YAML options refer to them as /<group>_<option>_schema
+SCHEMAS: dict[tuple[str, str], type] = {
+    ("collector", "sync"): SyncCollectorConfig,
+    ("collector", "multisync"): MultiSyncCollectorConfig,
+    ("collector", "multiasync"): MultiAsyncCollectorConfig,
+    ("collector", "action_server"): ActionServerCollectorConfig,
+    ("collector", "alternating"): AlternatingCollectorConfig,
+    ("collector", "ray"): RayCollectorConfig,
+    ("weight_sync", "shared_mem"): SharedMemWeightSyncConfig,
+    ("weight_sync", "multiprocess"): MultiProcessWeightSyncConfig,
+    ("weight_sync", "ray"): RayWeightSyncConfig,
+    ("weight_sync", "none"): NoWeightSyncConfig,
+    ("algo", "ppo"): PPOConfig,
+    ("algo", "dqn"): DQNConfig,
+    ("model", "actor_critic"): ActorCriticConfig,
+    ("model", "recurrent_actor_critic"): RecurrentActorCriticConfig,
+    ("model", "q_network"): QValuePolicyConfig,
+    ("buffer", "rollout"): RolloutBufferConfig,
+    ("buffer", "replay"): ReplayBufferConfig,
+    ("buffer_storage", "memory"): LazyTensorStorageConfig,
+    ("buffer_storage", "memmap"): LazyMemmapStorageConfig,
+    ("buffer_sampler", "random"): RandomSamplerConfig,
+    ("buffer_sampler", "slice"): SliceSamplerConfig,
+    ("logger", "wandb"): WandbLoggerConfig,
+    ("logger", "none"): RunLoggerConfig,
+}
+
+
+def schema_name(group: str, option: str) -> str:
+    return f"{group}_{option}_schema"
 
 
 def register_configs() -> None:
-    """Register every schema; YAML options refer to them by ``<name>_schema``."""
+    """Register every schema at the root of the ConfigStore (not in a group: ``--help``
+    lists only the YAML options); YAML options refer to them as ``/<name>@_here_``."""
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
-    store.store(group="env", name="env_schema", node=EnvConfig)
-    store.store(group="collector", name="sync_schema", node=SyncCollectorConfig)
-    store.store(group="collector", name="multi_schema", node=MultiCollectorConfig)
-    store.store(group="collector", name="ray_schema", node=RayCollectorConfig)
-    store.store(group="collector", name="action_server_schema", node=ActionServerCollectorConfig)
-    store.store(group="collector", name="alternating_schema", node=AlternatingCollectorConfig)
-    store.store(group="weight_sync", name="weight_sync_schema", node=WeightSyncConfig)
-    store.store(group="algo", name="ppo_schema", node=PPOConfig)
-    store.store(group="algo", name="dqn_schema", node=DQNConfig)
-    store.store(group="buffer", name="replay_schema", node=ReplayBufferConfig)
-    store.store(group="buffer", name="rollout_schema", node=RolloutBufferConfig)
-    store.store(group="logger", name="wandb_schema", node=WandbLoggerConfig)
-    store.store(group="logger", name="none_schema", node=NoLoggerConfig)
+    store.store(name="env_schema", node=EnvConfig)
+    for (group, option), node in SCHEMAS.items():
+        store.store(name=schema_name(group, option), node=node)

@@ -89,6 +89,9 @@ def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
     ("collector=ray weight_sync=shared_mem", "collector=ray shares no memory with its actors: use weight_sync=ray"),
     ("weight_sync=ray", "weight_sync=ray needs collector=ray (got collector=sync)"),
     ("collector=ray collector.remote_config.gpus=1", "Key 'gpus' not in 'RayRemoteConfig'"),
+    ("+collector.frame_per_batch=512", "Key 'frame_per_batch' not in 'SyncCollectorConfig'"),
+    ("collector._target_=nosuch.Collector", "collector._target_=nosuch.Collector: not an importable class"),
+    ("algo=dqn model=actor_critic", "algo=dqn trains model=q_network, not model=actor_critic"),
     ("collector=action_server collector.overlap=false", "Key 'overlap' not in 'ActionServerCollectorConfig'"),
     ("collector=action_server collector.env_device=cpu",
      "collector.env_device=cpu: collector=action_server steps its envs in worker processes"),
@@ -99,6 +102,86 @@ def test_bad_options_exit_non_zero_with_a_clear_message(tmp_path, override, mess
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_an_added_unknown_key_exits_2_with_one_line_naming_it(tmp_path):
+    """Hydra lets `+collector.<key>=...` through; the pipeline checks it against the schema
+    before anything runs (without it, the run would silently use frames_per_batch=256)."""
+    result = rlcollect(tmp_path, "train", "+collector.frame_per_batch=512", "logger=none", "progress=false",
+                       "hydra.run.dir=run")
+    assert result.returncode == 2
+    [line] = [line for line in result.stderr.splitlines() if "frame_per_batch" in line]
+    assert line.startswith("rlcollect train: invalid configuration: Key 'frame_per_batch' not in "
+                           "'SyncCollectorConfig' (collector.frame_per_batch is not a key of its schema")
+    assert "Traceback" not in result.stderr and not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_help_and_a_missing_option_list_only_the_yaml_options(tmp_path):
+    """Schemas are registered outside the groups: neither `--help` nor "could not find"
+    lists them as options."""
+    result = rlcollect(tmp_path, "train", "--help")
+    assert result.returncode == 0, result.stderr
+    groups = dict(line.split(": ", 1) for line in result.stdout.split("== Config ==")[0].splitlines()
+                  if ": " in line and not line.startswith(" "))
+    assert groups["collector"] == "action_server, alternating, multiasync, multisync, ray, sync"
+    assert groups["weight_sync"] == "multiprocess, none, ray, shared_mem"
+    assert groups["algo"] == "dqn, ppo" and groups["logger"] == "none, wandb"
+    assert groups["model"] == "actor_critic, q_network, recurrent_actor_critic"
+    assert groups["buffer"] == "replay, rollout" and groups["buffer/storage"] == "memmap, memory"
+    assert "schema" not in result.stdout
+    missing = rlcollect(tmp_path, "train", "collector=nosuch")
+    assert missing.returncode != 0 and "Could not find 'collector/nosuch'" in missing.stderr
+    listed = missing.stderr.split("Available options in 'collector':")[1].split("Config search path")[0].split()
+    assert listed == ["action_server", "alternating", "multiasync", "multisync", "ray", "sync"]
+
+
+USER_COLLECTOR = '''
+from pathlib import Path
+
+from rlcollect import Collector
+
+
+class MarkedCollector(Collector):
+    """A Collector that appends the size of every batch it yields to a file."""
+
+    def __init__(self, *args, marker="marker.txt", **kwargs):
+        super().__init__(*args, **kwargs)
+        self.marker = Path(marker)
+
+    def __iter__(self):
+        for batch in super().__iter__():
+            with self.marker.open("a") as file:
+                file.write(f"{batch.numel()}\\n")
+            yield batch
+'''
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("how", ["config_dir", "override"])
+def test_a_user_collector_class_given_by_target_is_built_and_used(tmp_path, how):
+    """A class of one's own, named by `_target_`: in a YAML option of one's own config dir
+    (`--config-dir`, collector/mine.yaml extending sync), or on the command line, with an
+    argument of its own added with `+`."""
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "mycollectors.py").write_text(USER_COLLECTOR)
+    (tmp_path / "myconf" / "collector").mkdir(parents=True)
+    (tmp_path / "myconf" / "collector" / "mine.yaml").write_text(
+        "# Collector, marking each batch\ndefaults:\n  - sync\n  - _self_\n\n_target_: mycollectors.MarkedCollector\n")
+    if how == "config_dir":
+        choice = ["--config-dir", str(tmp_path / "myconf"), "collector=mine"]
+        marker = tmp_path / "marker.txt"  # the class's default, in the working folder
+    else:
+        marker = tmp_path / "batches.txt"
+        choice = ["collector._target_=mycollectors.MarkedCollector", f"+collector.marker={marker}"]
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "user"), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", *choice, *TINY, "hydra.run.dir=run"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr
+    assert marker.read_text().split() == ["128"] * 4  # it collected every batch of the run
+    assert "_target_: mycollectors.MarkedCollector" in (tmp_path / "run" / "config.yaml").read_text()
+    [wandb_file] = find_offline_runs(tmp_path / "run")
+    assert read_offline_run(wandb_file).job_type == "sync"  # the rlcollect collector it derives from
 
 
 def test_collector_ray_without_the_extra_names_the_extra_to_install(tmp_path):
@@ -151,3 +234,55 @@ def test_ctrl_c_during_multisync_training_leaves_no_worker_and_no_shared_memory(
     assert all(not Path(f"/proc/{pid}").exists() for pid in workers), "orphan worker"
     assert set(os.listdir("/dev/shm")) <= shm_before
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["frames"] > 0
+
+
+USER_ENVS = '''
+import gymnasium as gym
+import numpy as np
+from rlcollect.testing import CountingEnv
+
+
+class Seven(CountingEnv):
+    """Episodes of 7 steps; its info reports is_success at the end."""
+
+    def __init__(self):
+        super().__init__(episode_length=7)
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = super().step(action)
+        return observation, reward, terminated, truncated, {"is_success": terminated}
+
+
+class Double(gym.RewardWrapper):
+    """Doubles the reward (a wrapper of the user's, from the config)."""
+
+    def reward(self, reward):
+        return 2.0 * reward
+
+
+gym.register("MySeven-v0", entry_point=Seven)
+'''
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("collector", [["collector=sync"],
+                                       ["collector=multisync", "collector.start_method=spawn",
+                                        "collector.envs_per_worker=2"]], ids=["sync", "multisync-spawn"])
+def test_a_users_own_env_module_trains_with_wrappers_and_info_keys_from_the_config(tmp_path, collector):
+    """gymnasium's module:EnvId imports the user's module (in spawned workers too), the
+    config's wrappers apply, and env.info_keys reach the batches and the logs."""
+    (tmp_path / "my_rl_envs.py").write_text(USER_ENVS)
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "rlcollect.cli", "train", *TINY, *collector, "hydra.run.dir=run", "logger=none",
+         "env.id=my_rl_envs:MySeven-v0", "env.info_keys=[is_success]", "env.solved_return=null",
+         "env.wrappers=[{_target_: my_rl_envs.Double}]"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr
+    rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert [row["step"] for row in rows] == [128, 256, 384, 512]
+    episodes = [row for row in rows if row["collect/episodes"]]
+    assert episodes and all(row["collect/episode_length"] == 7.0 and row["collect/is_success"] == 1.0
+                            and row["collect/episode_return"] == 14.0 for row in episodes)  # reward 1, doubled
+    evaluations = [row["eval/episode_return"] for row in rows if "eval/episode_return" in row]
+    assert evaluations and all(value == 14.0 for value in evaluations)

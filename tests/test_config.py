@@ -1,4 +1,8 @@
-"""Every shipped config composes and runs one tiny step; the wheel carries the config tree."""
+"""Every shipped config option composes, builds its objects from their `_target_` and runs
+one tiny step; every default is written once (in the schemas); the wheel carries the
+config tree."""
+import dataclasses
+import inspect
 import json
 import subprocess
 import sys
@@ -6,16 +10,20 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 from hydra import compose, initialize_config_module
+from hydra.utils import get_class
 
 from rlcollect import pipeline
-from rlcollect.config import register_configs
+from rlcollect.config import SCHEMAS, DQNConfig, EnvConfig, EvalConfig, PPOConfig, TrainConfig, register_configs
 
 CONF = Path(__file__).parents[1] / "rlcollect" / "conf"
 ONE_STEP = ["total_frames=64", "collector.frames_per_batch=64", "eval.every_frames=64", "eval.episodes=1",
-            "eval.max_steps=20", "logger=none", "progress=false"]
+            "eval.max_steps=20", "progress=false"]
 PPO_STEP = ["algo.epochs=1", "algo.minibatch_size=32"]
 DQN_STEP = ["algo=dqn", "algo.learning_starts=0", "algo.gradient_steps_per_batch=2", "algo.batch_size=16"]
+GROUPS = ["env", "collector", "weight_sync", "algo", "model", "buffer", "buffer/storage", "buffer/sampler", "logger",
+          "experiment"]
 
 
 def options(group, *, ray=False):
@@ -24,50 +32,181 @@ def options(group, *, ray=False):
     return sorted(p.stem for p in (CONF / group).glob("*.yaml") if ray or p.stem != "ray")
 
 
-def compose_train(overrides):
+def compose_train(overrides, **kwargs):
     register_configs()
     with initialize_config_module("rlcollect.conf", version_base="1.3"):
-        return compose("train", overrides=overrides)
+        return compose("train", overrides=overrides, **kwargs)
+
+
+def one_step(overrides):
+    algo_step = [] if "algo=dqn" in overrides else PPO_STEP
+    logger = [] if any(o.startswith("logger=") for o in overrides) else ["logger=none"]
+    return [*overrides, *algo_step, *ONE_STEP, *logger]
 
 
 MULTI = ["collector.start_method=fork", "collector.envs_per_worker=2"]
+RUNS = ([[f"env={name}"] for name in options("env")]
+        + [[f"experiment={name}"] for name in options("experiment")]
+        + [[f"collector={name}", *MULTI] for name in options("collector") if name != "sync"]
+        + [["collector=multisync", f"weight_sync={name}", *MULTI] for name in options("weight_sync")]
+        + [[*DQN_STEP, f"collector={name}", *(MULTI if name != "sync" else [])] for name in options("collector")]
+        + [[f"model={name}"] for name in options("model") if name != "q_network"]  # q_network: the DQN runs
+        + [[f"logger={name}"] for name in options("logger")]
+        + [[*DQN_STEP, "algo.background=true"],
+           [*DQN_STEP, "buffer/storage=memmap", "buffer/sampler=slice", "buffer.sampler.slice_len=4"],
+           [*DQN_STEP, "buffer.storage.ndim=2", "buffer.storage.max_size=256"],
+           [*DQN_STEP, "collector=multiasync", *MULTI, "buffer.trajs_per_batch=1"]])
 
 
-@pytest.mark.parametrize("overrides", [[f"env={name}"] for name in options("env")]
-                         + [[f"experiment={name}"] for name in options("experiment")]
-                         + [[f"collector={name}", *MULTI] for name in options("collector") if name != "sync"]
-                         + [["collector=multisync", f"weight_sync={name}", *MULTI] for name in options("weight_sync")]
-                         + [[*DQN_STEP, f"collector={name}", *(MULTI if name != "sync" else [])]
-                            for name in options("collector")]
-                         + [[*DQN_STEP, "algo.background=true"],
-                            [*DQN_STEP, "buffer.storage=memmap", "buffer.sampler=slice", "buffer.slice_len=4"],
-                            [*DQN_STEP, "buffer.ndim=2", "buffer.max_size=256"],
-                            [*DQN_STEP, "collector=multiasync", *MULTI, "buffer.trajs_per_batch=1"]],
+@pytest.mark.parametrize("overrides", RUNS,
                          ids=lambda overrides: " ".join(o for o in overrides if "=" in o and not o.startswith("algo.")
                                                         and "start_method" not in o and "envs_per" not in o))
-def test_every_config_composes_and_runs_one_step(tmp_path, overrides):
-    algo_step = [] if "algo=dqn" in overrides else PPO_STEP
-    cfg = compose_train([*overrides, *algo_step, *ONE_STEP])
-    summary = pipeline.run(pipeline.build(cfg, tmp_path))
+def test_every_config_composes_builds_its_targets_and_runs_one_step(tmp_path, overrides):
+    cfg = compose_train(one_step(overrides))
+    built = pipeline.build(cfg, tmp_path)
+    # every component is the class its node's _target_ names
+    assert type(built.collector) is get_class(cfg.collector._target_)
+    assert type(built.policy) is get_class(cfg.model._target_)
+    assert type(built.logger) is get_class(cfg.logger._target_)
+    assert type(pipeline.make_weight_sync_scheme(cfg)) is get_class(cfg.weight_sync._target_)
+    if cfg.algo.name == "ppo":
+        assert type(built.learner.buffer) is get_class(cfg.buffer._target_)
+    else:
+        buffer = built.learner.replay_buffer
+        assert type(buffer) is get_class(cfg.buffer._target_)
+        assert type(buffer.storage) is get_class(cfg.buffer.storage._target_)
+        assert type(buffer.sampler) is get_class(cfg.buffer.sampler._target_)
+    summary = pipeline.run(built)
     assert summary["frames"] >= 64
     assert json.loads((tmp_path / "summary.json").read_text())["frames"] == 64
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 64 and "eval/episode_return" in rows[-1]
 
 
+def test_the_runs_cover_every_option_of_every_group():
+    """Each YAML option of each group (nested groups and experiments included) is picked by
+    one of the runs above, or, for Ray's, by the Ray tests below and in test_ray.py."""
+    shipped = {(group, name) for group in GROUPS for name in options(group, ray=True)}
+    assert {group for group, _ in shipped} == set(GROUPS)  # no group folder left out of GROUPS
+    assert {p.parent.relative_to(CONF).as_posix() for p in CONF.rglob("*.yaml") if p.parent != CONF} == set(GROUPS)
+    picked = {("collector", "ray"), ("weight_sync", "ray")}
+    for overrides in RUNS:
+        choices = compose_train(one_step(overrides), return_hydra_config=True).hydra.runtime.choices
+        picked |= {(group, choices[group]) for group in GROUPS if choices.get(group)}
+    assert shipped <= picked, sorted(shipped - picked)
+
+
 def test_collector_ray_composes_with_ray_weight_sync_and_its_actor_resources():
     cfg = compose_train(["collector=ray", "collector.remote_config.num_gpus=0.5", "collector.ray_address=auto"])
-    assert (cfg.collector.type, cfg.weight_sync.type) == ("ray", "ray")
+    assert (cfg.collector._target_, cfg.weight_sync._target_) == ("rlcollect.RayCollector",
+                                                                   "rlcollect.RayWeightSyncScheme")
     assert (cfg.collector.num_collectors, cfg.collector.collector_class, cfg.collector.sync) == (2, "sync", True)
     assert dict(cfg.collector.remote_config) == {"num_cpus": 1, "num_gpus": 0.5, "memory": None}
     assert cfg.collector.ray_address == "auto"
-    assert compose_train(["collector=ray", "weight_sync=none"]).weight_sync.type == "none"  # the user's choice wins
+    assert pipeline.collector_name(cfg) == "ray"
+    # the user's choice wins
+    assert compose_train(["collector=ray", "weight_sync=none"]).weight_sync._target_ == "rlcollect.NoWeightSyncScheme"
+    # only keys RayCollector uses
+    assert not {"cat_results", "update_at_each_batch", "num_workers"} & set(cfg.collector)
+
+
+class _Built(Exception):
+    """Raised by the stand-in constructor once it has its arguments."""
+
+
+@pytest.mark.parametrize("collector_class", ["sync", "multisync"])
+def test_collector_ray_gets_its_node_and_the_runtime_arguments(tmp_path, monkeypatch, collector_class):
+    """What the Ray builder passes RayCollector, checked against its signature (without Ray:
+    the constructor is replaced once it has bound its arguments)."""
+    from rlcollect.collectors.ray import RayCollector
+    from rlcollect.weight_sync import RayWeightSyncScheme
+
+    signature = inspect.signature(RayCollector.__init__)
+    seen = {}
+
+    def bind(self, *args, **kwargs):
+        seen.update(signature.bind(self, *args, **kwargs).arguments)
+        raise _Built
+
+    monkeypatch.setattr(RayCollector, "__init__", bind)
+    inner = ["collector.collector_kwargs.num_workers=2", "collector.collector_kwargs.start_method=fork"]
+    cfg = compose_train(["collector=ray", f"collector.collector_class={collector_class}", "logger=none", *DQN_STEP,
+                         "algo.learning_starts=300", "collector.collector_kwargs.max_frames_per_traj=50", "seed=3",
+                         *(inner if collector_class == "multisync" else [])])
+    with pytest.raises(_Built):
+        pipeline.build(cfg, tmp_path)
+    assert (seen["create_env_fn"], seen["seed"], seen["envs_per_worker"]) == ("CartPole-v1", 3, 4)
+    assert seen["env_kwargs"] == {"max_episode_steps": None}
+    assert (seen["collector_class"], seen["num_collectors"], seen["frames_per_batch"]) == (collector_class, 2, 256)
+    assert seen["remote_config"] == {"num_cpus": 1, "num_gpus": None, "memory": None}
+    expected_inner = {"max_frames_per_traj": 50, "init_random_frames": 300, "reset_at_each_iter": False,
+                      "reset_when_done": True, "split_trajs": False, "exploration_type": "random",
+                      "track_traj_ids": True, "set_truncated": False, "no_cuda_sync": False, "device": "cpu"}
+    if collector_class == "multisync":
+        expected_inner.update(num_workers=2, start_method="fork")
+    assert seen["collector_kwargs"] == expected_inner
+    assert isinstance(seen["weight_sync_schemes"]["policy"], RayWeightSyncScheme)
+    assert type(seen["replay_buffer"]).__name__ == "ReplayBuffer" and seen["trajs_per_batch"] is None
+    assert callable(seen["post_collect_hook"]) and seen["total_frames"] == 100_000
 
 
 def test_defaults_are_ppo_on_batched_cartpole_with_offline_wandb():
     cfg = compose_train([])
-    assert (cfg.env.id, cfg.env.num_envs, cfg.collector.type, cfg.algo.name) == ("CartPole-v1", 8, "sync", "ppo")
-    assert (cfg.logger.type, cfg.logger.mode) == ("wandb", "offline")
+    assert (cfg.env.id, cfg.env.num_envs, cfg.algo.name) == ("CartPole-v1", 8, "ppo")
+    assert (cfg.collector._target_, pipeline.collector_name(cfg)) == ("rlcollect.Collector", "sync")
+    assert (cfg.model._target_, cfg.buffer._target_) == ("rlcollect.ActorCritic", "rlcollect.RolloutBuffer")
+    assert (cfg.logger._target_, cfg.logger.mode) == ("rlcollect.WandbLogger", "offline")
+
+
+def test_the_defaults_that_run_are_the_schemas():
+    """The values README's results were measured with live in the schemas, and the YAML
+    options pick them (conf/train.yaml, conf/algo/ppo.yaml set no value)."""
+    ppo, dqn = PPOConfig(), DQNConfig()
+    assert (ppo.lr, ppo.gamma, ppo.gae_lambda, ppo.epochs, ppo.minibatch_size, ppo.anneal_clip) == \
+        (0.001, 0.98, 0.8, 20, 256, True)
+    assert EvalConfig().every_frames == 1024 and TrainConfig().total_frames == 100_000
+    cfg = compose_train([])
+    assert (cfg.algo.lr, cfg.algo.gamma, cfg.algo.epochs, cfg.algo.minibatch_size, cfg.eval.every_frames) == \
+        (0.001, 0.98, 20, 256, 1024)
+    dqn_cfg = compose_train(["algo=dqn"])
+    assert (dqn_cfg.algo.lr, dqn_cfg.algo.learning_starts, dqn.learning_starts) == (0.0023, 1000, 1000)
+    assert dqn_cfg.model.epsilon == dqn.eps_start  # linked to algo.eps_start
+
+
+def _schema_of(group, name):
+    if group == "env":
+        return EnvConfig
+    return SCHEMAS[(group.replace("/", "_"), name)]
+
+
+@pytest.mark.parametrize("group", [g for g in GROUPS if g != "experiment"])
+def test_a_yaml_option_sets_only_what_differs_from_its_schema(group):
+    """Every default is written once: a value a YAML option repeats from its schema is a
+    second copy that could drift."""
+    for name in options(group, ray=True):
+        text = yaml.safe_load((CONF / group / f"{name}.yaml").read_text()) or {}
+        defaults = text.pop("defaults")
+        schema_name = "env_schema" if group == "env" else f"{group.replace('/', '_')}_{name}_schema"
+        assert any(str(entry).startswith(f"/{schema_name}@") for entry in defaults), (group, name, defaults)
+        if group in ("algo", "collector") and group in text:  # `# @package _global_` options
+            text = text[group]
+        schema = _schema_of(group, name)
+        fields = {f.name: f for f in dataclasses.fields(schema)}
+        for key, value in text.items():
+            f = fields[key]
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            assert value != default, f"conf/{group}/{name}.yaml repeats {key}={value!r} of {schema.__name__}"
+
+
+def test_an_added_key_is_checked_against_the_schema_and_the_target():
+    with pytest.raises(ValueError, match=r"Key 'frame_per_batch' not in 'SyncCollectorConfig' \(collector"):
+        pipeline.check_keys(compose_train(["+collector.frame_per_batch=512"]))
+    with pytest.raises(ValueError, match="Key 'lrr' not in 'PPOConfig'"):
+        pipeline.check_keys(compose_train(["+algo.lrr=0.1"]))
+    with pytest.raises(ValueError, match="Key 'device' not in 'SyncCollectorConfig'"):  # the pipeline sets it
+        pipeline.check_keys(compose_train(["+collector.device=cpu"]))
+    pipeline.check_keys(compose_train(["+collector.postproc=null"]))  # an argument of Collector left to the config
+    pipeline.check_keys(compose_train(["+env.make_kwargs.render_mode=null"]))  # make_kwargs is free-form
 
 
 @pytest.mark.timeout(300)
@@ -84,7 +223,7 @@ def test_wheel_ships_a_config_tree_hydra_can_compose(tmp_path):
              "from rlcollect.config import register_configs; register_configs();"
              "assert rlcollect.__file__.startswith(sys.argv[1]), rlcollect.__file__;"
              "initialize_config_module('rlcollect.conf', version_base='1.3').__enter__();"
-             "print(compose('train', overrides=['env=pendulum']).env.id)")
+             "print(compose('train', overrides=['env=pendulum', 'algo=dqn', 'buffer/storage=memmap']).env.id)")
     result = subprocess.run([sys.executable, "-c", probe, str(unpacked)], cwd=tmp_path,
                             env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin:/bin"},
                             capture_output=True, text=True)

@@ -1,0 +1,137 @@
+"""Config checks, before anything is built: keys (``check_keys``) and combinations of
+options (``check_combination``, ``warn_combination``).
+
+Options are told apart by the class their ``_target_`` names (a class of your own counts
+as the rlcollect class it derives from); ``option_name`` gives the short option name of
+such a class for messages and for the W&B job type.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Iterator, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlcollect.buffers import ReplayBuffer, RolloutBuffer
+from rlcollect.collectors.action_server import ActionServerCollector, AlternatingCollector
+from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
+from rlcollect.collectors.ray import RayCollector
+from rlcollect.collectors.single import Collector
+from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
+from rlcollect.modules.q_network import QValuePolicy
+from rlcollect.pipeline.targets import RUNTIME_ARGUMENTS, named_arguments, target_class
+from rlcollect.weight_sync import (MultiProcessWeightSyncScheme, NoWeightSyncScheme, RayWeightSyncScheme,
+                                   SharedMemWeightSyncScheme)
+
+log = logging.getLogger(__name__)
+
+# class -> option name (conf/<group>/<name>.yaml), subclasses before their bases
+COLLECTOR_NAMES = ((AlternatingCollector, "alternating"), (ActionServerCollector, "action_server"),
+                   (MultiSyncCollector, "multisync"), (MultiAsyncCollector, "multiasync"), (RayCollector, "ray"),
+                   (Collector, "sync"))
+WEIGHT_SYNC_NAMES = ((SharedMemWeightSyncScheme, "shared_mem"), (MultiProcessWeightSyncScheme, "multiprocess"),
+                     (RayWeightSyncScheme, "ray"), (NoWeightSyncScheme, "none"))
+BUFFER_NAMES = ((RolloutBuffer, "rollout"), (ReplayBuffer, "replay"))
+MODEL_NAMES = ((RecurrentActorCritic, "recurrent_actor_critic"), (ActorCritic, "actor_critic"),
+               (QValuePolicy, "q_network"))
+
+
+def option_name(cls: type, names: Sequence[tuple[type, str]]) -> str:
+    """The option of the first rlcollect class ``cls`` is or derives from (else its own name)."""
+    for known, name in names:
+        if issubclass(cls, known):
+            return name
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def collector_name(cfg: DictConfig) -> str:
+    """The short name of the configured collector ("sync", "multisync", ...): the W&B job type."""
+    return option_name(target_class(cfg.collector, "collector"), COLLECTOR_NAMES)
+
+
+# ---------------------------------------------------------------------------- keys
+def check_keys(cfg: DictConfig) -> None:
+    """Every key of a node that has a schema is a key of that schema: Hydra checks the keys
+    it composes, but not those added with ``+``. A key outside the schema is accepted only
+    on a ``_target_`` node, when it is a named argument of that class (one of your own
+    taking more arguments) that the pipeline does not supply itself."""
+    for path, node in _schema_nodes(cfg, ""):
+        schema = OmegaConf.get_type(node)
+        known = {f.name for f in dataclasses.fields(schema)}
+        extra = [key for key in node.keys() if key not in known]
+        if not extra:
+            continue
+        accepted: set[str] = set()
+        where = ""
+        if "_target_" in node:
+            accepted = named_arguments(target_class(node, path)) - RUNTIME_ARGUMENTS.get(path, frozenset())
+            where = f", nor an argument of {node._target_} left to the config"
+        for key in extra:
+            if key not in accepted:
+                raise ValueError(f"Key '{key}' not in '{schema.__name__}' ({path + '.' if path else ''}{key} is not "
+                                 f"a key of its schema{where})")
+
+
+def _schema_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig]]:
+    """``(path, node)`` for ``node`` and the nodes under it that are typed by a schema."""
+    if dataclasses.is_dataclass(OmegaConf.get_type(node)):
+        yield path, node
+    for key in node.keys():
+        if key == "hydra" or OmegaConf.is_missing(node, key):
+            continue
+        child = node.get(key)
+        if isinstance(child, DictConfig):
+            yield from _schema_nodes(child, f"{path}.{key}" if path else str(key))
+
+
+# ---------------------------------------------------------------------------- combinations
+def check_combination(cfg: DictConfig) -> None:
+    """Reject config combinations that cannot train, naming the keys to change."""
+    algo = cfg.algo.name
+    buffer = option_name(target_class(cfg.buffer, "buffer"), BUFFER_NAMES)
+    if (algo, buffer) not in (("ppo", "rollout"), ("dqn", "replay")):
+        raise ValueError(f"algo={algo} trains from buffer={'rollout' if algo == 'ppo' else 'replay'}, "
+                         f"not buffer={buffer}")
+    model_class = target_class(cfg.model, "model")
+    other_algos_model = (ActorCritic, RecurrentActorCritic) if algo == "dqn" else (QValuePolicy,)
+    if issubclass(model_class, other_algos_model):
+        wanted = "q_network" if algo == "dqn" else "actor_critic or recurrent_actor_critic"
+        raise ValueError(f"algo={algo} trains model={wanted}, not model={option_name(model_class, MODEL_NAMES)}")
+    collector_class = target_class(cfg.collector, "collector")
+    collector = option_name(collector_class, COLLECTOR_NAMES)
+    is_ray = issubclass(collector_class, RayCollector)
+    step = cfg.collector.collector_kwargs if is_ray else cfg.collector
+    if step.get("split_trajs"):
+        raise ValueError("collector.split_trajs=true gives padded batches; the learners need the collector "
+                         "layout: keep split_trajs=false")
+    weights_class = target_class(cfg.weight_sync, "weight_sync")
+    weights = option_name(weights_class, WEIGHT_SYNC_NAMES)
+    if is_ray and not issubclass(weights_class, (RayWeightSyncScheme, NoWeightSyncScheme)):
+        raise ValueError(f"collector=ray shares no memory with its actors: use weight_sync=ray (or none), not "
+                         f"weight_sync={weights}")
+    if issubclass(weights_class, RayWeightSyncScheme) and not is_ray:
+        raise ValueError(f"weight_sync=ray needs collector=ray (got collector={collector})")
+    if issubclass(collector_class, ActionServerCollector) and cfg.collector.get("env_device") is not None:
+        raise ValueError(f"collector.env_device={cfg.collector.env_device}: collector={collector} steps its "
+                         "envs in worker processes, on the CPU; leave collector.env_device=null and set "
+                         "collector.policy_device / collector.storing_device instead")
+    if algo == "ppo" and issubclass(collector_class, MultiSyncCollector) and cfg.collector.get("cat_results") == -1:
+        raise ValueError("collector.cat_results=-1 concatenates workers along time; PPO's rollout buffer "
+                         "needs one row per env: use cat_results=stack or 0")
+
+
+def warn_combination(cfg: DictConfig) -> None:
+    """Log the combinations that train, but not as one may expect."""
+    if cfg.algo.name != "ppo":
+        return
+    collector_class = target_class(cfg.collector, "collector")
+    if issubclass(collector_class, MultiAsyncCollector):
+        _warn_policy_lag("collector=multiasync", "prefer multisync")
+    elif issubclass(collector_class, RayCollector) and not cfg.collector.sync:
+        _warn_policy_lag("collector=ray with collector.sync=false", "prefer collector.sync=true")
+
+
+def _warn_policy_lag(what: str, advice: str) -> None:
+    log.warning("%s feeds PPO on-policy updates with data collected by possibly older weights (policy lag, "
+                "see ('collector', 'policy_version')); %s for PPO", what, advice)

@@ -1,0 +1,127 @@
+"""A run's objects (``Pipeline``): built from a config (``build``), continued from its
+checkpoint (``resume``), and the checkpoint state itself."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from rlcollect.algos.learners import Learner
+from rlcollect.checkpoint import CHECKPOINT_FILE, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.evaluation import EvalCollector
+from rlcollect.collectors.ray import RayCollector
+from rlcollect.logging.run_logger import RunLogger, truncate_metrics
+from rlcollect.pipeline.builders import (algo_collection, make_collector, make_env, make_learner, make_logger,
+                                         make_policy, make_replay_buffer)
+from rlcollect.pipeline.checks import check_combination, check_keys, warn_combination
+from rlcollect.pipeline.loop import Progress
+from rlcollect.seeding import eval_seed
+
+log = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.yaml"
+
+
+@dataclass
+class Pipeline:
+    cfg: DictConfig
+    run_dir: Path
+    policy: torch.nn.Module
+    collector: CollectorBase
+    learner: Learner
+    evaluator: EvalCollector
+    logger: RunLogger
+    progress: Progress
+    background: bool = False  # collector.start(): the loop trains as frames arrive
+
+    def state_dict(self, seconds: float) -> dict:
+        """Everything needed to continue this run (all weights_only-loadable)."""
+        progress = Progress(self.progress.summary, self.progress.next_eval, self.progress.next_checkpoint,
+                            seconds)
+        return {"frames": self.collector.frames, "policy": self.policy.state_dict(),
+                "learner": self.learner.state_dict(), "collector": self.collector.state_dict(),
+                "rng": rng_state(), "progress": progress.state_dict(), "wandb_run_id": self.logger.run_id or ""}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.policy.load_state_dict(state["policy"])
+        self.learner.load_state_dict(state["learner"])
+        self.collector.load_state_dict(state["collector"])
+        self.collector.update_policy_weights_()
+        self.progress = Progress.from_state_dict(state["progress"])
+        set_rng_state(state["rng"])
+
+    def save_checkpoint(self, seconds: float) -> None:
+        save_checkpoint(self.run_dir / CHECKPOINT_FILE, self.state_dict(seconds))
+
+    def close(self) -> None:
+        self.collector.shutdown()
+        self.evaluator.shutdown()
+        self.logger.close()
+
+
+def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, group: str | None = None,
+          job_type: str | None = None, checkpoint: dict | None = None) -> Pipeline:
+    """Check the config, seed, then build the policy, logger, collector, learner (algorithm +
+    buffer) and eval env; with ``checkpoint`` (see ``resume``), continue that run where it
+    stopped."""
+    check_keys(cfg)
+    check_combination(cfg)
+    run_dir = Path(run_dir)
+    torch.set_num_threads(cfg.torch_threads)
+    torch.manual_seed(cfg.seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    warn_combination(cfg)
+    probe = make_env(cfg, num_envs=None, seed=cfg.seed)
+    observation_space, action_space = probe.observation_space, probe.action_space
+    probe.close()
+    policy = make_policy(cfg, observation_space, action_space)
+    resumed_frames = int(checkpoint["frames"]) if checkpoint else 0
+    logger = make_logger(cfg, run_dir, name=name, group=group, job_type=job_type,
+                         run_id=checkpoint["wandb_run_id"] or None if checkpoint else None, start_frames=resumed_frames)
+    try:
+        replay_buffer = None
+        if cfg.algo.name == "dqn":
+            replay_buffer = make_replay_buffer(cfg, run_dir, reopen=checkpoint is not None)
+        collector = make_collector(cfg, policy, logger, replay_buffer)
+        if isinstance(collector, RayCollector) and replay_buffer is not None:
+            replay_buffer = collector.replay_buffer  # the buffer now lives in a Ray actor
+        learner = make_learner(cfg, policy, collector, observation_space, action_space, replay_buffer)
+    except BaseException:
+        if "collector" in locals():
+            collector.shutdown()
+        logger.close()
+        raise
+    evaluator = EvalCollector(make_env(cfg, num_envs=cfg.eval.episodes, seed=eval_seed(cfg.seed)), policy,
+                              eval_max_steps=cfg.eval.max_steps, eval_max_trajectories=cfg.eval.max_trajectories,
+                              gamma=cfg.algo.gamma)
+    progress = Progress.start(solved_return=cfg.env.solved_return, eval_every_frames=cfg.eval.every_frames,
+                              checkpoint_every_frames=cfg.checkpoint_every_frames)
+    pipeline = Pipeline(cfg, run_dir, policy, collector, learner, evaluator, logger, progress,
+                        background=algo_collection(cfg).background)
+    if checkpoint is not None:
+        pipeline.load_state_dict(checkpoint)
+    return pipeline
+
+
+def resume(run_dir: str | Path, **build_kwargs) -> Pipeline:
+    """Continue the run in ``run_dir`` from its last checkpoint: same config, same W&B run id,
+    metrics.jsonl cut back to the checkpoint's frame count so no row is written twice."""
+    run_dir = Path(run_dir)
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise ValueError(f"resume={run_dir}: not a run folder (no {CONFIG_FILE})")
+    if not (run_dir / CHECKPOINT_FILE).is_file():
+        raise ValueError(f"resume={run_dir}: no {CHECKPOINT_FILE} (checkpoint_every_frames was too large, or the "
+                         "run stopped before its first checkpoint)")
+    cfg = OmegaConf.load(run_dir / CONFIG_FILE)
+    if "_target_" not in cfg.get("collector", {}):
+        raise ValueError(f"resume={run_dir}: its {CONFIG_FILE} was written by an rlcollect without `_target_` "
+                         "configs; rerun it with this version")
+    checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE)
+    truncate_metrics(run_dir, last_step=int(checkpoint["frames"]))
+    log.info("resuming %s at frame %d", run_dir, checkpoint["frames"])
+    return build(cfg, run_dir, checkpoint=checkpoint, **build_kwargs)

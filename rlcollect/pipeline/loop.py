@@ -1,0 +1,130 @@
+"""The training loop (``run``): collect, learn, evaluate, checkpoint; and its own state (``Progress``)."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator
+
+from tensordict import TensorDictBase
+from tqdm import tqdm
+
+if TYPE_CHECKING:
+    from rlcollect.pipeline.lifecycle import Pipeline
+
+SUMMARY_FILE = "summary.json"
+
+
+@dataclass
+class Progress:
+    """The training loop's own state: what a checkpoint restores besides the objects."""
+
+    summary: dict
+    next_eval: int
+    next_checkpoint: int | None
+    seconds_before: float = 0.0  # wall-clock spent by earlier sessions of a resumed run
+
+    @classmethod
+    def start(cls, *, solved_return: float | None, eval_every_frames: int,
+              checkpoint_every_frames: int | None) -> "Progress":
+        """A run's progress before its first batch."""
+        return cls(summary={"frames": 0, "seconds": 0.0, "solved_return": solved_return, "frames_to_solve": None,
+                            "seconds_to_solve": None, "final_eval_return": None, "best_eval_return": None},
+                   next_eval=eval_every_frames, next_checkpoint=checkpoint_every_frames)
+
+    def state_dict(self) -> dict:
+        return {"summary": json.dumps(self.summary), "next_eval": self.next_eval,
+                "next_checkpoint": -1 if self.next_checkpoint is None else self.next_checkpoint,
+                "seconds_before": self.seconds_before}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "Progress":
+        next_checkpoint = int(state["next_checkpoint"])
+        return cls(json.loads(state["summary"]), int(state["next_eval"]),
+                   None if next_checkpoint < 0 else next_checkpoint, float(state["seconds_before"]))
+
+
+def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
+    """``(batch, frames)`` each time a batch's worth of new frames is there to learn from.
+    In the foreground, the collector's iteration (batch is None when it wrote into the
+    replay buffer itself); in the background, new frames in the replay buffer."""
+    if not p.background:
+        for batch in p.collector:
+            yield batch, p.collector.frames
+        return
+    replay_buffer = p.learner.replay_buffer
+    p.collector.start()
+    next_frames = p.collector.frames_per_batch
+    while True:
+        p.collector.check_background()
+        if replay_buffer.write_count >= next_frames:  # one learn() per batch's worth, even when behind
+            yield None, next_frames
+            next_frames += p.collector.frames_per_batch
+        elif not p.collector.running:
+            p.collector.check_background()
+            return
+        else:
+            time.sleep(0.001)
+
+
+def run(pipeline: Pipeline) -> dict:
+    """Collect, update, evaluate every ``eval.every_frames``, checkpoint every
+    ``checkpoint_every_frames``; stop at ``env.solved_return`` (deterministic evaluation
+    mean) or at ``total_frames``. Returns the run summary, also written to summary.json."""
+    p, cfg = pipeline, pipeline.cfg
+    progress, summary = p.progress, p.progress.summary
+    start = time.perf_counter()
+    p.logger.start_clock(progress.seconds_before)  # metrics' "time" and the summary share one clock
+
+    def seconds() -> float:
+        return progress.seconds_before + time.perf_counter() - start
+
+    bar = tqdm(total=cfg.total_frames, initial=p.collector.frames, unit="frame", disable=not cfg.progress,
+               dynamic_ncols=True)
+    try:
+        for batch, frames in collected(p):
+            if getattr(p.collector, "post_collect_hook", None) is not p.logger:  # the hooks ran elsewhere
+                p.logger.drain_worker_hooks(frames, p.collector.hook_results())
+            p.logger.log({f"train/{k}": v for k, v in p.learner.learn(batch, frames).items()}, step=frames)
+            p.collector.update_policy_weights_()
+            bar.update(frames - bar.n)
+            postfix = {"fps": f"{frames / seconds():.0f}"}
+            if p.logger.recent_episode_return is not None:
+                postfix["return"] = f"{p.logger.recent_episode_return:.1f}"
+            solved = False
+            if frames >= progress.next_eval or frames >= cfg.total_frames:
+                progress.next_eval += cfg.eval.every_frames
+                eval_return = evaluate(p, frames)
+                postfix["eval"] = f"{eval_return:.1f}"
+                solved = cfg.env.solved_return is not None and eval_return >= cfg.env.solved_return
+                if solved:
+                    summary["frames_to_solve"], summary["seconds_to_solve"] = frames, seconds()
+            bar.set_postfix(postfix)
+            if progress.next_checkpoint is not None and (frames >= progress.next_checkpoint or solved):
+                progress.next_checkpoint = frames + cfg.checkpoint_every_frames
+                p.logger.flush()
+                p.save_checkpoint(seconds())
+            if solved:
+                break
+    finally:
+        bar.close()
+        summary["frames"] = p.collector.frames
+        summary["seconds"] = seconds()
+        summary["frames_per_second"] = summary["frames"] / max(summary["seconds"], 1e-9)
+        (p.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        p.close()
+    return summary
+
+
+def evaluate(p: Pipeline, frames: int) -> float:
+    """Deterministic evaluation episodes; logs and records the mean return (completed
+    episodes only: those cut by eval.max_steps are counted in eval/cut)."""
+    result = p.evaluator.evaluate()
+    eval_return = result.mean_return if result.returns else float("nan")
+    p.logger.log({"eval/episode_return": eval_return, "eval/episodes": len(result.returns), "eval/cut": result.cut},
+                 step=frames)
+    summary = p.progress.summary
+    summary["final_eval_return"] = eval_return
+    best = summary["best_eval_return"]
+    summary["best_eval_return"] = eval_return if best is None else max(best, eval_return)
+    return eval_return

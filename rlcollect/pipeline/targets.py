@@ -1,0 +1,59 @@
+"""`_target_` nodes: the class a node names, and the object built from it.
+
+A component node's keys are its class's constructor arguments; the pipeline adds the
+runtime ones (``RUNTIME_ARGUMENTS``) when it builds the object, so a node never sets them.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf
+
+# Constructor arguments the pipeline supplies, per node (docs/configuration.md): a config
+# key of the same name would be overridden, so checks.check_keys refuses one added with `+`.
+RUNTIME_ARGUMENTS: dict[str, frozenset[str]] = {
+    "collector": frozenset({"create_env_fn", "policy", "total_frames", "device", "post_collect_hook",
+                            "replay_buffer", "trajs_per_batch", "weight_sync_schemes", "seed", "env_kwargs"}),
+    "logger": frozenset({"run_dir", "start_frames", "gamma", "name", "group", "job_type", "config", "run_id"}),
+    "model": frozenset({"observation_space", "action_space"}),
+    "buffer": frozenset({"num_envs", "rollout_len", "obs_dim", "action_dim", "observation_dtype", "action_dtype",
+                         "state_shapes", "storage", "sampler", "batch_size"}),
+}
+
+
+def target_class(node: DictConfig, path: str) -> type:
+    """The class named by ``node._target_`` (``path`` names the node in errors)."""
+    target = node.get("_target_") if isinstance(node, DictConfig) else None
+    if not target:
+        raise ValueError(f"{path} has no _target_ (the class to build)")
+    try:
+        return get_class(target)
+    except Exception as error:  # Hydra's message spans lines: keep the first
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"{path}._target_={target}: not an importable class ({reason})") from None
+
+
+def build_node(node: DictConfig, path: str, *args: Any, drop: tuple[str, ...] = (), **runtime: Any) -> Any:
+    """Build ``node``'s ``_target_`` with its keys (nested ``_target_`` nodes built too,
+    containers as plain lists and dicts) plus ``args`` and ``runtime``, which win over keys
+    of the same name. ``drop``: keys of the node that are not constructor arguments.
+
+    The node is instantiated as a partial then called, so that the objects passed at run
+    time are used as they are (never copied) and the constructor's own errors surface
+    unwrapped (a ValueError stays a ValueError)."""
+    target_class(node, path)
+    if drop:
+        kept = {key: value for key, value in OmegaConf.to_container(node, resolve=True).items() if key not in drop}
+        node = OmegaConf.create(kept)
+    return instantiate(node, _partial_=True, _convert_="all")(*args, **runtime)
+
+
+def named_arguments(cls: type) -> set[str]:
+    """The arguments ``cls(...)`` takes by name (not ``*args``/``**kwargs``)."""
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return set()
+    return {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}

@@ -44,6 +44,14 @@ def initialize_worker(seed: int | None = None, torch_threads: int | None = 1,
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if cpus is not None:
         os.sched_setaffinity(0, cpus)
+    seed_rngs(seed)
+    if torch_threads is not None:
+        torch.set_num_threads(torch_threads)
+
+
+def seed_rngs(seed: int | None) -> None:
+    """Seed torch's, numpy's and Python's RNGs (``None``: fresh OS entropy, so forked
+    processes do not share their parent's stream)."""
     if seed is None:
         torch.seed()
         np.random.seed()
@@ -52,8 +60,6 @@ def initialize_worker(seed: int | None = None, torch_threads: int | None = 1,
         torch.manual_seed(seed)
         np.random.seed(seed % 2**32)
         random.seed(seed)
-    if torch_threads is not None:
-        torch.set_num_threads(torch_threads)
 
 
 def check_cpu_affinity(cpu_affinity, num_workers: int) -> list[tuple[int, ...]] | None:

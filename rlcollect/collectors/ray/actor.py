@@ -9,6 +9,7 @@ import torch
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.ray.replay_buffer import RayReplayBuffer
+from rlcollect.collectors.processes import seed_rngs
 from rlcollect.collectors.ray.wire import batch_to_wire
 from rlcollect.collectors.worker import resolve_model
 from rlcollect.keys import POLICY_VERSION, WORKER_ID
@@ -30,6 +31,7 @@ class ActorSpec:
     replay_buffer: RayReplayBuffer | None = None
     trajs_per_batch: int | None = None
     post_collect_hook: Any = None
+    seed: int | None = None  # the actor's RNGs (rlcollect/seeding.py: its first env's seed); None: unseeded
 
 
 class CollectorActor:
@@ -40,6 +42,8 @@ class CollectorActor:
         from rlcollect.collectors.single import Collector
 
         self.index = spec.actor_index
+        if spec.seed is not None:  # random actions and sampling reproducible, as in worker processes
+            seed_rngs(spec.seed)
         traj_start = spec.actor_index << TRAJ_ID_SHIFT
         kwargs = dict(frames_per_batch=spec.frames_per_batch, total_frames=-1, **spec.collector_kwargs)
         if spec.collector_class == "sync":

@@ -49,7 +49,7 @@ from rlcollect.collectors.ray.startup import (import_ray, is_loopback_address, l
 from rlcollect.collectors.ray.wire import batch_from_wire, stack_from_wire
 from rlcollect.collectors.worker import resolve_model
 from rlcollect.envs.gym_env import GymEnv
-from rlcollect.envs.sources import worker_env_specs
+from rlcollect.envs.sources import EnvSpec, worker_env_specs
 from rlcollect.seeding import env_seed
 from rlcollect.validation import check_positive_int
 from rlcollect.weight_sync import NoWeightSyncScheme, WeightSyncScheme
@@ -321,6 +321,7 @@ class RayCollector(CollectorBase):
                 weight_endpoints={model_id: sender.endpoint(index) for model_id, sender in self._senders.items()},
                 replay_buffer=self._replay_buffer, trajs_per_batch=trajs_per_batch,
                 post_collect_hook=self.post_collect_hook,
+                seed=env_fn.seed if isinstance(env_fn, EnvSpec) else None,  # the seed rule: its first env's
             )
             name = f"rlcollect-{run}-{index}"
             self._actors.append(actor_class.options(name=name, max_restarts=0, max_task_retries=0,

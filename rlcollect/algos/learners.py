@@ -9,7 +9,7 @@ from tensordict import TensorDictBase
 from rlcollect.algos.dqn import DQN
 from rlcollect.algos.ppo import PPO
 from rlcollect.buffers.layout import to_storage_layout
-from rlcollect.buffers.rollout import RolloutBuffer
+from rlcollect.buffers.rollout import RolloutBuffer, transition_view
 from rlcollect.modules.q_network import linear_epsilon
 
 
@@ -24,6 +24,14 @@ class Learner(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
+def update_observation_norm(policy, observation: torch.Tensor) -> None:
+    """Fold a batch's observations into the policy's RunningNorm, if it has one (the
+    statistics then reach the workers with the next weight update)."""
+    norm = getattr(policy, "obs_norm", None)
+    if norm is not None:
+        norm.update(observation)
+
+
 class PPOLearner:
     """On-policy: every batch fills the rollout buffer once and is trained on, then dropped."""
 
@@ -31,8 +39,14 @@ class PPOLearner:
         self.ppo, self.buffer = ppo, buffer
 
     def learn(self, batch: TensorDictBase | None, frames: int) -> dict[str, float]:
-        self.buffer.add(batch.reshape(self.buffer.num_envs, self.buffer.rollout_len))
-        return self.ppo.update(self.buffer, frames)
+        """``batch``: a collector batch (copied into the rollout buffer), or the buffer's own
+        rollout, already written in place (``Collector.collect(rollout=...)``)."""
+        self.buffer.add(batch if batch is self.buffer.rollout else
+                        batch.reshape(self.buffer.num_envs, self.buffer.rollout_len))
+        metrics = self.ppo.update(self.buffer, frames)
+        # after the update, which must see the statistics the rollout was collected with (ratio 1 at its start)
+        update_observation_norm(self.ppo.actor_critic, transition_view(self.buffer.rollout).get("observation"))
+        return metrics
 
     def state_dict(self) -> dict:
         return {"ppo": self.ppo.state_dict()}  # the rollout buffer is refilled every batch

@@ -9,6 +9,11 @@ from typing import TYPE_CHECKING, Iterator
 from tensordict import TensorDictBase
 from tqdm import tqdm
 
+from rlcollect.algos.learners import PPOLearner
+from rlcollect.buffers.rollout import transition_view
+from rlcollect.collectors.options import DeliveryOptions
+from rlcollect.collectors.single import Collector
+
 if TYPE_CHECKING:
     from rlcollect.pipeline.lifecycle import Pipeline
 
@@ -49,6 +54,9 @@ def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
     In the foreground, the collector's iteration (batch is None when it wrote into the
     replay buffer itself); in the background, new frames in the replay buffer."""
     if not p.background:
+        if in_place_rollouts(p):
+            yield from rollouts(p)
+            return
         for batch in p.collector:
             yield batch, p.collector.frames
         return
@@ -65,6 +73,23 @@ def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
             return
         else:
             time.sleep(0.001)
+
+
+def in_place_rollouts(p: Pipeline) -> bool:
+    """PPO on the in-process Collector writes straight into the rollout buffer (1.03x the
+    batch + copy path, scripts/bench_rollout.py)."""
+    return isinstance(p.learner, PPOLearner) and isinstance(p.collector, Collector) and \
+        p.collector.delivery_options == DeliveryOptions(post_collect_hook=p.collector.post_collect_hook)
+
+
+def rollouts(p: Pipeline) -> Iterator[tuple[TensorDictBase, int]]:
+    """The Collector's batches written in place into PPO's rollout; the post-collect hook
+    sees each rollout's transitions, as it would the batch."""
+    collector, buffer = p.collector, p.learner.buffer
+    while collector.frames < collector.total_frames:
+        rollout = collector.collect(rollout=buffer.start_rollout())
+        collector.deliver(transition_view(rollout))
+        yield rollout, collector.frames
 
 
 def run(pipeline: Pipeline) -> dict:

@@ -35,3 +35,18 @@ def test_box_actions_train_too():
     log_std = policy.log_std.detach().clone()
     PPO(policy, epochs=1, minibatch_size=8, anneal_lr=False, entropy_coef=0.1).update(buffer, frames=16)
     assert not torch.equal(log_std, policy.log_std)
+
+
+def test_ppo_updates_the_observation_norm_after_each_update():
+    from rlcollect.algos.learners import PPOLearner
+    from rlcollect.collectors import Collector
+    from rlcollect.envs import GymEnv
+    from rlcollect.modules import ActorCritic
+
+    env = GymEnv("CartPole-v1", 2, seed=0)
+    policy = ActorCritic(env.observation_space, env.action_space, normalize_observation=True)
+    learner = PPOLearner(PPO(policy, epochs=1, minibatch_size=8, total_frames=16), RolloutBuffer(2, 8, 4))
+    batch = next(iter(Collector(env, policy, frames_per_batch=16)))
+    learner.learn(batch, 16)
+    assert int(policy.obs_norm.count) == 16
+    torch.testing.assert_close(policy.obs_norm.running_mean.float(), batch["observation"].reshape(-1, 4).mean(0))

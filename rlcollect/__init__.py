@@ -133,13 +133,18 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load
     from rlcollect.collectors.delivery import Delivery  # noqa: F401
     from rlcollect.collectors.evaluation import EvalCollector, EvalResult, evaluate_episodes  # noqa: F401
     from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector  # noqa: F401
-    from rlcollect.collectors.options import (BatchSpec, DeliveryOptions, DeviceOptions, StepOptions,  # noqa: F401
-                                              WorkerOptions)
+    from rlcollect.collectors.options import BatchSpec, DeliveryOptions, DeviceOptions, StepOptions, WorkerOptions  # noqa: F401
     from rlcollect.collectors.processes import WorkerError  # noqa: F401
     from rlcollect.collectors.ray import RayCollector, RayReplayBuffer  # noqa: F401
     from rlcollect.collectors.single import Collector  # noqa: F401
-    from rlcollect.compat import (MultiaSyncDataCollector, MultiCollector, MultiSyncDataCollector,  # noqa: F401
-                                  SyncDataCollector, TensorDictReplayBuffer, aSyncDataCollector)
+    from rlcollect.compat import (  # noqa: F401
+        MultiaSyncDataCollector,
+        MultiCollector,
+        MultiSyncDataCollector,
+        SyncDataCollector,
+        TensorDictReplayBuffer,
+        aSyncDataCollector,
+    )
     from rlcollect.envs.gym_env import GymEnv  # noqa: F401
     from rlcollect.envs.sources import make_env  # noqa: F401
     from rlcollect.envs.staging import StagedEnv  # noqa: F401

@@ -284,7 +284,8 @@ def report_header(settings: Settings, machine: dict) -> list[str]:
         f"{settings.reps} interleaved reps after 1 warm-up; tr/s = transitions per second "
         "(mixed: written + sampled)",
         f"{machine['cpus']} cpus, 1-min load average {machine['load_before']:.2f} before, "
-        f"{machine['load_after']:.2f} after (other processes skew every row; the interleaving spreads that over all rows)",
+        f"{machine['load_after']:.2f} after (other processes skew every row; the interleaving spreads that "
+        "over all rows)",
         "versions: " + "; ".join(f"{where}: " + ", ".join(f"{k} {v}" for k, v in found.items())
                                  for where, found in machine["versions"].items()),
     ]
@@ -303,7 +304,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--extends", type=int, default=200, help="extends per 'extend' measurement (default 200)")
     parser.add_argument("--samples", type=int, default=300, help="samples per 'sample' measurement (default 300)")
-    parser.add_argument("--mixed", type=int, default=100, help="extend+sample pairs per 'mixed' measurement (default 100)")
+    parser.add_argument("--mixed", type=int, default=100,
+                        help="extend+sample pairs per 'mixed' measurement (default 100)")
     parser.add_argument("--reps", type=int, default=5, help="interleaved repetitions (default 5)")
     parser.add_argument("--quick", action="store_true", help="smoke run: 20 | 30 | 10 per measurement, 2 reps")
     parser.add_argument("--ops", default=",".join(OPS), help=f"comma-separated subset of {','.join(OPS)}")

@@ -23,8 +23,18 @@ import traceback
 from pathlib import Path
 from typing import TextIO
 
-from bench_buffers import (CAPACITY, SAMPLE_SIZE, SLICE_LEN, STREAM_STEPS, TRAJ_KEY, BufferRunner, Case,
-                           configure_torch, local_versions, make_transitions)
+from bench_buffers import (
+    CAPACITY,
+    SAMPLE_SIZE,
+    SLICE_LEN,
+    STREAM_STEPS,
+    TRAJ_KEY,
+    BufferRunner,
+    Case,
+    configure_torch,
+    local_versions,
+    make_transitions,
+)
 
 
 def make_torchrl_buffer(case: Case, scratch_dir: str):

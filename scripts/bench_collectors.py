@@ -115,7 +115,6 @@ from typing import Callable, Iterable
 import gymnasium as gym
 import numpy as np
 import torch
-
 from bench_policy import HIDDEN, REPO_ROOT, SEED, MLPSamplingPolicy, build_mlp, configure_torch, sample_action
 from bench_ray import throughput_rows as ray_throughput_rows
 from bench_timing import Measurement, time_collector, time_startup  # noqa: F401 (Measurement: bench_torchrl_rows)
@@ -765,7 +764,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--frames", type=int, default=20_000,
-                        help="frames per measurement (default 20000; a quarter, in whole batches, for the k and m rows)")
+                        help="frames per measurement (default 20000; a quarter, in whole batches, for the k and m "
+                             "rows)")
     parser.add_argument("--frames-per-batch", type=int, default=1000,
                         help=f"collector batch size, a divisor of --frames and a multiple of {NUM_ENVS} (default 1000)")
     parser.add_argument("--reps", type=int, default=5, help="interleaved repetitions (default 5)")

@@ -55,7 +55,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-
 from bench_policy import SEED, MLPSamplingPolicy, ProbedSamplingPolicy, build_mlp, configure_torch
 from bench_timing import Measurement, time_collector
 
@@ -109,7 +108,7 @@ def throughput_rows(frames_per_batch: int) -> dict:
 def run_throughput(args) -> dict[str, list[Measurement]]:
     rows = throughput_rows(args.frames_per_batch)
     warmup = args.frames_per_batch * max(2, args.frames // 4 // args.frames_per_batch)
-    for key, (_, make) in rows.items():
+    for _, make in rows.values():
         time_collector(make, warmup, args.frames_per_batch)
     results = {key: [] for key in rows}
     for rep in range(args.reps):

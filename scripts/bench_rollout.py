@@ -57,7 +57,7 @@ def main() -> None:
     results = {name: [] for name in rows}
     for row in rows.values():  # warm-up
         row(args.envs, args.steps, 10)
-    for rep in range(args.reps):
+    for _ in range(args.reps):
         for name, row in rows.items():
             results[name].append(row(args.envs, args.steps, args.rollouts))
     medians = {name: statistics.median(values) for name, values in results.items()}

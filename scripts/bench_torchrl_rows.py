@@ -35,8 +35,16 @@ import traceback
 from dataclasses import asdict
 from typing import TextIO
 
-from bench_collectors import (ENV_ID, ENVS_PER_WORKER, NUM_ENVS, NUM_WORKERS, Measurement, local_versions,
-                              time_collector, time_startup)
+from bench_collectors import (
+    ENV_ID,
+    ENVS_PER_WORKER,
+    NUM_ENVS,
+    NUM_WORKERS,
+    Measurement,
+    local_versions,
+    time_collector,
+    time_startup,
+)
 from bench_policy import SEED, MLPSamplingPolicy, build_mlp, configure_torch
 
 ROWS = ("gym", "serial", "multisync", "multiasync", "multisync-startup")

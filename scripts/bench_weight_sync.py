@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-
 from bench_policy import ProbedSamplingPolicy, build_mlp, configure_torch
 
 ENV_ID = "CartPole-v1"

@@ -4,8 +4,8 @@ from tensordict import TensorDict
 
 from rlcollect.collectors import Collector
 from rlcollect.envs import GymEnv
-from rlcollect.trajectories import EpisodeTracker
 from rlcollect.testing import counting_env_factories
+from rlcollect.trajectories import EpisodeTracker
 
 
 def test_returns_count_steps_from_earlier_batches():
@@ -18,8 +18,10 @@ def test_returns_count_steps_from_earlier_batches():
 
 
 def test_padded_layout_uses_the_mask():
-    batch = TensorDict({"collector": {"traj_ids": torch.tensor([[0, 0], [1, 1]]), "mask": torch.tensor([[True, True], [True, False]])},
-                        "next": {"reward": torch.ones(2, 2), "done": torch.tensor([[False, True], [True, False]])}}, [2, 2])
+    collector = {"traj_ids": torch.tensor([[0, 0], [1, 1]]), "mask": torch.tensor([[True, True], [True, False]])}
+    batch = TensorDict({"collector": collector,
+                        "next": {"reward": torch.ones(2, 2), "done": torch.tensor([[False, True], [True, False]])}},
+                       [2, 2])
     assert EpisodeTracker().update(batch) == ([2.0, 1.0], [2, 1])
 
 

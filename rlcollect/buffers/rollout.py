@@ -53,9 +53,10 @@ class RolloutBuffer:
     view. Algorithms add fields (advantage, ...) to the shared TensorDict.
     """
 
-    def __init__(self, num_envs: int, rollout_len: int, obs_dim: int | Sequence[int], action_dim: int | Sequence[int] = (),
-                 device: str | torch.device = "cpu", *, observation_dtype: torch.dtype = torch.float32,
-                 action_dtype: torch.dtype | None = None, state_shapes: dict[str, Sequence[int]] | None = None) -> None:
+    def __init__(self, num_envs: int, rollout_len: int, obs_dim: int | Sequence[int],
+                 action_dim: int | Sequence[int] = (), device: str | torch.device = "cpu", *,
+                 observation_dtype: torch.dtype = torch.float32, action_dtype: torch.dtype | None = None,
+                 state_shapes: dict[str, Sequence[int]] | None = None) -> None:
         self.num_envs, self.rollout_len = num_envs, rollout_len
         self.device = torch.device(device)
         observation_shape, action_shape = feature_shape(obs_dim), feature_shape(action_dim)

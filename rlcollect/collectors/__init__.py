@@ -1,10 +1,10 @@
 """Collectors: iterate to get batches of env steps produced by a policy."""
-from rlcollect.lazy_exports import lazy_getattr
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.single import Collector
+from rlcollect.lazy_exports import lazy_getattr
 
-__all__ = ["ActionServerCollector", "AlternatingCollector", "Collector", "CollectorBase", "RayCollector", "RayReplayBuffer", "loopback_ray_env",
-           "start_local_ray"]
+__all__ = ["ActionServerCollector", "AlternatingCollector", "Collector", "CollectorBase", "RayCollector",
+           "RayReplayBuffer", "loopback_ray_env", "start_local_ray"]
 
 # collectors/ray/ loads on first use (and imports Ray itself only when a RayCollector is built);
 # so do the action-server collectors (collectors/action_server.py).

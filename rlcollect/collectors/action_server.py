@@ -34,8 +34,17 @@ from tensordict.nn import set_interaction_type
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import policy_param_device
-from rlcollect.collectors.options import (BatchSpec, DeliveryOptions, DeviceOptions, StepOptions, WorkerOptions,
-                                          check_groups, check_total_frames, split_options, with_options_doc)
+from rlcollect.collectors.options import (
+    BatchSpec,
+    DeliveryOptions,
+    DeviceOptions,
+    StepOptions,
+    WorkerOptions,
+    check_groups,
+    check_total_frames,
+    split_options,
+    with_options_doc,
+)
 from rlcollect.collectors.processes import WorkerProcesses
 from rlcollect.collectors.single import Collector
 from rlcollect.collectors.step_buffer import CLOSE, RemoteEnv, StepBuffer, StepWorkerSpec, step_worker_main

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
 from rlcollect.collectors.single import Collector
 from rlcollect.envs.gym_env import EnvSource, GymEnv
 from rlcollect.keys import TRAJ_IDS

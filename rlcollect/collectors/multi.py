@@ -24,18 +24,26 @@ from typing import Sequence
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.buffers.layout import to_storage_layout
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.delivery import Delivery
-from rlcollect.collectors.options import (DeliveryOptions, DeviceOptions, StepOptions, WorkerOptions, check_groups,
-                                          check_total_frames, split_options, with_options_doc)
+from rlcollect.collectors.options import (
+    DeliveryOptions,
+    DeviceOptions,
+    StepOptions,
+    WorkerOptions,
+    check_groups,
+    check_total_frames,
+    split_options,
+    with_options_doc,
+)
 from rlcollect.collectors.processes import WorkerError, WorkerProcesses
 from rlcollect.collectors.single import Collector
 from rlcollect.collectors.worker import WorkerSpec, resolve_model, stamp_worker_keys, worker_main
 from rlcollect.envs.sources import worker_env_specs
-from rlcollect.buffers.layout import to_storage_layout
-from rlcollect.trajectories import TrajectoryPool
 from rlcollect.keys import MASK
 from rlcollect.seeding import env_seed
+from rlcollect.trajectories import TrajectoryPool
 from rlcollect.validation import check_positive_int
 from rlcollect.weight_sync import SharedMemWeightSyncScheme, WeightSyncScheme
 

@@ -36,8 +36,15 @@ from rlcollect.buffers.rollout import transition_view
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import CollectorDevices, DeviceLike, policy_param_device, sync_function
-from rlcollect.collectors.options import (BatchSpec, DeliveryOptions, DeviceOptions, StepOptions, check_groups,
-                                          check_total_frames, with_options_doc)
+from rlcollect.collectors.options import (
+    BatchSpec,
+    DeliveryOptions,
+    DeviceOptions,
+    StepOptions,
+    check_groups,
+    check_total_frames,
+    with_options_doc,
+)
 from rlcollect.envs.gym_env import NonFiniteActionError
 from rlcollect.envs.sources import EnvSource, make_env
 from rlcollect.keys import CARRIER_KEYS, POLICY_VERSION, TIME_DIM, TRAJ_IDS

@@ -31,7 +31,6 @@ from rlcollect.keys import POLICY_VERSION, WORKER_ID
 from rlcollect.trajectories import TrajectoryPool
 
 
-
 @dataclass
 class WorkerSpec:
     """Everything a worker needs, pickled once at start-up."""

@@ -21,8 +21,12 @@ from rlcollect.collectors.single import Collector
 from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
 from rlcollect.modules.q_network import QValuePolicy
 from rlcollect.pipeline.targets import RUNTIME_ARGUMENTS, named_arguments, target_class
-from rlcollect.weight_sync import (MultiProcessWeightSyncScheme, NoWeightSyncScheme, RayWeightSyncScheme,
-                                   SharedMemWeightSyncScheme)
+from rlcollect.weight_sync import (
+    MultiProcessWeightSyncScheme,
+    NoWeightSyncScheme,
+    RayWeightSyncScheme,
+    SharedMemWeightSyncScheme,
+)
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,15 @@ from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.collectors.ray import RayCollector
 from rlcollect.logging.run_logger import RunLogger, truncate_metrics
-from rlcollect.pipeline.builders import (algo_collection, make_collector, make_env, make_learner, make_logger,
-                                         make_policy, make_replay_buffer)
+from rlcollect.pipeline.builders import (
+    algo_collection,
+    make_collector,
+    make_env,
+    make_learner,
+    make_logger,
+    make_policy,
+    make_replay_buffer,
+)
 from rlcollect.pipeline.checks import check_combination, check_keys, warn_combination
 from rlcollect.pipeline.loop import Progress
 from rlcollect.seeding import eval_seed

@@ -21,7 +21,6 @@ from typing import Callable
 from torch import nn
 
 
-
 class WeightReceiver(ABC):
     """Worker side: applies the updates that arrived, when asked."""
 

@@ -34,7 +34,8 @@ def test_iterate_sequences_covers_every_step_once_in_contiguous_runs_starting_wi
             assert torch.equal(run, torch.arange(int(run[0]), int(run[0]) + len(run)))
             assert len({int(s) // TIME for s in run}) == 1
         sequence_starts = {s for s in step.tolist() if (s % TIME) % 4 == 0}
-        assert {s for s, i in zip(step.tolist(), is_init.tolist()) if i} == sequence_starts | ({16} & set(step.tolist()))
+        starts = {s for s, i in zip(step.tolist(), is_init.tolist()) if i}
+        assert starts == sequence_starts | ({16} & set(step.tolist()))
     assert max(mb.numel() for mb in minibatches) == 8  # two sequences of 4 per minibatch
 
 

@@ -7,8 +7,14 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rlcollect import Collector, GymEnv, MultiAsyncCollector, MultiProcessWeightSyncScheme, MultiSyncCollector
-from rlcollect import SharedMemWeightSyncScheme
+from rlcollect import (
+    Collector,
+    GymEnv,
+    MultiAsyncCollector,
+    MultiProcessWeightSyncScheme,
+    MultiSyncCollector,
+    SharedMemWeightSyncScheme,
+)
 from rlcollect.testing import BusyEnv, CountingEnv, WeightProbe
 
 
@@ -135,9 +141,15 @@ def test_hooks_and_postproc_set_after_construction_reach_the_workers(no_leftover
 
 
 def test_torchrl_names_and_the_seeds_multicollector(no_leftovers):
-    from rlcollect.compat import (MultiaSyncDataCollector, MultiCollector, MultiSyncDataCollector, SyncDataCollector,
-                                  TensorDictReplayBuffer, aSyncDataCollector)
     from rlcollect import ReplayBuffer
+    from rlcollect.compat import (
+        MultiaSyncDataCollector,
+        MultiCollector,
+        MultiSyncDataCollector,
+        SyncDataCollector,
+        TensorDictReplayBuffer,
+        aSyncDataCollector,
+    )
 
     assert SyncDataCollector is Collector and TensorDictReplayBuffer is ReplayBuffer
     assert MultiSyncDataCollector is MultiSyncCollector and MultiaSyncDataCollector is MultiAsyncCollector
@@ -173,7 +185,7 @@ def test_frames_per_batch_per_worker_and_cat_results_none(no_leftovers):
 
 
 def test_policy_version_is_tracked_and_in_every_state_dict(no_leftovers):
-    from rlcollect import WeightSyncScheme, NoWeightSyncScheme
+    from rlcollect import NoWeightSyncScheme, WeightSyncScheme
 
     policy = WeightProbe()
     single = Collector(counting_factory(5)(), policy, frames_per_batch=4, track_policy_version=True)

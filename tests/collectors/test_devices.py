@@ -12,12 +12,14 @@ def resolve(**kwargs):
 def test_device_sets_every_role_and_each_role_can_be_set_alone():
     assert resolve(device="cuda:1") == CollectorDevices(*[torch.device("cuda:1")] * 3)
     mixed = resolve(device="cuda:0", storing_device="cpu")
-    assert (mixed.policy, mixed.env, mixed.storing) == (torch.device("cuda:0"), torch.device("cuda:0"), torch.device("cpu"))
+    cuda, cpu = torch.device("cuda:0"), torch.device("cpu")
+    assert (mixed.policy, mixed.env, mixed.storing) == (cuda, cuda, cpu)
 
 
 def test_defaults_follow_the_policy_weights_and_the_env():
     devices = resolve(policy_param_device=torch.device("cuda:0"))
-    assert (devices.policy, devices.env, devices.storing) == (torch.device("cuda:0"), torch.device("cpu"), torch.device("cpu"))
+    cuda, cpu = torch.device("cuda:0"), torch.device("cpu")
+    assert (devices.policy, devices.env, devices.storing) == (cuda, cpu, cpu)
     assert resolve() == CollectorDevices(*[torch.device("cpu")] * 3)
 
 

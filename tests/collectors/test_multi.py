@@ -11,7 +11,8 @@ from checks import check_keys_and_shapes, check_trajectories, check_weights_reac
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector, WorkerError
 from rlcollect.envs import GymEnv
 from rlcollect.logging import RunLogger
-from rlcollect.testing import CountingEnv, ErrorAfterEnv, WeightProbe, worker_id_envs as worker_envs
+from rlcollect.testing import CountingEnv, ErrorAfterEnv, WeightProbe
+from rlcollect.testing import worker_id_envs as worker_envs
 from rlcollect.weight_sync import MultiProcessWeightSyncScheme, NoWeightSyncScheme, SharedMemWeightSyncScheme
 
 pytestmark = pytest.mark.timeout(120)
@@ -87,7 +88,8 @@ def test_traj_ids_are_unique_across_workers(no_leftovers):
 
 
 @pytest.mark.parametrize("scheme", [SharedMemWeightSyncScheme(), MultiProcessWeightSyncScheme("state_dict"),
-                                    MultiProcessWeightSyncScheme("tensordict")], ids=lambda s: repr(s.__class__.__name__ + getattr(s, "strategy", "")))
+                                    MultiProcessWeightSyncScheme("tensordict")],
+                         ids=lambda s: repr(s.__class__.__name__ + getattr(s, "strategy", "")))
 def test_parameters_and_buffers_reach_every_worker(no_leftovers, scheme):
     policy = WeightProbe()
     collector = make(MultiSyncCollector, no_leftovers, create_env_fn=worker_envs(), policy=policy,
@@ -134,7 +136,8 @@ def test_multiasync_yields_worker_batches_until_total_frames(no_leftovers):
 def test_env_error_names_the_worker_and_carries_the_traceback(no_leftovers):
     envs = [worker_envs(1)[0], functools.partial(GymEnv, functools.partial(ErrorAfterEnv, 2))]
     collector = make(MultiSyncCollector, no_leftovers, create_env_fn=envs, frames_per_batch=8)
-    with pytest.raises(WorkerError, match=r"(?s)collector worker 1: raised an exception.*Traceback.*step 3 fails by design") as info:
+    message = r"(?s)collector worker 1: raised an exception.*Traceback.*step 3 fails by design"
+    with pytest.raises(WorkerError, match=message) as info:
         next(iter(collector))
     assert info.value.worker_id == 1
     assert collector._shut_down and not any(p.is_alive() for p in collector._processes)

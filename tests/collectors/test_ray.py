@@ -28,6 +28,7 @@ import torch
 ray = pytest.importorskip("ray")
 
 from checks import check_weights_reach_every_worker  # noqa: E402
+
 from rlcollect.buffers import LazyTensorStorage, ReplayBuffer  # noqa: E402
 from rlcollect.collectors.multi import WorkerError  # noqa: E402
 from rlcollect.collectors.ray import TRAJ_ID_SHIFT, RayCollector, loopback_ray_env  # noqa: E402
@@ -366,7 +367,8 @@ def test_every_ray_listener_binds_loopback(make, ray_head):
     ray_pids = descendants(ray_head["pid"]) | {ray_head["pid"], os.getpid()}
     ours = [(host, pid, line) for host, pid, line in listeners() if pid in ray_pids]
     assert any("gcs_server" in line for _, _, line in ours), "the head's listeners were not found"
-    assert any("ray::CollectorA" in line for _, _, line in ours), "no actor listener found"  # process name: 15 chars of ray::CollectorActor
+    # an actor's process name: the first 15 characters of ray::CollectorActor
+    assert any("ray::CollectorA" in line for _, _, line in ours), "no actor listener found"
     exposed = [line for host, _, line in ours if not is_loopback(host)]
     assert not exposed, "Ray listeners outside loopback:\n" + "\n".join(exposed)
 

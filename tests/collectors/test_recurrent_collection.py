@@ -5,8 +5,8 @@ import functools
 import gymnasium as gym
 import pytest
 import torch
-
 from checks import TRAJ_IDS, check_trajectories
+
 from rlcollect.buffers.rollout import iterate_sequences
 from rlcollect.collectors import Collector
 from rlcollect.collectors.action_server import ActionServerCollector

@@ -1,9 +1,7 @@
 import pytest
 import torch
-from tensordict import TensorDict
-from tensordict.nn import InteractionType, interaction_type
-
 from checks import check_keys_and_shapes, check_trajectories
+from tensordict.nn import InteractionType, interaction_type
 
 from rlcollect.collectors import Collector
 from rlcollect.envs import GymEnv

@@ -102,5 +102,6 @@ def test_a_nan_action_stops_collection_naming_the_batch_and_never_reaches_the_en
     collector = Collector(env, NanPolicy(), frames_per_batch=4)  # 2 steps per batch
     batches = iter(collector)
     next(batches)
-    with pytest.raises(NonFiniteActionError, match=r"batch 2 \(frames 5\.\.8\), step 0: .*not finite .*env\(s\) \[0, 1\]"):
+    message = r"batch 2 \(frames 5\.\.8\), step 0: .*not finite .*env\(s\) \[0, 1\]"
+    with pytest.raises(NonFiniteActionError, match=message):
         next(batches)

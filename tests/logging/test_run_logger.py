@@ -16,7 +16,7 @@ def test_hook_and_trainer_metrics_merge_into_one_row_per_step(tmp_path):
     logger = RunLogger(tmp_path)
     collector = Collector(GymEnv(counting_env_factories([2, 3]), num_envs=2), frames_per_batch=4,
                           total_frames=8, post_collect_hook=logger)
-    for batch in collector:
+    for _ in collector:
         logger.log({"train/loss": 0.5}, step=collector.frames)
     logger.close()
     logger.close()

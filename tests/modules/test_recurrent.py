@@ -8,8 +8,14 @@ from torch import nn
 
 import rlcollect
 from rlcollect.buffers import LazyTensorStorage, ReplayBuffer, SliceSampler
-from rlcollect.modules import (GRUModule, HiddenStatePrimer, LSTMModule, policy_primers, recurrent_mode,
-                               set_recurrent_mode)
+from rlcollect.modules import (
+    GRUModule,
+    HiddenStatePrimer,
+    LSTMModule,
+    policy_primers,
+    recurrent_mode,
+    set_recurrent_mode,
+)
 
 INPUT_SIZE, HIDDEN_SIZE = 3, 5
 TRAJ_IDS = ("collector", "traj_ids")

@@ -8,8 +8,8 @@ import torch
 
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.options import DeliveryOptions
-from rlcollect.collectors.ray.replay_buffer import RayReplayBuffer
 from rlcollect.collectors.processes import seed_rngs
+from rlcollect.collectors.ray.replay_buffer import RayReplayBuffer
 from rlcollect.collectors.ray.wire import batch_to_wire
 from rlcollect.collectors.worker import resolve_model
 from rlcollect.keys import POLICY_VERSION, WORKER_ID
@@ -62,7 +62,8 @@ class CollectorActor:
         self.policy_version = 0
         self._trajs_per_batch = spec.trajs_per_batch
         self._delivery = Delivery(DeliveryOptions(post_collect_hook=spec.post_collect_hook,
-                                                  replay_buffer=spec.replay_buffer, trajs_per_batch=spec.trajs_per_batch))
+                                                  replay_buffer=spec.replay_buffer,
+                                                  trajs_per_batch=spec.trajs_per_batch))
 
     def describe(self) -> tuple[list[int], int]:
         """The batch shape and frames this actor yields per ``collect``."""

@@ -44,8 +44,13 @@ from rlcollect.collectors.options import DeliveryOptions, check_total_frames
 from rlcollect.collectors.processes import WorkerError
 from rlcollect.collectors.ray.actor import TRAJ_ID_SHIFT, ActorSpec, CollectorActor
 from rlcollect.collectors.ray.replay_buffer import RayReplayBuffer
-from rlcollect.collectors.ray.startup import (import_ray, is_loopback_address, loopback_node_ip, remote_class,
-                                              start_local_ray)
+from rlcollect.collectors.ray.startup import (
+    import_ray,
+    is_loopback_address,
+    loopback_node_ip,
+    remote_class,
+    start_local_ray,
+)
 from rlcollect.collectors.ray.wire import batch_from_wire, stack_from_wire
 from rlcollect.collectors.worker import resolve_model
 from rlcollect.envs.gym_env import GymEnv

@@ -218,6 +218,7 @@ class Collector(CollectorBase):
         self._carried_keys = list(carrier.keys(True, True))
         # the env's leaves of the carrier (an observation's entries, nested as its space, then is_init)
         self._carrier_leaves = [key for key in self.env.staged.select(*CARRIER_KEYS).keys(True, True)]
+        self._observation_leaf = self._carrier_leaves[0]  # checked each step: did the policy replace it?
         on_cpu = self.track_traj_ids and self._traj_ids.device.type == "cpu"
         self._traj_ids_numpy = self._traj_ids.numpy().reshape(self._num_envs) if on_cpu else None
         self._carrier = carrier
@@ -292,7 +293,7 @@ class Collector(CollectorBase):
             _truncated_views=views(("next", "truncated")),
             _done_views=views(("next", "done")),
             _carrier_entries=[(key, self.env.staged.get(key)) for key in self._carrier_leaves],
-            _staged_observation=self.env.staged.get(self._carrier_leaves[0]),
+            _staged_observation=self.env.staged.get(self._observation_leaf),
         )
         env_keys = [*carrier_keys, *(("next", *_as_tuple(key)) for key in self.env.staged.get("next").keys(True, True))]
         storing_on_cpu = target.device is not None and target.device.type == "cpu"
@@ -383,14 +384,14 @@ class Collector(CollectorBase):
         random_steps = self.begin_batch()
         env, reset_when_done = self.env, self.reset_when_done
         steps = self._time_steps
+        act, record, stage_step = self.act, self.record, env.stage_step
         with torch.no_grad(), set_interaction_type(self.exploration_type):
             try:
                 for t in range(self._time_steps):
                     if stop is not None and t > 0 and stop():
                         steps = t
                         break
-                    action = self.act(t, t < random_steps)
-                    self.record(t, env.stage_step(action, reset_when_done))
+                    record(t, stage_step(act(t, t < random_steps), reset_when_done))
             except NonFiniteActionError as error:
                 first, batch = self._frames + 1, self._frames // self.frames_per_batch + 1
                 raise NonFiniteActionError(f"batch {batch} (frames {first}..{first + self.frames_per_batch - 1}), "
@@ -467,7 +468,7 @@ class Collector(CollectorBase):
         for source, views in self._carrier_plan:
             copy(views[t], source)
         policy_output = self._act(carrier, random)
-        if carrier.get(self._carrier_leaves[0]) is not self._staged_observation:
+        if carrier.get(self._observation_leaf) is not self._staged_observation:
             self._restore_carrier()  # the policy replaced the observation: point back to staging
         action = policy_output.get("action")
         if self._action_numpy_views is not None:

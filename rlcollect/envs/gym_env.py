@@ -230,10 +230,11 @@ class GymEnv:
         terminated, truncated, done = arrays["terminated"], arrays["truncated"], arrays["done"]
         any_done = False
         info_arrays = arrays["info"] if self.info_keys else None
+        nested, write_observation = self._nested, self._write_observation
         for i, env in enumerate(self._envs):
-            if self._nested:
+            if nested:
                 observation, reward[i], term, trunc, info = env.step(actions[i])
-                self._write_observation(next_obs, i, observation)
+                write_observation(next_obs, i, observation)
             else:
                 next_obs[i], reward[i], term, trunc, info = env.step(actions[i])
             if info_arrays is not None:

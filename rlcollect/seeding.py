@@ -1,4 +1,4 @@
-"""The one seed rule of rlcollect (docs/collectors.md, "Seeds").
+"""The one seed rule of rlcollect (docs/collectors.md, "Env sources and seeds").
 
 Every env of a run has a global index: the envs of worker (or Ray actor) ``w`` with ``E``
 envs each are ``w * E ... w * E + E - 1``, in worker order. Env ``i`` is seeded with

@@ -1,4 +1,4 @@
-"""The one delivery path of a collected batch (docs/collectors.md, "Delivery").
+"""The one delivery path of a collected batch (docs/architecture.md, "Options and delivery").
 
     batch ──split_trajs?──▶ padded ──postproc?──▶ ──post_collect_hook(batch)──▶ yielded
                                                                          └────▶ or written into

@@ -50,10 +50,13 @@ def train(cfg: DictConfig) -> float | None:
         print(f"rlcollect train: {what}: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     summary = pipeline.run(built)
+    threshold = summary.get("solved_return")
+    target = (f"eval return >= {threshold} on {summary.get('env_id')}" if threshold is not None
+              else f"no threshold for {summary.get('env_id')}")
     print(f"run folder: {run_dir}\n"
           f"frames: {summary['frames']}  seconds: {summary['seconds']:.1f}  "
           f"final eval return: {summary['final_eval_return']}  "
-          f"frames to solve: {summary['frames_to_solve']}  seconds to solve: "
+          f"frames to solve: {summary['frames_to_solve']} ({target})  seconds to solve: "
           f"{'-' if summary['seconds_to_solve'] is None else format(summary['seconds_to_solve'], '.1f')}")
     return summary["final_eval_return"]
 

@@ -34,7 +34,9 @@ class EnvConfig:
     id: str = MISSING  # a registered gymnasium id
     num_envs: Optional[int] = 8  # collector=sync: None is a single env, batch_size []
     max_episode_steps: Optional[int] = None  # None: the env's own limit
-    solved_return: Optional[float] = None  # training stops once evaluation reaches it
+    # training stops once evaluation reaches it: a number, or {env id: number} (the presets:
+    # a threshold belongs to its env id, so env.id=<another> has none unless given)
+    solved_return: Any = None
     make_kwargs: Any = field(default_factory=dict)  # more gymnasium.make arguments
     imports: List[str] = field(default_factory=list)  # modules that register env ids (a plugin, your package)
     info_keys: List[str] = field(default_factory=list)  # info entries stored as ("next", key), logged at episode ends

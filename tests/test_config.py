@@ -228,3 +228,14 @@ def test_wheel_ships_a_config_tree_hydra_can_compose(tmp_path):
                             env={"PYTHONPATH": str(unpacked), "PATH": "/usr/bin:/bin"},
                             capture_output=True, text=True)
     assert result.stdout.strip() == "Pendulum-v1", result.stderr
+
+
+def test_a_stopping_threshold_belongs_to_its_env_id():
+    from rlcollect.logging.runs import solved_threshold
+
+    cartpole = compose_train([])
+    assert solved_threshold(cartpole.env.id, cartpole.env.solved_return) == 475.0
+    other = compose_train(["env.id=Acrobot-v1"])  # the cartpole preset's threshold does not follow
+    assert solved_threshold(other.env.id, other.env.solved_return) is None
+    given = compose_train(["env.id=Acrobot-v1", "env.solved_return=-90"])  # a number set for this run applies
+    assert solved_threshold(given.env.id, given.env.solved_return) == -90.0

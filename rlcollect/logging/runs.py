@@ -207,10 +207,20 @@ def parse_override_dirname(name: str | None) -> list[str] | None:
     return _OVERRIDE_SPLIT.split(name)
 
 
+def solved_threshold(env_id: str | None, solved_return: Any) -> float | None:
+    """The stopping threshold of ``env_id``: ``solved_return`` when it is a number (set for
+    this run), or its entry for ``env_id`` when it maps env ids to thresholds (the env
+    presets: a threshold belongs to one env id, so overriding ``env.id`` drops it)."""
+    if isinstance(solved_return, dict) or hasattr(solved_return, "items"):
+        value = dict(solved_return).get(env_id)
+        return None if value is None else float(value)
+    return None if solved_return is None else float(solved_return)
+
+
 def solved_return_of(config: dict[str, Any]) -> float | None:
-    """The config's ``env.solved_return`` (None if absent)."""
+    """The config's stopping threshold for its env id (None if absent)."""
     env = config.get("env")
-    return env.get("solved_return") if isinstance(env, dict) else None
+    return solved_threshold(env.get("id"), env.get("solved_return")) if isinstance(env, dict) else None
 
 
 def _wandb_row(row: dict[str, Any]) -> dict[str, Any]:

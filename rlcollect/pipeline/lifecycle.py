@@ -15,6 +15,7 @@ from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.collectors.ray import RayCollector
 from rlcollect.logging.run_logger import RunLogger, truncate_metrics
+from rlcollect.logging.runs import solved_threshold
 from rlcollect.pipeline.builders import (
     algo_collection,
     make_collector,
@@ -106,7 +107,8 @@ def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, grou
     evaluator = EvalCollector(make_env(cfg, num_envs=cfg.eval.episodes, seed=eval_seed(cfg.seed)), policy,
                               eval_max_steps=cfg.eval.max_steps, eval_max_trajectories=cfg.eval.max_trajectories,
                               gamma=cfg.algo.gamma)
-    progress = Progress.start(solved_return=cfg.env.solved_return, eval_every_frames=cfg.eval.every_frames,
+    progress = Progress.start(env_id=cfg.env.id, solved_return=solved_threshold(cfg.env.id, cfg.env.solved_return),
+                              eval_every_frames=cfg.eval.every_frames,
                               checkpoint_every_frames=cfg.checkpoint_every_frames)
     pipeline = Pipeline(cfg, run_dir, policy, collector, learner, evaluator, logger, progress,
                         background=algo_collection(cfg).background)

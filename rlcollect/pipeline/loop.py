@@ -30,10 +30,11 @@ class Progress:
     seconds_before: float = 0.0  # wall-clock spent by earlier sessions of a resumed run
 
     @classmethod
-    def start(cls, *, solved_return: float | None, eval_every_frames: int,
+    def start(cls, *, env_id: str, solved_return: float | None, eval_every_frames: int,
               checkpoint_every_frames: int | None) -> "Progress":
         """A run's progress before its first batch."""
-        return cls(summary={"frames": 0, "seconds": 0.0, "solved_return": solved_return, "frames_to_solve": None,
+        return cls(summary={"frames": 0, "seconds": 0.0, "env_id": env_id, "solved_return": solved_return,
+                            "frames_to_solve": None,
                             "seconds_to_solve": None, "final_eval_return": None, "best_eval_return": None},
                    next_eval=eval_every_frames, next_checkpoint=checkpoint_every_frames)
 
@@ -121,7 +122,8 @@ def run(pipeline: Pipeline) -> dict:
                 progress.next_eval += cfg.eval.every_frames
                 eval_return = evaluate(p, frames)
                 postfix["eval"] = f"{eval_return:.1f}"
-                solved = cfg.env.solved_return is not None and eval_return >= cfg.env.solved_return
+                threshold = summary["solved_return"]  # the env id's own (logging.runs.solved_threshold)
+                solved = threshold is not None and eval_return >= threshold
                 if solved:
                     summary["frames_to_solve"], summary["seconds_to_solve"] = frames, seconds()
             bar.set_postfix(postfix)

@@ -233,7 +233,8 @@ def test_ctrl_c_during_multisync_training_leaves_no_worker_and_no_shared_memory(
     assert process.returncode != 0
     assert all(not Path(f"/proc/{pid}").exists() for pid in workers), "orphan worker"
     assert set(os.listdir("/dev/shm")) <= shm_before
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["frames"] > 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["frames"] > 0 and summary["status"] == "interrupted"
 
 
 USER_ENVS = '''
@@ -286,3 +287,46 @@ def test_a_users_own_env_module_trains_with_wrappers_and_info_keys_from_the_conf
                             and row["collect/episode_return"] == 14.0 for row in episodes)  # reward 1, doubled
     evaluations = [row["eval/episode_return"] for row in rows if "eval/episode_return" in row]
     assert evaluations and all(value == 14.0 for value in evaluations)
+
+
+CRASHING_ENV = """
+import gymnasium as gym
+from rlcollect.testing import CountingEnv
+
+
+class Crash(CountingEnv):
+    def __init__(self):
+        super().__init__(episode_length=5)
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps > 300:
+            raise RuntimeError("the simulator lost its state")
+        return super().step(action)
+
+
+gym.register("Crash-v0", entry_point=Crash)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_the_run_record_tells_finished_from_failed_in_summary_json_and_wandb(tmp_path):
+    (tmp_path / "crashing_envs.py").write_text(CRASHING_ENV)
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "PYTHONPATH": str(tmp_path)}
+
+    def train(folder, *overrides):
+        return subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", *TINY, f"hydra.run.dir={folder}",
+                               *overrides], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+
+    finished = train("ok", "env.solved_return=null")
+    failed = train("crash", "env.id=crashing_envs:Crash-v0", "env.num_envs=1", "env.solved_return=null")
+    assert finished.returncode == 0, finished.stderr
+    assert failed.returncode != 0
+    ok_summary = json.loads((tmp_path / "ok" / "summary.json").read_text())
+    crash_summary = json.loads((tmp_path / "crash" / "summary.json").read_text())  # strict JSON (json.loads)
+    assert ok_summary["status"] == "finished" and "error" not in ok_summary
+    assert crash_summary["status"] == "failed"
+    assert crash_summary["error"] == "RuntimeError: the simulator lost its state"
+    assert read_offline_run(find_offline_runs(tmp_path / "ok")[0]).exit_code == 0
+    assert read_offline_run(find_offline_runs(tmp_path / "crash")[0]).exit_code == 1

@@ -135,8 +135,9 @@ class RunLogger:
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
 
-    def close(self) -> None:
-        """Flush and close; idempotent."""
+    def close(self, exit_code: int = 0) -> None:
+        """Flush and close; idempotent. ``exit_code``: how the run ended (0: finished;
+        non-zero: failed or interrupted), recorded by the loggers that keep it (W&B)."""
         if self._file.closed:
             return
         self.flush()
@@ -181,11 +182,11 @@ class WandbLogger(RunLogger):
         step = row["step"]
         self._run.log({key: value for key, value in row.items() if key != "step"}, step=step)
 
-    def close(self) -> None:
+    def close(self, exit_code: int = 0) -> None:
         if self._file.closed:
             return
         super().close()
-        self._run.finish()
+        self._run.finish(exit_code=exit_code)  # non-zero: the W&B run shows as failed
 
 
 def episode_tracker(gamma: float, info_keys: Sequence[str]) -> EpisodeTracker:

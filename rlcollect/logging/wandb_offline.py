@@ -65,6 +65,8 @@ class OfflineRun:
             False for a run still being written, killed, or read too
             early: ``run.finish()`` may return a few milliseconds before
             wandb-core has flushed the file; ``wandb.teardown()`` waits.
+        exit_code: The exit code the run ended with (0: finished; non-zero: failed or
+            interrupted); None while it has no exit record.
     """
 
     run_id: str
@@ -75,6 +77,7 @@ class OfflineRun:
     history: list[dict[str, Any]]
     summary: dict[str, Any]
     finished: bool = False
+    exit_code: int | None = None
 
 
 def find_offline_runs(root: str | os.PathLike[str]) -> list[Path]:
@@ -123,7 +126,7 @@ def read_offline_run(path: str | os.PathLike[str]) -> OfflineRun:
     config: dict[str, Any] = {}
     history: list[dict[str, Any]] = []
     summary: dict[str, Any] = {}
-    finished = False
+    finished, exit_code = False, None
     for record in _read_records(run_file):
         kind = record.WhichOneof("record_type")
         if kind == "run":
@@ -138,7 +141,7 @@ def read_offline_run(path: str | os.PathLike[str]) -> OfflineRun:
         elif kind == "history":
             _add_history(history, record.history)
         elif kind == "exit":
-            finished = True
+            finished, exit_code = True, int(record.exit.exit_code)
     config.pop("_wandb", None)
     return OfflineRun(
         run_id=run_id,
@@ -149,6 +152,7 @@ def read_offline_run(path: str | os.PathLike[str]) -> OfflineRun:
         history=history,
         summary=summary or _last_values(history),
         finished=finished,
+        exit_code=exit_code,
     )
 
 

@@ -65,10 +65,11 @@ class Pipeline:
     def save_checkpoint(self, seconds: float) -> None:
         save_checkpoint(self.run_dir / CHECKPOINT_FILE, self.state_dict(seconds))
 
-    def close(self) -> None:
+    def close(self, exit_code: int = 0) -> None:
+        """Shut the collector and the evaluator down, close the logger with ``exit_code``."""
         self.collector.shutdown()
         self.evaluator.shutdown()
-        self.logger.close()
+        self.logger.close(exit_code)
 
 
 def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, group: str | None = None,
@@ -102,7 +103,7 @@ def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, grou
     except BaseException:
         if "collector" in locals():
             collector.shutdown()
-        logger.close()
+        logger.close(exit_code=1)
         raise
     evaluator = EvalCollector(make_env(cfg, num_envs=cfg.eval.episodes, seed=eval_seed(cfg.seed)), policy,
                               eval_max_steps=cfg.eval.max_steps, eval_max_trajectories=cfg.eval.max_trajectories,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
@@ -107,6 +108,7 @@ def run(pipeline: Pipeline) -> dict:
 
     bar = tqdm(total=cfg.total_frames, initial=p.collector.frames, unit="frame", disable=not cfg.progress,
                dynamic_ncols=True)
+    status = "finished"
     try:
         for batch, frames in collected(p):
             if getattr(p.collector, "post_collect_hook", None) is not p.logger:  # the hooks ran elsewhere
@@ -132,15 +134,39 @@ def run(pipeline: Pipeline) -> dict:
                 p.logger.flush()
                 p.save_checkpoint(seconds())
             if solved:
+                status = "solved"
                 break
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    except BaseException as error:
+        status = "failed"
+        summary["error"] = one_line(error)
+        raise
     finally:
         bar.close()
+        summary["status"] = status
         summary["frames"] = p.collector.frames
         summary["seconds"] = seconds()
         summary["frames_per_second"] = summary["frames"] / max(summary["seconds"], 1e-9)
-        (p.run_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
-        p.close()
+        (p.run_dir / SUMMARY_FILE).write_text(strict_json(summary))
+        p.close(exit_code=0 if status in ("finished", "solved") else 1)
     return summary
+
+
+def one_line(error: BaseException) -> str:
+    """An error as one line: its type and the first line of its message."""
+    message = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
+
+
+def strict_json(summary: dict) -> str:
+    """JSON with null where a number is not finite (json's NaN and Infinity are not JSON)."""
+    def plain(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        return value
+    return json.dumps({key: plain(value) for key, value in summary.items()}, indent=2, allow_nan=False)
 
 
 def evaluate(p: Pipeline, frames: int) -> float:

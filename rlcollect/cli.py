@@ -2,7 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
+import traceback
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -25,6 +30,37 @@ commands:
 """
 
 register_configs()
+ERROR_LOG = "error.log"
+
+
+class StopRequest(threading.Event):
+    """Set by SIGINT or SIGTERM: the training loop finishes its batch, checkpoints and stops."""
+
+    signal_number = signal.SIGINT
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """The first SIGINT (Ctrl-C) or SIGTERM asks the loop to stop after its batch; a second
+    one stops at once (the default handlers are back)."""
+    stop = StopRequest()
+    previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+
+    def request(number, frame) -> None:
+        stop.signal_number = number
+        stop.set()
+        for restored, handler in previous.items():
+            signal.signal(restored, handler)
+        print(f"\nrlcollect train: {signal.Signals(number).name}: stopping after this batch (again to stop now)",
+              file=sys.stderr)
+
+    for number in previous:
+        signal.signal(number, request)
+    try:
+        yield stop
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
@@ -49,7 +85,21 @@ def train(cfg: DictConfig) -> float | None:
             raise RuntimeError(f"{what}: {error}") from None
         print(f"rlcollect train: {what}: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    summary = pipeline.run(built)
+    with stop_on_signals() as stop:
+        try:
+            summary = pipeline.run(built, stop=stop)
+        except Exception as error:  # a worker, env or policy failed: one short block, the traceback in a file
+            log = Path(run_dir) / ERROR_LOG
+            log.write_text(traceback.format_exc())
+            print(f"rlcollect train: the run failed: {pipeline.one_line(error)}\n"
+                  f"  full traceback: {log}\n  run status: failed (summary.json)", file=sys.stderr)
+            if multirun:
+                raise RuntimeError(pipeline.one_line(error)) from None
+            raise SystemExit(1) from None
+    if summary["status"] == "interrupted":
+        print(f"rlcollect train: interrupted at frame {summary['frames']}; continue with "
+              f"`rlcollect train resume={run_dir}`", file=sys.stderr)
+        raise SystemExit(128 + stop.signal_number)
     threshold = summary.get("solved_return")
     target = (f"eval return >= {threshold} on {summary.get('env_id')}" if threshold is not None
               else f"no threshold for {summary.get('env_id')}")

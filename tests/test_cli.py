@@ -230,11 +230,16 @@ def test_ctrl_c_during_multisync_training_leaves_no_worker_and_no_shared_memory(
     assert len(workers) >= 2
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
-    assert process.returncode != 0
+    assert process.returncode == 130, stderr  # 128 + SIGINT, after the batch under way and a checkpoint
+    assert "Traceback" not in stderr and "interrupted at frame" in stderr
     assert all(not Path(f"/proc/{pid}").exists() for pid in workers), "orphan worker"
     assert set(os.listdir("/dev/shm")) <= shm_before
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["frames"] > 0 and summary["status"] == "interrupted"
+    rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert rows[-1]["step"] == summary["frames"]  # the checkpoint holds the last batch: resume repeats nothing
+    from rlcollect.checkpoint import load_checkpoint
+    assert int(load_checkpoint(tmp_path / "run" / "checkpoint.pt")["frames"]) == summary["frames"]
 
 
 USER_ENVS = '''
@@ -328,5 +333,8 @@ def test_the_run_record_tells_finished_from_failed_in_summary_json_and_wandb(tmp
     assert ok_summary["status"] == "finished" and "error" not in ok_summary
     assert crash_summary["status"] == "failed"
     assert crash_summary["error"] == "RuntimeError: the simulator lost its state"
+    assert "the run failed: RuntimeError: the simulator lost its state" in failed.stderr
+    assert len(failed.stderr.strip().splitlines()) <= 5  # one short block, not a traceback
+    assert "Traceback" in (tmp_path / "crash" / "error.log").read_text()
     assert read_offline_run(find_offline_runs(tmp_path / "ok")[0]).exit_code == 0
     assert read_offline_run(find_offline_runs(tmp_path / "crash")[0]).exit_code == 1

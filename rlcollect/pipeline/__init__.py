@@ -26,13 +26,14 @@ from rlcollect.pipeline.builders import (
 )
 from rlcollect.pipeline.checks import check_combination, check_keys, collector_name, option_name, warn_combination
 from rlcollect.pipeline.lifecycle import CONFIG_FILE, Pipeline, build, resume
-from rlcollect.pipeline.loop import SUMMARY_FILE, Progress, evaluate, run
+from rlcollect.pipeline.loop import SUMMARY_FILE, Progress, evaluate, one_line, run
 from rlcollect.pipeline.targets import RUNTIME_ARGUMENTS, build_node, target_class
 
 __all__ = [
     "AlgoCollection", "CONFIG_FILE", "Pipeline", "Progress", "RUNTIME_ARGUMENTS", "SUMMARY_FILE", "algo_collection",
     "build", "build_node", "check_combination", "check_keys", "collector_name", "env_factory", "env_kwargs", "evaluate",
     "make_collector", "make_env", "make_learner", "make_logger", "make_policy", "make_replay_buffer",
-    "make_rollout_buffer", "make_storage", "make_weight_sync_scheme", "option_name", "resume", "run", "target_class",
+    "make_rollout_buffer", "make_storage", "make_weight_sync_scheme", "one_line", "option_name", "resume", "run",
+    "target_class",
     "warn_combination",
 ]

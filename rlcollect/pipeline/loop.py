@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
@@ -94,7 +95,7 @@ def rollouts(p: Pipeline) -> Iterator[tuple[TensorDictBase, int]]:
         yield rollout, collector.frames
 
 
-def run(pipeline: Pipeline) -> dict:
+def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
     """Collect, update, evaluate every ``eval.every_frames``, checkpoint every
     ``checkpoint_every_frames``; stop at ``env.solved_return`` (deterministic evaluation
     mean) or at ``total_frames``. Returns the run summary, also written to summary.json."""
@@ -135,6 +136,13 @@ def run(pipeline: Pipeline) -> dict:
                 p.save_checkpoint(seconds())
             if solved:
                 status = "solved"
+                break
+            if stop is not None and stop.is_set():  # SIGINT / SIGTERM: this batch is the last
+                status = "interrupted"
+                if progress.next_checkpoint is not None:
+                    progress.next_checkpoint = frames + cfg.checkpoint_every_frames
+                    p.logger.flush()
+                    p.save_checkpoint(seconds())
                 break
     except KeyboardInterrupt:
         status = "interrupted"

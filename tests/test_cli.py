@@ -338,3 +338,27 @@ def test_the_run_record_tells_finished_from_failed_in_summary_json_and_wandb(tmp
     assert "Traceback" in (tmp_path / "crash" / "error.log").read_text()
     assert read_offline_run(find_offline_runs(tmp_path / "ok")[0]).exit_code == 0
     assert read_offline_run(find_offline_runs(tmp_path / "crash")[0]).exit_code == 1
+
+
+@pytest.mark.timeout(300)
+def test_a_diverged_run_stops_at_once_as_failed_keeping_the_last_good_checkpoint(tmp_path):
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    result = subprocess.run(
+        [sys.executable, "-m", "rlcollect.cli", "train", "env=pendulum", "algo.lr=1e9", "total_frames=4096",
+         "collector.frames_per_batch=256", "eval.every_frames=256", "eval.episodes=1", "progress=false",
+         "logger=none", "checkpoint_every_frames=256", "hydra.run.dir=run"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 1
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())  # strict JSON: no bare NaN
+    assert summary["status"] == "failed" and summary["error"].startswith("DivergedError: training diverged at frame")
+    frame = int(summary["error"].split("at frame ")[1].split(":")[0])
+    assert frame < 4096 and summary["frames"] == frame  # stopped at once
+    from rlcollect.checkpoint import load_checkpoint
+    path = tmp_path / "run" / "checkpoint.pt"
+    if frame == 256:  # diverged on the first update: no checkpoint was written at all (none poisoned)
+        assert not path.exists()
+    else:
+        checkpoint = load_checkpoint(path)
+        assert int(checkpoint["frames"]) < frame  # the last good one
+        assert all(bool(value.isfinite().all()) for value in checkpoint["policy"].values()
+                   if value.is_floating_point())

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
+import torch
 from tensordict import TensorDictBase
 from tqdm import tqdm
 
@@ -114,7 +115,9 @@ def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
         for batch, frames in collected(p):
             if getattr(p.collector, "post_collect_hook", None) is not p.logger:  # the hooks ran elsewhere
                 p.logger.drain_worker_hooks(frames, p.collector.hook_results())
-            p.logger.log({f"train/{k}": v for k, v in p.learner.learn(batch, frames).items()}, step=frames)
+            metrics = p.learner.learn(batch, frames)
+            p.logger.log({f"train/{k}": v for k, v in metrics.items()}, step=frames)
+            check_finite(p, metrics, frames, batch)  # before any checkpoint of this batch: none is poisoned
             p.collector.update_policy_weights_()
             bar.update(frames - bar.n)
             postfix = {"fps": f"{frames / seconds():.0f}"}
@@ -160,6 +163,39 @@ def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
         (p.run_dir / SUMMARY_FILE).write_text(strict_json(summary))
         p.close(exit_code=0 if status in ("finished", "solved") else 1)
     return summary
+
+
+class DivergedError(FloatingPointError):
+    """Training produced a non-finite loss, gradient norm or parameter."""
+
+
+def check_finite(p: Pipeline, metrics: dict, frames: int, batch: TensorDictBase | None) -> None:
+    """Stop a diverged run at the batch where it diverged (the last checkpoint stays the
+    last good one): a non-finite loss or parameter, or a policy whose updated weights give
+    non-finite outputs on a few of the batch's steps (finite but exploded weights)."""
+    bad = [f"train/{key}={value}" for key, value in metrics.items()
+           if isinstance(value, float) and not math.isfinite(value)]
+    if not bad and not all(bool(torch.isfinite(parameter).all()) for parameter in p.policy.parameters()):
+        bad = ["a policy parameter"]
+    if not bad and batch is not None and not policy_outputs_finite(p.policy, batch):
+        bad = ["the updated policy's output"]
+    if bad:
+        raise DivergedError(f"training diverged at frame {frames}: {', '.join(bad)} is not finite; the last "
+                            "checkpoint (if any) is from before, resume from it with a smaller learning rate")
+
+
+@torch.no_grad()
+def policy_outputs_finite(policy, batch: TensorDictBase, steps: int = 8) -> bool:
+    """Whether the policy's floating outputs on a few of the batch's steps are finite."""
+    inputs = batch.reshape(-1)[:steps].exclude("next").clone()
+    for key in ("action", "action_log_prob", "state_value", "action_value"):
+        inputs.pop(key, None)
+    try:
+        outputs = policy(inputs)
+    except Exception:
+        return True  # a policy that needs more than a step's entries: not probed
+    return all(bool(torch.isfinite(value).all()) for value in outputs.values(True, True)
+               if isinstance(value, torch.Tensor) and value.is_floating_point())
 
 
 def one_line(error: BaseException) -> str:

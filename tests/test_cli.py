@@ -95,13 +95,19 @@ def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
     ("collector=action_server collector.overlap=false", "Key 'overlap' not in 'ActionServerCollectorConfig'"),
     ("collector=action_server collector.env_device=cpu",
      "collector.env_device=cpu: collector=action_server steps its envs in worker processes"),
-    ("collector=alternating collector.num_workers=3", "num_workers must be a multiple of 2, got 3"),
+    ("collector=alternating collector.num_workers=3", "num_workers=3: collector=alternating splits its workers"),
+    ("collector=multisync collector.envs_per_worker=-1", "collector.envs_per_worker must be a positive int, got -1"),
+    ("device=cuda", "device=cuda: this machine or this torch build has no CUDA"),
+    ("algo=dqn buffer.storage.ndim=5", "buffer.storage.ndim=5: the collector's batches have 2 batch dims"),
+    ("collector.frames_per_batch=0", "frames_per_batch must be a positive int, got 0"),
 ])
 def test_bad_options_exit_non_zero_with_a_clear_message(tmp_path, override, message):
-    result = rlcollect(tmp_path, "train", *override.split(), "logger=none", "progress=false")
+    result = rlcollect(tmp_path, "train", *override.split(), "progress=false", "hydra.run.dir=run")
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+    if result.returncode == 2:  # a configuration error: found before W&B or any worker starts
+        assert not list((tmp_path / "run").glob("**/*.wandb")) and not (tmp_path / "run" / "config.yaml").exists()
 
 
 def test_an_added_unknown_key_exits_2_with_one_line_naming_it(tmp_path):

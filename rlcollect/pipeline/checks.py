@@ -11,6 +11,7 @@ import dataclasses
 import logging
 from typing import Iterator, Sequence
 
+import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.buffers import ReplayBuffer, RolloutBuffer
@@ -21,6 +22,7 @@ from rlcollect.collectors.single import Collector
 from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
 from rlcollect.modules.q_network import QValuePolicy
 from rlcollect.pipeline.targets import RUNTIME_ARGUMENTS, named_arguments, target_class
+from rlcollect.validation import check_positive_int
 from rlcollect.weight_sync import (
     MultiProcessWeightSyncScheme,
     NoWeightSyncScheme,
@@ -123,6 +125,46 @@ def check_combination(cfg: DictConfig) -> None:
     if algo == "ppo" and issubclass(collector_class, MultiSyncCollector) and cfg.collector.get("cat_results") == -1:
         raise ValueError("collector.cat_results=-1 concatenates workers along time; PPO's rollout buffer "
                          "needs one row per env: use cat_results=stack or 0")
+    check_values(cfg, collector_class)
+
+
+def check_values(cfg: DictConfig, collector_class: type) -> None:
+    """Values that would fail later (after W&B starts, or after workers spawn), checked now:
+    worker and env counts, devices this torch build has, a storage ndim the batches have."""
+    for key in ("frames_per_batch", "num_workers", "envs_per_worker", "num_collectors"):
+        if key in cfg.collector and isinstance(cfg.collector[key], (int, float, str)):
+            check_positive_int(f"collector.{key}", cfg.collector[key])
+    if issubclass(collector_class, AlternatingCollector) and cfg.collector.num_workers % 2:
+        raise ValueError(f"collector.num_workers={cfg.collector.num_workers}: collector=alternating splits its workers "
+                         "into 2 groups of equal size: num_workers must be a multiple of 2")
+    if cfg.env.num_envs is not None:
+        check_positive_int("env.num_envs", cfg.env.num_envs)
+    devices = {"device": cfg.device, **{f"collector.{key}": cfg.collector.get(key)
+                                        for key in ("policy_device", "env_device", "storing_device")}}
+    for key, device in devices.items():
+        if device is not None:
+            check_device(key, device)
+    storage = cfg.buffer.get("storage")
+    if storage is not None and storage.get("ndim", 1) > 1:
+        # a storage of ndim > 1 keeps env rows: only the single-process Collector is one writer of known shape
+        dims = 1 if cfg.env.num_envs is None else 2
+        if issubclass(collector_class, Collector) and storage.ndim > dims:
+            raise ValueError(f"buffer.storage.ndim={storage.ndim}: the collector's batches have {dims} batch dims "
+                             f"(env.num_envs={cfg.env.num_envs}): use ndim <= {dims}")
+
+
+def check_device(key: str, device) -> None:
+    """A device this machine and this torch build have."""
+    try:
+        device = torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"{key}={device}: not a device ({error})") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{key}={device}: this machine or this torch build has no CUDA "
+                             f"(torch.cuda.is_available() is False); use {key}=cpu")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"{key}={device}: there are {torch.cuda.device_count()} CUDA devices")
 
 
 def warn_combination(cfg: DictConfig) -> None:

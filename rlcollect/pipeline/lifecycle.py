@@ -82,13 +82,13 @@ def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, grou
     run_dir = Path(run_dir)
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    warn_combination(cfg)
-    probe = make_env(cfg, num_envs=None, seed=cfg.seed)
+    probe = make_env(cfg, num_envs=None, seed=cfg.seed)  # an unknown env id fails here, before anything is written
     observation_space, action_space = probe.observation_space, probe.action_space
     probe.close()
     policy = make_policy(cfg, observation_space, action_space)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    warn_combination(cfg)
     resumed_frames = int(checkpoint["frames"]) if checkpoint else 0
     logger = make_logger(cfg, run_dir, name=name, group=group, job_type=job_type,
                          run_id=checkpoint["wandb_run_id"] or None if checkpoint else None, start_frames=resumed_frames)

@@ -13,8 +13,9 @@ The library, usable without the CLI (docs/README.md is the map):
 - Weight sync: ``SharedMemWeightSyncScheme``, ``MultiProcessWeightSyncScheme``,
   ``NoWeightSyncScheme``, ``RayWeightSyncScheme``.
 - Buffers: ``RolloutBuffer`` (on-policy ``[N, T + 1]``), ``ReplayBuffer`` over a
-  ``LazyTensorStorage`` / ``LazyMemmapStorage`` read by a ``RandomSampler`` /
-  ``SliceSampler``; ``split_trajectories`` for the legacy padded layout.
+  ``LazyTensorStorage`` / ``LazyMemmapStorage`` read by a ``RandomSampler``,
+  ``SliceSampler``, ``SliceSamplerWithoutReplacement`` or ``PrioritizedSampler``;
+  ``MultiStep`` (n-step transitions); ``split_trajectories`` for the legacy padded layout.
 - Trajectories: ``TrajectoryPool``, ``TrajectoryInfo``, ``EpisodeTracker``.
 - Models and algorithms: ``ActorCritic``, ``RecurrentActorCritic``, ``QValuePolicy``,
   ``GRUModule`` / ``LSTMModule``, ``PPO``, ``DQN``, ``generalized_advantage_estimate``.
@@ -69,6 +70,9 @@ _EXPORTS = {
     "ReplayBufferEnsemble": "rlcollect.buffers.replay",
     "RolloutBuffer": "rlcollect.buffers.rollout",
     "SliceSampler": "rlcollect.buffers.samplers",
+    "SliceSamplerWithoutReplacement": "rlcollect.buffers.samplers",
+    "PrioritizedSampler": "rlcollect.buffers.samplers",
+    "MultiStep": "rlcollect.buffers.transforms",
     "iterate_minibatches": "rlcollect.buffers.rollout",
     "transition_view": "rlcollect.buffers.rollout",
     # trajectories
@@ -102,10 +106,12 @@ __all__ = [
     "ActionServerCollector", "ActorCritic", "AlternatingCollector", "BatchSpec", "Collector", "CollectorBase", "DQN",
     "Delivery", "DeliveryOptions", "DeviceOptions", "EpisodeTracker", "EvalCollector", "EvalResult", "GRUModule",
     "GymEnv", "LSTMModule", "LazyMemmapStorage", "LazyTensorStorage", "MultiAsyncCollector",
-    "MultiProcessWeightSyncScheme", "MultiSyncCollector", "NoWeightSyncScheme", "PPO", "QValuePolicy",
+    "MultiProcessWeightSyncScheme", "MultiStep", "MultiSyncCollector", "NoWeightSyncScheme", "PPO",
+    "PrioritizedSampler", "QValuePolicy",
     "RandomSampler", "RayCollector", "RayReplayBuffer", "RayWeightSyncScheme", "RecurrentActorCritic",
     "ReplayBuffer", "ReplayBufferEnsemble", "RolloutBuffer", "RunLogger", "SharedMemWeightSyncScheme",
-    "SliceSampler", "StagedEnv", "StepOptions", "TrajectoryInfo", "TrajectoryPool", "WandbLogger", "WeightSyncScheme",
+    "SliceSampler", "SliceSamplerWithoutReplacement", "StagedEnv", "StepOptions", "TrajectoryInfo", "TrajectoryPool",
+    "WandbLogger", "WeightSyncScheme",
     "WorkerError", "WorkerOptions", "evaluate_episodes", "generalized_advantage_estimate", "iterate_minibatches",
     "make_env", "recurrent_mode", "set_recurrent_mode", "split_trajectories", "transition_view",
     # aliases for migrating users (rlcollect/compat.py)
@@ -126,8 +132,14 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load
     from rlcollect.algos.ppo import PPO  # noqa: F401
     from rlcollect.buffers.replay import ReplayBuffer, ReplayBufferEnsemble  # noqa: F401
     from rlcollect.buffers.rollout import RolloutBuffer, iterate_minibatches, transition_view  # noqa: F401
-    from rlcollect.buffers.samplers import RandomSampler, SliceSampler  # noqa: F401
+    from rlcollect.buffers.samplers import (  # noqa: F401
+        PrioritizedSampler,
+        RandomSampler,
+        SliceSampler,
+        SliceSamplerWithoutReplacement,
+    )
     from rlcollect.buffers.storage import LazyMemmapStorage, LazyTensorStorage  # noqa: F401
+    from rlcollect.buffers.transforms import MultiStep  # noqa: F401
     from rlcollect.collectors.action_server import ActionServerCollector, AlternatingCollector  # noqa: F401
     from rlcollect.collectors.base import CollectorBase  # noqa: F401
     from rlcollect.collectors.delivery import Delivery  # noqa: F401

@@ -25,3 +25,8 @@ BUFFER_ID = ("collector", "buffer_id")  # int64, the member of a ReplayBufferEns
 
 # Dim names: every collector batch names its last batch dim (time) "time", as TorchRL does.
 TIME_DIM = "time"
+
+# What replay adds to a sample or a transformed batch.
+STEPS_TO_NEXT_OBS = (NEXT, "steps_to_next_obs")  # int64, steps an n-step transition spans (MultiStep)
+INDEX = "index"  # int64, the storage positions a PrioritizedSampler sample was drawn from
+WEIGHT = "_weight"  # float32, a PrioritizedSampler sample's importance weights

@@ -7,7 +7,8 @@ from rlcollect.compat import ALIASES
 
 REQUIRED = ["Collector", "MultiSyncCollector", "MultiAsyncCollector", "ActionServerCollector", "AlternatingCollector",
             "RayCollector", "EvalCollector", "GymEnv", "RolloutBuffer", "ReplayBuffer", "LazyTensorStorage",
-            "LazyMemmapStorage", "RandomSampler", "SliceSampler", "SharedMemWeightSyncScheme",
+            "LazyMemmapStorage", "RandomSampler", "SliceSampler", "SliceSamplerWithoutReplacement",
+            "PrioritizedSampler", "MultiStep", "SharedMemWeightSyncScheme",
             "MultiProcessWeightSyncScheme", "NoWeightSyncScheme", "RayWeightSyncScheme", "WorkerError",
             "split_trajectories", "StepOptions", "DeviceOptions", "DeliveryOptions", "WorkerOptions", "BatchSpec"]
 

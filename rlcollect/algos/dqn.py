@@ -1,4 +1,5 @@
-"""DQN: TD targets from a target network, periodic or Polyak target updates, double DQN."""
+"""DQN: TD targets from a target network, periodic or Polyak target updates, double DQN;
+n-step transitions (``MultiStep``) and prioritized replay (``PrioritizedSampler``) supported."""
 from __future__ import annotations
 
 import copy
@@ -7,27 +8,36 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from rlcollect.keys import STEPS_TO_NEXT_OBS, WEIGHT
 from rlcollect.modules.q_network import QValuePolicy
 
 TARGET_UPDATES = ("periodic", "polyak")
 
 
 def dqn_targets(reward: torch.Tensor, terminated: torch.Tensor, next_q_online: torch.Tensor,
-                next_q_target: torch.Tensor, *, gamma: float, double_dqn: bool) -> torch.Tensor:
+                next_q_target: torch.Tensor, *, gamma: float, double_dqn: bool,
+                steps: torch.Tensor | None = None) -> torch.Tensor:
     """``r + gamma * Q_target(s', a*)``, with no bootstrap where the MDP terminated (a
     truncated step still bootstraps). ``a* = argmax Q_online(s')`` for double DQN, else the
-    target network's own argmax."""
+    target network's own argmax. ``steps``: the steps each transition spans (n-step
+    transitions, ``r`` their discounted reward sum): the bootstrap is discounted by
+    ``gamma ** steps`` instead."""
     if double_dqn:
         best = next_q_online.argmax(-1, keepdim=True)
         next_value = next_q_target.gather(-1, best).squeeze(-1)
     else:
         next_value = next_q_target.max(-1).values
-    return reward + gamma * (~terminated).to(reward.dtype) * next_value
+    discount = gamma if steps is None else gamma ** steps.reshape(reward.shape).to(reward.dtype)
+    return reward + discount * (~terminated).to(reward.dtype) * next_value
 
 
 class DQN:
     """Trains a QValuePolicy from transitions (``observation``, ``action``,
     ``("next", "reward"|"terminated"|"observation")``), e.g. replay-buffer samples.
+
+    Optional entries: ``("next", "steps_to_next_obs")`` (n-step transitions from MultiStep:
+    the bootstrap is discounted by ``gamma ** steps``) and ``"_weight"`` (importance weights
+    from a PrioritizedSampler: the loss is the weighted mean of the per-sample losses).
 
     Args:
         target_update: "periodic" (copy every ``target_update_period`` gradient steps) or
@@ -47,7 +57,7 @@ class DQN:
         self.target = copy.deepcopy(q_policy).requires_grad_(False)
         self.gamma, self.double_dqn, self.max_grad_norm = gamma, double_dqn, max_grad_norm
         self.target_update, self.target_update_period, self.tau = target_update, target_update_period, tau
-        self._loss_fn = nn.SmoothL1Loss() if loss == "huber" else nn.MSELoss()
+        self._loss_fn = nn.SmoothL1Loss(reduction="none") if loss == "huber" else nn.MSELoss(reduction="none")
         self.optimizer = torch.optim.Adam(q_policy.q_net.parameters(), lr=lr)
         self.gradient_steps = 0
 
@@ -60,8 +70,10 @@ class DQN:
         self.target.load_state_dict(state["target"])
         self.gradient_steps = int(state["gradient_steps"])
 
-    def loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        """(TD loss, mean Q of the taken actions) for a batch of transitions."""
+    def loss(self, batch: TensorDictBase, *, return_td_error: bool = False):
+        """(TD loss, mean Q of the taken actions) for a batch of transitions; with
+        ``return_td_error``, also the per-sample ``|target - Q(s, a)|`` (detached, ``[N]``),
+        the priorities of prioritized replay."""
         q_values = self.q_policy.q_values(batch.get("observation"))
         action = batch.get("action") - self.q_policy.action_offset
         taken = q_values.gather(-1, action.unsqueeze(-1)).squeeze(-1)
@@ -70,19 +82,28 @@ class DQN:
             next_q_target = self.target.q_values(next_observation)
             next_q_online = self.q_policy.q_values(next_observation) if self.double_dqn else next_q_target
             target = dqn_targets(batch.get(("next", "reward")), batch.get(("next", "terminated")),
-                                 next_q_online, next_q_target, gamma=self.gamma, double_dqn=self.double_dqn)
-        return self._loss_fn(taken, target), taken.detach().mean()
+                                 next_q_online, next_q_target, gamma=self.gamma, double_dqn=self.double_dqn,
+                                 steps=batch.get(STEPS_TO_NEXT_OBS, None))
+        per_sample = self._loss_fn(taken, target)
+        weight = batch.get(WEIGHT, None)
+        if weight is not None:
+            per_sample = per_sample * weight.reshape(per_sample.shape).to(per_sample.dtype)
+        loss, q_mean = per_sample.mean(), taken.detach().mean()
+        if return_td_error:
+            return loss, q_mean, (target - taken.detach()).abs()
+        return loss, q_mean
 
     def update(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
-        """One gradient step (then the target update); returns detached metrics."""
-        loss, q_mean = self.loss(batch)
+        """One gradient step (then the target update); returns detached metrics: scalars,
+        and ``"td_error"``, the per-sample absolute TD errors (``[N]``, before the step)."""
+        loss, q_mean, td_error = self.loss(batch, return_td_error=True)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         nn.utils.clip_grad_norm_(self.q_policy.q_net.parameters(), self.max_grad_norm)
         self.optimizer.step()
         self.gradient_steps += 1
         self._update_target()
-        return {"loss_q": loss.detach(), "q_mean": q_mean}
+        return {"loss_q": loss.detach(), "q_mean": q_mean, "td_error": td_error}
 
     @torch.no_grad()
     def _update_target(self) -> None:

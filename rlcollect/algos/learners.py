@@ -10,6 +10,8 @@ from rlcollect.algos.dqn import DQN
 from rlcollect.algos.ppo import PPO
 from rlcollect.buffers.layout import to_storage_layout
 from rlcollect.buffers.rollout import RolloutBuffer, transition_view
+from rlcollect.buffers.samplers import PrioritizedSampler
+from rlcollect.keys import INDEX
 from rlcollect.modules.q_network import linear_epsilon
 
 
@@ -59,7 +61,8 @@ class DQNLearner:
     """Off-policy: batches go to the replay buffer; ``gradient_steps`` updates on sampled
     transitions per batch once ``learning_starts`` frames were collected. Epsilon follows a
     linear schedule over frames and is written into the policy (a buffer, synced to workers
-    with the weights)."""
+    with the weights). With a PrioritizedSampler, every gradient step gives the sampled
+    elements their absolute TD errors as new priorities."""
 
     def __init__(self, dqn: DQN, replay_buffer, *, gradient_steps: int, learning_starts: int,
                  eps_start: float, eps_end: float, eps_decay_frames: int, storage_ndim: int = 1) -> None:
@@ -67,6 +70,8 @@ class DQNLearner:
         self.gradient_steps, self.learning_starts = gradient_steps, learning_starts
         self.eps_start, self.eps_end, self.eps_decay_frames = eps_start, eps_end, eps_decay_frames
         self.storage_ndim = storage_ndim
+        # a RayReplayBuffer keeps its sampler in its actor: no priorities to update from here
+        self.prioritized = isinstance(getattr(replay_buffer, "sampler", None), PrioritizedSampler)
 
     def state_dict(self) -> dict:
         """The DQN state and the replay buffer: its position, and its contents unless they
@@ -92,7 +97,12 @@ class DQNLearner:
             return metrics
         totals: dict[str, torch.Tensor] = {}
         for _ in range(self.gradient_steps):
-            for key, value in self.dqn.update(self.replay_buffer.sample()).items():
+            sample = self.replay_buffer.sample()
+            step_metrics = self.dqn.update(sample)
+            td_error = step_metrics.pop("td_error", None)  # per sample: no metric to average
+            if self.prioritized:
+                self.replay_buffer.update_priority(sample.get(INDEX), td_error)
+            for key, value in step_metrics.items():
                 totals[key] = totals[key] + value if key in totals else value
         metrics.update({key: value.item() / self.gradient_steps for key, value in totals.items()})
         return metrics

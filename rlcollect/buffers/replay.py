@@ -13,12 +13,12 @@ never sees a half-written extend and the write position stays consistent.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.buffers.samplers import RandomSampler, Sampler
+from rlcollect.buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
 from rlcollect.buffers.storage import LazyTensorStorage
 from rlcollect.keys import BUFFER_ID
 from rlcollect.validation import check_positive_int
@@ -31,8 +31,9 @@ class ReplayBuffer:
 
     Args:
         storage: a LazyTensorStorage or LazyMemmapStorage (its ``ndim`` sets the write layout).
-        sampler: RandomSampler (the default) or SliceSampler.
-        batch_size: default size of ``sample()``.
+        sampler: RandomSampler (the default), SliceSampler, SliceSamplerWithoutReplacement or
+            PrioritizedSampler (then ``update_priority`` feeds it the new priorities).
+        batch_size: default size of ``sample()``, and of the samples iterating the buffer yields.
         transform: applied to every sample (TensorDict -> TensorDict).
     """
 
@@ -41,7 +42,8 @@ class ReplayBuffer:
         if not isinstance(storage, LazyTensorStorage):
             raise TypeError(f"storage must be a LazyTensorStorage or LazyMemmapStorage, got {type(storage).__name__}")
         if sampler is not None and not isinstance(sampler, Sampler):
-            raise TypeError(f"sampler must be a RandomSampler or SliceSampler, got {type(sampler).__name__}")
+            raise TypeError(f"sampler must be a Sampler (RandomSampler, SliceSampler, ...), "
+                            f"got {type(sampler).__name__}")
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable TensorDict -> TensorDict, got {type(transform).__name__}")
         self.storage = storage
@@ -87,6 +89,25 @@ class ReplayBuffer:
             data = self.sampler.sample(self.storage, batch_size)
         return self.transform(data) if self.transform is not None else data
 
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        """``sample()`` after ``sample()``, forever (as TorchRL's): ``for batch in rb`` with a
+        stop of the caller's (``itertools.islice``, a break). Needs the buffer's batch_size."""
+        if self.batch_size is None:
+            raise ValueError("iterating a ReplayBuffer needs its batch_size: give batch_size= to the ReplayBuffer")
+        return self._samples()
+
+    def _samples(self) -> Iterator[TensorDictBase]:
+        while True:
+            yield self.sample()
+
+    def update_priority(self, index, priority) -> None:
+        """Give the elements at ``index`` (a sample's ``"index"``) new priorities (e.g. their
+        absolute TD errors), under the buffer's lock; needs a PrioritizedSampler."""
+        if not isinstance(self.sampler, PrioritizedSampler):
+            raise TypeError(f"update_priority needs a PrioritizedSampler; this buffer samples with {self.sampler!r}")
+        with self.lock:
+            self.sampler.update_priority(index, priority, storage=self.storage)
+
     def _resolve_batch_size(self, batch_size: int | None) -> int:
         batch_size = check_positive_int("batch_size", batch_size, optional=True)
         if batch_size is None:
@@ -110,11 +131,18 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ state
     def state_dict(self, *, include_storage: bool = False) -> dict:
-        """The write position; with ``include_storage``, a copy of the stored data too."""
-        return {"storage": self.storage.state_dict(include_data=include_storage)}
+        """The write position (and a PrioritizedSampler's priorities); with
+        ``include_storage``, a copy of the stored data too."""
+        state = {"storage": self.storage.state_dict(include_data=include_storage)}
+        if isinstance(self.sampler, PrioritizedSampler):
+            with self.lock:
+                state["sampler"] = self.sampler.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.storage.load_state_dict(state["storage"])
+        if "sampler" in state and isinstance(self.sampler, PrioritizedSampler):
+            self.sampler.load_state_dict(state["sampler"])
 
     def __repr__(self) -> str:
         return (f"ReplayBuffer(storage={self.storage!r}, sampler={self.sampler!r}, batch_size={self.batch_size}, "
@@ -161,7 +189,8 @@ class ReplayBufferEnsemble:
             raise ValueError("weights apply to sample_from_all=False only (one member per sample)")
         weights = torch.as_tensor(weights, dtype=torch.float64)
         if weights.shape != (num_buffers,) or bool((weights < 0).any()) or float(weights.sum()) <= 0:
-            raise ValueError(f"weights must be {num_buffers} non-negative numbers with a positive sum, got {weights.tolist()}")
+            raise ValueError(f"weights must be {num_buffers} non-negative numbers with a positive sum, "
+                             f"got {weights.tolist()}")
         return weights
 
     def sample(self, batch_size: int | None = None) -> TensorDictBase:

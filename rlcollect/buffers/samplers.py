@@ -3,19 +3,24 @@
 A sampler turns ``(storage, batch_size)`` into a flat TensorDict ``[n]`` gathered from the
 storage. ``RandomSampler`` draws elements uniformly; ``SliceSampler`` draws contiguous
 slices of trajectories and concatenates them end to end (the recommended 1-D layout of
-docs/data-layout.md), marking where each slice starts (``is_init``) and ends.
+docs/data-layout.md), marking where each slice starts (``is_init``) and ends;
+``SliceSamplerWithoutReplacement`` hands out every stored slice once per epoch;
+``PrioritizedSampler`` draws elements in proportion to their priorities (prioritized
+experience replay) and adds the ``index`` and importance ``_weight`` of each.
 """
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDictBase
 
 from rlcollect.buffers.storage import LazyTensorStorage
-from rlcollect.keys import IS_INIT, MASK, TRAJ_IDS
+from rlcollect.keys import INDEX, IS_INIT, MASK, TRAJ_IDS, WEIGHT
 from rlcollect.validation import check_positive_int
 
 EPISODE = "episode"
@@ -191,9 +196,7 @@ class SliceSampler(Sampler):
         if self.strict_length:
             long_enough = run_lengths >= slice_len
             if not long_enough.any():
-                raise RuntimeError(f"SliceSampler(strict_length=True): no stored trajectory has slice_len="
-                                   f"{slice_len} steps (the longest has {int(run_lengths.max())}); "
-                                   "lower slice_len or use strict_length=False")
+                raise _none_long_enough(type(self).__name__, slice_len, run_lengths)
             run_starts, run_lengths = run_starts[long_enough], run_lengths[long_enough]
         # torch's generator, so that torch.manual_seed makes samples reproducible
         picked = torch.randint(run_starts.shape[0], (num_slices,)).numpy()
@@ -201,7 +204,11 @@ class SliceSampler(Sampler):
         lengths = run_lengths[picked]
         room = np.maximum(lengths - slice_len + 1, 1)
         first = run_starts[picked] + (uniform * room).astype(np.int64)
-        slice_lengths = np.minimum(lengths, slice_len)
+        return self._slice_index(storage, first, np.minimum(lengths, slice_len), slice_len)
+
+    def _slice_index(self, storage: LazyTensorStorage, first: np.ndarray, slice_lengths: np.ndarray,
+                     slice_len: int) -> SliceIndex:
+        """The SliceIndex of slices starting at time-ordered positions ``first``."""
         if self.pad_output:
             positions, slice_starts, ends, mask = _padded(first, slice_lengths, slice_len)
         elif (slice_lengths == slice_len).all():
@@ -241,9 +248,262 @@ class SliceSampler(Sampler):
         return state
 
     def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._repr_args()})"
+
+    def _repr_args(self) -> str:
         shape = f"num_slices={self.num_slices}" if self.num_slices is not None else f"slice_len={self.slice_len}"
-        return (f"SliceSampler({shape}, traj_key={self.traj_key!r}, end_key={self.end_key!r}, "
-                f"strict_length={self.strict_length}, pad_output={self.pad_output})")
+        return (f"{shape}, traj_key={self.traj_key!r}, end_key={self.end_key!r}, "
+                f"strict_length={self.strict_length}, pad_output={self.pad_output}")
+
+
+@dataclass
+class _Epoch:
+    """The slices of one epoch of a SliceSamplerWithoutReplacement, in the order handed out."""
+
+    segments: Segments  # the trajectory runs they were cut from (a new object after every write)
+    slice_len: int
+    first: np.ndarray  # [num_slices] time-ordered position of each slice's first step
+    lengths: np.ndarray  # [num_slices] steps of each slice (the last of a run may be shorter)
+    handed_out: int = 0  # slices already sampled this epoch
+
+
+class SliceSamplerWithoutReplacement(SliceSampler):
+    """SliceSampler that hands out every stored slice exactly once per epoch.
+
+    An epoch cuts each stored trajectory run into consecutive, non-overlapping slices of
+    ``slice_len`` steps (the last one of a run shorter; dropped with ``strict_length=True``),
+    orders them randomly (torch's generator: ``torch.manual_seed`` reproduces it) and hands
+    them out ``num_slices`` per sample. The sample that ends an epoch may hold fewer slices
+    (what the epoch has left); the next sample starts a new epoch. Any write to the storage
+    (its runs change) also starts a new epoch, so a slice is never handed out from data that
+    was since overwritten: the guarantee is for a buffer sampled between writes (offline
+    data, or several samples per collected batch); one written before every sample hands out
+    the first slices of a new random order each time. Slices are marked as by SliceSampler
+    (``is_init`` at slice starts, truncation at cuts, ``pad_output``).
+
+    Args:
+        shuffle: False hands the slices out in storage time order (each row oldest first).
+        Every other argument: as SliceSampler.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_slices: int | None = None,
+        slice_len: int | None = None,
+        traj_key=None,
+        end_key=("next", "done"),
+        strict_length: bool = False,
+        pad_output: bool = False,
+        truncated_key=("next", "truncated"),
+        shuffle: bool = True,
+    ) -> None:
+        super().__init__(num_slices=num_slices, slice_len=slice_len, traj_key=traj_key, end_key=end_key,
+                         strict_length=strict_length, pad_output=pad_output, truncated_key=truncated_key)
+        self.shuffle = bool(shuffle)
+        self._epoch: _Epoch | None = None
+
+    def sample_index(self, storage: LazyTensorStorage, batch_size: int) -> SliceIndex:
+        """The next ``num_slices`` slices of the epoch (fewer at its end)."""
+        num_slices, slice_len = self.slice_shape(batch_size)
+        _check_not_empty(storage)
+        epoch = self._current_epoch(storage, slice_len)
+        start = epoch.handed_out
+        stop = min(start + num_slices, epoch.first.shape[0])
+        epoch.handed_out = stop
+        return self._slice_index(storage, epoch.first[start:stop], epoch.lengths[start:stop], slice_len)
+
+    def _current_epoch(self, storage: LazyTensorStorage, slice_len: int) -> _Epoch:
+        """The running epoch, or a new one when it is used up, the storage was written, or
+        the slice length changed (a new batch_size with num_slices=)."""
+        segments = self.segments(storage)
+        epoch = self._epoch
+        if (epoch is None or epoch.segments is not segments or epoch.slice_len != slice_len
+                or epoch.handed_out >= epoch.first.shape[0]):
+            epoch = self._epoch = self._new_epoch(segments, slice_len)
+        return epoch
+
+    def _new_epoch(self, segments: Segments, slice_len: int) -> _Epoch:
+        """Cut every run into consecutive slices of slice_len steps, in random order."""
+        run_lengths = segments.lengths
+        # slices per run: only whole ones with strict_length, else the shorter rest too
+        per_run = run_lengths // slice_len if self.strict_length else -(-run_lengths // slice_len)
+        total = int(per_run.sum())
+        if total == 0:
+            raise _none_long_enough(type(self).__name__, slice_len, run_lengths)
+        run_of = np.repeat(np.arange(run_lengths.shape[0]), per_run)
+        offset = (np.arange(total) - np.repeat(np.cumsum(per_run) - per_run, per_run)) * slice_len
+        first = segments.starts[run_of] + offset
+        lengths = np.minimum(run_lengths[run_of] - offset, slice_len)
+        if self.shuffle:
+            order = torch.randperm(total).numpy()
+            first, lengths = first[order], lengths[order]
+        return _Epoch(segments, slice_len, first, lengths)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state["_epoch"] = None  # holds the per-process segments cache
+        return state
+
+    def _repr_args(self) -> str:
+        return f"{super()._repr_args()}, shuffle={self.shuffle}"
+
+
+class PrioritizedSampler(Sampler):
+    """Proportional prioritized experience replay (Schaul et al., 2016), as TorchRL's.
+
+    Element i is drawn with probability ``P(i) = (p_i + eps)^alpha / sum_j (p_j + eps)^alpha``
+    over the stored elements, with replacement. Every element written gets the largest
+    priority given so far (1.0 initially), so that it is replayed at least once soon. Writes
+    are detected at sample time from the storage's write position (``write_count`` and
+    ``cursor``), so they may come from any process; the priorities live in this sampler, in
+    the sampling process. A sample carries ``"index"`` (int64 storage positions, what
+    ``update_priority`` and ``storage.get`` take) and ``"_weight"`` (float32 importance
+    weights ``(N * P(i))^-beta`` divided by the largest possible one, that of the smallest
+    ``P`` over the stored elements: weights are in ``(0, 1]``).
+
+    Drawing costs O(capacity) per sample (``torch.multinomial`` over every stored priority,
+    no sum tree): fine for buffers up to a few million elements.
+
+    Args:
+        max_capacity: the largest storage served (its ``max_size``); ndim=1 storages only.
+        alpha: how much prioritization is used (0: uniform).
+        beta: importance-sampling exponent (0: no correction, 1: full); may be annealed by
+            assigning ``sampler.beta``.
+        eps: added to every priority, so that an element of priority 0 is still drawn.
+    """
+
+    def __init__(self, max_capacity: int, alpha: float, beta: float, eps: float = 1e-8) -> None:
+        self.max_capacity = check_positive_int("max_capacity", max_capacity)
+        self.alpha = _check_non_negative_float("alpha", alpha)
+        self.beta = _check_non_negative_float("beta", beta)
+        self.eps = _check_non_negative_float("eps", eps)
+        self._priority = torch.zeros(self.max_capacity, dtype=torch.float64)  # (p + eps) ** alpha per position
+        self._max_priority = 1.0
+        self._seen_writes = 0  # storage.write_count when new writes were last given the default priority
+
+    @property
+    def max_priority(self) -> float:
+        """The largest priority given so far (1.0 initially): what new elements get."""
+        return self._max_priority
+
+    def probabilities(self, storage: LazyTensorStorage) -> torch.Tensor:
+        """``P(i)`` of every stored element (float64, ``[len(storage)]``, by storage position)."""
+        stored = self._stored(storage)
+        return stored / stored.sum()
+
+    def sample_index(self, storage: LazyTensorStorage, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(index, weight)``: ``batch_size`` storage positions drawn with probability P, and
+        their normalised importance weights (float32)."""
+        stored = self._stored(storage)
+        smallest = stored.min()
+        if smallest <= 0:
+            raise RuntimeError("PrioritizedSampler: a stored element has probability 0 (priority 0 with eps=0), "
+                               "so its importance weight is infinite; use eps > 0")
+        index = torch.multinomial(stored, batch_size, replacement=True)
+        # (N P(i))^-beta / (N P_min)^-beta = (p_i / p_min)^-beta
+        weight = stored[index].div_(smallest).pow_(-self.beta).to(torch.float32)
+        return index, weight
+
+    def sample(self, storage: LazyTensorStorage, batch_size: int) -> TensorDictBase:
+        index, weight = self.sample_index(storage, batch_size)
+        data = storage.get(index)
+        data.set(INDEX, index.to(data.device))
+        data.set(WEIGHT, weight.to(data.device))
+        return data
+
+    def update_priority(self, index, priority, *, storage: LazyTensorStorage | None = None) -> None:
+        """``p[index] = priority``; a priority above every earlier one becomes the one new
+        elements get. ``priority``: one per index, or one for all (finite, >= 0).
+
+        ``storage``: the storage served; the elements written to it since the sampler last
+        looked first get their max priority (as if given at write time, which this update
+        then overrides). Without it, such pending writes get it at the next sample, over
+        this update: right for a position overwritten since it was sampled, not for one
+        written before (pass ``storage``, as ``ReplayBuffer.update_priority`` does)."""
+        if storage is not None and len(storage):
+            self._stored(storage)
+        index = torch.as_tensor(index).detach().to("cpu", torch.int64).reshape(-1)
+        priority = torch.as_tensor(priority).detach().to("cpu", torch.float64).reshape(-1)
+        if priority.numel() != 1 and priority.numel() != index.numel():
+            raise ValueError(f"priority must be one number or one per index: got {priority.numel()} priorities "
+                             f"for {index.numel()} indices")
+        if not bool(torch.isfinite(priority).all()) or bool((priority < 0).any()):
+            raise ValueError(f"priority must be finite and >= 0, got {priority.tolist()}")
+        if index.numel() == 0:
+            return
+        if int(index.min()) < 0 or int(index.max()) >= self.max_capacity:
+            raise ValueError(f"index must be storage positions in [0, max_capacity={self.max_capacity}), got "
+                             f"values in [{int(index.min())}, {int(index.max())}]")
+        self._max_priority = max(self._max_priority, float(priority.max()))
+        self._priority[index] = (priority + self.eps).pow_(self.alpha)  # a copy: never the caller's tensor
+
+    @property
+    def _default_priority(self) -> float:
+        return (self._max_priority + self.eps) ** self.alpha
+
+    def _stored(self, storage: LazyTensorStorage) -> torch.Tensor:
+        """``(p + eps) ** alpha`` of the stored elements (a view), new writes included."""
+        if storage.ndim != 1:
+            raise ValueError(f"PrioritizedSampler needs a storage with ndim=1 (one priority per element), "
+                             f"got ndim={storage.ndim}")
+        size = _check_not_empty(storage)
+        if storage.capacity > self.max_capacity:
+            raise ValueError(f"PrioritizedSampler(max_capacity={self.max_capacity}) is smaller than the "
+                             f"storage's capacity {storage.capacity}")
+        self._give_new_writes_the_max_priority(storage)
+        return self._priority[:size]
+
+    def _give_new_writes_the_max_priority(self, storage: LazyTensorStorage) -> None:
+        """The positions written since the last look are the ``new`` before the cursor
+        (modulo capacity), or every position once a whole capacity or more was written."""
+        position, capacity = storage.position, storage.capacity
+        written = position.write_count
+        new = written - self._seen_writes
+        if new == 0:
+            return
+        default = self._default_priority
+        if new < 0 or new >= capacity:  # fewer than seen: the storage was reloaded; start over
+            self._priority[:capacity] = default
+        else:
+            cursor = position.cursor
+            start = (cursor - new) % capacity
+            if start < cursor:
+                self._priority[start:cursor] = default
+            else:  # the writes wrapped around the end of the ring
+                self._priority[start:capacity] = default
+                self._priority[:cursor] = default
+        self._seen_writes = written
+
+    def state_dict(self) -> dict[str, Any]:
+        """The priorities and what they were last synchronised with (a checkpoint's part)."""
+        return {"priority": self._priority.clone(), "max_priority": self._max_priority,
+                "seen_writes": self._seen_writes}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        priority = torch.as_tensor(state["priority"], dtype=torch.float64)
+        if priority.shape != self._priority.shape:
+            raise ValueError(f"state holds {priority.numel()} priorities, this sampler has "
+                             f"max_capacity={self.max_capacity}")
+        self._priority.copy_(priority)
+        self._max_priority = float(state["max_priority"])
+        self._seen_writes = int(state["seen_writes"])
+
+    def __repr__(self) -> str:
+        return (f"PrioritizedSampler(max_capacity={self.max_capacity}, alpha={self.alpha}, beta={self.beta}, "
+                f"eps={self.eps})")
+
+
+def _check_non_negative_float(name: str, value: Any) -> float:
+    """``value`` as a float when it is a finite real >= 0 (never a bool); else a ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _none_long_enough(sampler: str, slice_len: int, run_lengths: np.ndarray) -> RuntimeError:
+    return RuntimeError(f"{sampler}(strict_length=True): no stored trajectory has slice_len={slice_len} steps "
+                        f"(the longest has {int(run_lengths.max())}); lower slice_len or use strict_length=False")
 
 
 def _full(first: np.ndarray, slice_len: int):

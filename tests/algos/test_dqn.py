@@ -1,3 +1,5 @@
+import copy
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -6,6 +8,8 @@ from tensordict import TensorDict
 from tensordict.nn import set_interaction_type
 
 from rlcollect.algos.dqn import DQN, dqn_targets
+from rlcollect.algos.learners import DQNLearner
+from rlcollect.buffers import LazyTensorStorage, PrioritizedSampler, ReplayBuffer
 from rlcollect.modules.q_network import QValuePolicy, linear_epsilon
 
 OBS = gym.spaces.Box(-1, 1, (2,), np.float32)
@@ -44,6 +48,75 @@ def test_loss_against_a_hand_computed_example():
     loss, q_mean = dqn.loss(batch)
     assert loss.item() == pytest.approx((1.5 ** 2 + 3.0 ** 2) / 2)
     assert q_mean.item() == 3.0
+
+
+def test_n_step_targets_discount_the_bootstrap_by_gamma_to_the_steps():
+    kwargs = dict(reward=torch.tensor([1.0, 2.0, 3.0]), terminated=torch.tensor([False, False, True]),
+                  next_q_online=torch.tensor([[3.0, 1.0], [5.0, 0.0], [1.0, 0.0]]),
+                  next_q_target=torch.tensor([[2.0, 4.0], [7.0, 1.0], [9.0, 9.0]]), gamma=0.5)
+    steps = torch.tensor([1, 3, 2])
+    # vanilla: next values [4, 7, 9]; 0.5^1, 0.5^3, and no bootstrap for the terminated one
+    assert dqn_targets(**kwargs, double_dqn=False, steps=steps).tolist() == [1.0 + 0.5 * 4.0, 2.0 + 0.125 * 7.0, 3.0]
+    assert dqn_targets(**kwargs, double_dqn=True, steps=steps).tolist() == [1.0 + 0.5 * 2.0, 2.0 + 0.125 * 7.0, 3.0]
+
+
+def hand_batch(extra=None):
+    """The batch of test_loss_against_a_hand_computed_example, plus ``extra`` entries."""
+    batch = TensorDict({
+        "observation": torch.tensor([[1.0, 2.0], [3.0, 0.0]]),
+        "action": torch.tensor([1, 0]),
+        "next": {"observation": torch.tensor([[0.0, 0.0], [1.0, 1.0]]), "reward": torch.tensor([1.0, -1.0]),
+                 "terminated": torch.tensor([False, False])},
+    }, [2])
+    for key, value in (extra or {}).items():
+        batch.set(key, value)
+    return batch
+
+
+def hand_dqn():
+    return DQN(linear_q_policy([[1.0, 0.0], [0.0, 1.0]], [0.0, 1.0]), gamma=0.5, double_dqn=False, loss="mse")
+
+
+def test_loss_of_n_step_transitions():
+    # taken Q [3, 3]; next max Q [1, 2]; steps [2, 1]: targets [1 + 0.25 * 1, -1 + 0.5 * 2] = [1.25, 0]
+    batch = hand_batch({("next", "steps_to_next_obs"): torch.tensor([2, 1])})
+    loss, q_mean, td_error = hand_dqn().loss(batch, return_td_error=True)
+    assert loss.item() == pytest.approx((1.75 ** 2 + 3.0 ** 2) / 2)
+    assert td_error.tolist() == [1.75, 3.0] and not td_error.requires_grad
+
+
+def test_importance_weights_scale_each_sample_loss():
+    # targets [1.5, 0]: squared errors [2.25, 9], weighted [0.5 * 2.25, 2 * 9], then the mean
+    loss, _ = hand_dqn().loss(hand_batch({"_weight": torch.tensor([0.5, 2.0])}))
+    assert loss.item() == pytest.approx((0.5 * 2.25 + 2.0 * 9.0) / 2)
+    huber = DQN(linear_q_policy([[1.0, 0.0], [0.0, 1.0]], [0.0, 1.0]), gamma=0.5, double_dqn=False, loss="huber")
+    loss, _ = huber.loss(hand_batch({"_weight": torch.tensor([0.5, 2.0])}))
+    assert loss.item() == pytest.approx((0.5 * (1.5 - 0.5) + 2.0 * (3.0 - 0.5)) / 2)  # smooth L1: |x| - 0.5 past 1
+
+
+def test_update_returns_the_per_sample_td_errors():
+    metrics = hand_dqn().update(hand_batch())
+    assert metrics["td_error"].tolist() == [1.5, 3.0]  # before the gradient step
+
+
+def test_learner_gives_the_sampled_elements_their_td_errors_as_priorities():
+    policy = linear_q_policy([[1.0, 0.0], [0.0, 1.0]], [0.0, 1.0])
+    dqn = DQN(policy, gamma=0.5, double_dqn=False, loss="mse")
+    rb = ReplayBuffer(LazyTensorStorage(8), PrioritizedSampler(8, alpha=1.0, beta=1.0, eps=0.0), batch_size=4)
+    rb.extend(torch.cat([hand_batch(), hand_batch()]))
+    updates = []
+    update_priority = rb.update_priority
+    rb.update_priority = lambda index, priority: (updates.append((index, priority)), update_priority(index, priority))
+    learner = DQNLearner(dqn, rb, gradient_steps=1, learning_starts=0, eps_start=0.0, eps_end=0.0, eps_decay_frames=1)
+    before = copy.deepcopy(dqn)
+    metrics = learner.learn(None, frames=10)
+    assert "td_error" not in metrics and metrics["loss_q"] > 0
+    [(index, priority)] = updates
+    _, _, expected = before.loss(rb.storage.get(index), return_td_error=True)
+    assert torch.equal(priority, expected)  # |target - Q| of the sampled elements, before the step
+    given = torch.ones(4, dtype=torch.float64)  # alpha 1, eps 0: P is proportional to the priorities
+    given[index] = priority.double()
+    torch.testing.assert_close(rb.sampler.probabilities(rb.storage), given / given.sum())
 
 
 def test_periodic_and_polyak_target_updates():

@@ -1,12 +1,20 @@
+import itertools
 import multiprocessing
 
 import pytest
 import torch
 from tensordict import TensorDict
 
-from rlcollect.buffers import (LazyMemmapStorage, LazyTensorStorage, RandomSampler, ReplayBuffer,
-                               ReplayBufferEnsemble, SliceSampler)
 from rlcollect import Collector, TrajectoryPool
+from rlcollect.buffers import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    PrioritizedSampler,
+    RandomSampler,
+    ReplayBuffer,
+    ReplayBufferEnsemble,
+    SliceSampler,
+)
 from rlcollect.envs import GymEnv
 from rlcollect.testing import CountingEnv, counting_env_factories
 
@@ -66,6 +74,39 @@ def test_sample_needs_a_batch_size():
         rb.sample()
     with pytest.raises(ValueError, match="batch_size must be None or a positive int"):
         rb.sample(0)
+
+
+def test_iterating_yields_samples_forever():
+    rb = ReplayBuffer(LazyTensorStorage(20), batch_size=3)
+    rb.extend(values(0, 4))
+    torch.manual_seed(0)
+    samples = list(itertools.islice(rb, 5))
+    assert [sample.batch_size for sample in samples] == [(3,)] * 5
+    torch.manual_seed(0)
+    assert all(torch.equal(sample["value"], rb.sample()["value"]) for sample in samples)  # sample() after sample()
+    with pytest.raises(ValueError, match="iterating a ReplayBuffer needs its batch_size"):
+        iter(ReplayBuffer(LazyTensorStorage(20)))
+
+
+def test_update_priority_reaches_a_prioritized_sampler():
+    rb = ReplayBuffer(LazyTensorStorage(4), PrioritizedSampler(4, alpha=1.0, beta=1.0, eps=0.0), batch_size=8)
+    rb.extend(values(0, 4))
+    rb.update_priority(torch.tensor([0, 1, 2, 3]), torch.tensor([1.0, 1.0, 2.0, 4.0]))
+    assert rb.sampler.probabilities(rb.storage).tolist() == [0.125, 0.125, 0.25, 0.5]
+    sample = rb.sample()
+    assert torch.equal(sample["value"], sample["index"])
+    with pytest.raises(TypeError, match="update_priority needs a PrioritizedSampler.*RandomSampler"):
+        ReplayBuffer(LazyTensorStorage(4)).update_priority(torch.tensor([0]), 1.0)
+
+
+def test_state_dict_keeps_the_priorities():
+    rb = ReplayBuffer(LazyTensorStorage(4), PrioritizedSampler(4, alpha=1.0, beta=1.0, eps=0.0))
+    rb.extend(values(0, 4))
+    rb.update_priority(torch.tensor([0, 3]), torch.tensor([3.0, 2.0]))
+    restored = ReplayBuffer(LazyTensorStorage(4), PrioritizedSampler(4, alpha=1.0, beta=1.0, eps=0.0))
+    restored.load_state_dict(rb.state_dict(include_storage=True))
+    assert restored.sampler.probabilities(restored.storage).tolist() == [3 / 7, 1 / 7, 1 / 7, 2 / 7]
+    assert restored.sampler.max_priority == 3.0
 
 
 def test_construction_validates_its_arguments():

@@ -2,7 +2,13 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rlcollect.buffers import LazyTensorStorage, RandomSampler, SliceSampler
+from rlcollect.buffers import (
+    LazyTensorStorage,
+    PrioritizedSampler,
+    RandomSampler,
+    SliceSampler,
+    SliceSamplerWithoutReplacement,
+)
 from rlcollect.collectors import Collector
 from rlcollect.envs import GymEnv
 from rlcollect.testing import CountingEnv, counting_env_factories
@@ -346,10 +352,252 @@ def test_pad_output_truncates_a_cut_slice_at_its_last_real_step():
 
     # one trajectory of 3 steps still running (no done): a slice of 4 is its 3 real steps + 1 pad
     data = TensorDict({"observation": torch.arange(3).float(),
-                       "next": {"done": torch.zeros(3, dtype=torch.bool), "truncated": torch.zeros(3, dtype=torch.bool)}},
+                       "next": {"done": torch.zeros(3, dtype=torch.bool),
+                                "truncated": torch.zeros(3, dtype=torch.bool)}},
                       batch_size=[3])
     storage = LazyTensorStorage(10)
     storage.extend(data)
     sample = SliceSampler(slice_len=4, pad_output=True).sample(storage, 4)
     assert sample["collector", "mask"].tolist() == [True, True, True, False]
     assert sample["next", "truncated"].tolist() == [False, False, True, False]
+
+
+# ---------------------------------------------------------------------- SliceSamplerWithoutReplacement
+def episodes_storage(lengths, capacity=100):
+    """A flat storage of consecutive episodes of ``lengths`` steps; observation = step index
+    in the storage (so a sample tells exactly which stored steps it holds)."""
+    storage = LazyTensorStorage(capacity)
+    storage.extend(episodes(lengths))
+    return storage
+
+
+def episodes(lengths, start=0):
+    total = sum(lengths)
+    done = torch.zeros(total, dtype=torch.bool)
+    done[torch.tensor(lengths).cumsum(0) - 1] = True
+    return TensorDict({"observation": torch.arange(start, start + total).float(),
+                       "next": {"done": done, "truncated": torch.zeros(total, dtype=torch.bool)}}, [total])
+
+
+def slices_of(sample):
+    return [tuple(int(x) for x in piece["observation"]) for piece in split_slices(sample)]
+
+
+# runs of 5, 7 and 2 steps cut into slices of 3 steps
+LENGTHS = (5, 7, 2)
+ALL_SLICES = {(0, 1, 2), (3, 4), (5, 6, 7), (8, 9, 10), (11,), (12, 13)}
+WHOLE_SLICES = {(0, 1, 2), (5, 6, 7), (8, 9, 10)}
+
+
+def test_without_replacement_hands_out_every_slice_once_per_epoch():
+    storage = episodes_storage(LENGTHS)
+    sampler = SliceSamplerWithoutReplacement(slice_len=3)
+    torch.manual_seed(0)
+    for _ in range(3):  # three epochs of 6 slices: 4, then the 2 left
+        first, rest = sampler.sample(storage, 12), sampler.sample(storage, 12)
+        assert [len(slices_of(first)), len(slices_of(rest))] == [4, 2]
+        assert set(slices_of(first)) | set(slices_of(rest)) == ALL_SLICES
+        steps = torch.cat([first["observation"], rest["observation"]])
+        assert torch.equal(steps.sort().values, torch.arange(14.0))  # every stored step exactly once
+
+
+def test_without_replacement_strict_length_drops_the_short_slices():
+    storage = episodes_storage(LENGTHS)
+    sampler = SliceSamplerWithoutReplacement(slice_len=3, strict_length=True)
+    sample = sampler.sample(storage, 12)
+    assert sample.shape == (9,) and set(slices_of(sample)) == WHOLE_SLICES  # 3 whole slices: the epoch
+    assert set(slices_of(sampler.sample(storage, 6))) < WHOLE_SLICES  # a new epoch
+    with pytest.raises(RuntimeError, match=r"SliceSamplerWithoutReplacement\(strict_length=True\).*longest has 7"):
+        SliceSamplerWithoutReplacement(slice_len=8, strict_length=True).sample(storage, 16)
+
+
+def test_without_replacement_unshuffled_follows_time_order_with_slice_marks():
+    storage = episodes_storage(LENGTHS)
+    sampler = SliceSamplerWithoutReplacement(num_slices=4, shuffle=False)
+    sample = sampler.sample(storage, 12)  # slice_len 3
+    assert slices_of(sample) == [(0, 1, 2), (3, 4), (5, 6, 7), (8, 9, 10)]
+    assert sample["is_init"].nonzero().squeeze(1).tolist() == [0, 3, 5, 8]
+    # cut short of the trajectory's end: 2, 7 and 10; 4 ends its episode (stored done)
+    assert sample["next", "truncated"].nonzero().squeeze(1).tolist() == [2, 7, 10]
+    assert sample["next", "done"].nonzero().squeeze(1).tolist() == [2, 4, 7, 10]
+    assert slices_of(sampler.sample(storage, 12)) == [(11,), (12, 13)]
+    assert slices_of(sampler.sample(storage, 12)) == [(0, 1, 2), (3, 4), (5, 6, 7), (8, 9, 10)]
+
+
+def test_without_replacement_pads_short_slices():
+    storage = episodes_storage(LENGTHS)
+    sample = SliceSamplerWithoutReplacement(slice_len=3, pad_output=True, shuffle=False).sample(storage, 18)
+    assert sample["observation"].tolist() == [0, 1, 2, 3, 4, 4, 5, 6, 7, 8, 9, 10, 11, 11, 11, 12, 13, 13]
+    assert sample[MASK].view(6, 3).tolist() == [[True, True, True], [True, True, False], [True, True, True],
+                                                [True, True, True], [True, False, False], [True, True, False]]
+
+
+def test_without_replacement_is_reproducible_with_torch_manual_seed():
+    storage = episodes_storage(LENGTHS)
+
+    def draws():
+        torch.manual_seed(3)
+        sampler = SliceSamplerWithoutReplacement(slice_len=3)
+        return [slices_of(sampler.sample(storage, 6)) for _ in range(6)]
+
+    assert draws() == draws()
+
+
+def test_a_write_starts_a_new_epoch():
+    storage = episodes_storage(LENGTHS)
+    sampler = SliceSamplerWithoutReplacement(slice_len=3)
+    assert len(slices_of(sampler.sample(storage, 12))) == 4  # 2 slices left in this epoch
+    storage.extend(episodes([3], start=14))  # one more slice: (14, 15, 16)
+    first, rest = sampler.sample(storage, 12), sampler.sample(storage, 12)
+    assert [len(slices_of(first)), len(slices_of(rest))] == [4, 3]  # a whole new epoch of 7
+    assert set(slices_of(first)) | set(slices_of(rest)) == ALL_SLICES | {(14, 15, 16)}
+
+
+def test_without_replacement_on_an_ndim2_storage_covers_every_stored_step_once():
+    storage = filled_storage(lengths=(3, 7), num_batches=4, ndim=2)
+    sampler = SliceSamplerWithoutReplacement(slice_len=4)
+    num_slices = int(sum(-(-length // 4) for length in sampler.segments(storage).lengths.tolist()))
+    sample = torch.cat([sampler.sample(storage, 4) for _ in range(num_slices)])  # one slice each
+    for piece in split_slices(sample):
+        assert_valid_slice(piece, 4)
+    stored = storage.read().reshape(-1)
+
+    def steps(data):
+        return sorted(zip(data["row"].tolist(), data[TRAJ_IDS].tolist(), data["observation"].squeeze(-1).tolist()))
+
+    assert steps(sample) == steps(stored)  # every stored step, once
+
+
+def test_without_replacement_validates_like_slice_sampler():
+    with pytest.raises(ValueError, match="exactly one of num_slices or slice_len"):
+        SliceSamplerWithoutReplacement()
+    assert "shuffle=False" in repr(SliceSamplerWithoutReplacement(slice_len=2, shuffle=False))
+
+
+# ---------------------------------------------------------------------- PrioritizedSampler
+def value_storage(num, capacity=None):
+    """A flat storage of ``num`` elements, ``value`` = 10 * position."""
+    storage = LazyTensorStorage(capacity or num)
+    storage.extend(TensorDict({"value": torch.arange(num) * 10}, [num]))
+    return storage
+
+
+def expected_probabilities(priorities, alpha, eps=0.0):
+    powered = [(p + eps) ** alpha for p in priorities]
+    return torch.tensor([p / sum(powered) for p in powered], dtype=torch.float64)
+
+
+def test_probabilities_are_priorities_to_the_alpha_normalised():
+    storage = value_storage(4)
+    sampler = PrioritizedSampler(4, alpha=0.5, beta=1.0, eps=0.0)
+    torch.testing.assert_close(sampler.probabilities(storage), torch.full((4,), 0.25, dtype=torch.float64))
+    sampler.update_priority(torch.arange(4), torch.tensor([1.0, 2.0, 3.0, 4.0]), storage=storage)
+    torch.testing.assert_close(sampler.probabilities(storage), expected_probabilities([1, 2, 3, 4], 0.5))
+    with_eps = PrioritizedSampler(4, alpha=0.5, beta=1.0)  # eps=1e-8 added to each priority
+    with_eps.update_priority([0, 1, 2, 3], [0.0, 2.0, 3.0, 4.0], storage=storage)
+    torch.testing.assert_close(with_eps.probabilities(storage), expected_probabilities([0, 2, 3, 4], 0.5, 1e-8))
+    assert with_eps.probabilities(storage)[0] > 0  # a zero priority is still drawn, rarely
+
+
+def test_draws_follow_the_probabilities():
+    storage = value_storage(4)
+    sampler = PrioritizedSampler(4, alpha=0.5, beta=1.0)
+    sampler.update_priority(torch.arange(4), torch.tensor([1.0, 2.0, 3.0, 4.0]), storage=storage)
+    torch.manual_seed(0)
+    index, _ = sampler.sample_index(storage, 200_000)
+    frequencies = torch.bincount(index, minlength=4).double() / index.numel()
+    torch.testing.assert_close(frequencies, expected_probabilities([1, 2, 3, 4], 0.5), atol=0.005, rtol=0)
+
+
+@pytest.mark.parametrize("beta", [1.0, 0.5])
+def test_sample_carries_the_index_and_normalised_importance_weights(beta):
+    storage = value_storage(4)
+    sampler = PrioritizedSampler(4, alpha=0.5, beta=beta, eps=0.0)
+    sampler.update_priority(torch.arange(4), torch.tensor([1.0, 2.0, 3.0, 4.0]), storage=storage)
+    sample = sampler.sample(storage, 64)
+    index = sample["index"]
+    assert index.dtype == torch.int64 and sample["_weight"].dtype == torch.float32
+    assert torch.equal(sample["value"], index * 10)  # the elements at those storage positions
+    # (N P(i))^-beta / (N P_min)^-beta = (sqrt(p_i) / sqrt(1))^-beta
+    per_element = torch.tensor([(p ** 0.5) ** -beta for p in (1.0, 2.0, 3.0, 4.0)], dtype=torch.float32)
+    torch.testing.assert_close(sample["_weight"], per_element[index])
+    assert set(index.tolist()) == {0, 1, 2, 3}
+
+
+def test_new_writes_get_the_largest_priority_given_so_far():
+    storage = value_storage(2, capacity=6)
+    sampler = PrioritizedSampler(6, alpha=1.0, beta=1.0, eps=0.0)
+    torch.testing.assert_close(sampler.probabilities(storage), expected_probabilities([1, 1], 1.0))
+    sampler.update_priority(1, 5.0)
+    sampler.update_priority(0, 0.5)
+    assert sampler.max_priority == 5.0
+    storage.extend(TensorDict({"value": torch.arange(2, 5) * 10}, [3]))  # positions 2, 3, 4
+    torch.testing.assert_close(sampler.probabilities(storage), expected_probabilities([0.5, 5, 5, 5, 5], 1.0))
+    sampler.update_priority([1, 2, 3, 4], [1.0, 2.0, 3.0, 4.0])
+    assert sampler.max_priority == 5.0  # the largest ever given, not the largest stored
+    storage.extend(TensorDict({"value": torch.arange(5, 8) * 10}, [3]))  # positions 5, then 0, 1 (wrapped)
+    torch.testing.assert_close(sampler.probabilities(storage), expected_probabilities([5, 5, 2, 3, 4, 5], 1.0))
+    sampler.update_priority([0, 1, 2, 3, 4, 5], 1.0)
+    sampler.update_priority(0, 7.0)
+    storage.extend(TensorDict({"value": torch.arange(8, 16) * 10}, [8]))  # more than the capacity: all new
+    torch.testing.assert_close(sampler.probabilities(storage), expected_probabilities([7] * 6, 1.0))
+
+
+def test_writes_between_samples_are_detected_one_extend_at_a_time():
+    storage = value_storage(3, capacity=4)
+    sampler = PrioritizedSampler(4, alpha=1.0, beta=1.0, eps=0.0)
+    sampler.update_priority([0, 1, 2], [1.0, 2.0, 3.0], storage=storage)
+    storage.extend(TensorDict({"value": torch.tensor([30])}, [1]))  # position 3
+    storage.extend(TensorDict({"value": torch.tensor([40])}, [1]))  # position 0, overwritten
+    torch.testing.assert_close(sampler.probabilities(storage), expected_probabilities([3, 2, 3, 3], 1.0))
+
+
+def test_update_priority_validates_its_arguments():
+    sampler = PrioritizedSampler(4, alpha=0.5, beta=1.0)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="priority must be finite and >= 0"):
+            sampler.update_priority(torch.tensor([0]), torch.tensor([bad]))
+    with pytest.raises(ValueError, match="one number or one per index"):
+        sampler.update_priority(torch.tensor([0, 1]), torch.tensor([1.0, 2.0, 3.0]))
+    with pytest.raises(ValueError, match=r"index must be storage positions in \[0, max_capacity=4\)"):
+        sampler.update_priority(torch.tensor([4]), 1.0)
+    priority = torch.tensor([2.0, 3.0], dtype=torch.float64)
+    sampler.update_priority(torch.tensor([0, 1]), priority)
+    assert priority.tolist() == [2.0, 3.0]  # the caller's tensor is left alone
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(max_capacity=0, alpha=0.5, beta=1.0), "max_capacity must be a positive int"),
+    (dict(max_capacity=4, alpha=-0.5, beta=1.0), "alpha must be a finite number >= 0"),
+    (dict(max_capacity=4, alpha=0.5, beta=float("nan")), "beta must be a finite number >= 0"),
+    (dict(max_capacity=4, alpha=0.5, beta=1.0, eps=-1.0), "eps must be a finite number >= 0"),
+])
+def test_prioritized_sampler_validates_at_construction(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        PrioritizedSampler(**kwargs)
+
+
+def test_prioritized_sampler_rejects_other_storages_and_null_probabilities():
+    sampler = PrioritizedSampler(100, alpha=0.5, beta=1.0)
+    with pytest.raises(ValueError, match="needs a storage with ndim=1.*got ndim=2"):
+        sampler.sample(filled_storage(ndim=2), 4)
+    with pytest.raises(ValueError, match=r"max_capacity=4\) is smaller than the storage's capacity 8"):
+        PrioritizedSampler(4, alpha=0.5, beta=1.0).sample(value_storage(4, capacity=8), 2)
+    with pytest.raises(RuntimeError, match="empty replay buffer"):
+        sampler.sample(LazyTensorStorage(10).init_from(TensorDict({"value": torch.zeros(1)}, [1])), 4)
+    no_eps = PrioritizedSampler(4, alpha=0.5, beta=1.0, eps=0.0)
+    storage = value_storage(4)
+    no_eps.update_priority(0, 0.0, storage=storage)
+    with pytest.raises(RuntimeError, match="probability 0.*use eps > 0"):
+        no_eps.sample(storage, 2)
+
+
+def test_an_update_without_the_storage_yields_to_writes_it_has_not_seen():
+    storage = value_storage(4)
+    sampler = PrioritizedSampler(4, alpha=1.0, beta=1.0, eps=0.0)
+    sampler.sample(storage, 2)  # every stored element seen, priority 1
+    storage.extend(TensorDict({"value": torch.tensor([40])}, [1]))  # position 0 now holds a new element
+    sampler.update_priority(0, 0.5)  # meant for the element sampled there before
+    torch.testing.assert_close(sampler.probabilities(storage), expected_probabilities([1, 1, 1, 1], 1.0))
+    sampler.update_priority(0, 0.5, storage=storage)  # seen now: the update applies
+    torch.testing.assert_close(sampler.probabilities(storage), expected_probabilities([0.5, 1, 1, 1], 1.0))

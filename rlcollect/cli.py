@@ -11,7 +11,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.config import register_configs
 
@@ -75,7 +75,7 @@ def train(cfg: DictConfig) -> float | None:
     group = hydra_cfg.sweep.dir.rstrip("/").split("/")[-1] if multirun else None
     try:
         if cfg.resume:
-            built = pipeline.resume(cfg.resume)
+            built = pipeline.resume(cfg.resume, overrides=resume_overrides(hydra_cfg.overrides.task, cfg))
             run_dir = cfg.resume
         else:
             built = pipeline.build(cfg, run_dir, name=name, group=group, job_type=pipeline.collector_name(cfg))
@@ -109,6 +109,22 @@ def train(cfg: DictConfig) -> float | None:
           f"frames to solve: {summary['frames_to_solve']} ({target})  seconds to solve: "
           f"{'-' if summary['seconds_to_solve'] is None else format(summary['seconds_to_solve'], '.1f')}")
     return summary["final_eval_return"]
+
+
+def resume_overrides(task_overrides, cfg: DictConfig) -> dict:
+    """``{key: value}`` of the config keys given on a ``resume=`` command line (besides
+    ``resume`` and Hydra's own), their values as composed."""
+    keys = [override.split("=", 1)[0].lstrip("+~") for override in task_overrides]
+    return {key: OmegaConf.select(cfg, key) for key in keys if key != "resume" and not key.startswith("hydra.")}
+
+
+def in_resumed_run_folder(args: list[str]) -> list[str]:
+    """A ``resume=<run>`` command line runs in that run folder, not a new outputs/<date>/<time>/
+    (and leaves its .hydra/ as the first part wrote it)."""
+    resume = [arg.split("=", 1)[1] for arg in args if arg.startswith("resume=")]
+    if not resume or not Path(resume[-1]).is_dir() or any(arg.startswith("hydra.run.dir=") for arg in args):
+        return args  # a path that is no folder: the resume's own error says so
+    return [*args, f"hydra.run.dir={resume[-1]}", "hydra.output_subdir=null"]
 
 
 def compare(argv: list[str]) -> int:
@@ -146,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "train":
-        sys.argv = ["rlcollect train", *rest]
+        sys.argv = ["rlcollect train", *in_resumed_run_folder(rest)]
         train()
         return 0
     if command == "compare":

@@ -252,6 +252,7 @@ class DQNConfig:
     eps_start: float = 1.0
     eps_end: float = 0.04
     eps_decay_frames: int = 8000
+    n_step: int = 1  # >1: n-step transitions (MultiStep as the collector's postproc), bootstrapped gamma**m ahead
     background: bool = False  # collector.start(): collect while training
 
 
@@ -354,6 +355,25 @@ class SliceSamplerConfig:
     pad_output: bool = False
 
 
+@dataclass
+class SliceSamplerWithoutReplacementConfig(SliceSamplerConfig):
+    """SliceSamplerWithoutReplacement: every stored slice once per epoch, in random order."""
+
+    _target_: str = "rlcollect.SliceSamplerWithoutReplacement"
+    shuffle: bool = True
+
+
+@dataclass
+class PrioritizedSamplerConfig:
+    """PrioritizedSampler: proportional prioritized replay; DQN gives the sampled transitions
+    their TD errors as priorities (max_capacity: the storage's max_size, set by the pipeline)."""
+
+    _target_: str = "rlcollect.PrioritizedSampler"
+    alpha: float = 0.6
+    beta: float = 0.4
+    eps: float = 1e-6
+
+
 # ---------------------------------------------------------------------------- logger
 @dataclass
 class WandbLoggerConfig:
@@ -425,6 +445,8 @@ SCHEMAS: dict[tuple[str, str], type] = {
     ("buffer_storage", "memmap"): LazyMemmapStorageConfig,
     ("buffer_sampler", "random"): RandomSamplerConfig,
     ("buffer_sampler", "slice"): SliceSamplerConfig,
+    ("buffer_sampler", "slice_without_replacement"): SliceSamplerWithoutReplacementConfig,
+    ("buffer_sampler", "prioritized"): PrioritizedSamplerConfig,
     ("logger", "wandb"): WandbLoggerConfig,
     ("logger", "none"): RunLoggerConfig,
 }

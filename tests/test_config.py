@@ -54,6 +54,8 @@ RUNS = ([[f"env={name}"] for name in options("env")]
         + [[f"logger={name}"] for name in options("logger")]
         + [[*DQN_STEP, "algo.background=true"],
            [*DQN_STEP, "buffer/storage=memmap", "buffer/sampler=slice", "buffer.sampler.slice_len=4"],
+           [*DQN_STEP, "buffer/sampler=slice_without_replacement", "buffer.sampler.slice_len=4"],
+           [*DQN_STEP, "buffer/sampler=prioritized", "algo.n_step=3"],
            [*DQN_STEP, "buffer.storage.ndim=2", "buffer.storage.max_size=256"],
            [*DQN_STEP, "collector=multiasync", *MULTI, "buffer.trajs_per_batch=1"]])
 
@@ -78,6 +80,24 @@ def test_every_config_composes_builds_its_targets_and_runs_one_step(tmp_path, ov
         assert type(buffer.sampler) is get_class(cfg.buffer.sampler._target_)
     summary = pipeline.run(built)
     assert summary["frames"] >= 64
+
+
+def test_dqn_n_step_and_prioritized_replay_from_the_config_through_worker_processes(tmp_path):
+    cfg = compose_train(one_step([*DQN_STEP, "buffer/sampler=prioritized", "algo.n_step=3", "collector=multisync",
+                                  *MULTI, "buffer.storage.max_size=500"]))
+    built = pipeline.build(cfg, tmp_path)
+    buffer = built.learner.replay_buffer
+    assert repr(buffer.write_transform) == f"MultiStep(gamma={cfg.algo.gamma}, n_steps=3)"
+    assert (buffer.sampler.max_capacity, buffer.sampler.alpha, buffer.sampler.beta) == (500, 0.6, 0.4)
+    pipeline.run(built)
+    stored = buffer[:]
+    assert len(buffer) == 64
+    # written by the workers as 3-step transitions: 3 steps, fewer at an episode's or a batch's end
+    steps = stored["next", "steps_to_next_obs"].reshape(-1)
+    assert set(steps.tolist()) <= {1, 2, 3} and int((steps == 3).sum()) >= 40
+    # two gradient steps gave the sampled transitions their TD errors: priorities differ now
+    probabilities = buffer.sampler.probabilities(buffer.storage)
+    assert probabilities.shape == (64,) and probabilities.max() > probabilities.min()
     assert json.loads((tmp_path / "summary.json").read_text())["frames"] == 64
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["step"] == 64 and "eval/episode_return" in rows[-1]

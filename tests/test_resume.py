@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rlcollect.checkpoint import CHECKPOINT_FILE, load_checkpoint
+from rlcollect.logging.runs import load_run_dir, load_wandb_runs, resumed_history
 from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run
 
 ENV = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
@@ -48,6 +49,52 @@ def test_kill_9_then_resume_continues_frames_and_metrics_without_gap_or_duplicat
     assert len(wandb_runs) == 2 and len({run.run_id for run in wandb_runs}) == 1  # the same W&B run, continued
     resumed = next(run for run in wandb_runs if run.history and run.history[0]["_step"] > checkpointed - 1)
     assert resumed.history[0]["_step"] == checkpointed + 256
+    # the resumed part keeps the run's name, group and job type (a part killed before W&B flushed
+    # its file has no records), and no other run folder was made
+    assert {(run.name, run.group, run.job_type) for run in wandb_runs if run.history} == {
+        (wandb_runs[0].name or resumed.name, None, "sync")} and resumed.name.startswith("checkpoint_every_frames=")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["run"]
+    # read back from W&B, the parts are one run whose steps never go back, ending as the run folder does
+    [from_wandb] = load_wandb_runs(run_dir)
+    wandb_steps = [row["step"] for row in from_wandb.history]
+    assert wandb_steps == sorted(set(wandb_steps)) and wandb_steps[-1] == 12288
+    assert set(wandb_steps) <= set(steps(run_dir))
+    from_folder = load_run_dir(run_dir)
+    for key in ("frames", "final_eval_return"):
+        assert from_wandb.summary[key] == from_folder.summary[key]
+
+
+def test_the_parts_of_a_resumed_wandb_run_are_read_as_one_history():
+    killed = [{"_step": step, "x": "killed"} for step in (256, 512, 768, 1024)]  # checkpointed at 512
+    resumed = [{"_step": step, "x": "resumed"} for step in (768, 1024, 1280)]
+    assert resumed_history([killed, resumed]) == [*killed[:2], *resumed]
+    assert resumed_history([[], resumed]) == resumed and resumed_history([killed, []]) == killed
+
+
+@pytest.mark.timeout(180)
+def test_a_resumed_run_takes_a_longer_total_frames_and_refuses_other_changes(tmp_path):
+    def train(*overrides):
+        return subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", *overrides], cwd=tmp_path, env=ENV,
+                              capture_output=True, text=True, timeout=120)
+
+    first = train("total_frames=512", "collector.frames_per_batch=256", "checkpoint_every_frames=256",
+                  "eval.every_frames=256", "eval.episodes=1", "env.solved_return=1000000", "logger=none",
+                  "progress=false", "hydra.run.dir=run")
+    assert first.returncode == 0, first.stderr
+    run_dir = tmp_path / "run"
+    for overrides, message in [(["collector=multisync"], "collector cannot change on resume"),
+                               (["algo.lr=0.1"], "algo.lr cannot change on resume"),
+                               (["total_frames=512"], f"total_frames=512: the run in {run_dir} has 512 frames "
+                                                      "already; resume it with total_frames > 512")]:
+        result = train(f"resume={run_dir}", *overrides)
+        assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+    assert steps(run_dir) == [256, 512]  # untouched by the refused resumes
+    result = train(f"resume={run_dir}", "total_frames=1024")
+    assert result.returncode == 0, result.stderr
+    assert steps(run_dir) == [256, 512, 768, 1024]
+    assert json.loads((run_dir / "summary.json").read_text())["frames"] == 1024
+    assert "total_frames: 1024" in (run_dir / "config.yaml").read_text()
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["run"]
 
 
 def test_resume_errors_are_clear(tmp_path):

@@ -8,9 +8,7 @@ from tensordict import TensorDictBase
 
 from rlcollect.algos.dqn import DQN
 from rlcollect.algos.ppo import PPO
-from rlcollect.buffers.layout import to_storage_layout
 from rlcollect.buffers.rollout import RolloutBuffer, transition_view
-from rlcollect.buffers.samplers import PrioritizedSampler
 from rlcollect.keys import INDEX
 from rlcollect.modules.q_network import linear_epsilon
 
@@ -65,13 +63,11 @@ class DQNLearner:
     elements their absolute TD errors as new priorities."""
 
     def __init__(self, dqn: DQN, replay_buffer, *, gradient_steps: int, learning_starts: int,
-                 eps_start: float, eps_end: float, eps_decay_frames: int, storage_ndim: int = 1) -> None:
+                 eps_start: float, eps_end: float, eps_decay_frames: int) -> None:
         self.dqn, self.replay_buffer = dqn, replay_buffer
         self.gradient_steps, self.learning_starts = gradient_steps, learning_starts
         self.eps_start, self.eps_end, self.eps_decay_frames = eps_start, eps_end, eps_decay_frames
-        self.storage_ndim = storage_ndim
-        # a RayReplayBuffer keeps its sampler in its actor: no priorities to update from here
-        self.prioritized = isinstance(getattr(replay_buffer, "sampler", None), PrioritizedSampler)
+        self.prioritized = bool(getattr(replay_buffer, "prioritized", False))
 
     def state_dict(self) -> dict:
         """The DQN state and the replay buffer: its position, and its contents unless they
@@ -89,7 +85,7 @@ class DQNLearner:
 
     def learn(self, batch: TensorDictBase | None, frames: int) -> dict[str, float]:
         if batch is not None:
-            self.replay_buffer.extend(to_storage_layout(batch, self.storage_ndim))
+            self.replay_buffer.extend_batch(batch)
         epsilon = linear_epsilon(frames, start=self.eps_start, end=self.eps_end, decay_frames=self.eps_decay_frames)
         self.dqn.q_policy.epsilon.fill_(epsilon)
         metrics: dict[str, float] = {"epsilon": epsilon, "buffer_size": float(len(self.replay_buffer))}

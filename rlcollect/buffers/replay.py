@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.buffers.layout import to_storage_layout
 from rlcollect.buffers.samplers import PrioritizedSampler, RandomSampler, Sampler
 from rlcollect.buffers.storage import LazyTensorStorage
 from rlcollect.keys import BUFFER_ID
@@ -35,21 +36,27 @@ class ReplayBuffer:
             PrioritizedSampler (then ``update_priority`` feeds it the new priorities).
         batch_size: default size of ``sample()``, and of the samples iterating the buffer yields.
         transform: applied to every sample (TensorDict -> TensorDict).
+        write_transform: applied to every collector batch written with ``extend_batch`` (as
+            collectors and learners write), on its ``[*B, T]`` layout before the rows are
+            flattened, e.g. ``MultiStep``; ``extend`` writes its data as given.
     """
 
     def __init__(self, storage: LazyTensorStorage, sampler: Sampler | None = None, *,
-                 batch_size: int | None = None, transform: Transform | None = None) -> None:
+                 batch_size: int | None = None, transform: Transform | None = None,
+                 write_transform: Transform | None = None) -> None:
         if not isinstance(storage, LazyTensorStorage):
             raise TypeError(f"storage must be a LazyTensorStorage or LazyMemmapStorage, got {type(storage).__name__}")
         if sampler is not None and not isinstance(sampler, Sampler):
             raise TypeError(f"sampler must be a Sampler (RandomSampler, SliceSampler, ...), "
                             f"got {type(sampler).__name__}")
-        if transform is not None and not callable(transform):
-            raise TypeError(f"transform must be callable TensorDict -> TensorDict, got {type(transform).__name__}")
+        for name, value in (("transform", transform), ("write_transform", write_transform)):
+            if value is not None and not callable(value):
+                raise TypeError(f"{name} must be callable TensorDict -> TensorDict, got {type(value).__name__}")
         self.storage = storage
         self.sampler = sampler if sampler is not None else RandomSampler()
         self.batch_size = check_positive_int("batch_size", batch_size, optional=True)
         self.transform = transform
+        self.write_transform = write_transform
 
     @property
     def ndim(self) -> int:
@@ -66,6 +73,10 @@ class ReplayBuffer:
         self.storage.init_from(template)
         return self
 
+    def init_from_batch(self, batch: TensorDictBase) -> "ReplayBuffer":
+        """Allocate the storage from a collector batch, as ``extend_batch`` would write it."""
+        return self.init_from(self._in_storage_layout(batch))
+
     def share(self, mp_context) -> "ReplayBuffer":
         """Make the buffer writable from processes started afterwards with ``mp_context``
         (pass the buffer as a Process argument). The storage must be initialized."""
@@ -76,6 +87,16 @@ class ReplayBuffer:
     def extend(self, data: TensorDictBase) -> None:
         """Write ``data`` (the storage's ``ndim`` batch dims, time last)."""
         self.storage.extend(data)
+
+    def extend_batch(self, batch: TensorDictBase) -> None:
+        """Write a collector batch (``[*B, T]``, time last, or complete trajectories end to
+        end): ``write_transform`` on it, then in the storage's layout (``ndim`` trailing dims)."""
+        self.extend(self._in_storage_layout(batch))
+
+    def _in_storage_layout(self, batch: TensorDictBase) -> TensorDictBase:
+        if self.write_transform is not None:
+            batch = self.write_transform(batch)
+        return to_storage_layout(batch, self.ndim)
 
     def add(self, step: TensorDictBase) -> None:
         """Write one step: batch dims ``ndim - 1`` (``[]`` for ndim=1, ``[B]`` for ndim=2)."""
@@ -99,6 +120,11 @@ class ReplayBuffer:
     def _samples(self) -> Iterator[TensorDictBase]:
         while True:
             yield self.sample()
+
+    @property
+    def prioritized(self) -> bool:
+        """Whether this buffer samples with a PrioritizedSampler (takes ``update_priority``)."""
+        return isinstance(self.sampler, PrioritizedSampler)
 
     def update_priority(self, index, priority) -> None:
         """Give the elements at ``index`` (a sample's ``"index"``) new priorities (e.g. their
@@ -146,6 +172,7 @@ class ReplayBuffer:
 
     def __repr__(self) -> str:
         return (f"ReplayBuffer(storage={self.storage!r}, sampler={self.sampler!r}, batch_size={self.batch_size}, "
+                f"write_transform={self.write_transform!r}, "
                 f"write_count={self.write_count})")
 
 

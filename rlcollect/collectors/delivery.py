@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from tensordict import TensorDictBase
 
-from rlcollect.buffers.layout import to_storage_layout
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.trajectories import CompleteTrajectories, TrajectoryBatcher, split_trajectories
 
@@ -80,10 +79,10 @@ class Delivery:
         it completes (``trajs_per_batch``)."""
         replay_buffer = self.options.replay_buffer
         if self.options.trajs_per_batch is None:
-            replay_buffer.extend(to_storage_layout(batch, replay_buffer.ndim))
+            replay_buffer.extend_batch(batch)
             return
         if source not in self._complete:
             self._complete[source] = CompleteTrajectories(self.options.trajs_per_batch)
         trajectories = self._complete[source].add(batch)
         if trajectories is not None:
-            replay_buffer.extend(trajectories)
+            replay_buffer.extend_batch(trajectories)

@@ -24,7 +24,6 @@ from typing import Sequence
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.buffers.layout import to_storage_layout
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.options import (
@@ -141,7 +140,7 @@ class _MultiCollector(CollectorBase):
                                            step=step)
             batch = stamp_worker_keys(probe.batch.clone(), 0)
             postproc = delivery.postproc
-            replay_buffer.init_from(to_storage_layout(postproc(batch) if postproc else batch, 1))
+            replay_buffer.init_from_batch(postproc(batch) if postproc else batch)
             if not env_spec.is_built:  # a user's env instance is still to be sent to its worker
                 probe.shutdown()
         replay_buffer.share(self._mp_context)

@@ -185,18 +185,34 @@ def load_wandb_runs(root: str | os.PathLike[str]) -> list[RunRecord]:
         raise CompareError(f"no such file or directory: {root}") from None
     if not run_files:
         raise CompareError(f"no W&B offline runs (run-*.wandb) under {root}")
-    runs = []
+    parts: dict[tuple[Path, str], list] = {}  # a resumed run: one file per part, the same run id
     for run_file in run_files:
         try:
             offline = read_offline_run(run_file)
         except ValueError as error:
             raise CompareError(f"cannot read W&B run {run_file}: {error}") from None
-        history = [_wandb_row(row) for row in offline.history]
-        runs.append(RunRecord(path=_run_folder_of(run_file), overrides=parse_override_dirname(offline.name),
-                              config=offline.config,
-                              summary=summarize_history(history, solved_return_of(offline.config)),
-                              history=history))
+        parts.setdefault((_run_folder_of(run_file), offline.run_id), []).append(offline)
+    runs = []
+    for (folder, _), offline_parts in parts.items():  # files in chronological order (find_offline_runs)
+        first = offline_parts[0]
+        history = [_wandb_row(row) for row in resumed_history([part.history for part in offline_parts])]
+        config = offline_parts[-1].config
+        runs.append(RunRecord(path=folder, overrides=parse_override_dirname(first.name), config=config,
+                              summary=summarize_history(history, solved_return_of(config)), history=history))
     return sorted(runs, key=lambda run: run.path)
+
+
+def resumed_history(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One history from the parts of a resumed W&B run (in the order they ran): each part
+    replaces the rows of the earlier ones from its first ``_step`` on, as the run folder's
+    metrics.jsonl is cut back to the checkpoint on resume, so no step counts twice."""
+    history: list[dict[str, Any]] = []
+    for part in parts:
+        if part:
+            first = part[0].get("_step")
+            history = [row for row in history if first is None or (row.get("_step") or 0) < first]
+        history.extend(part)
+    return history
 
 
 def parse_override_dirname(name: str | None) -> list[str] | None:

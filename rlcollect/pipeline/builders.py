@@ -29,7 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlcollect.algos.dqn import DQN
 from rlcollect.algos.learners import DQNLearner, Learner, PPOLearner
 from rlcollect.algos.ppo import PPO
-from rlcollect.buffers import LazyMemmapStorage, LazyTensorStorage
+from rlcollect.buffers import LazyMemmapStorage, LazyTensorStorage, MultiStep, PrioritizedSampler
 from rlcollect.collectors.action_server import ActionServerCollector
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
@@ -147,14 +147,22 @@ def _is_ray(cfg: DictConfig) -> bool:
 
 # ---------------------------------------------------------------------------- buffers, learner
 def make_replay_buffer(cfg: DictConfig, run_dir: Path, *, reopen: bool = False):
-    """``buffer``'s class on its storage and sampler, sampling ``algo.batch_size``; a
+    """``buffer``'s class on its storage and sampler, sampling ``algo.batch_size``, writing
+    ``algo.n_step``-step transitions (MultiStep as its write transform) when n_step > 1; a
     memory-mapped storage lives in ``buffer.storage.scratch_dir`` (default: the run
     folder's replay/), which a resumed run (``reopen``) opens again."""
     node = cfg.buffer
     storage = make_storage(node.storage, device=cfg.device, run_dir=Path(run_dir), reopen=reopen)
-    sampler = build_node(node.sampler, "buffer.sampler")
+    sampler_runtime = {}
+    if issubclass(target_class(node.sampler, "buffer.sampler"), PrioritizedSampler):
+        sampler_runtime["max_capacity"] = node.storage.max_size  # one priority per element of the storage
+    sampler = build_node(node.sampler, "buffer.sampler", **sampler_runtime)
+    runtime = {}
+    n_step = cfg.algo.get("n_step", 1)  # n-step transitions are made as batches are written
+    if n_step > 1:
+        runtime["write_transform"] = MultiStep(cfg.algo.gamma, n_step)
     return build_node(node, "buffer", drop=("storage", "sampler", "trajs_per_batch"), storage=storage,
-                      sampler=sampler, batch_size=cfg.algo.batch_size)
+                      sampler=sampler, batch_size=cfg.algo.batch_size, **runtime)
 
 
 def make_storage(node: DictConfig, *, device: str, run_dir: Path, reopen: bool = False):
@@ -196,4 +204,4 @@ def make_learner(cfg: DictConfig, policy, collector: CollectorBase, observation_
               max_grad_norm=a.max_grad_norm)
     return DQNLearner(dqn, replay_buffer, gradient_steps=a.gradient_steps_per_batch,
                       learning_starts=a.learning_starts, eps_start=a.eps_start, eps_end=a.eps_end,
-                      eps_decay_frames=a.eps_decay_frames, storage_ndim=cfg.buffer.storage.get("ndim", 1))
+                      eps_decay_frames=a.eps_decay_frames)

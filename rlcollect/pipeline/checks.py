@@ -14,7 +14,7 @@ from typing import Iterator, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlcollect.buffers import ReplayBuffer, RolloutBuffer
+from rlcollect.buffers import PrioritizedSampler, ReplayBuffer, RolloutBuffer
 from rlcollect.collectors.action_server import ActionServerCollector, AlternatingCollector
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
 from rlcollect.collectors.ray import RayCollector
@@ -139,12 +139,19 @@ def check_values(cfg: DictConfig, collector_class: type) -> None:
                          "into 2 groups of equal size: num_workers must be a multiple of 2")
     if cfg.env.num_envs is not None:
         check_positive_int("env.num_envs", cfg.env.num_envs)
+    if "n_step" in cfg.algo:
+        check_positive_int("algo.n_step", cfg.algo.n_step)
     devices = {"device": cfg.device, **{f"collector.{key}": cfg.collector.get(key)
                                         for key in ("policy_device", "env_device", "storing_device")}}
     for key, device in devices.items():
         if device is not None:
             check_device(key, device)
     storage = cfg.buffer.get("storage")
+    sampler = cfg.buffer.get("sampler")
+    if (storage is not None and storage.get("ndim", 1) > 1 and sampler is not None
+            and issubclass(target_class(sampler, "buffer.sampler"), PrioritizedSampler)):
+        raise ValueError(f"buffer/sampler=prioritized keeps one priority per stored transition: it needs "
+                         f"buffer.storage.ndim=1, not {storage.ndim}")
     if storage is not None and storage.get("ndim", 1) > 1:
         # a storage of ndim > 1 keeps env rows: only the single-process Collector is one writer of known shape
         dims = 1 if cfg.env.num_envs is None else 2

@@ -32,6 +32,9 @@ from rlcollect.seeding import eval_seed
 log = logging.getLogger(__name__)
 
 CONFIG_FILE = "config.yaml"
+# What a resumed run may change (`rlcollect train resume=<run> total_frames=N`): everything
+# else was built into its checkpoint (weights, buffers, collector state, seeds).
+RESUME_OVERRIDES = ("total_frames", "checkpoint_every_frames", "progress", "torch_threads")
 
 
 @dataclass
@@ -45,6 +48,7 @@ class Pipeline:
     logger: RunLogger
     progress: Progress
     background: bool = False  # collector.start(): the loop trains as frames arrive
+    names: dict | None = None  # the W&B run's name, group and job_type, kept for a resumed run
 
     def state_dict(self, seconds: float) -> dict:
         """Everything needed to continue this run (all weights_only-loadable)."""
@@ -52,7 +56,8 @@ class Pipeline:
                             seconds)
         return {"frames": self.collector.frames, "policy": self.policy.state_dict(),
                 "learner": self.learner.state_dict(), "collector": self.collector.state_dict(),
-                "rng": rng_state(), "progress": progress.state_dict(), "wandb_run_id": self.logger.run_id or ""}
+                "rng": rng_state(), "progress": progress.state_dict(), "wandb_run_id": self.logger.run_id or "",
+                "run_names": {key: value or "" for key, value in (self.names or {}).items()}}
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
@@ -90,6 +95,10 @@ def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, grou
     (run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     warn_combination(cfg)
     resumed_frames = int(checkpoint["frames"]) if checkpoint else 0
+    if checkpoint is not None:  # the resumed W&B run keeps its name, group and job type
+        saved = checkpoint.get("run_names", {})
+        name, group, job_type = (saved.get(key) or None for key in ("name", "group", "job_type"))
+    names = {"name": name, "group": group, "job_type": job_type}
     logger = make_logger(cfg, run_dir, name=name, group=group, job_type=job_type,
                          run_id=checkpoint["wandb_run_id"] or None if checkpoint else None, start_frames=resumed_frames)
     try:
@@ -112,26 +121,40 @@ def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, grou
                               eval_every_frames=cfg.eval.every_frames,
                               checkpoint_every_frames=cfg.checkpoint_every_frames)
     pipeline = Pipeline(cfg, run_dir, policy, collector, learner, evaluator, logger, progress,
-                        background=algo_collection(cfg).background)
+                        background=algo_collection(cfg).background, names=names)
     if checkpoint is not None:
         pipeline.load_state_dict(checkpoint)
     return pipeline
 
 
-def resume(run_dir: str | Path, **build_kwargs) -> Pipeline:
-    """Continue the run in ``run_dir`` from its last checkpoint: same config, same W&B run id,
-    metrics.jsonl cut back to the checkpoint's frame count so no row is written twice."""
+def resume(run_dir: str | Path, overrides: dict | None = None, **build_kwargs) -> Pipeline:
+    """Continue the run in ``run_dir`` from its last checkpoint: same config, same W&B run
+    (id, name, group, job type), metrics.jsonl cut back to the checkpoint's frame count so no
+    row is written twice. ``overrides``: ``{config key: value}`` for the keys a resumed run
+    may change (``RESUME_OVERRIDES``; ``total_frames`` beyond the frames it has); any other
+    key is a ValueError naming it."""
     run_dir = Path(run_dir)
+    overrides = dict(overrides or {})
     if not (run_dir / CONFIG_FILE).is_file():
         raise ValueError(f"resume={run_dir}: not a run folder (no {CONFIG_FILE})")
     if not (run_dir / CHECKPOINT_FILE).is_file():
         raise ValueError(f"resume={run_dir}: no {CHECKPOINT_FILE} (checkpoint_every_frames was too large, or the "
                          "run stopped before its first checkpoint)")
+    refused = [key for key in overrides if key not in RESUME_OVERRIDES]
+    if refused:
+        raise ValueError(f"resume={run_dir}: {', '.join(refused)} cannot change on resume (the run's config is "
+                         f"built into its checkpoint); a resumed run takes only {', '.join(RESUME_OVERRIDES)}")
     cfg = OmegaConf.load(run_dir / CONFIG_FILE)
     if "_target_" not in cfg.get("collector", {}):
         raise ValueError(f"resume={run_dir}: its {CONFIG_FILE} was written by an rlcollect without `_target_` "
                          "configs; rerun it with this version")
     checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE)
-    truncate_metrics(run_dir, last_step=int(checkpoint["frames"]))
+    frames = int(checkpoint["frames"])
+    if "total_frames" in overrides and overrides["total_frames"] <= frames:
+        raise ValueError(f"total_frames={overrides['total_frames']}: the run in {run_dir} has {frames} frames "
+                         f"already; resume it with total_frames > {frames}")
+    for key, value in overrides.items():
+        OmegaConf.update(cfg, key, value)
+    truncate_metrics(run_dir, last_step=frames)
     log.info("resuming %s at frame %d", run_dir, checkpoint["frames"])
     return build(cfg, run_dir, checkpoint=checkpoint, **build_kwargs)

@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from rlcollect.buffers import LazyTensorStorage, ReplayBuffer, SliceSampler
+from rlcollect.buffers import LazyTensorStorage, MultiStep, ReplayBuffer, SliceSampler
 from rlcollect.collectors import Collector
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
 from rlcollect.envs import GymEnv
@@ -32,6 +32,33 @@ def test_direct_writes_yield_none_and_apply_postproc_first():
     assert (stored["tag"] == 1).all()
     # flat layout: each env's steps stay contiguous within a write
     assert stored["observation"][:4, 0].tolist() == [0, 1, 2, 0]
+
+
+def test_a_write_transform_sees_env_rows_before_they_are_flattened():
+    """MultiStep as the buffer's write transform: n-step transitions never run from one env's
+    row into the next one's, though the storage is flat."""
+    rb = ReplayBuffer(LazyTensorStorage(100), write_transform=MultiStep(gamma=0.5, n_steps=2))
+    collector = Collector(GymEnv(counting_env_factories([3, 4]), num_envs=2), frames_per_batch=8, total_frames=8,
+                          replay_buffer=rb)
+    list(collector)
+    stored = rb[:]
+    # env 0 ends at its third step, env 1 at its fourth; each row's last step is the batch's end
+    assert stored["next", "steps_to_next_obs"].reshape(-1).tolist() == [2, 2, 1, 1, 2, 2, 2, 1]
+    assert stored["next", "reward"].reshape(-1).tolist() == [1.5, 1.5, 1.0, 1.0, 1.5, 1.5, 1.5, 1.0]
+    assert stored["next", "observation"][:, 0].tolist() == [2, 3, 3, 1, 2, 3, 4, 4]
+    assert stored["observation"][:, 0].tolist() == [0, 1, 2, 0, 0, 1, 2, 3]  # untouched
+
+
+def test_worker_processes_apply_the_write_transform_of_the_shared_buffer():
+    rb = ReplayBuffer(LazyTensorStorage(100), write_transform=MultiStep(gamma=0.5, n_steps=2))
+    collector = MultiSyncCollector(functools.partial(CountingEnv, 3), num_workers=2, frames_per_batch=8,
+                                   total_frames=8, replay_buffer=rb, start_method="fork")
+    try:
+        assert list(collector) == [None]
+    finally:
+        collector.shutdown()
+    steps = rb[:]["next", "steps_to_next_obs"].reshape(2, 4)  # one contiguous write per worker
+    assert steps.tolist() == [[2, 2, 1, 1], [2, 2, 1, 1]]
 
 
 def test_ndim_2_storage_keeps_env_rows():

@@ -18,6 +18,10 @@ class ReplayBufferActor:
         self.buffer.extend(batch_from_wire(wire))
         return self.buffer.write_count
 
+    def extend_batch(self, wire) -> int:
+        self.buffer.extend_batch(batch_from_wire(wire))
+        return self.buffer.write_count
+
     def sample(self, batch_size):
         return batch_to_wire(self.buffer.sample(batch_size))
 
@@ -26,6 +30,9 @@ class ReplayBufferActor:
 
     def length(self) -> int:
         return len(self.buffer)
+
+    def update_priority(self, index, priority) -> None:
+        self.buffer.update_priority(index, priority)
 
     def write_count(self) -> int:
         return self.buffer.write_count
@@ -39,8 +46,9 @@ class ReplayBufferActor:
 
 class RayReplayBuffer:
     """A ReplayBuffer held by a Ray actor on the driver's node; this object is its handle,
-    with the ReplayBuffer methods a learner and a collector use (``extend``, ``add``,
-    ``sample``, ``len``, ``write_count``, indexing, ``state_dict``). Picklable: collector
+    with the ReplayBuffer methods a learner and a collector use (``extend``,
+    ``extend_batch``, ``add``, ``sample``, ``len``, ``write_count``, indexing, ``state_dict``, and ``update_priority``
+    when it samples with a PrioritizedSampler). Picklable: collector
     actors write through their copy. Each call is one round trip to the buffer actor.
 
     Args:
@@ -64,6 +72,7 @@ class RayReplayBuffer:
         self._actor = remote_class(ReplayBufferActor).options(**options).remote(replay_buffer)
         self.ndim = replay_buffer.storage.ndim
         self.batch_size = replay_buffer.batch_size
+        self.prioritized = replay_buffer.prioritized
         self._owner = True
 
     def _call(self, method: str, *args):
@@ -73,6 +82,10 @@ class RayReplayBuffer:
 
     def extend(self, data: TensorDictBase) -> None:
         self._call("extend", batch_to_wire(data))
+
+    def extend_batch(self, batch: TensorDictBase) -> None:
+        """Write a collector batch (the held buffer's ``write_transform`` and layout apply)."""
+        self._call("extend_batch", batch_to_wire(batch))
 
     def add(self, step: TensorDictBase) -> None:
         self.extend(step.unsqueeze(-1))
@@ -89,6 +102,10 @@ class RayReplayBuffer:
     @property
     def write_count(self) -> int:
         return self._call("write_count")
+
+    def update_priority(self, index, priority) -> None:
+        """New priorities for the elements at ``index`` (the buffer's PrioritizedSampler)."""
+        self._call("update_priority", index.cpu(), priority.cpu())
 
     def state_dict(self, *, include_storage: bool = False) -> dict:
         return self._call("state_dict", include_storage)

@@ -457,7 +457,8 @@ def collector_actor_processes(head_pid: int) -> list[int]:
 
 def test_dqn_pipeline_samples_from_the_ray_held_buffer_and_checkpoints_it(tmp_path, ray_head):
     """collector=ray algo=dqn: the replay buffer moves into a Ray actor, the learner samples
-    from it, and the checkpoint carries its contents."""
+    from it, and the checkpoint carries its contents; n-step transitions are made in the
+    buffer actor and the TD errors reach its PrioritizedSampler."""
     from hydra import compose, initialize_config_module
 
     from rlcollect import pipeline
@@ -470,7 +471,8 @@ def test_dqn_pipeline_samples_from_the_ray_held_buffer_and_checkpoints_it(tmp_pa
         cfg = compose("train", overrides=[
             "collector=ray", f"collector.ray_address={ray_head['address']}", "collector.envs_per_worker=2",
             "collector.frames_per_batch=64", "algo=dqn", "algo.learning_starts=0", "algo.gradient_steps_per_batch=2",
-            "algo.batch_size=16", "buffer.trajs_per_batch=1", "total_frames=128", "eval.every_frames=128",
+            "algo.batch_size=16", "buffer.trajs_per_batch=1", "algo.n_step=2", "buffer/sampler=prioritized",
+            "total_frames=128", "eval.every_frames=128",
             "eval.episodes=1", "eval.max_steps=20", "logger=none", "progress=false", "checkpoint_every_frames=64"])
     built = pipeline.build(cfg, tmp_path)
     buffer = built.learner.replay_buffer
@@ -483,3 +485,7 @@ def test_dqn_pipeline_samples_from_the_ray_held_buffer_and_checkpoints_it(tmp_pa
     stored = load_checkpoint(tmp_path / CHECKPOINT_FILE)["learner"]["replay_buffer"]
     assert 0 < int(stored["storage"]["write_count"]) <= 128
     assert stored["storage"]["data"]["observation"].shape[0] > 0  # the contents, not only the position
+    written = int(stored["storage"]["write_count"])
+    assert set(stored["storage"]["data"]["next"]["steps_to_next_obs"][:written].tolist()) <= {1, 2}
+    priority = stored["sampler"]["priority"][:written]
+    assert priority.max() > priority.min()  # updated from the learner's TD errors, through the actor

@@ -100,6 +100,8 @@ class MultiCollectorConfig(WorkerProcessesConfig):
     (weight_sync)."""
 
     update_at_each_batch: bool = False
+    max_worker_restarts: int = 0  # workers replaced when one dies or hangs (0: the run fails)
+    restart_on_env_error: bool = False  # also replace a worker whose env or policy raised
 
 
 @dataclass

@@ -7,11 +7,14 @@ env of P envs, a MultiSyncCollector of W workers x P/W envs and an ActionServerC
 the same shape start from the same P episodes. A worker's own RNGs (torch, numpy, random:
 its random actions and decorrelation steps) are seeded with the seed of its first env.
 Evaluation envs are seeded from ``seed + EVAL_SEED_OFFSET`` so that they never replay a
-training env's episodes.
+training env's episodes. A worker replaced after a failure (``max_worker_restarts``) gets
+its seeds moved by ``RESTART_SEED_OFFSET`` per restart, so that it does not replay the
+episodes its predecessor played.
 """
 from __future__ import annotations
 
 EVAL_SEED_OFFSET = 10_000
+RESTART_SEED_OFFSET = 1_000_000
 
 
 def env_seed(seed: int | None, env_index: int) -> int | None:
@@ -27,3 +30,9 @@ def worker_seed(seed: int | None, worker_id: int, envs_per_worker: int) -> int |
 def eval_seed(seed: int | None) -> int | None:
     """The seed of the first evaluation env."""
     return env_seed(seed, EVAL_SEED_OFFSET)
+
+
+def restart_seed(seed: int | None, restarts: int) -> int | None:
+    """The seed of a worker (or env) that replaced ``restarts`` failed ones, from its
+    first seed ``seed``."""
+    return None if seed is None else seed + restarts * RESTART_SEED_OFFSET

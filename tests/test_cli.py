@@ -251,6 +251,42 @@ def test_ctrl_c_during_multisync_training_leaves_no_worker_and_no_shared_memory(
     assert int(load_checkpoint(tmp_path / "run" / "checkpoint.pt")["frames"]) == summary["frames"]
 
 
+@pytest.mark.timeout(180)
+def test_a_killed_worker_is_replaced_and_the_run_finishes_with_its_frames_and_the_restart_logged(tmp_path):
+    import signal
+    import time
+
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rlcollect.cli", "train", "collector=multisync", "collector.start_method=fork",
+         "collector.max_worker_restarts=1", "algo.epochs=1", "progress=false", "total_frames=16384",
+         "env.solved_return=100000", "eval.every_frames=100000", "hydra.run.dir=run"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.05)
+    cmdline = Path(f"/proc/{process.pid}/cmdline").read_bytes()
+    workers = sorted(pid for pid in _children(process.pid) if Path(f"/proc/{pid}/cmdline").read_bytes() == cmdline)
+    assert len(workers) == 2  # forked workers run the trainer's command line (W&B's process does not)
+    os.kill(workers[1], signal.SIGKILL)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 0, stderr
+    assert f"collector worker 1 died from signal SIGKILL (pid {workers[1]}); replaced it" in stdout  # Hydra's log
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["frames"], summary["status"]) == (16384, "finished")
+    rows = read_jsonl(metrics)
+    [event] = [row for row in rows if "event" in row]
+    assert event == {"step": event["step"], "event": "worker_restart", "worker": 1,
+                     "cause": f"died from signal SIGKILL (pid {workers[1]})", "frames_lost": 128}
+    steps = [row["step"] for row in rows if "event" not in row]
+    assert steps == list(range(256, 16384 + 1, 256))  # every batch once: the sync batch was completed
+    [wandb_file] = find_offline_runs(tmp_path / "run")
+    history = read_offline_run(wandb_file).history
+    assert [row["event/worker_restart"] for row in history if "event/worker_restart" in row] == [1]
+
+
 USER_ENVS = '''
 import gymnasium as gym
 import numpy as np

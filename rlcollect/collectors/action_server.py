@@ -115,6 +115,10 @@ class ActionServerCollector(CollectorBase):
         groups = split_options(type(self).__name__, options)
         step, devices, delivery = groups[StepOptions], groups[DeviceOptions], groups[DeliveryOptions]
         workers = groups[WorkerOptions]
+        if workers.max_worker_restarts:
+            raise ValueError(f"max_worker_restarts={workers.max_worker_restarts}: {type(self).__name__} steps every "
+                             "env in lockstep and does not replace a failed worker; use MultiSyncCollector or "
+                             "MultiAsyncCollector to restart workers")
         check_groups(step, delivery)
         super().__init__(delivery)
         self._workers: WorkerProcesses | None = None

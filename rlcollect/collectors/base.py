@@ -43,6 +43,11 @@ class CollectorBase(ABC):
         """The replay buffer batches are written into (None: batches are yielded)."""
         return self.delivery_options.replay_buffer
 
+    def pop_worker_restarts(self) -> list:
+        """The workers replaced since the last call (WorkerRestart records; collectors with
+        worker processes and ``max_worker_restarts``); none here."""
+        return []
+
     @property
     def post_collect_hook(self):
         """Called with each batch (where: see ``hooks_run_in_process``); settable."""

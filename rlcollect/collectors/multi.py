@@ -16,6 +16,7 @@ watches the workers' pipes and process sentinels: a worker exception arrives as 
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import warnings
 from dataclasses import replace
@@ -36,17 +37,18 @@ from rlcollect.collectors.options import (
     split_options,
     with_options_doc,
 )
-from rlcollect.collectors.processes import WorkerError, WorkerProcesses
+from rlcollect.collectors.processes import WorkerError, WorkerLost, WorkerProcesses, WorkerRestart
 from rlcollect.collectors.single import Collector
 from rlcollect.collectors.worker import WorkerSpec, resolve_model, stamp_worker_keys, worker_main
 from rlcollect.envs.sources import worker_env_specs
 from rlcollect.keys import MASK
-from rlcollect.seeding import env_seed
+from rlcollect.seeding import env_seed, restart_seed
 from rlcollect.trajectories import TrajectoryPool
 from rlcollect.validation import check_positive_int
 from rlcollect.weight_sync import SharedMemWeightSyncScheme, WeightSyncScheme
 
 CAT_RESULTS = ("stack", 0, -1)
+log = logging.getLogger(__name__)
 __all__ = ["MultiAsyncCollector", "MultiSyncCollector", "WorkerError"]
 
 
@@ -88,7 +90,10 @@ class _MultiCollector(CollectorBase):
         self._delivery = Delivery(delivery.in_main())
         cpus = workers.cpu_sets(self.num_workers)
         self._mp_context = workers.mp_context
-        self._workers = WorkerProcesses(self._mp_context, on_failure=self.shutdown)
+        self._workers = WorkerProcesses(self._mp_context, on_failure=self.shutdown, recover=self._may_restart)
+        self._restarts: list[WorkerRestart] = []  # every worker replaced so far
+        self._unreported = 0  # of those, how many pop_worker_restarts() has not returned yet
+        self._in_batch = False  # failures are recovered from while collecting a batch only
         self._traj_pool = TrajectoryPool(mp_context=self._mp_context)
         schemes = self._setup_weight_sync_schemes(weight_sync_schemes)
         worker_frames = self._setup_frames_per_batch(frames_per_batch)
@@ -147,24 +152,78 @@ class _MultiCollector(CollectorBase):
 
     def _start_workers(self, env_specs, frames_per_batch: list[int], step: StepOptions, devices: DeviceOptions,
                        delivery: DeliveryOptions, workers: WorkerOptions, cpus) -> None:
+        # kept to replace a failed worker (max_worker_restarts)
+        self._env_specs, self._spec_frames, self._step, self._devices, self._cpus = (
+            env_specs, frames_per_batch, step, devices, cpus)
         for worker_id, env_spec in enumerate(env_specs):
-            spec = WorkerSpec(
-                # A copy per worker: pickling for spawn would otherwise move the trainer's own tensors to
-                # shared memory and let the workers see every in-place update without a weight sync.
-                worker_id=worker_id, create_env=env_spec, policy=copy.deepcopy(self.policy),
-                frames_per_batch=frames_per_batch[worker_id], step=step, devices=devices, delivery=delivery,
-                traj_pool=self._traj_pool, seed=env_spec.seed,
-                weight_endpoints={model_id: sender.endpoint(worker_id) for model_id, sender in self._senders.items()},
-                torch_threads=workers.worker_torch_threads, cpus=None if cpus is None else cpus[worker_id],
-                preempt=self._preempt_flag,
-            )
-            self._workers.start(worker_main, spec)
+            endpoints = {model_id: sender.endpoint(worker_id) for model_id, sender in self._senders.items()}
+            self._workers.start(worker_main, self._worker_spec(worker_id, env_spec, delivery, endpoints))
         self._buffers: list[TensorDictBase] = [None] * self.num_workers
         self._worker_frames = [0] * self.num_workers
         for worker_id, (_, buffer, frames) in self._receive(range(self.num_workers), expect="ready"):
             self._buffers[worker_id], self._worker_frames[worker_id] = buffer, frames
         env_counts = [buffer.batch_size[:-1].numel() for buffer in self._buffers]
         self._first_env = [sum(env_counts[:worker_id]) for worker_id in range(self.num_workers)]
+
+    def _worker_spec(self, worker_id: int, env_spec, delivery: DeliveryOptions, endpoints: dict) -> WorkerSpec:
+        return WorkerSpec(
+            # A copy per worker: pickling for spawn would otherwise move the trainer's own tensors to
+            # shared memory and let the workers see every in-place update without a weight sync.
+            worker_id=worker_id, create_env=env_spec, policy=copy.deepcopy(self.policy),
+            frames_per_batch=self._spec_frames[worker_id], step=self._step, devices=self._devices,
+            delivery=delivery, traj_pool=self._traj_pool, seed=env_spec.seed, weight_endpoints=endpoints,
+            torch_threads=self.worker_options.worker_torch_threads,
+            cpus=None if self._cpus is None else self._cpus[worker_id], preempt=self._preempt_flag,
+        )
+
+    # ------------------------------------------------------------------ restarts
+    def _may_restart(self, worker_id: int, kind: str) -> bool:
+        """Whether a failure is recovered from (WorkerProcesses' ``recover``): while
+        collecting, within max_worker_restarts, for a death or a hang (and an exception
+        with restart_on_env_error)."""
+        options = self.worker_options
+        return (self._in_batch and len(self._restarts) < options.max_worker_restarts
+                and (kind in ("died", "timeout") or (kind == "raised" and options.restart_on_env_error)))
+
+    def _replace_worker(self, lost: WorkerLost) -> None:
+        """A fresh worker in the failed one's place: the trainer's current weights, its envs
+        reseeded (seeding.restart_seed), new trajectory ids; its partial batch is dropped
+        and it is asked for the batch again."""
+        worker_id = lost.worker_id
+        cause = lost.message.strip().splitlines()[-1] if lost.kind == "raised" else lost.message
+        self._restarts.append(WorkerRestart(worker_id, cause, self._worker_frames[worker_id]))
+        self._unreported += 1
+        log.warning("collector worker %d %s; replaced it (restart %d of max_worker_restarts=%d), dropping its "
+                    "partial batch", worker_id, cause, len(self._restarts), self.worker_options.max_worker_restarts)
+        self._workers.stop(worker_id)
+        replaced = sum(restart.worker_id == worker_id for restart in self._restarts)
+        first = self._env_specs[worker_id]
+        env_spec = replace(first, seed=restart_seed(first.seed, replaced))
+        endpoints = {model_id: sender.renew_endpoint(worker_id) for model_id, sender in self._senders.items()}
+        self._delivery_changes.pop(worker_id, None)  # the new worker starts with the current options
+        self._workers.start(worker_main, self._worker_spec(worker_id, env_spec, self.delivery_options.in_workers(),
+                                                           endpoints), worker_id=worker_id)
+        [(_, (_, buffer, _))] = list(self._workers.receive([worker_id], "ready", timeout=self.batch_timeout))
+        self._buffers[worker_id] = buffer
+        self._workers.send(worker_id, "collect")
+
+    def _replace_worker_until_ready(self, lost: WorkerLost) -> None:
+        while True:
+            try:
+                return self._replace_worker(lost)
+            except WorkerLost as again:  # the replacement failed too (within the budget)
+                lost = again
+
+    def pop_worker_restarts(self) -> list[WorkerRestart]:
+        """The workers replaced since the last call (see max_worker_restarts)."""
+        new = self._restarts[len(self._restarts) - self._unreported:]
+        self._unreported = 0
+        return new
+
+    @property
+    def worker_restarts(self) -> int:
+        """How many workers were replaced so far."""
+        return len(self._restarts)
 
     # ------------------------------------------------------------------ messaging
     @property
@@ -176,8 +235,16 @@ class _MultiCollector(CollectorBase):
 
     def _receive(self, worker_ids, expect: str):
         """Yield ``(worker_id, message)`` from each of ``worker_ids`` as it arrives,
-        watching the workers' liveness; on any failure shut everything down and raise."""
-        return self._workers.receive(worker_ids, expect, timeout=self.batch_timeout)
+        watching the workers' liveness; a failed worker is replaced (and asked again) when
+        ``_may_restart`` allows, else everything is shut down and the failure raised."""
+        pending = set(worker_ids)
+        while pending:
+            try:
+                for worker_id, message in self._workers.receive(sorted(pending), expect, timeout=self.batch_timeout):
+                    pending.discard(worker_id)
+                    yield worker_id, message
+            except WorkerLost as lost:
+                self._replace_worker_until_ready(lost)
 
     def _check_alive(self) -> None:
         self._workers.check_alive()
@@ -185,7 +252,10 @@ class _MultiCollector(CollectorBase):
     def _send_collect(self, worker_id: int) -> None:
         """Ask for a batch, with the delivery changes this worker has not received yet."""
         changes = self._delivery_changes.pop(worker_id, None)
-        self._send(worker_id, "collect", *(() if changes is None else (changes,)))
+        try:
+            self._send(worker_id, "collect", *(() if changes is None else (changes,)))
+        except WorkerLost as lost:  # its replacement is asked for the batch
+            self._replace_worker_until_ready(lost)
 
     def _apply_delivery(self, changes: dict) -> None:
         """postproc runs here on the combined batch (in the workers with a replay buffer);
@@ -376,6 +446,21 @@ class MultiSyncCollector(_MultiCollector):
     def _next_batch(self) -> TensorDictBase:
         if self.update_at_each_batch:
             self.update_policy_weights_()
+        self._in_batch = True
+        try:
+            steps = self._collect_round()
+        finally:
+            self._in_batch = False
+        envs = [buffer.batch_size[:-1].numel() for buffer in self._buffers]
+        self._frames += sum(count * worker_steps for count, worker_steps in zip(envs, steps))
+        if self.replay_buffer is not None:
+            return None  # the workers wrote their batches
+        if self._preempt_flag is None:
+            return self._delivery(self._combine(self._buffers))
+        return self._delivery(self._combine_preempted(steps))
+
+    def _collect_round(self) -> list[int]:
+        """Ask every worker for its batch and wait for all; returns the steps each collected."""
         if self._preempt_flag is not None:
             self._preempt_flag.zero_()
         for worker_id in range(self.num_workers):
@@ -387,13 +472,7 @@ class MultiSyncCollector(_MultiCollector):
             steps[worker_id] = worker_steps
             if enough is not None and finished >= enough:
                 self._preempt_flag.fill_(1)  # the others end their batch at their next step
-        envs = [buffer.batch_size[:-1].numel() for buffer in self._buffers]
-        self._frames += sum(count * worker_steps for count, worker_steps in zip(envs, steps))
-        if self.replay_buffer is not None:
-            return None  # the workers wrote their batches
-        if self._preempt_flag is None:
-            return self._delivery(self._combine(self._buffers))
-        return self._delivery(self._combine_preempted(steps))
+        return steps
 
     def _combine_preempted(self, steps: list[int]) -> TensorDictBase:
         """The batches of a preemptive round: stacked with ("collector", "mask") False on
@@ -433,6 +512,25 @@ class MultiAsyncCollector(_MultiCollector):
         return frames_per_batch
 
     def _next_batch(self) -> TensorDictBase:
+        self._in_batch = True
+        try:
+            worker_id = self._first_ready()
+        finally:
+            self._in_batch = False
+        del self._arrived[worker_id]
+        batch = None if self.replay_buffer is not None else self._buffers[worker_id].clone()
+        self._frames += self._worker_frames[worker_id]
+        if self.update_at_each_batch:
+            self.update_policy_weights_()
+        self._in_batch = True
+        try:
+            self._send_collect(worker_id)  # keep it busy while this batch is consumed
+        finally:
+            self._in_batch = False
+        return None if batch is None else self._delivery(batch, source=worker_id)
+
+    def _first_ready(self) -> int:
+        """The worker whose batch finished first among those there (waiting for one if none)."""
         for worker_id in set(range(self.num_workers)) - self._collecting:
             self._send_collect(worker_id)
             self._collecting.add(worker_id)
@@ -440,16 +538,14 @@ class MultiAsyncCollector(_MultiCollector):
             worker_id, (_, _, finished_ns, _) = next(self._receive(self._collecting, expect="batch"))
             self._arrived[worker_id] = finished_ns
         waiting = self._collecting - set(self._arrived)
-        for worker_id, (_, _, finished_ns, _) in self._workers.ready(waiting, expect="batch"):
+        try:
+            found = self._workers.ready(waiting, expect="batch")
+        except WorkerLost as lost:
+            found = lost.found
+            self._replace_worker_until_ready(lost)  # it collects that batch again
+        for worker_id, (_, _, finished_ns, _) in found:
             self._arrived[worker_id] = finished_ns  # every batch already there: the oldest goes first
-        worker_id = min(self._arrived, key=self._arrived.get)
-        del self._arrived[worker_id]
-        batch = None if self.replay_buffer is not None else self._buffers[worker_id].clone()
-        self._frames += self._worker_frames[worker_id]
-        if self.update_at_each_batch:
-            self.update_policy_weights_()
-        self._send_collect(worker_id)  # keep it busy while this batch is consumed
-        return None if batch is None else self._delivery(batch, source=worker_id)
+        return min(self._arrived, key=self._arrived.get)
 
     def _wait_in_flight(self) -> None:
         self._pause()

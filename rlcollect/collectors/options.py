@@ -162,11 +162,17 @@ class WorkerOptions:
     batch_timeout: float | None = _doc("seconds a batch may take before failing (None: no limit; dead workers "
                                        "are detected regardless).")
     shutdown_timeout: float = _doc("seconds workers get to exit before they are terminated.", 5.0)
+    max_worker_restarts: int = _doc("workers that may be replaced over the collector's life when one dies, hangs "
+                                    "past batch_timeout or (restart_on_env_error) raises while collecting; its "
+                                    "partial batch is dropped. 0: fail at the first failure.", 0)
+    restart_on_env_error: bool = _doc("also replace a worker whose env or policy raised while collecting "
+                                      "(within max_worker_restarts).", False)
 
     def __post_init__(self) -> None:
         if self.start_method not in START_METHODS:
             raise ValueError(f"start_method must be one of {START_METHODS}, got {self.start_method!r}")
         check_positive_int("worker_torch_threads", self.worker_torch_threads, optional=True)
+        check_non_negative_int("max_worker_restarts", self.max_worker_restarts)
         for name in ("batch_timeout", "shutdown_timeout"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):

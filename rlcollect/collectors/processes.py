@@ -18,6 +18,7 @@ import os
 import random
 import signal
 import time
+from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Callable, Iterable, Iterator, NoReturn, Sequence
 
@@ -33,6 +34,31 @@ class WorkerError(RuntimeError):
     def __init__(self, worker_id: int, message: str) -> None:
         super().__init__(f"collector worker {worker_id}: {message}")
         self.worker_id = worker_id
+
+
+class WorkerLost(Exception):
+    """A worker failed in a way its collector chose to recover from (``recover``): nothing
+    was shut down; the collector replaces the worker. ``kind``: "died" (killed, crashed,
+    exited), "raised" (shipped an exception) or "timeout" (no answer within batch_timeout)."""
+
+    def __init__(self, worker_id: int, kind: str, message: str) -> None:
+        super().__init__(f"collector worker {worker_id}: {message}")
+        self.worker_id, self.kind, self.message = worker_id, kind, message
+        self.found: list = []  # WorkerProcesses.ready: the other workers' messages
+
+
+@dataclass(frozen=True)
+class WorkerRestart:
+    """One replaced worker: which, why (one line) and the frames of the batch it was
+    collecting, dropped with it (an upper bound: the steps it had taken are not reported)."""
+
+    worker_id: int
+    cause: str
+    frames_lost: int
+
+    def as_event(self) -> dict:
+        return {"event": "worker_restart", "worker": self.worker_id, "cause": self.cause,
+                "frames_lost": self.frames_lost}
 
 
 def initialize_worker(seed: int | None = None, torch_threads: int | None = 1,
@@ -85,34 +111,50 @@ class WorkerProcesses:
         mp_context: the multiprocessing context the workers start with.
         on_failure: called before a ``WorkerError`` is raised (the collector's shutdown).
         name: process name prefix (``{name}-{worker_id}``).
+        recover: ``recover(worker_id, kind) -> bool``, asked first on a failure: True raises
+            ``WorkerLost`` instead (nothing shut down; the caller replaces the worker).
     """
 
-    def __init__(self, mp_context, on_failure: Callable[[], None], name: str = "rlcollect-worker") -> None:
+    def __init__(self, mp_context, on_failure: Callable[[], None], name: str = "rlcollect-worker",
+                 recover: Callable[[int, str], bool] | None = None) -> None:
         self.mp_context = mp_context
         self.processes: list = []
         self.connections: list = []
         self._on_failure = on_failure
         self._name = name
+        self.recover = recover
 
     def __len__(self) -> int:
         return len(self.processes)
 
-    def start(self, target: Callable, spec) -> int:
+    def start(self, target: Callable, spec, worker_id: int | None = None) -> int:
         """Start ``target(handoff, connection)`` where ``handoff == [spec]``; returns the
         worker id. The handoff list is emptied once the child has it (pickled at start for
         spawn, inherited for fork), so the Process object keeps no shared lock or tensor
-        of the spec alive after the collector lets go of it."""
-        worker_id = len(self.processes)
+        of the spec alive after the collector lets go of it. ``worker_id``: replace that
+        worker (which must have stopped: see ``stop``) instead of adding one."""
         main_end, worker_end = self.mp_context.Pipe()
         handoff = [spec]
+        index = len(self.processes) if worker_id is None else worker_id
         process = self.mp_context.Process(target=target, args=(handoff, worker_end), daemon=True,
-                                          name=f"{self._name}-{worker_id}")
+                                          name=f"{self._name}-{index}")
         process.start()
         handoff.clear()
         worker_end.close()
-        self.processes.append(process)
-        self.connections.append(main_end)
-        return worker_id
+        if worker_id is None:
+            self.processes.append(process)
+            self.connections.append(main_end)
+        else:
+            self.processes[worker_id], self.connections[worker_id] = process, main_end
+        return index
+
+    def stop(self, worker_id: int) -> None:
+        """Make sure one worker is gone (killed if it still runs) and close its pipe."""
+        process = self.processes[worker_id]
+        if process.is_alive():
+            process.kill()
+        process.join(timeout=5.0)
+        self.connections[worker_id].close()
 
     # ------------------------------------------------------------------ messaging
     def send(self, worker_id: int, *message) -> None:
@@ -140,29 +182,36 @@ class WorkerProcesses:
                 pending.discard(worker_id)
                 yield worker_id, message
             if deadline is not None and time.monotonic() > deadline and pending:
-                self.fail(min(pending), f"no {expect!r} within batch_timeout={timeout} s")
+                self.fail(min(pending), f"no {expect!r} within batch_timeout={timeout} s", kind="timeout")
 
     def ready(self, worker_ids: Iterable[int], expect: str) -> list[tuple[int, tuple]]:
         """``(worker_id, message)`` of each of ``worker_ids`` that has a message now (no
-        waiting); checked as in ``receive``."""
+        waiting); checked as in ``receive``. A WorkerLost it raises carries the messages
+        read from the other workers (``found``)."""
         worker_ids = list(worker_ids)
         handles = {self.connections[i]: i for i in worker_ids}
         sentinels = {self.processes[i].sentinel: i for i in worker_ids}
-        found = {}
+        found, lost = {}, None
         for handle in wait([*handles, *sentinels], timeout=0):
             worker_id = handles.get(handle, sentinels.get(handle))
-            if worker_id in found:
+            if worker_id in found or (lost is not None and lost.worker_id == worker_id):
                 continue
-            found[worker_id] = self._expected(worker_id, expect)
+            try:
+                found[worker_id] = self._expected(worker_id, expect)
+            except WorkerLost as error:  # the others' messages are read first (none dropped)
+                lost = lost or error
+        if lost is not None:
+            lost.found = list(found.items())
+            raise lost
         return list(found.items())
 
     def _expected(self, worker_id: int, expect: str) -> tuple:
         """The worker's next message, which must be ``expect`` (else: fail with its error)."""
         message = self.recv(worker_id)
         if message[0] == "error":
-            self.fail(worker_id, f"raised an exception:\n{message[1]}")
+            self.fail(worker_id, f"raised an exception:\n{message[1]}", kind="raised")
         if message[0] != expect:
-            self.fail(worker_id, f"sent {message[0]!r} while {expect!r} was expected")
+            self.fail(worker_id, f"sent {message[0]!r} while {expect!r} was expected", kind="protocol")
         return message
 
     def recv(self, worker_id: int):
@@ -189,10 +238,14 @@ class WorkerProcesses:
         else with how it died."""
         message = self.recv(worker_id)  # fails with the death message when there is none
         if message[0] == "error":
-            self.fail(worker_id, f"raised an exception:\n{message[1]}")
-        self.fail(worker_id, f"sent {message[0]!r} and stopped serving")
+            self.fail(worker_id, f"raised an exception:\n{message[1]}", kind="raised")
+        self.fail(worker_id, f"sent {message[0]!r} and stopped serving", kind="protocol")
 
-    def fail(self, worker_id: int, message: str) -> NoReturn:
+    def fail(self, worker_id: int, message: str, kind: str = "died") -> NoReturn:
+        """Raise WorkerLost when ``recover`` takes the failure, else shut the collector down
+        and raise WorkerError."""
+        if self.recover is not None and self.recover(worker_id, kind):
+            raise WorkerLost(worker_id, kind, message)
         self._on_failure()
         raise WorkerError(worker_id, message)
 

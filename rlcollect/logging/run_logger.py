@@ -58,6 +58,7 @@ class RunLogger:
         self._pending: dict[str, Any] = {}
         self.recent_episode_return: float | None = None
         self._worker_queue = None
+        self._events: dict[str, int] = {}  # how many events of each name were logged
 
     @property
     def frames(self) -> int:
@@ -124,6 +125,19 @@ class RunLogger:
         self._pending_step = step
         self._pending.update({key: _plain(value) for key, value in metrics.items()})
 
+    def log_event(self, event: dict[str, Any], step: int) -> None:
+        """Write ``event`` (``{"event": name, ...}``) as its own metrics.jsonl row at ``step``
+        (readers of the metrics keep event rows apart: ``logging.runs.split_events``); W&B
+        gets ``event/<name>``, how many so far, at that step."""
+        if self._pending_step is not None and self._pending_step < step:
+            self.flush()  # rows stay in step order
+        self._events[event["event"]] = self._events.get(event["event"], 0) + 1
+        RunLogger._write(self, {"step": step, **{key: _plain(value) for key, value in event.items()}})
+        self._log_event_count(event["event"], self._events[event["event"]], step)
+
+    def _log_event_count(self, name: str, count: int, step: int) -> None:
+        """Where else an event is counted (W&B); nowhere for a plain RunLogger."""
+
     def flush(self) -> None:
         if self._pending_step is None:
             return
@@ -181,6 +195,9 @@ class WandbLogger(RunLogger):
         super()._write(row)
         step = row["step"]
         self._run.log({key: value for key, value in row.items() if key != "step"}, step=step)
+
+    def _log_event_count(self, name: str, count: int, step: int) -> None:
+        self._run.log({f"event/{name}": count}, step=step)
 
     def close(self, exit_code: int = 0) -> None:
         if self._file.closed:

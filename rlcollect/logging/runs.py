@@ -161,7 +161,7 @@ def load_run_dir(run_dir: Path) -> RunRecord:
     config = _load_yaml(run_dir / CONFIG_FILE)
     if not isinstance(config, dict):
         raise CompareError(f"{run_dir / CONFIG_FILE} is not a mapping")
-    history = _read_jsonl(run_dir / METRICS_FILE)
+    history, _ = split_events(_read_jsonl(run_dir / METRICS_FILE))
     overrides_file = run_dir / OVERRIDES_FILE
     overrides = [str(item) for item in _load_yaml(overrides_file) or []] if overrides_file.is_file() else None
     return RunRecord(path=run_dir, overrides=overrides, config=config,
@@ -200,6 +200,12 @@ def load_wandb_runs(root: str | os.PathLike[str]) -> list[RunRecord]:
         runs.append(RunRecord(path=folder, overrides=parse_override_dirname(first.name), config=config,
                               summary=summarize_history(history, solved_return_of(config)), history=history))
     return sorted(runs, key=lambda run: run.path)
+
+
+def split_events(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``(metric rows, event rows)`` of a metrics.jsonl: event rows (``"event"``, e.g. a
+    worker restart) are not metrics of a step."""
+    return [row for row in rows if "event" not in row], [row for row in rows if "event" in row]
 
 
 def resumed_history(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -115,6 +115,8 @@ def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
         for batch, frames in collected(p):
             if getattr(p.collector, "post_collect_hook", None) is not p.logger:  # the hooks ran elsewhere
                 p.logger.drain_worker_hooks(frames, p.collector.hook_results())
+            for restart in p.collector.pop_worker_restarts():  # workers replaced during this batch
+                p.logger.log_event(restart.as_event(), step=frames)
             metrics = p.learner.learn(batch, frames)
             p.logger.log({f"train/{k}": v for k, v in metrics.items()}, step=frames)
             check_finite(p, metrics, frames, batch)  # before any checkpoint of this batch: none is poisoned

@@ -36,13 +36,21 @@ class MultiProcessWeightSyncScheme(WeightSyncScheme):
 class _PipeSender(WeightSender):
     def __init__(self, model, num_workers, mp_context, strategy, ack_timeout) -> None:
         self._model, self._strategy, self._ack_timeout = model, strategy, ack_timeout
+        self._mp_context = mp_context
         pipes = [mp_context.Pipe() for _ in range(num_workers)]
         self._connections = [main_end for main_end, _ in pipes]
         self._worker_ends = [worker_end for _, worker_end in pipes]
         self.version = 0
 
     def endpoint(self, worker_id: int):
-        return _PipeEndpoint(self._worker_ends[worker_id], self._strategy)
+        return _PipeEndpoint(self._worker_ends[worker_id], self._strategy, self.version)
+
+    def renew_endpoint(self, worker_id: int):
+        """A new pipe: the old one may hold an update the failed worker never acknowledged."""
+        self._connections[worker_id].close()
+        self._worker_ends[worker_id].close()
+        self._connections[worker_id], self._worker_ends[worker_id] = self._mp_context.Pipe()
+        return self.endpoint(worker_id)
 
     def send(self, weights=None, liveness: Callable[[], None] | None = None) -> None:
         payload = strategies.extract(self._model if weights is None else weights, self._strategy)
@@ -68,17 +76,17 @@ class _PipeSender(WeightSender):
 
 
 class _PipeEndpoint:
-    def __init__(self, connection, strategy: str) -> None:
-        self.connection, self.strategy = connection, strategy
+    def __init__(self, connection, strategy: str, version: int = 0) -> None:
+        self.connection, self.strategy, self.version = connection, strategy, version
 
     def make_receiver(self, model: nn.Module) -> WeightReceiver:
-        return _PipeReceiver(model, self.connection, self.strategy)
+        return _PipeReceiver(model, self.connection, self.strategy, self.version)
 
 
 class _PipeReceiver(WeightReceiver):
-    def __init__(self, model, connection, strategy) -> None:
+    def __init__(self, model, connection, strategy, version: int = 0) -> None:
         self._model, self._connection, self._strategy = model, connection, strategy
-        self.version = 0
+        self.version = version  # a replacement worker starts from the trainer's current weights
 
     def poll(self) -> bool:
         applied = False

@@ -44,6 +44,11 @@ class WeightSender(ABC):
     def endpoint(self, worker_id: int):
         """A picklable handle, passed to worker ``worker_id`` at start-up, that builds its receiver."""
 
+    def renew_endpoint(self, worker_id: int):
+        """The endpoint for a worker that replaces a failed one at ``worker_id`` (what the
+        failed one had may hold unread updates); it starts at the current version."""
+        return self.endpoint(worker_id)
+
     @abstractmethod
     def send(self, weights=None, liveness: Callable[[], None] | None = None) -> None:
         """Push ``weights`` (None: the model's current ones). When it returns, every

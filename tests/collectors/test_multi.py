@@ -240,3 +240,65 @@ def test_one_env_source_is_seeded_by_the_seed_rule_like_one_batched_env(no_lefto
     if cls is MultiSyncCollector:
         assert torch.equal(next(iter(collector))["observation"].reshape(4, 5, 4), next(iter(reference))["observation"])
     reference.shutdown()
+
+
+# ------------------------------------------------------------------ worker restarts (max_worker_restarts)
+@pytest.mark.parametrize("cls", [MultiSyncCollector, MultiAsyncCollector])
+def test_a_killed_worker_is_replaced_and_collection_goes_on(no_leftovers, cls):
+    collector = make(cls, no_leftovers, create_env_fn=functools.partial(CountingEnv, 5), num_workers=2,
+                     frames_per_batch=8, total_frames=64, max_worker_restarts=1, seed=0)
+    batches, killed_pid = [], None
+    for batch in collector:
+        batches.append(batch.clone())
+        if len(batches) == 2:
+            killed_pid = collector._processes[1].pid
+            os.kill(killed_pid, signal.SIGKILL)
+            collector._processes[1].join(10)  # dead before the next batch is asked for
+    assert collector.frames == 64 == sum(batch.numel() for batch in batches)  # the right frame count
+    [restart] = collector.pop_worker_restarts()
+    assert (restart.worker_id, restart.cause) == (1, f"died from signal SIGKILL (pid {killed_pid})")
+    assert restart.frames_lost == (4 if cls is MultiSyncCollector else 8)  # at most the batch it was collecting
+    assert collector.pop_worker_restarts() == [] and collector.worker_restarts == 1
+    assert collector._processes[1].pid != killed_pid and all(p.is_alive() for p in collector._processes)
+    # the replacement's steps: its env starts a new trajectory (is_init, count 0), with new ids
+    worker_1 = torch.cat([batch[batch["collector", "worker_id"] == 1] for batch in batches])
+    ids = worker_1["collector", "traj_ids"]
+    new = ids > ids[: worker_1.numel() // 2].max()  # trajectories started later than the first half's
+    starts = worker_1[new & worker_1["is_init"].reshape(ids.shape)]
+    assert (starts["observation"][:, 0] == 0).all() and starts.numel() >= 2
+    if cls is MultiSyncCollector:  # the round after the kill: worker 1's row is the replacement's first steps
+        row = batches[2][1]
+        earlier = max(int(batch["collector", "traj_ids"].max()) for batch in batches[:2])
+        assert row["is_init"][0] and row["observation"][0, 0] == 0 and int(row["collector", "traj_ids"][0]) > earlier
+    all_ids = torch.cat([batch["collector", "traj_ids"].reshape(-1) for batch in batches])
+    for traj_id in all_ids.unique().tolist():  # trajectory ids stay unique: one worker each
+        workers = torch.cat([b["collector", "worker_id"][b["collector", "traj_ids"] == traj_id] for b in batches])
+        assert workers.unique().numel() == 1
+
+
+def test_env_errors_are_restarted_within_the_budget_then_fail(no_leftovers):
+    # worker 1's env raises at its 7th step: in the 2nd batch, then again in the 3rd (its replacement's 7th step)
+    envs = [functools.partial(GymEnv, functools.partial(CountingEnv, 5)),
+            functools.partial(GymEnv, functools.partial(ErrorAfterEnv, 6))]
+    collector = make(MultiSyncCollector, no_leftovers, create_env_fn=envs, frames_per_batch=8, total_frames=24,
+                     max_worker_restarts=2, restart_on_env_error=True)
+    assert sum(batch.numel() for batch in collector) == 24
+    restarts = collector.pop_worker_restarts()
+    cause = "RuntimeError: ErrorAfterEnv: step 7 fails by design"
+    assert [(r.worker_id, r.cause) for r in restarts] == [(1, cause)] * 2
+    collector.shutdown()
+    strict = make(MultiSyncCollector, no_leftovers, create_env_fn=envs, frames_per_batch=8, total_frames=24,
+                  max_worker_restarts=1, restart_on_env_error=True)
+    with pytest.raises(WorkerError, match="collector worker 1: raised an exception"):  # past the budget
+        list(strict)
+    assert strict._shut_down and not any(p.is_alive() for p in strict._processes)
+
+
+def test_env_errors_are_not_restarted_unless_asked(no_leftovers):
+    envs = [functools.partial(GymEnv, functools.partial(CountingEnv, 5)),
+            functools.partial(GymEnv, functools.partial(ErrorAfterEnv, 2))]
+    collector = make(MultiSyncCollector, no_leftovers, create_env_fn=envs, frames_per_batch=8,
+                     max_worker_restarts=3)
+    with pytest.raises(WorkerError, match="step 3 fails by design"):
+        next(iter(collector))
+    assert collector.worker_restarts == 0

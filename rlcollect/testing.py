@@ -249,3 +249,19 @@ class WeightProbe(nn.Module):
         td.set("weight_seen", self.weight.detach().expand(td.batch_size).clone())
         td.set("offset_seen", self.offset.expand(td.batch_size).clone())
         return td
+
+
+class FlakyWrapper(gym.Wrapper):
+    """Raises ``RuntimeError`` on a step with probability ``error_rate`` (an env that crashes
+    now and then: a simulator bug, a lost connection), from its own RNG (``seed``; None:
+    fresh entropy, so every worker's envs fail at different moments)."""
+
+    def __init__(self, env: gym.Env, error_rate: float = 1e-4, seed: int | None = None) -> None:
+        super().__init__(env)
+        self.error_rate = float(error_rate)
+        self._rng = np.random.default_rng(seed)
+
+    def step(self, action):
+        if self._rng.random() < self.error_rate:
+            raise RuntimeError("FlakyWrapper: injected env failure")
+        return self.env.step(action)

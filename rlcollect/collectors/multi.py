@@ -93,7 +93,7 @@ class _MultiCollector(CollectorBase):
         self._workers = WorkerProcesses(self._mp_context, on_failure=self.shutdown, recover=self._may_restart)
         self._restarts: list[WorkerRestart] = []  # every worker replaced so far
         self._unreported = 0  # of those, how many pop_worker_restarts() has not returned yet
-        self._in_batch = False  # failures are recovered from while collecting a batch only
+        self._talking = 0  # > 0 while sending to or waiting on workers: failures may be recovered from
         self._traj_pool = TrajectoryPool(mp_context=self._mp_context)
         schemes = self._setup_weight_sync_schemes(weight_sync_schemes)
         worker_frames = self._setup_frames_per_batch(frames_per_batch)
@@ -160,7 +160,8 @@ class _MultiCollector(CollectorBase):
             self._workers.start(worker_main, self._worker_spec(worker_id, env_spec, delivery, endpoints))
         self._buffers: list[TensorDictBase] = [None] * self.num_workers
         self._worker_frames = [0] * self.num_workers
-        for worker_id, (_, buffer, frames) in self._receive(range(self.num_workers), expect="ready"):
+        for worker_id, (_, buffer, frames) in self._workers.receive(range(self.num_workers), "ready",
+                                                                    timeout=self.batch_timeout):  # fail fast
             self._buffers[worker_id], self._worker_frames[worker_id] = buffer, frames
         env_counts = [buffer.batch_size[:-1].numel() for buffer in self._buffers]
         self._first_env = [sum(env_counts[:worker_id]) for worker_id in range(self.num_workers)]
@@ -178,17 +179,17 @@ class _MultiCollector(CollectorBase):
 
     # ------------------------------------------------------------------ restarts
     def _may_restart(self, worker_id: int, kind: str) -> bool:
-        """Whether a failure is recovered from (WorkerProcesses' ``recover``): while
-        collecting, within max_worker_restarts, for a death or a hang (and an exception
-        with restart_on_env_error)."""
+        """Whether a failure is recovered from (WorkerProcesses' ``recover``): while the
+        collector talks to its workers (``_restartable``), within max_worker_restarts, for a
+        death or a hang (and an exception with restart_on_env_error)."""
         options = self.worker_options
-        return (self._in_batch and len(self._restarts) < options.max_worker_restarts
+        return (self._restartable and len(self._restarts) < options.max_worker_restarts
                 and (kind in ("died", "timeout") or (kind == "raised" and options.restart_on_env_error)))
 
     def _replace_worker(self, lost: WorkerLost) -> None:
-        """A fresh worker in the failed one's place: the trainer's current weights, its envs
-        reseeded (seeding.restart_seed), new trajectory ids; its partial batch is dropped
-        and it is asked for the batch again."""
+        """A fresh worker in the failed one's place, ready: the trainer's current weights,
+        its envs reseeded (seeding.restart_seed), new trajectory ids; what the failed one
+        was collecting is dropped."""
         worker_id = lost.worker_id
         cause = lost.message.strip().splitlines()[-1] if lost.kind == "raised" else lost.message
         self._restarts.append(WorkerRestart(worker_id, cause, self._worker_frames[worker_id]))
@@ -205,14 +206,21 @@ class _MultiCollector(CollectorBase):
                                                            endpoints), worker_id=worker_id)
         [(_, (_, buffer, _))] = list(self._workers.receive([worker_id], "ready", timeout=self.batch_timeout))
         self._buffers[worker_id] = buffer
-        self._workers.send(worker_id, "collect")
 
-    def _replace_worker_until_ready(self, lost: WorkerLost) -> None:
+    def _recover(self, lost: WorkerLost, message: tuple) -> None:
+        """Replace the failed worker and send its replacement ``message`` (what the failed
+        one was asked), replacing again if the replacement fails too (within the budget)."""
         while True:
             try:
-                return self._replace_worker(lost)
-            except WorkerLost as again:  # the replacement failed too (within the budget)
+                self._replace_worker(lost)
+                self._workers.send(lost.worker_id, *message)
+                return
+            except WorkerLost as again:
                 lost = again
+
+    @property
+    def _restartable(self) -> bool:
+        return self._talking > 0
 
     def pop_worker_restarts(self) -> list[WorkerRestart]:
         """The workers replaced since the last call (see max_worker_restarts)."""
@@ -231,20 +239,37 @@ class _MultiCollector(CollectorBase):
         return [] if self._workers is None else self._workers.processes
 
     def _send(self, worker_id: int, *message) -> None:
-        self._workers.send(worker_id, *message)
+        """Send ``message``; a failed worker's replacement gets it (see ``_may_restart``)."""
+        self._talking += 1
+        try:
+            self._workers.send(worker_id, *message)
+        except WorkerLost as lost:
+            self._recover(lost, message)
+        finally:
+            self._talking -= 1
 
-    def _receive(self, worker_ids, expect: str):
+    def _receive(self, worker_ids, expect: str, message_of=None):
         """Yield ``(worker_id, message)`` from each of ``worker_ids`` as it arrives,
-        watching the workers' liveness; a failed worker is replaced (and asked again) when
-        ``_may_restart`` allows, else everything is shut down and the failure raised."""
+        watching the workers' liveness. A failed worker is replaced when ``_may_restart``
+        allows, sent ``message_of(worker_id)`` again (default: asked for its batch) and
+        waited for; else everything is shut down and the failure raised."""
+        message_of = message_of or (lambda worker_id: ("collect",))
         pending = set(worker_ids)
         while pending:
-            try:
-                for worker_id, message in self._workers.receive(sorted(pending), expect, timeout=self.batch_timeout):
-                    pending.discard(worker_id)
-                    yield worker_id, message
-            except WorkerLost as lost:
-                self._replace_worker_until_ready(lost)
+            arrivals = self._workers.receive(sorted(pending), expect, timeout=self.batch_timeout)
+            while True:
+                self._talking += 1  # only while waiting here: never across a yield to the caller
+                try:
+                    worker_id, message = next(arrivals)
+                except StopIteration:
+                    break
+                except WorkerLost as lost:
+                    self._recover(lost, message_of(lost.worker_id))
+                    break  # wait again, on those still pending
+                finally:
+                    self._talking -= 1
+                pending.discard(worker_id)
+                yield worker_id, message
 
     def _check_alive(self) -> None:
         self._workers.check_alive()
@@ -252,10 +277,7 @@ class _MultiCollector(CollectorBase):
     def _send_collect(self, worker_id: int) -> None:
         """Ask for a batch, with the delivery changes this worker has not received yet."""
         changes = self._delivery_changes.pop(worker_id, None)
-        try:
-            self._send(worker_id, "collect", *(() if changes is None else (changes,)))
-        except WorkerLost as lost:  # its replacement is asked for the batch
-            self._replace_worker_until_ready(lost)
+        self._send(worker_id, "collect", *(() if changes is None else (changes,)))
 
     def _apply_delivery(self, changes: dict) -> None:
         """postproc runs here on the combined batch (in the workers with a replay buffer);
@@ -268,11 +290,14 @@ class _MultiCollector(CollectorBase):
 
     def _request(self, command: str, *args_per_worker) -> list:
         """Send a command (with the worker's own arguments) to every worker, wait for every
-        answer; returns the answers in worker order."""
+        answer; returns the answers in worker order (a replaced worker answers for itself)."""
+        def message_of(worker_id: int) -> tuple:
+            return (command, *(args[worker_id] for args in args_per_worker))
+
         for worker_id in range(self.num_workers):
-            self._send(worker_id, command, *(args[worker_id] for args in args_per_worker))
+            self._send(worker_id, *message_of(worker_id))
         answers = [None] * self.num_workers
-        for worker_id, (_, answer) in self._receive(range(self.num_workers), expect="ok"):
+        for worker_id, (_, answer) in self._receive(range(self.num_workers), expect="ok", message_of=message_of):
             answers[worker_id] = answer
         return answers
 
@@ -446,11 +471,7 @@ class MultiSyncCollector(_MultiCollector):
     def _next_batch(self) -> TensorDictBase:
         if self.update_at_each_batch:
             self.update_policy_weights_()
-        self._in_batch = True
-        try:
-            steps = self._collect_round()
-        finally:
-            self._in_batch = False
+        steps = self._collect_round()
         envs = [buffer.batch_size[:-1].numel() for buffer in self._buffers]
         self._frames += sum(count * worker_steps for count, worker_steps in zip(envs, steps))
         if self.replay_buffer is not None:
@@ -512,21 +533,13 @@ class MultiAsyncCollector(_MultiCollector):
         return frames_per_batch
 
     def _next_batch(self) -> TensorDictBase:
-        self._in_batch = True
-        try:
-            worker_id = self._first_ready()
-        finally:
-            self._in_batch = False
+        worker_id = self._first_ready()
         del self._arrived[worker_id]
         batch = None if self.replay_buffer is not None else self._buffers[worker_id].clone()
         self._frames += self._worker_frames[worker_id]
         if self.update_at_each_batch:
             self.update_policy_weights_()
-        self._in_batch = True
-        try:
-            self._send_collect(worker_id)  # keep it busy while this batch is consumed
-        finally:
-            self._in_batch = False
+        self._send_collect(worker_id)  # keep it busy while this batch is consumed
         return None if batch is None else self._delivery(batch, source=worker_id)
 
     def _first_ready(self) -> int:
@@ -538,11 +551,14 @@ class MultiAsyncCollector(_MultiCollector):
             worker_id, (_, _, finished_ns, _) = next(self._receive(self._collecting, expect="batch"))
             self._arrived[worker_id] = finished_ns
         waiting = self._collecting - set(self._arrived)
+        self._talking += 1
         try:
             found = self._workers.ready(waiting, expect="batch")
         except WorkerLost as lost:
             found = lost.found
-            self._replace_worker_until_ready(lost)  # it collects that batch again
+            self._recover(lost, ("collect",))  # its replacement collects that batch again
+        finally:
+            self._talking -= 1
         for worker_id, (_, _, finished_ns, _) in found:
             self._arrived[worker_id] = finished_ns  # every batch already there: the oldest goes first
         return min(self._arrived, key=self._arrived.get)

@@ -222,6 +222,10 @@ class WorkerProcesses:
                 return connection.recv()
         except (EOFError, OSError):
             pass
+        except Exception:  # a message cut off by the worker's death (e.g. its tensors' fds gone)
+            self.processes[worker_id].join(timeout=1.0)
+            if self.processes[worker_id].is_alive():
+                raise
         self.fail(worker_id, self.death_message(worker_id))
 
     # ------------------------------------------------------------------ failures

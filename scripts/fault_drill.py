@@ -1,0 +1,144 @@
+"""Fault drill: train with collectors whose workers are killed (SIGKILL) at random moments
+and whose envs raise now and then, and check that the run heals and leaves nothing behind.
+
+    .venv/bin/python scripts/fault_drill.py [--kills 5] [--frames 65536] [--error-rate 2e-5]
+                                            [--collectors multisync multiasync action_server ray]
+
+For each collector, `rlcollect train` runs PPO on CartPole (logger=none, spawn workers) with
+collector.max_worker_restarts = kills + 10 and collector.restart_on_env_error=true, its envs
+wrapped in rlcollect.testing.FlakyWrapper(error_rate); once training has started, a killer
+sends SIGKILL to a random worker process `--kills` times, `--interval` (0.5-2 s) apart (seeded). Reported
+per collector: kills sent, restarts the run logged (worker_restart rows of metrics.jsonl),
+batches completed, frames lost (the restarts' frames_lost), hangs (the run did not end
+within --timeout), orphans (worker processes alive after the run), /dev/shm leftovers (new
+entries) and the run's status (summary.json; "refused" when the config is refused).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+COLLECTORS = ("multisync", "multiasync", "action_server", "ray")
+
+
+def children(pid: int) -> set[int]:
+    found = set()
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            found |= {int(child) for child in (task / "children").read_text().split()}
+    except OSError:
+        pass
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    found, frontier = set(), [pid]
+    while frontier:
+        for child in children(frontier.pop()):
+            if child not in found:
+                found.add(child)
+                frontier.append(child)
+    return found
+
+
+def workers_of(pid: int) -> list[int]:
+    """The trainer's worker processes (spawned: their command line runs spawn_main)."""
+    found = []
+    for child in descendants(pid):
+        try:
+            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+                found.append(child)
+        except OSError:
+            pass
+    return sorted(found)
+
+
+def drill(collector: str, args, run_dir: Path, rng: random.Random) -> dict:
+    wrapper = f"env.wrappers=[{{_target_: rlcollect.testing.FlakyWrapper, error_rate: {args.error_rate}}}]"
+    command = [sys.executable, "-m", "rlcollect.cli", "train", f"collector={collector}", "logger=none",
+               "progress=false", f"total_frames={args.frames}", "env.solved_return=1000000000",
+               "eval.every_frames=1000000000", "checkpoint_every_frames=1000000000", wrapper,
+               f"collector.max_worker_restarts={args.kills + 10}", "collector.restart_on_env_error=true",
+               f"hydra.run.dir={run_dir}"]
+    shm_before = set(os.listdir("/dev/shm"))
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen: set[int] = set()
+    kills, hang = 0, False
+    deadline = time.monotonic() + args.timeout
+    metrics = run_dir / "metrics.jsonl"
+    while process.poll() is None and not (metrics.exists() and metrics.stat().st_size):
+        seen |= set(workers_of(process.pid))
+        time.sleep(0.05)
+    while process.poll() is None and kills < args.kills and time.monotonic() < deadline:
+        time.sleep(rng.uniform(*args.interval))
+        workers = workers_of(process.pid)
+        seen |= set(workers)
+        if workers and process.poll() is None:
+            os.kill(rng.choice(workers), signal.SIGKILL)
+            kills += 1
+    while process.poll() is None:
+        seen |= set(workers_of(process.pid))
+        if time.monotonic() > deadline:
+            hang = True
+            for pid in descendants(process.pid) | {process.pid}:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            break
+        time.sleep(0.1)
+    _, stderr = process.communicate()
+    time.sleep(1.0)  # let the kernel finish tearing down what the run stopped
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()] if metrics.exists() else []
+    restarts = [row for row in rows if row.get("event") == "worker_restart"]
+    summary_file = run_dir / "summary.json"
+    if summary_file.exists():
+        summary = json.loads(summary_file.read_text())
+        status = summary["status"] + (f": {summary['error'][:90]}" if summary.get("error") else "")
+    else:  # refused before the run started
+        lines = [line for line in stderr.strip().splitlines() if line and "HYDRA_FULL_ERROR" not in line]
+        status = f"exit {process.returncode}: {(lines or ['?'])[-1][:90]}"
+    return {
+        "collector": collector, "kills": kills, "restarts": len(restarts),
+        "env errors": sum("FlakyWrapper" in row["cause"] for row in restarts),
+        "batches": sum("event" not in row for row in rows),
+        "frames lost": sum(row["frames_lost"] for row in restarts),
+        "hangs": int(hang), "orphans": sum(Path(f"/proc/{pid}").exists() for pid in seen),
+        "shm leftovers": len(set(os.listdir("/dev/shm")) - shm_before), "status": status,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--collectors", nargs="+", default=list(COLLECTORS), choices=COLLECTORS)
+    parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--frames", type=int, default=65536)
+    parser.add_argument("--error-rate", type=float, default=2e-5, help="probability that an env step raises")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds before a run counts as hung")
+    parser.add_argument("--interval", type=float, nargs=2, default=(0.5, 2.0), metavar=("MIN", "MAX"),
+                        help="seconds between kills, drawn uniformly (default 0.5 2.0)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="fault-drill-") as root:
+        for index, collector in enumerate(args.collectors):
+            results.append(drill(collector, args, Path(root) / f"{index}-{collector}", rng))
+            print(f"{collector}: done", file=sys.stderr, flush=True)
+    columns = list(results[0])
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for row in results:
+        print("| " + " | ".join(str(row[column]) for column in columns) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -254,7 +254,8 @@ class DQNConfig:
     eps_start: float = 1.0
     eps_end: float = 0.04
     eps_decay_frames: int = 8000
-    n_step: int = 1  # >1: n-step transitions (MultiStep as the collector's postproc), bootstrapped gamma**m ahead
+    n_step: int = 1  # >1: n-step transitions (MultiStep on the buffer's writes), bootstrapped gamma**m ahead
+    prioritized: bool = False  # prioritized replay: buffer/sampler=prioritized with its defaults (or choose that)
     background: bool = False  # collector.start(): collect while training
 
 
@@ -327,7 +328,7 @@ class LazyTensorStorageConfig:
 
     _target_: str = "rlcollect.LazyTensorStorage"
     max_size: int = 100_000
-    ndim: int = 1  # 1: flat, safe with every collector; 2/3 keep env rows (data-layout.txt)
+    ndim: int = 1  # 1: flat, safe with every collector; 2/3 keep env rows (docs/data-layout.md)
     device: Optional[str] = None  # None: the training device
 
 

@@ -104,8 +104,9 @@ def drill(collector: str, args, run_dir: Path, rng: random.Random) -> dict:
         summary = json.loads(summary_file.read_text())
         status = summary["status"] + (f": {summary['error'][:90]}" if summary.get("error") else "")
     else:  # refused before the run started
-        lines = [line for line in stderr.strip().splitlines() if line and "HYDRA_FULL_ERROR" not in line]
-        status = f"exit {process.returncode}: {(lines or ['?'])[-1][:90]}"
+        lines = [line.strip() for line in stderr.strip().splitlines() if line and "HYDRA_FULL_ERROR" not in line]
+        reason = next((line for line in lines if "Key '" in line or "rlcollect train:" in line), (lines or ["?"])[-1])
+        status = f"exit {process.returncode}: {reason[:100]}"
     return {
         "collector": collector, "kills": kills, "restarts": len(restarts),
         "env errors": sum("FlakyWrapper" in row["cause"] for row in restarts),

@@ -101,6 +101,9 @@ def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
     ("algo=dqn buffer.storage.ndim=5", "buffer.storage.ndim=5: the collector's batches have 2 batch dims"),
     ("collector.frames_per_batch=0", "frames_per_batch must be a positive int, got 0"),
     ("algo=dqn algo.n_step=0", "algo.n_step must be a positive int, got 0"),
+    ("algo=dqn algo.prioritized=true buffer/sampler=slice",
+     "algo.prioritized=true draws single transitions in proportion to their priorities: it replaces "
+     "buffer/sampler=random, not buffer/sampler=slice"),
     ("algo=dqn buffer/sampler=prioritized buffer.storage.ndim=2",
      "buffer/sampler=prioritized keeps one priority per stored transition: it needs buffer.storage.ndim=1, not 2"),
 ])

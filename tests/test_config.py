@@ -56,6 +56,7 @@ RUNS = ([[f"env={name}"] for name in options("env")]
            [*DQN_STEP, "buffer/storage=memmap", "buffer/sampler=slice", "buffer.sampler.slice_len=4"],
            [*DQN_STEP, "buffer/sampler=slice_without_replacement", "buffer.sampler.slice_len=4"],
            [*DQN_STEP, "buffer/sampler=prioritized", "algo.n_step=3"],
+           [*DQN_STEP, "algo.prioritized=true"],
            [*DQN_STEP, "buffer.storage.ndim=2", "buffer.storage.max_size=256"],
            [*DQN_STEP, "collector=multiasync", *MULTI, "buffer.trajs_per_batch=1"]])
 
@@ -77,7 +78,8 @@ def test_every_config_composes_builds_its_targets_and_runs_one_step(tmp_path, ov
         buffer = built.learner.replay_buffer
         assert type(buffer) is get_class(cfg.buffer._target_)
         assert type(buffer.storage) is get_class(cfg.buffer.storage._target_)
-        assert type(buffer.sampler) is get_class(cfg.buffer.sampler._target_)
+        sampler_target = "rlcollect.PrioritizedSampler" if cfg.algo.prioritized else cfg.buffer.sampler._target_
+        assert type(buffer.sampler) is get_class(sampler_target)
     summary = pipeline.run(built)
     assert summary["frames"] >= 64
 

@@ -34,6 +34,7 @@ from rlcollect.collectors.action_server import ActionServerCollector
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
 from rlcollect.collectors.ray import RayCollector
+from rlcollect.config import PrioritizedSamplerConfig
 from rlcollect.envs.gym_env import GymEnv
 from rlcollect.envs.spaces import sample_shape, torch_dtype
 from rlcollect.logging.run_logger import EpisodeStatsHook, RunLogger, WandbLogger
@@ -147,16 +148,20 @@ def _is_ray(cfg: DictConfig) -> bool:
 
 # ---------------------------------------------------------------------------- buffers, learner
 def make_replay_buffer(cfg: DictConfig, run_dir: Path, *, reopen: bool = False):
-    """``buffer``'s class on its storage and sampler, sampling ``algo.batch_size``, writing
+    """``buffer``'s class on its storage and sampler (a PrioritizedSampler with
+    ``algo.prioritized``), sampling ``algo.batch_size``, writing
     ``algo.n_step``-step transitions (MultiStep as its write transform) when n_step > 1; a
     memory-mapped storage lives in ``buffer.storage.scratch_dir`` (default: the run
     folder's replay/), which a resumed run (``reopen``) opens again."""
     node = cfg.buffer
     storage = make_storage(node.storage, device=cfg.device, run_dir=Path(run_dir), reopen=reopen)
+    sampler_node = node.sampler
+    if cfg.algo.get("prioritized") and not issubclass(target_class(sampler_node, "buffer.sampler"), PrioritizedSampler):
+        sampler_node = OmegaConf.structured(PrioritizedSamplerConfig)  # algo.prioritized: the option's defaults
     sampler_runtime = {}
-    if issubclass(target_class(node.sampler, "buffer.sampler"), PrioritizedSampler):
+    if issubclass(target_class(sampler_node, "buffer.sampler"), PrioritizedSampler):
         sampler_runtime["max_capacity"] = node.storage.max_size  # one priority per element of the storage
-    sampler = build_node(node.sampler, "buffer.sampler", **sampler_runtime)
+    sampler = build_node(sampler_node, "buffer.sampler", **sampler_runtime)
     runtime = {}
     n_step = cfg.algo.get("n_step", 1)  # n-step transitions are made as batches are written
     if n_step > 1:

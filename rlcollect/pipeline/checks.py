@@ -14,7 +14,14 @@ from typing import Iterator, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rlcollect.buffers import PrioritizedSampler, ReplayBuffer, RolloutBuffer
+from rlcollect.buffers import (
+    PrioritizedSampler,
+    RandomSampler,
+    ReplayBuffer,
+    RolloutBuffer,
+    SliceSampler,
+    SliceSamplerWithoutReplacement,
+)
 from rlcollect.collectors.action_server import ActionServerCollector, AlternatingCollector
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
 from rlcollect.collectors.ray import RayCollector
@@ -41,6 +48,8 @@ WEIGHT_SYNC_NAMES = ((SharedMemWeightSyncScheme, "shared_mem"), (MultiProcessWei
 BUFFER_NAMES = ((RolloutBuffer, "rollout"), (ReplayBuffer, "replay"))
 MODEL_NAMES = ((RecurrentActorCritic, "recurrent_actor_critic"), (ActorCritic, "actor_critic"),
                (QValuePolicy, "q_network"))
+SAMPLER_NAMES = ((SliceSamplerWithoutReplacement, "slice_without_replacement"), (SliceSampler, "slice"),
+                 (PrioritizedSampler, "prioritized"), (RandomSampler, "random"))
 
 
 def option_name(cls: type, names: Sequence[tuple[type, str]]) -> str:
@@ -148,8 +157,14 @@ def check_values(cfg: DictConfig, collector_class: type) -> None:
             check_device(key, device)
     storage = cfg.buffer.get("storage")
     sampler = cfg.buffer.get("sampler")
-    if (storage is not None and storage.get("ndim", 1) > 1 and sampler is not None
-            and issubclass(target_class(sampler, "buffer.sampler"), PrioritizedSampler)):
+    if cfg.algo.get("prioritized") and sampler is not None and not issubclass(
+            target_class(sampler, "buffer.sampler"), (RandomSampler, PrioritizedSampler)):
+        chosen = option_name(target_class(sampler, "buffer.sampler"), SAMPLER_NAMES)
+        raise ValueError(f"algo.prioritized=true draws single transitions in proportion to their priorities: it "
+                         f"replaces buffer/sampler=random, not buffer/sampler={chosen}")
+    prioritized = cfg.algo.get("prioritized") or (
+        sampler is not None and issubclass(target_class(sampler, "buffer.sampler"), PrioritizedSampler))
+    if storage is not None and storage.get("ndim", 1) > 1 and prioritized:
         raise ValueError(f"buffer/sampler=prioritized keeps one priority per stored transition: it needs "
                          f"buffer.storage.ndim=1, not {storage.ndim}")
     if storage is not None and storage.get("ndim", 1) > 1:

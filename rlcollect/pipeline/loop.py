@@ -80,9 +80,10 @@ def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
 
 
 def in_place_rollouts(p: Pipeline) -> bool:
-    """PPO on the in-process Collector writes straight into the rollout buffer (1.03x the
-    batch + copy path, scripts/bench_rollout.py)."""
-    return isinstance(p.learner, PPOLearner) and isinstance(p.collector, Collector) and \
+    """PPO on rlcollect's own in-process Collector writes straight into the rollout buffer
+    (1.03x the batch + copy path, scripts/bench_rollout.py); a subclass of the user's is
+    iterated, as it may change what iteration does."""
+    return isinstance(p.learner, PPOLearner) and type(p.collector) is Collector and \
         p.collector.delivery_options == DeliveryOptions(post_collect_hook=p.collector.post_collect_hook)
 
 

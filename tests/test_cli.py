@@ -252,6 +252,14 @@ def test_ctrl_c_during_multisync_training_leaves_no_worker_and_no_shared_memory(
     assert rows[-1]["step"] == summary["frames"]  # the checkpoint holds the last batch: resume repeats nothing
     from rlcollect.checkpoint import load_checkpoint
     assert int(load_checkpoint(tmp_path / "run" / "checkpoint.pt")["frames"]) == summary["frames"]
+    # resumed for two more batches: every batch row exactly once
+    frames = summary["frames"]
+    resumed = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", "resume=run",
+                              f"total_frames={frames + 512}"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    steps = [row["step"] for row in read_jsonl(tmp_path / "run" / "metrics.jsonl")]
+    assert steps == list(range(256, frames + 512 + 1, 256))
 
 
 @pytest.mark.timeout(180)

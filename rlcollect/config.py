@@ -269,7 +269,7 @@ class ActorCriticConfig:
     hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
     activation: str = "tanh"
     log_std_init: float = 0.0
-    encoder: str = "mlp"  # mlp | cnn (images) | multi_input (Dict/Tuple observations)
+    encoder: str = "auto"  # auto (from the observation space) | mlp | cnn (images) | multi_input (Dict/Tuple)
     normalize_observation: bool = False  # running mean/std of the observations, inside the policy
 
 
@@ -297,7 +297,7 @@ class QValuePolicyConfig:
     hidden_sizes: List[int] = field(default_factory=lambda: [256, 256])
     activation: str = "relu"
     epsilon: float = 1.0  # the first batches'; DQN then follows algo.eps_* (conf/model/q_network.yaml links them)
-    encoder: str = "mlp"  # mlp | cnn (images) | multi_input (Dict/Tuple observations)
+    encoder: str = "auto"  # auto (from the observation space) | mlp | cnn (images) | multi_input (Dict/Tuple)
     normalize_observation: bool = False  # running mean/std of the observations, inside the policy
 
 

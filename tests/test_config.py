@@ -2,6 +2,7 @@
 one tiny step; every default is written once (in the schemas); the wheel carries the
 config tree."""
 import dataclasses
+import importlib.util
 import inspect
 import json
 import subprocess
@@ -45,8 +46,19 @@ def one_step(overrides):
 
 
 MULTI = ["collector.start_method=fork", "collector.envs_per_worker=2"]
-RUNS = ([[f"env={name}"] for name in options("env")]
-        + [[f"experiment={name}"] for name in options("experiment")]
+# the presets of the envs extra (make setup installs it); skipped where it is not installed
+EXTRA = {"halfcheetah": "mujoco", "hopper": "mujoco", "walker2d": "mujoco", "mujoco_ppo": "mujoco",
+         "breakout": "ale_py", "pong": "ale_py", "atari_ppo": "ale_py"}
+
+
+def preset(group, name):
+    module = EXTRA.get(name)
+    missing = module is not None and importlib.util.find_spec(module) is None
+    return pytest.param([f"{group}={name}"], marks=pytest.mark.skipif(missing, reason=f"needs {module} (envs extra)"))
+
+
+RUNS = ([preset("env", name) for name in options("env")]
+        + [preset("experiment", name) for name in options("experiment")]
         + [[f"collector={name}", *MULTI] for name in options("collector") if name != "sync"]
         + [["collector=multisync", f"weight_sync={name}", *MULTI] for name in options("weight_sync")]
         + [[*DQN_STEP, f"collector={name}", *(MULTI if name != "sync" else [])] for name in options("collector")]

@@ -11,7 +11,7 @@ from tensordict.nn import InteractionType, TensorDictModuleBase, interaction_typ
 from torch import nn
 
 from rlcollect.modules import distributions as D
-from rlcollect.modules.encoders import RunningNorm, make_encoder
+from rlcollect.modules.encoders import RunningNorm, make_encoder, resolve_encoder
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
 DETERMINISTIC = (InteractionType.DETERMINISTIC, InteractionType.MODE, InteractionType.MEAN, InteractionType.MEDIAN)
@@ -55,7 +55,8 @@ class ActorCritic(TensorDictModuleBase):
     (int64 actions); Box spaces a diagonal Gaussian with a state-independent log-std.
 
     Args:
-        encoder: "mlp" (a flat Box, as is), "cnn" (an image: the Nature-DQN encoder, shared
+        encoder: "auto" (the default: cnn for images, mlp for a flat Box, multi_input
+            otherwise), "mlp" (a flat Box, as is), "cnn" (an image: the Nature-DQN encoder, shared
             by the actor and the critic; use hidden_sizes=() for linear heads, as cleanrl's
             Atari PPO) or "multi_input" (Dict / Tuple / Discrete observations:
             modules/encoders.py).
@@ -68,11 +69,12 @@ class ActorCritic(TensorDictModuleBase):
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
                  hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh",
-                 log_std_init: float = 0.0, observation_key: str = "observation", encoder: str = "mlp",
+                 log_std_init: float = 0.0, observation_key: str = "observation", encoder: str = "auto",
                  normalize_observation: bool = False) -> None:
         super().__init__()
         self.observation_key = observation_key
         self.in_keys = [observation_key]
+        encoder = resolve_encoder(encoder, observation_space)
         self.obs_norm = observation_norm(observation_space, normalize_observation, encoder)
         self.encoder = make_encoder(encoder, observation_space)  # no parameters for "mlp": the MLPs are the model
         obs_dim = self.encoder.out_features

@@ -22,7 +22,7 @@ from torch import nn
 
 from rlcollect.envs.spaces import subspaces
 
-ENCODERS = ("mlp", "cnn", "multi_input")
+ENCODERS = ("auto", "mlp", "cnn", "multi_input")
 
 
 class RunningNorm(nn.Module):
@@ -152,8 +152,21 @@ def leaf_encoder(space: gym.Space) -> nn.Module:
     return OneHot(space)
 
 
+def resolve_encoder(kind: str, space: gym.Space) -> str:
+    """``kind``, with "auto" resolved from the space: "cnn" for an image Box, "mlp" for a
+    flat Box, "multi_input" otherwise (Dict, Tuple, Discrete, other Box shapes)."""
+    if kind != "auto":
+        return kind
+    if is_image(space):
+        return "cnn"
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return "mlp"
+    return "multi_input"
+
+
 def make_encoder(kind: str, space: gym.Space) -> nn.Module:
     """The encoder ``kind`` (ENCODERS) for observations of ``space``; checks that they fit."""
+    kind = resolve_encoder(kind, space)
     if kind == "mlp":
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
             raise TypeError(f"model encoder 'mlp' needs a flat Box observation, got {space!r}: use encoder='cnn' "

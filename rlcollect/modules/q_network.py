@@ -10,7 +10,7 @@ from tensordict.nn import TensorDictModuleBase, interaction_type
 from torch import nn
 
 from rlcollect.modules.actor_critic import DETERMINISTIC, mlp, observation_norm
-from rlcollect.modules.encoders import make_encoder
+from rlcollect.modules.encoders import make_encoder, resolve_encoder
 
 
 class QValuePolicy(TensorDictModuleBase):
@@ -28,12 +28,13 @@ class QValuePolicy(TensorDictModuleBase):
 
     def __init__(self, observation_space: gym.Space, action_space: gym.spaces.Discrete, *,
                  hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu", epsilon: float = 1.0,
-                 encoder: str = "mlp", normalize_observation: bool = False) -> None:
+                 encoder: str = "auto", normalize_observation: bool = False) -> None:
         super().__init__()
         if not isinstance(action_space, gym.spaces.Discrete):
             raise TypeError(f"DQN needs a Discrete action space, got {action_space!r}")
         self.num_actions = int(action_space.n)
         self.action_offset = int(action_space.start)
+        encoder = resolve_encoder(encoder, observation_space)
         self.obs_norm = observation_norm(observation_space, normalize_observation, encoder)
         features = make_encoder(encoder, observation_space)
         head = mlp(features.out_features, hidden_sizes, self.num_actions, activation)

@@ -77,4 +77,6 @@ def test_cnn_and_multi_input_models_act_and_learn_shapes(source, encoder):
     q_batch = next(iter(Collector(env, q_policy, frames_per_batch=8)))
     assert q_batch["action_value"].shape == (2, 4, 2)
     with pytest.raises(TypeError, match="model encoder 'mlp' needs a flat Box observation"):
-        ActorCritic(env.observation_space, env.action_space)
+        ActorCritic(env.observation_space, env.action_space, encoder="mlp")
+    # the default, "auto", picks that encoder from the space
+    assert type(ActorCritic(env.observation_space, env.action_space).encoder) is type(policy.encoder)

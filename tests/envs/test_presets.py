@@ -1,0 +1,80 @@
+"""The env presets of the envs extra, and the Atari conventions they use."""
+import importlib.util
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+
+from rlcollect import Collector, pipeline
+from rlcollect.config import register_configs
+from rlcollect.envs.atari import FireReset
+from rlcollect.modules.encoders import resolve_encoder
+
+
+class Game(gym.Env):
+    """Counts the steps taken and which action each was."""
+
+    observation_space = gym.spaces.Box(0, 255, (4,), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, meanings):
+        self.meanings, self.actions = meanings, []
+
+    def get_action_meanings(self):
+        return self.meanings
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(4, np.uint8), {}
+
+    def step(self, action):
+        self.actions.append(int(action))
+        return np.full(4, len(self.actions), np.uint8), 0.0, False, False, {}
+
+
+def test_fire_reset_presses_fire_after_each_reset_where_the_game_has_it():
+    env = FireReset(Game(["NOOP", "FIRE"]))
+    observation, _ = env.reset()
+    assert env.unwrapped.actions == [1] and observation.tolist() == [1, 1, 1, 1]
+    env.step(0)
+    env.reset()
+    assert env.unwrapped.actions == [1, 0, 1]
+    plain = FireReset(Game(["NOOP", "RIGHT"]))
+    plain.reset()
+    assert plain.unwrapped.actions == []
+
+
+def test_the_auto_encoder_follows_the_observation_space():
+    assert resolve_encoder("auto", gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)) == "cnn"
+    assert resolve_encoder("auto", gym.spaces.Box(-1, 1, (17,), np.float64)) == "mlp"
+    assert resolve_encoder("auto", gym.spaces.Dict({"a": gym.spaces.Discrete(3)})) == "multi_input"
+    assert resolve_encoder("auto", gym.spaces.Discrete(16)) == "multi_input"
+    assert resolve_encoder("mlp", gym.spaces.Discrete(16)) == "mlp"  # an explicit choice is kept
+
+
+def compose_train(overrides):
+    register_configs()
+    with initialize_config_module("rlcollect.conf", version_base="1.3"):
+        return compose("train", overrides=overrides)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ale_py") is None, reason="needs ale-py (envs extra)")
+@pytest.mark.timeout(120)
+def test_the_breakout_preset_gives_stacked_uint8_frames_to_a_cnn():
+    cfg = compose_train(["env=breakout", "env.num_envs=2"])
+    env = pipeline.make_env(cfg, num_envs=2, seed=0)
+    policy = pipeline.make_policy(cfg, env.observation_space, env.action_space)
+    batch = next(iter(Collector(env, policy, frames_per_batch=8)))
+    assert env.observation_space.shape == (4, 84, 84) and type(policy.encoder).__name__ == "NatureCNN"
+    assert batch["observation"].shape == (2, 4, 4, 84, 84) and batch["observation"].dtype == torch.uint8
+    assert batch["next", "observation"].dtype == batch["observation"].dtype  # no float copy in the batch
+    assert (cfg.eval.every_frames, cfg.eval.episodes) == (100_000, 5)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="needs mujoco (envs extra)")
+def test_the_mujoco_experiment_normalises_observations_and_evaluates_rarely():
+    cfg = compose_train(["experiment=mujoco_ppo", "env=hopper"])
+    assert (cfg.env.id, cfg.env.solved_return, cfg.model.normalize_observation) == ("Hopper-v5", None, True)
+    assert (cfg.eval.every_frames, cfg.collector.frames_per_batch, cfg.total_frames) == (20480, 2048, 1_000_000)

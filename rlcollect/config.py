@@ -233,6 +233,7 @@ class PPOConfig:
     anneal_lr: bool = True
     anneal_clip: bool = True
     sequence_length: Optional[int] = None  # recurrent models: steps per minibatch sequence (None: whole rollout rows)
+    normalize_reward: bool = False  # train on rewards / running std of the discounted return (logged ones unchanged)
 
 
 @dataclass

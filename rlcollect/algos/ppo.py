@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from rlcollect.algos.gae import generalized_advantage_estimate
+from rlcollect.algos.reward_scaling import RewardScaler
 from rlcollect.buffers.rollout import RolloutBuffer, iterate_minibatches, iterate_sequences, transition_view
 from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
 
@@ -18,6 +19,8 @@ class PPO:
             over ``total_frames``.
         epochs, minibatch_size: passes over each rollout and transitions per step.
         clip_epsilon: policy-ratio clip; annealed with the lr when ``anneal_clip``.
+        normalize_reward: train on rewards scaled by the running std of the discounted
+            return (RewardScaler; the stored and logged rewards are unchanged).
         sequence_length: a RecurrentActorCritic trains on contiguous sequences of this many
             steps of one env (None: the env's whole rollout), each restarting from its stored
             hidden state; a minibatch holds ``minibatch_size // sequence_length`` of them
@@ -29,7 +32,7 @@ class PPO:
                  minibatch_size: int = 64, value_coef: float = 0.5, entropy_coef: float = 0.0,
                  max_grad_norm: float = 0.5, normalize_advantage: bool = True,
                  anneal_lr: bool = True, anneal_clip: bool = False, total_frames: int = -1,
-                 sequence_length: int | None = None) -> None:
+                 sequence_length: int | None = None, normalize_reward: bool = False) -> None:
         self.actor_critic = actor_critic
         self.recurrent = isinstance(actor_critic, RecurrentActorCritic)
         self.sequence_length = sequence_length
@@ -41,12 +44,18 @@ class PPO:
         if (anneal_lr or anneal_clip) and total_frames <= 0:
             raise ValueError("anneal_lr / anneal_clip need a finite total_frames")
         self.optimizer = torch.optim.Adam(actor_critic.parameters(), lr=lr, eps=1e-5)
+        self.reward_scaler = RewardScaler(gamma) if normalize_reward else None
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict()}
+        state = {"optimizer": self.optimizer.state_dict()}
+        if self.reward_scaler is not None:
+            state["reward_scaler"] = self.reward_scaler.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.reward_scaler is not None and "reward_scaler" in state:
+            self.reward_scaler.load_state_dict(state["reward_scaler"])
 
     @torch.no_grad()
     def compute_advantages(self, buffer: RolloutBuffer) -> None:
@@ -57,8 +66,11 @@ class PPO:
         state_value = self.actor_critic.state_value(transitions)
         rollout.set("state_value", torch.cat([state_value, next_state_value[:, -1:]], 1))
         transitions = transition_view(rollout)
+        reward = transitions.get(("next", "reward"))
+        if self.reward_scaler is not None:  # the stored rewards stay as collected
+            reward = self.reward_scaler(reward, transitions.get(("next", "done")))
         advantage, value_target = generalized_advantage_estimate(
-            transitions.get(("next", "reward")), transitions.get("state_value"), next_state_value,
+            reward, transitions.get("state_value"), next_state_value,
             transitions.get(("next", "terminated")), transitions.get(("next", "done")),
             gamma=self.gamma, gae_lambda=self.gae_lambda,
         )

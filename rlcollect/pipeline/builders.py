@@ -202,7 +202,8 @@ def make_learner(cfg: DictConfig, policy, collector: CollectorBase, observation_
                   epochs=a.epochs, minibatch_size=a.minibatch_size, value_coef=a.value_coef,
                   entropy_coef=a.entropy_coef, max_grad_norm=a.max_grad_norm,
                   normalize_advantage=a.normalize_advantage, anneal_lr=a.anneal_lr, anneal_clip=a.anneal_clip,
-                  total_frames=cfg.total_frames, sequence_length=a.sequence_length)
+                  total_frames=cfg.total_frames, sequence_length=a.sequence_length,
+                  normalize_reward=a.normalize_reward)
         return PPOLearner(ppo, buffer)
     dqn = DQN(policy, lr=a.lr, gamma=a.gamma, target_update=a.target_update,
               target_update_period=a.target_update_period, tau=a.tau, double_dqn=a.double_dqn, loss=a.loss,

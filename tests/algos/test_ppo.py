@@ -3,7 +3,7 @@ import copy
 import torch
 
 from rlcollect.algos.ppo import PPO
-from rlcollect.buffers.rollout import RolloutBuffer
+from rlcollect.buffers.rollout import RolloutBuffer, transition_view
 from rlcollect.collectors import Collector
 from rlcollect.envs import GymEnv
 from rlcollect.modules import ActorCritic
@@ -50,3 +50,20 @@ def test_ppo_updates_the_observation_norm_after_each_update():
     learner.learn(batch, 16)
     assert int(policy.obs_norm.count) == 16
     torch.testing.assert_close(policy.obs_norm.running_mean.float(), batch["observation"].reshape(-1, 4).mean(0))
+
+
+def test_normalize_reward_trains_on_scaled_rewards_and_stores_them_as_collected():
+    from rlcollect.algos.learners import PPOLearner
+
+    env = GymEnv("CartPole-v1", 2, seed=0)
+    policy = ActorCritic(env.observation_space, env.action_space)
+    ppo = PPO(policy, epochs=1, minibatch_size=8, total_frames=32, normalize_reward=True)
+    learner = PPOLearner(ppo, RolloutBuffer(2, 8, 4))
+    for frames, batch in zip((16, 32), Collector(env, policy, frames_per_batch=16)):
+        learner.learn(batch, frames)
+        stored = transition_view(learner.buffer.rollout)["next", "reward"]
+        assert stored.shape == (2, 8) and (stored == 1.0).all()  # CartPole's rewards, as collected
+    assert ppo.reward_scaler.variance > 0 and int(ppo.reward_scaler.stats.count) == 32
+    restored = PPO(copy.deepcopy(policy), total_frames=32, normalize_reward=True)
+    restored.load_state_dict(ppo.state_dict())  # a checkpoint carries the statistics
+    assert restored.reward_scaler.variance == ppo.reward_scaler.variance

@@ -45,6 +45,13 @@ def test_train_logs_the_same_values_to_metrics_jsonl_and_wandb(tmp_path, collect
     assert sum(row["collect/episodes"] for row in rows) > 0
     assert [row["frames"] for row in rows] == [128, 256, 384, 512]
     assert "eval/episode_return" in rows[1] and "eval/episode_return" in rows[3]
+    # time split by phase; frames/s over the collecting time alone
+    for row in rows:
+        assert row["collect/frames_per_second"] == pytest.approx(row["frames"] / row["time/collect"])
+    for phase in ("collect", "train", "eval"):
+        seconds = [row[f"time/{phase}"] for row in rows]
+        assert seconds == sorted(seconds) and summary[f"seconds_{phase}"] >= seconds[-1]
+    assert rows[0]["time/eval"] == 0 < rows[1]["time/eval"]  # the first evaluation is at 256 frames
     [wandb_file] = find_offline_runs(run_dir)
     run = read_offline_run(wandb_file)
     assert run.config["env"]["id"] == "CartPole-v1" and run.config["seed"] == 0

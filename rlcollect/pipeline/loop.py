@@ -112,8 +112,10 @@ def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
     bar = tqdm(total=cfg.total_frames, initial=p.collector.frames, unit="frame", disable=not cfg.progress,
                dynamic_ncols=True)
     status = "finished"
+    phases = Phases(start_frames=p.collector.frames, concurrent=p.background)
     try:
         for batch, frames in collected(p):
+            phases.end("collect")
             if getattr(p.collector, "post_collect_hook", None) is not p.logger:  # the hooks ran elsewhere
                 p.logger.drain_worker_hooks(frames, p.collector.hook_results())
             for restart in p.collector.pop_worker_restarts():  # workers replaced during this batch
@@ -122,6 +124,7 @@ def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
             p.logger.log({f"train/{k}": v for k, v in metrics.items()}, step=frames)
             check_finite(p, metrics, frames, batch)  # before any checkpoint of this batch: none is poisoned
             p.collector.update_policy_weights_()
+            phases.end("train")
             bar.update(frames - bar.n)
             postfix = {"fps": f"{frames / seconds():.0f}"}
             if p.logger.recent_episode_return is not None:
@@ -130,12 +133,14 @@ def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
             if frames >= progress.next_eval or frames >= cfg.total_frames:
                 progress.next_eval += cfg.eval.every_frames
                 eval_return = evaluate(p, frames)
+                phases.end("eval")
                 postfix["eval"] = f"{eval_return:.1f}"
                 threshold = summary["solved_return"]  # the env id's own (logging.runs.solved_threshold)
                 solved = threshold is not None and eval_return >= threshold
                 if solved:
                     summary["frames_to_solve"], summary["seconds_to_solve"] = frames, seconds()
             bar.set_postfix(postfix)
+            p.logger.log(phases.metrics(frames), step=frames)
             if progress.next_checkpoint is not None and (frames >= progress.next_checkpoint or solved):
                 progress.next_checkpoint = frames + cfg.checkpoint_every_frames
                 p.logger.flush()
@@ -163,9 +168,33 @@ def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
         summary["frames"] = p.collector.frames
         summary["seconds"] = seconds()
         summary["frames_per_second"] = summary["frames"] / max(summary["seconds"], 1e-9)
+        summary.update({f"seconds_{name}": value for name, value in phases.seconds.items()})
         (p.run_dir / SUMMARY_FILE).write_text(strict_json(summary))
         p.close(exit_code=0 if status in ("finished", "solved") else 1)
     return summary
+
+
+class Phases:
+    """Where a run's wall-clock goes, this session: collecting (waiting for the next batch),
+    training (the update and the weight push) and evaluating. ``end(phase)`` charges the
+    time since the last ``end`` to ``phase``. ``metrics`` gives ``time/<phase>`` and
+    ``collect/frames_per_second`` over the collecting time alone (with background
+    collection, which overlaps training, over all the time instead)."""
+
+    def __init__(self, start_frames: int, concurrent: bool = False) -> None:
+        self.start_frames, self.concurrent = start_frames, concurrent
+        self.seconds = {"collect": 0.0, "train": 0.0, "eval": 0.0}
+        self._mark = time.perf_counter()
+
+    def end(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[phase] += now - self._mark
+        self._mark = now
+
+    def metrics(self, frames: int) -> dict[str, float]:
+        collecting = sum(self.seconds.values()) if self.concurrent else self.seconds["collect"]
+        return {"collect/frames_per_second": (frames - self.start_frames) / max(collecting, 1e-9),
+                **{f"time/{phase}": seconds for phase, seconds in self.seconds.items()}}
 
 
 class DivergedError(FloatingPointError):

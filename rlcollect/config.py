@@ -405,6 +405,7 @@ class EvalConfig:
     episodes: int = 10  # eval envs stepped together, one episode each (the unbiased estimate)
     max_steps: Optional[int] = None  # step budget over all eval envs; an episode cut by it is not counted (eval/cut)
     max_trajectories: Optional[int] = None  # None: one episode per eval env; else episodes back to back until this many
+    video: bool = False  # record one evaluation episode (rgb_array) to videos/eval_<frames>.mp4 and W&B
 
 
 @dataclass

@@ -138,6 +138,10 @@ class RunLogger:
     def _log_event_count(self, name: str, count: int, step: int) -> None:
         """Where else an event is counted (W&B); nowhere for a plain RunLogger."""
 
+    def log_video(self, name: str, path: str | Path, step: int) -> None:
+        """A video written at ``path`` (in the run folder): where else it goes (W&B); the
+        file itself is the run folder's record."""
+
     def flush(self) -> None:
         if self._pending_step is None:
             return
@@ -198,6 +202,13 @@ class WandbLogger(RunLogger):
 
     def _log_event_count(self, name: str, count: int, step: int) -> None:
         self._run.log({f"event/{name}": count}, step=step)
+
+    def log_video(self, name: str, path: str | Path, step: int) -> None:
+        import wandb
+
+        if self._pending_step is not None and self._pending_step < step:
+            self.flush()  # W&B steps only go forward
+        self._run.log({name: wandb.Video(str(path), format="mp4")}, step=step)
 
     def close(self, exit_code: int = 0) -> None:
         if self._file.closed:

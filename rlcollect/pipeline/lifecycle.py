@@ -27,6 +27,7 @@ from rlcollect.pipeline.builders import (
 )
 from rlcollect.pipeline.checks import check_combination, check_keys, warn_combination
 from rlcollect.pipeline.loop import Progress
+from rlcollect.pipeline.video import EvalVideo
 from rlcollect.seeding import eval_seed
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class Pipeline:
     progress: Progress
     background: bool = False  # collector.start(): the loop trains as frames arrive
     names: dict | None = None  # the W&B run's name, group and job_type, kept for a resumed run
+    video: EvalVideo | None = None  # eval.video: an evaluation episode recorded at each evaluation
 
     def state_dict(self, seconds: float) -> dict:
         """Everything needed to continue this run (all weights_only-loadable)."""
@@ -74,6 +76,8 @@ class Pipeline:
         """Shut the collector and the evaluator down, close the logger with ``exit_code``."""
         self.collector.shutdown()
         self.evaluator.shutdown()
+        if self.video is not None:
+            self.video.shutdown()
         self.logger.close(exit_code)
 
 
@@ -121,7 +125,8 @@ def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, grou
                               eval_every_frames=cfg.eval.every_frames,
                               checkpoint_every_frames=cfg.checkpoint_every_frames)
     pipeline = Pipeline(cfg, run_dir, policy, collector, learner, evaluator, logger, progress,
-                        background=algo_collection(cfg).background, names=names)
+                        background=algo_collection(cfg).background, names=names,
+                        video=EvalVideo(cfg, policy, run_dir) if cfg.eval.get("video") else None)
     if checkpoint is not None:
         pipeline.load_state_dict(checkpoint)
     return pipeline

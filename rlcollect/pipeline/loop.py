@@ -252,6 +252,8 @@ def evaluate(p: Pipeline, frames: int) -> float:
     eval_return = result.mean_return if result.returns else float("nan")
     p.logger.log({"eval/episode_return": eval_return, "eval/episodes": len(result.returns), "eval/cut": result.cut},
                  step=frames)
+    if p.video is not None:  # eval.video: one more episode, rendered
+        p.logger.log_video("eval/video", p.video.record(frames), step=frames)
     summary = p.progress.summary
     summary["final_eval_return"] = eval_return
     best = summary["best_eval_return"]

@@ -1,0 +1,61 @@
+"""Evaluation videos: the frames of one episode (``render_mode="rgb_array"``) to an mp4."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+
+class FrameRecorder(gym.Wrapper):
+    """Keeps the rendered frames of each episode: ``frames`` of the current one (one after
+    the reset, one after each step), ``finished`` those of the episodes before it (until
+    ``clear()``). The env must be made with ``render_mode="rgb_array"``."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        if env.render_mode != "rgb_array":
+            raise ValueError(f"FrameRecorder needs an env made with render_mode='rgb_array', got {env.render_mode!r}")
+        self.frames: list[np.ndarray] = []
+        self.finished: list[list[np.ndarray]] = []
+
+    def clear(self) -> None:
+        self.frames, self.finished = [], []
+
+    def reset(self, **kwargs):
+        result = self.env.reset(**kwargs)
+        if self.frames:
+            self.finished.append(self.frames)
+        self.frames = [self.env.render()]
+        return result
+
+    def step(self, action):
+        result = self.env.step(action)
+        self.frames.append(self.env.render())
+        return result
+
+
+class Recorders:
+    """A wrapper factory for GymEnv (``wrappers=[..., recorders]``) that remembers the
+    FrameRecorders it made, so the frames can be read from the process that built the env."""
+
+    def __init__(self) -> None:
+        self.made: list[FrameRecorder] = []
+
+    def __call__(self, env: gym.Env) -> FrameRecorder:
+        recorder = FrameRecorder(env)
+        self.made.append(recorder)
+        return recorder
+
+
+def write_mp4(frames: list[np.ndarray], path: str | Path, fps: int) -> Path:
+    """Write ``frames`` (``[H, W, 3]`` uint8) to an H.264 mp4 at ``path`` (imageio-ffmpeg,
+    from the envs extra); returns the path."""
+    try:
+        import imageio.v2 as imageio
+    except ImportError as error:
+        raise ImportError("eval.video needs imageio and imageio-ffmpeg: pip install -e '.[envs]'") from error
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    imageio.mimwrite(path, frames, fps=fps, codec="libx264", macro_block_size=1)
+    return path

@@ -1,0 +1,88 @@
+"""eval.video: an evaluation episode rendered to an mp4 in the run folder and logged to W&B."""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_module
+
+from rlcollect.config import register_configs
+from rlcollect.envs.video import FrameRecorder
+from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run
+from rlcollect.testing import CountingEnv
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("imageio_ffmpeg") is None,
+                                reason="needs imageio-ffmpeg (envs extra)")
+
+
+class Painted(CountingEnv):
+    """Episodes of 5 steps; each frame is gray at 40 x the step count."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, render_mode=None):
+        super().__init__(episode_length=5)
+        self.render_mode = render_mode
+
+    def render(self):
+        return np.full((48, 64, 3), 40 * self.count, np.uint8)
+
+
+gym.register("rlcollect-test/Painted-v0", entry_point=Painted)
+
+
+def test_frame_recorder_keeps_each_episode_and_needs_rgb_array():
+    env = FrameRecorder(gym.make("rlcollect-test/Painted-v0", render_mode="rgb_array"))
+    env.reset()
+    for _ in range(5):
+        env.step(0)
+    env.reset()
+    assert [int(frame[0, 0, 0]) for frame in env.finished[0]] == [0, 40, 80, 120, 160, 200]
+    assert len(env.frames) == 1
+    with pytest.raises(ValueError, match="render_mode='rgb_array'"):
+        FrameRecorder(gym.make("rlcollect-test/Painted-v0"))
+
+
+def test_an_eval_video_decodes_to_the_episodes_frames(tmp_path):
+    import imageio.v2 as imageio
+
+    from rlcollect import pipeline
+    from rlcollect.pipeline.video import EvalVideo
+
+    register_configs()
+    with initialize_config_module("rlcollect.conf", version_base="1.3"):
+        cfg = compose("train", overrides=["env.id=rlcollect-test/Painted-v0", "eval.video=true", "logger=none"])
+    env = pipeline.make_env(cfg, num_envs=None, seed=0)
+    policy = pipeline.make_policy(cfg, env.observation_space, env.action_space)
+    video = EvalVideo(cfg, policy, tmp_path)
+    try:
+        path = video.record(frames=100)
+    finally:
+        video.shutdown()
+    assert path == tmp_path / "videos" / "eval_100.mp4"
+    reader = imageio.get_reader(path)
+    frames = [frame for frame in reader]
+    assert len(frames) == 6 and frames[0].shape == (48, 64, 3) and reader.get_meta_data()["fps"] == 10
+    # lossy, but each frame's gray level is its step's: 0, 40, ..., 200
+    assert [round(float(frame.mean()) / 40) for frame in frames] == [0, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.timeout(240)
+def test_train_with_eval_video_writes_mp4s_and_logs_them_to_wandb(tmp_path):
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "SDL_VIDEODRIVER": "dummy"}
+    result = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", "total_frames=512",
+                             "collector.frames_per_batch=256", "eval.every_frames=256", "eval.episodes=2",
+                             "eval.video=true", "progress=false", "hydra.run.dir=run"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=200)
+    assert result.returncode == 0, result.stderr
+    videos = sorted(path.name for path in (tmp_path / "run" / "videos").iterdir())
+    assert videos == ["eval_256.mp4", "eval_512.mp4"]
+    [run_file] = find_offline_runs(tmp_path / "run")
+    logged = [(row["_step"], row["eval/video"]["_type"]) for row in read_offline_run(run_file).history
+              if "eval/video" in row]
+    assert logged == [(256, "video-file"), (512, "video-file")]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "finished"

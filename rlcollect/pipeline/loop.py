@@ -223,7 +223,10 @@ def policy_outputs_finite(policy, batch: TensorDictBase, steps: int = 8) -> bool
     for key in ("action", "action_log_prob", "state_value", "action_value"):
         inputs.pop(key, None)
     try:
-        outputs = policy(inputs)
+        cuda = sorted({p.device.index or 0 for p in policy.parameters() if p.device.type == "cuda"}) \
+            if isinstance(policy, torch.nn.Module) else []
+        with torch.random.fork_rng(devices=cuda):  # a sampling policy must not move the run's RNG streams
+            outputs = policy(inputs)
     except Exception:
         return True  # a policy that needs more than a step's entries: not probed
     return all(bool(torch.isfinite(value).all()) for value in outputs.values(True, True)

@@ -124,7 +124,8 @@ def test_the_runs_cover_every_option_of_every_group():
     assert {group for group, _ in shipped} == set(GROUPS)  # no group folder left out of GROUPS
     assert {p.parent.relative_to(CONF).as_posix() for p in CONF.rglob("*.yaml") if p.parent != CONF} == set(GROUPS)
     picked = {("collector", "ray"), ("weight_sync", "ray")}
-    for overrides in RUNS:
+    for run in RUNS:
+        overrides = run.values[0] if hasattr(run, "values") else run  # a preset's pytest.param
         choices = compose_train(one_step(overrides), return_hydra_config=True).hydra.runtime.choices
         picked |= {(group, choices[group]) for group in GROUPS if choices.get(group)}
     assert shipped <= picked, sorted(shipped - picked)
@@ -222,7 +223,9 @@ def test_a_yaml_option_sets_only_what_differs_from_its_schema(group):
         defaults = text.pop("defaults")
         schema_name = "env_schema" if group == "env" else f"{group.replace('/', '_')}_{name}_schema"
         assert any(str(entry).startswith(f"/{schema_name}@") for entry in defaults), (group, name, defaults)
-        if group in ("algo", "collector") and group in text:  # `# @package _global_` options
+        if group in ("algo", "collector", "env") and group in text:  # `# @package _global_` options
+            for key, value in text.get("eval", {}).items():  # an env preset's evaluation cadence
+                assert value != getattr(EvalConfig(), key), f"conf/{group}/{name}.yaml repeats eval.{key}={value!r}"
             text = text[group]
         schema = _schema_of(group, name)
         fields = {f.name: f for f in dataclasses.fields(schema)}

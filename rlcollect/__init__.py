@@ -9,7 +9,8 @@ The library, usable without the CLI (docs/README.md is the map):
   ``ActionServerCollector`` / ``AlternatingCollector`` (envs in workers, one batched
   policy forward here), ``RayCollector`` (Ray actors), ``EvalCollector`` (evaluation),
   with their option groups (``StepOptions``, ``DeviceOptions``, ``DeliveryOptions``,
-  ``WorkerOptions``, ``BatchSpec``) and ``WorkerError``.
+  ``WorkerOptions``, ``BatchSpec``), ``WorkerError`` and ``WorkerRestart`` (a worker
+  replaced under ``max_worker_restarts``).
 - Weight sync: ``SharedMemWeightSyncScheme``, ``MultiProcessWeightSyncScheme``,
   ``NoWeightSyncScheme``, ``RayWeightSyncScheme``.
 - Buffers: ``RolloutBuffer`` (on-policy ``[N, T + 1]``), ``ReplayBuffer`` over a
@@ -55,6 +56,7 @@ _EXPORTS = {
     "StepOptions": "rlcollect.collectors.options",
     "WorkerError": "rlcollect.collectors.processes",
     "WorkerOptions": "rlcollect.collectors.options",
+    "WorkerRestart": "rlcollect.collectors.restarts",
     "evaluate_episodes": "rlcollect.collectors.evaluation",
     # weight sync
     "MultiProcessWeightSyncScheme": "rlcollect.weight_sync.pipes",
@@ -112,8 +114,8 @@ __all__ = [
     "ReplayBuffer", "ReplayBufferEnsemble", "RolloutBuffer", "RunLogger", "SharedMemWeightSyncScheme",
     "SliceSampler", "SliceSamplerWithoutReplacement", "StagedEnv", "StepOptions", "TrajectoryInfo", "TrajectoryPool",
     "WandbLogger", "WeightSyncScheme",
-    "WorkerError", "WorkerOptions", "evaluate_episodes", "generalized_advantage_estimate", "iterate_minibatches",
-    "make_env", "recurrent_mode", "set_recurrent_mode", "split_trajectories", "transition_view",
+    "WorkerError", "WorkerOptions", "WorkerRestart", "evaluate_episodes", "generalized_advantage_estimate",
+    "iterate_minibatches", "make_env", "recurrent_mode", "set_recurrent_mode", "split_trajectories", "transition_view",
     # aliases for migrating users (rlcollect/compat.py)
     "MultiCollector", "MultiSyncDataCollector", "MultiaSyncDataCollector", "SyncDataCollector",
     "TensorDictReplayBuffer", "aSyncDataCollector",

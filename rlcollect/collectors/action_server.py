@@ -45,10 +45,12 @@ from rlcollect.collectors.options import (
     split_options,
     with_options_doc,
 )
-from rlcollect.collectors.processes import WorkerProcesses
+from rlcollect.collectors.processes import WorkerLost, WorkerProcesses
+from rlcollect.collectors.restarts import Restarts
 from rlcollect.collectors.single import Collector
 from rlcollect.collectors.step_buffer import CLOSE, RemoteEnv, StepBuffer, StepWorkerSpec, step_worker_main
 from rlcollect.envs.sources import EnvSource, worker_env_specs
+from rlcollect.seeding import restart_seed
 from rlcollect.trajectories import TrajectoryPool
 from rlcollect.validation import check_non_negative_int, check_positive_int
 
@@ -92,7 +94,10 @@ class ActionServerCollector(CollectorBase):
 
     A worker that dies or an env that raises becomes a ``WorkerError`` naming the worker
     (with the env's traceback); any error during collection shuts the collector down
-    first: no process, shared memory or semaphore is left behind.
+    first: no process, shared memory or semaphore is left behind. With
+    ``max_worker_restarts`` the worker is replaced instead and every env restarts: the
+    envs step in lockstep, so the batch under way is collected again from new trajectories
+    (docs/collectors.md, "Failures, shutdown, state").
     """
 
     num_groups = 1  # groups of workers whose steps alternate (AlternatingCollector: 2)
@@ -114,13 +119,11 @@ class ActionServerCollector(CollectorBase):
     ) -> None:
         groups = split_options(type(self).__name__, options)
         step, devices, delivery = groups[StepOptions], groups[DeviceOptions], groups[DeliveryOptions]
-        workers = groups[WorkerOptions]
-        if workers.max_worker_restarts:
-            raise ValueError(f"max_worker_restarts={workers.max_worker_restarts}: {type(self).__name__} steps every "
-                             "env in lockstep and does not replace a failed worker; use MultiSyncCollector or "
-                             "MultiAsyncCollector to restart workers")
+        self.worker_options = workers = groups[WorkerOptions]
         check_groups(step, delivery)
         super().__init__(delivery)
+        self._restarts = Restarts(workers.max_worker_restarts, workers.restart_on_env_error)
+        self._talking = 0  # > 0 while a failed worker may be replaced (collecting, resetting)
         self._workers: WorkerProcesses | None = None
         self._groups: list[Collector] = []
         self._envs: list[RemoteEnv] = []
@@ -140,9 +143,10 @@ class ActionServerCollector(CollectorBase):
         mp_context = workers.mp_context
         self._step_buffer = StepBuffer.allocate(observation_space, action_space, self.num_workers,
                                                 self.envs_per_worker, mp_context, info_keys)
-        self._workers = WorkerProcesses(mp_context, on_failure=self.shutdown, name="rlcollect-step-worker")
+        self._workers = WorkerProcesses(mp_context, on_failure=self.shutdown, name="rlcollect-step-worker",
+                                        recover=self._may_restart)
         try:
-            self._start_workers(env_specs, workers.worker_torch_threads, cpus)
+            self._start_workers(env_specs, cpus)
             self._build_groups(policy, group_devices, step, observation_space, action_space)
         except BaseException:
             self.shutdown()
@@ -177,16 +181,20 @@ class ActionServerCollector(CollectorBase):
         finally:
             probe.close()
 
-    def _start_workers(self, env_specs, torch_threads, cpus) -> None:
+    def _start_workers(self, env_specs, cpus) -> None:
+        self._env_specs, self._cpus = env_specs, cpus  # kept to replace a failed worker (max_worker_restarts)
         for worker_id, env_spec in enumerate(env_specs):
-            spec = StepWorkerSpec(
-                worker_id=worker_id, create_env=env_spec, worker_seed=env_spec.seed,
-                torch_threads=torch_threads, cpus=None if cpus is None else cpus[worker_id],
-                max_decorrelation_steps=self.max_decorrelation_steps, step_buffer=self._step_buffer,
-            )
-            self._workers.start(step_worker_main, spec)
+            self._workers.start(step_worker_main, self._worker_spec(worker_id, env_spec))
         for _ in self._workers.receive(range(self.num_workers), expect="ready", timeout=self.batch_timeout):
             pass
+
+    def _worker_spec(self, worker_id: int, env_spec) -> StepWorkerSpec:
+        return StepWorkerSpec(
+            worker_id=worker_id, create_env=env_spec, worker_seed=env_spec.seed,
+            torch_threads=self.worker_options.worker_torch_threads,
+            cpus=None if self._cpus is None else self._cpus[worker_id],
+            max_decorrelation_steps=self.max_decorrelation_steps, step_buffer=self._step_buffer,
+        )
 
     def _build_groups(self, policy, devices: DeviceOptions, step: StepOptions, observation_space,
                       action_space) -> None:
@@ -256,7 +264,7 @@ class ActionServerCollector(CollectorBase):
         if pre_collect_hook is not None:
             pre_collect_hook()
         try:
-            self._collect_groups()
+            self._with_restarts(self._collect_groups, frames_lost=self.frames_per_batch)
         except BaseException:
             self.shutdown()  # steps may be in flight: the workers' state is unknown
             raise
@@ -268,6 +276,60 @@ class ActionServerCollector(CollectorBase):
         else:
             batch = torch.cat([collector.batch for collector in self._groups], 0)
         return self._delivery(batch)
+
+    # ------------------------------------------------------------------ restarts
+    def _may_restart(self, worker_id: int, kind: str) -> bool:
+        """Whether a failure is recovered from (WorkerProcesses' ``recover``): while
+        collecting or resetting, within max_worker_restarts (docs/collectors.md)."""
+        return self._talking > 0 and self._restarts.allows(kind)
+
+    def _with_restarts(self, action, frames_lost: int) -> None:
+        """Run ``action``; when a worker fails and may be replaced, replace it, restart
+        every env and run ``action`` again. The envs step in lockstep, so what the batch
+        under way held is dropped for all of them (``frames_lost``: at most a batch)."""
+        self._talking += 1
+        try:
+            while True:
+                try:
+                    action()
+                    return
+                except WorkerLost as lost:
+                    self._recover(lost, frames_lost)
+        finally:
+            self._talking -= 1
+
+    def _recover(self, lost: WorkerLost, frames_lost: int) -> None:
+        """Replace the failed worker, then reset every env: each starts a new trajectory
+        (new ids), the replacement's envs from their restart seeds. Replaces again if a
+        worker fails meanwhile (within the budget)."""
+        while True:
+            try:
+                self._replace_worker(lost, frames_lost)
+                self._set_deadline(None)
+                for collector in self._groups:
+                    collector.reset()
+                self._delivery.drop_partial()  # trajectories held back never complete
+                return
+            except WorkerLost as again:
+                lost, frames_lost = again, 0
+
+    def _replace_worker(self, lost: WorkerLost, frames_lost: int) -> None:
+        """A fresh worker in the failed one's place, its envs reseeded
+        (seeding.restart_seed), ready; every other worker's command answered."""
+        worker_id = lost.worker_id
+        self._restarts.record(worker_id, lost.kind, lost.message, frames_lost,
+                              dropped="the batch under way (every env restarts)")
+        self._workers.stop(worker_id)
+        for env in self._envs:
+            if worker_id in env.worker_ids:
+                env.forget(worker_id)
+        first = self._env_specs[worker_id]
+        env_spec = replace(first, seed=restart_seed(first.seed, self._restarts.of(worker_id)))
+        self._workers.start(step_worker_main, self._worker_spec(worker_id, env_spec), worker_id=worker_id)
+        for _ in self._workers.receive([worker_id], expect="ready", timeout=self.batch_timeout):
+            pass
+        for env in self._envs:
+            env.settle()
 
     # ------------------------------------------------------------------ public API
     def _apply_delivery(self, changes: dict) -> None:
@@ -289,9 +351,7 @@ class ActionServerCollector(CollectorBase):
         reset every env (decorrelation steps included): the same seed gives the same
         batches. Returns the seed."""
         torch.manual_seed(seed)
-        for env in self._envs:
-            env.set_seed(seed)
-        self._restart()
+        self._restart(seed)
         return seed
 
     def reset(self) -> None:
@@ -300,10 +360,16 @@ class ActionServerCollector(CollectorBase):
         self._restart()
         self._delivery.drop_partial()
 
-    def _restart(self) -> None:
-        try:
+    def _restart(self, seed: int | None = None) -> None:
+        def reset_all() -> None:
+            if seed is not None:
+                for env in self._envs:
+                    env.set_seed(seed)
             for collector in self._groups:
                 collector.reset()
+
+        try:
+            self._with_restarts(reset_all, frames_lost=0)
         except BaseException:
             self.shutdown()
             raise
@@ -315,10 +381,13 @@ class ActionServerCollector(CollectorBase):
     def load_state_dict(self, state: dict) -> None:
         self._frames = int(state["frames"])
         self._traj_pool.load_state_dict(state["traj_pool"])
-        try:
+        def load() -> None:
             for collector in self._groups:  # each group's share of the frames; the pool as the groups leave it
                 collector.load_state_dict({"frames": self._frames * collector.env.num_envs // self.num_envs,
                                            "traj_pool": self._traj_pool.state_dict()})
+
+        try:
+            self._with_restarts(load, frames_lost=0)
         except BaseException:
             self.shutdown()
             raise

@@ -13,6 +13,7 @@ from tensordict import TensorDict
 
 from rlcollect.collectors.delivery import PENDING
 from rlcollect.collectors.options import DeliveryOptions
+from rlcollect.collectors.restarts import Restarts, WorkerRestart
 from rlcollect.keys import MASK
 
 SETTABLE_DELIVERY = ("pre_collect_hook", "post_collect_hook", "postproc")
@@ -37,16 +38,22 @@ class CollectorBase(ABC):
         self._background_error: BaseException | None = None
         self._stop_background = threading.Event()
         self._write_lock = threading.Lock()
+        self._restarts = Restarts()  # collectors with workers: their max_worker_restarts budget
 
     @property
     def replay_buffer(self):
         """The replay buffer batches are written into (None: batches are yielded)."""
         return self.delivery_options.replay_buffer
 
-    def pop_worker_restarts(self) -> list:
-        """The workers replaced since the last call (WorkerRestart records; collectors with
-        worker processes and ``max_worker_restarts``); none here."""
-        return []
+    def pop_worker_restarts(self) -> list[WorkerRestart]:
+        """The workers replaced since the last call (collectors with worker processes or
+        actors and ``max_worker_restarts``; docs/collectors.md)."""
+        return self._restarts.pop()
+
+    @property
+    def worker_restarts(self) -> int:
+        """How many workers were replaced so far."""
+        return len(self._restarts)
 
     @property
     def post_collect_hook(self):

@@ -16,7 +16,6 @@ watches the workers' pipes and process sentinels: a worker exception arrives as 
 from __future__ import annotations
 
 import copy
-import logging
 import math
 import warnings
 from dataclasses import replace
@@ -37,7 +36,8 @@ from rlcollect.collectors.options import (
     split_options,
     with_options_doc,
 )
-from rlcollect.collectors.processes import WorkerError, WorkerLost, WorkerProcesses, WorkerRestart
+from rlcollect.collectors.processes import WorkerError, WorkerLost, WorkerProcesses
+from rlcollect.collectors.restarts import Restarts
 from rlcollect.collectors.single import Collector
 from rlcollect.collectors.worker import WorkerSpec, resolve_model, stamp_worker_keys, worker_main
 from rlcollect.envs.sources import worker_env_specs
@@ -48,7 +48,6 @@ from rlcollect.validation import check_positive_int
 from rlcollect.weight_sync import SharedMemWeightSyncScheme, WeightSyncScheme
 
 CAT_RESULTS = ("stack", 0, -1)
-log = logging.getLogger(__name__)
 __all__ = ["MultiAsyncCollector", "MultiSyncCollector", "WorkerError"]
 
 
@@ -91,8 +90,7 @@ class _MultiCollector(CollectorBase):
         cpus = workers.cpu_sets(self.num_workers)
         self._mp_context = workers.mp_context
         self._workers = WorkerProcesses(self._mp_context, on_failure=self.shutdown, recover=self._may_restart)
-        self._restarts: list[WorkerRestart] = []  # every worker replaced so far
-        self._unreported = 0  # of those, how many pop_worker_restarts() has not returned yet
+        self._restarts = Restarts(workers.max_worker_restarts, workers.restart_on_env_error)
         self._talking = 0  # > 0 while sending to or waiting on workers: failures may be recovered from
         self._traj_pool = TrajectoryPool(mp_context=self._mp_context)
         schemes = self._setup_weight_sync_schemes(weight_sync_schemes)
@@ -182,22 +180,17 @@ class _MultiCollector(CollectorBase):
         """Whether a failure is recovered from (WorkerProcesses' ``recover``): while the
         collector talks to its workers (``_restartable``), within max_worker_restarts, for a
         death or a hang (and an exception with restart_on_env_error)."""
-        options = self.worker_options
-        return (self._restartable and len(self._restarts) < options.max_worker_restarts
-                and (kind in ("died", "timeout") or (kind == "raised" and options.restart_on_env_error)))
+        return self._restartable and self._restarts.allows(kind)
 
     def _replace_worker(self, lost: WorkerLost) -> None:
         """A fresh worker in the failed one's place, ready: the trainer's current weights,
         its envs reseeded (seeding.restart_seed), new trajectory ids; what the failed one
         was collecting is dropped."""
         worker_id = lost.worker_id
-        cause = lost.message.strip().splitlines()[-1] if lost.kind == "raised" else lost.message
-        self._restarts.append(WorkerRestart(worker_id, cause, self._worker_frames[worker_id]))
-        self._unreported += 1
-        log.warning("collector worker %d %s; replaced it (restart %d of max_worker_restarts=%d), dropping its "
-                    "partial batch", worker_id, cause, len(self._restarts), self.worker_options.max_worker_restarts)
+        self._restarts.record(worker_id, lost.kind, lost.message, self._worker_frames[worker_id],
+                              dropped="its partial batch")
         self._workers.stop(worker_id)
-        replaced = sum(restart.worker_id == worker_id for restart in self._restarts)
+        replaced = self._restarts.of(worker_id)
         first = self._env_specs[worker_id]
         env_spec = replace(first, seed=restart_seed(first.seed, replaced))
         endpoints = {model_id: sender.renew_endpoint(worker_id) for model_id, sender in self._senders.items()}
@@ -221,17 +214,6 @@ class _MultiCollector(CollectorBase):
     @property
     def _restartable(self) -> bool:
         return self._talking > 0
-
-    def pop_worker_restarts(self) -> list[WorkerRestart]:
-        """The workers replaced since the last call (see max_worker_restarts)."""
-        new = self._restarts[len(self._restarts) - self._unreported:]
-        self._unreported = 0
-        return new
-
-    @property
-    def worker_restarts(self) -> int:
-        """How many workers were replaced so far."""
-        return len(self._restarts)
 
     # ------------------------------------------------------------------ messaging
     @property

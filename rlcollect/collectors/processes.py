@@ -18,7 +18,6 @@ import os
 import random
 import signal
 import time
-from dataclasses import dataclass
 from multiprocessing.connection import wait
 from typing import Callable, Iterable, Iterator, NoReturn, Sequence
 
@@ -45,20 +44,6 @@ class WorkerLost(Exception):
         super().__init__(f"collector worker {worker_id}: {message}")
         self.worker_id, self.kind, self.message = worker_id, kind, message
         self.found: list = []  # WorkerProcesses.ready: the other workers' messages
-
-
-@dataclass(frozen=True)
-class WorkerRestart:
-    """One replaced worker: which, why (one line) and the frames of the batch it was
-    collecting, dropped with it (an upper bound: the steps it had taken are not reported)."""
-
-    worker_id: int
-    cause: str
-    frames_lost: int
-
-    def as_event(self) -> dict:
-        return {"event": "worker_restart", "worker": self.worker_id, "cause": self.cause,
-                "frames_lost": self.frames_lost}
 
 
 def initialize_worker(seed: int | None = None, torch_threads: int | None = 1,

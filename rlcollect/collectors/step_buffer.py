@@ -218,11 +218,17 @@ class RemoteEnv:
         self._status = buffer.status[worker_ids.start:worker_ids.stop].numpy()
         self._commands = buffer.command.numpy()
         self._step_ready = [buffer.step_ready[w] for w in worker_ids]
+        self._pending: set[int] = set()  # workers given a command not yet answered
         self.deadline: float | None = None  # time.monotonic() by which a wait must end (batch_timeout)
 
     @property
     def staged(self) -> TensorDict:
         return self._staging.staged
+
+    @property
+    def worker_ids(self) -> range:
+        """The workers whose envs this handle drives."""
+        return self._worker_ids
 
     # ------------------------------------------------------------------ stepping
     def send(self, actions, auto_reset: bool = True) -> None:
@@ -244,10 +250,11 @@ class RemoteEnv:
         return self.receive()
 
     def _order(self, worker_ids, command: int) -> None:
-        commands, act_ready = self._commands, self._buffer.act_ready
+        commands, act_ready, pending = self._commands, self._buffer.act_ready, self._pending
         for worker_id in worker_ids:
             commands[worker_id] = command
             act_ready[worker_id].release()
+            pending.add(worker_id)
 
     def _wait(self, worker_ids) -> None:
         for worker_id in worker_ids:
@@ -256,9 +263,25 @@ class RemoteEnv:
                 if not self._workers.is_alive(worker_id):
                     self._workers.report(worker_id)
                 if self.deadline is not None and time.monotonic() > self.deadline:
-                    self._workers.fail(worker_id, "no step within batch_timeout")
+                    self._workers.fail(worker_id, "no step within batch_timeout", kind="timeout")
+            self._pending.discard(worker_id)
         if self._status.any():
             self._workers.report(self._worker_ids.start + int(np.flatnonzero(self._status)[0]))
+
+    # ------------------------------------------------------------------ replacing a worker
+    def forget(self, worker_id: int) -> None:
+        """Drop what a failed (stopped) worker left behind: its unanswered command, the
+        semaphore counts it did not consume or gave, its failure flag; a replacement then
+        starts from a clean slate."""
+        self._pending.discard(worker_id)
+        for semaphore in (self._buffer.act_ready[worker_id], self._buffer.step_ready[worker_id]):
+            while semaphore.acquire(False):
+                pass
+        self._buffer.status[worker_id] = 0
+
+    def settle(self) -> None:
+        """Wait for every command still unanswered (after a failure, before the next order)."""
+        self._wait(sorted(self._pending))
 
     # ------------------------------------------------------------------ resets
     def reset(self) -> TensorDict:

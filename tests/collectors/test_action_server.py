@@ -102,6 +102,46 @@ def test_killed_worker_is_reported_not_waited_on(no_leftovers, variant):
     assert collector._shut_down and not any(p.is_alive() for p in collector._processes)
 
 
+@pytest.mark.parametrize("variant", ["action_server", "alternating"])
+def test_a_killed_worker_is_replaced_and_every_env_restarts(no_leftovers, variant):
+    collector = make(no_leftovers, variant, policy=echo_policy, frames_per_batch=12, total_frames=48, seed=0,
+                     max_worker_restarts=1)
+    batches, killed_pid = [], None
+    for batch in collector:
+        batches.append(batch.clone())
+        if len(batches) == 2:
+            killed_pid = collector._processes[1].pid
+            os.kill(killed_pid, signal.SIGKILL)
+            collector._processes[1].join(10)
+    assert collector.frames == 48 and len(batches) == 4
+    [restart] = collector.pop_worker_restarts()
+    assert (restart.worker_id, restart.cause, restart.frames_lost) == (
+        1, f"died from signal SIGKILL (pid {killed_pid})", 12)  # the whole batch under way
+    assert collector.worker_restarts == 1 and all(p.is_alive() for p in collector._processes)
+    after = torch.cat(batches[2:], dim=-1)  # [4 envs, 6 steps]: every env restarted at the batch's start
+    assert after["is_init"][:, 0].all() and (after["observation"][:, 0, 1] == 0).all()
+    # worker 1's envs (rows 2, 3) come from its restart seeds (seeding.restart_seed), the others keep theirs
+    assert after["observation"][:, 0, 0].tolist() == [0.0, 1.0, 1_000_002.0, 1_000_003.0]
+    assert torch.equal(after["next", "observation"][..., 2], after["action"][..., 0])  # actions still reach their envs
+    check_trajectories(after)
+    earlier = int(torch.cat([b[TRAJ_IDS].reshape(-1) for b in batches[:2]]).max())
+    assert int(after[TRAJ_IDS].min()) > earlier  # new trajectories, new ids
+
+
+def test_env_errors_are_replaced_only_when_asked(no_leftovers):
+    failing = functools.partial(EchoEnv, (2, 3, 4, 5), error_env=3, error_after=5)  # env 3 raises at its 6th step
+    collector = make(no_leftovers, create_env_fn=failing, policy=echo_policy, frames_per_batch=12, total_frames=36,
+                     seed=0, max_worker_restarts=1, restart_on_env_error=True)
+    assert sum(batch.numel() for batch in collector) == 36
+    [restart] = collector.pop_worker_restarts()
+    assert (restart.worker_id, restart.cause) == (1, "RuntimeError: EchoEnv 3: step 6 fails by design")
+    strict = make(no_leftovers, create_env_fn=failing, policy=echo_policy, frames_per_batch=12, seed=0,
+                  max_worker_restarts=1)
+    with pytest.raises(WorkerError, match="EchoEnv 3: step 6 fails by design"):
+        list(zip(range(3), strict))
+    assert strict.worker_restarts == 0 and strict._shut_down
+
+
 def test_spawned_workers_take_seed_threads_and_affinity_as_arguments(no_leftovers):
     cpu = sorted(os.sched_getaffinity(0))[:1]
     collector = make(no_leftovers, "alternating", policy=echo_policy, frames_per_batch=8, seed=0,

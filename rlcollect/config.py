@@ -92,6 +92,8 @@ class WorkerProcessesConfig(SyncCollectorConfig):
     worker_cpu_affinity: Optional[List[List[int]]] = None  # one list of CPU ids per worker
     batch_timeout: Optional[float] = None  # seconds; None waits as long as the workers are alive
     shutdown_timeout: float = 5.0
+    max_worker_restarts: int = 0  # workers replaced when one dies or hangs (0: the run fails)
+    restart_on_env_error: bool = False  # also replace a worker whose env or policy raised
 
 
 @dataclass
@@ -100,8 +102,6 @@ class MultiCollectorConfig(WorkerProcessesConfig):
     (weight_sync)."""
 
     update_at_each_batch: bool = False
-    max_worker_restarts: int = 0  # workers replaced when one dies or hangs (0: the run fails)
-    restart_on_env_error: bool = False  # also replace a worker whose env or policy raised
 
 
 @dataclass
@@ -180,6 +180,8 @@ class RayCollectorConfig(CollectorTarget):
     ray_address: Optional[str] = None  # None: a local Ray on loopback; "auto" or host:port: join a cluster
     batch_timeout: Optional[float] = None  # seconds; None waits as long as the actors are alive
     shutdown_timeout: float = 5.0
+    max_worker_restarts: int = 0  # actors replaced when one dies or hangs (0: the run fails)
+    restart_on_env_error: bool = False  # also replace an actor whose env or policy raised
 
 
 # ---------------------------------------------------------------------------- weight sync

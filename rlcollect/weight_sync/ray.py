@@ -91,6 +91,7 @@ class RayWeightSender(WeightSender):
         self._model, self._strategy = model, strategy
         self._deliver: Deliver | None = None
         self.version = 0
+        self.last: tuple[int, object] | None = None  # (version, ObjectRef) of the latest update: for a new actor
 
     def bind(self, deliver: Deliver) -> None:
         """``deliver(version, ref)`` sends the reference to every actor."""
@@ -106,10 +107,11 @@ class RayWeightSender(WeightSender):
 
         ref = ray.put(weights_to_wire(self._model if weights is None else weights))  # the one copy
         self.version += 1
+        self.last = (self.version, ref)
         self._deliver(self.version, ref)
 
     def close(self) -> None:
-        self._deliver = None
+        self._deliver, self.last = None, None
 
 
 class RayWeightEndpoint:

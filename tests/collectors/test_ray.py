@@ -283,6 +283,40 @@ def test_env_error_names_the_actor_and_carries_the_traceback(make):
     assert wait_until(lambda: not any(actor_exists(name) for name in collector.actor_names))
 
 
+def test_a_killed_actor_is_replaced_with_the_current_weights_and_fresh_ids(make):
+    policy = WeightProbe()
+    collector = make(worker_envs(2, episode_length=3), policy, num_collectors=2, frames_per_batch=8,
+                     total_frames=24, max_worker_restarts=1)
+    batches = iter(collector)
+    first = next(batches)
+    with torch.no_grad():
+        policy.offset.fill_(5.0)
+    collector.update_policy_weights_()
+    killed = collector.actor_names[0]
+    ray.kill(ray.get_actor(killed))
+    second, third = next(batches), next(batches)  # the replacement completes the sync batch
+    assert collector.frames == 24 and next(batches, None) is None
+    [restart] = collector.pop_worker_restarts()
+    assert restart.worker_id == 0 and restart.frames_lost == 4
+    assert restart.cause.startswith(f"Ray actor {killed!r} died")
+    assert collector.actor_names[0] == f"{killed}-1" and actor_exists(collector.actor_names[0])
+    assert (second["offset_seen"] == 5).all() and (second[VERSION] == 1).all()  # the weights pushed before
+    ids = torch.cat([second, third], -1)[TRAJ_IDS]
+    assert (ids[0] >> 32 == 1).all() and (ids[1] >> TRAJ_ID_SHIFT == 1).all()  # actor 0's second life: new ids
+    assert (first[TRAJ_IDS][0] >> 32 == 0).all()
+    assert second["is_init"][0, 0] and second["observation"][0, 0, 0] == 0  # actor 0's env restarted
+
+
+def test_env_errors_replace_the_actor_within_the_budget_then_fail(make):
+    envs = [worker_envs(1)[0], functools.partial(GymEnv, functools.partial(ErrorAfterEnv, 2))]
+    collector = make(envs, num_collectors=2, frames_per_batch=8, max_worker_restarts=2, restart_on_env_error=True)
+    with pytest.raises(WorkerError, match=r"(?s)collector worker 1: Ray actor .* raised.*step 3 fails by design"):
+        next(iter(collector))  # actor 1 fails every time it collects: twice replaced, then the batch fails
+    restarts = collector.pop_worker_restarts()
+    assert [restart.worker_id for restart in restarts] == [1, 1]
+    assert all("step 3 fails by design" in restart.cause for restart in restarts)
+
+
 def test_shutdown_removes_the_actors_and_leaves_the_joined_cluster_running(make):
     collector = make(worker_envs(2), num_collectors=2, frames_per_batch=8)
     assert all(actor_exists(name) for name in collector.actor_names)

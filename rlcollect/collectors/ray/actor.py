@@ -16,6 +16,14 @@ from rlcollect.keys import POLICY_VERSION, WORKER_ID
 from rlcollect.trajectories import TrajectoryPool
 
 TRAJ_ID_SHIFT = 40  # actor i owns traj ids [i << 40, (i + 1) << 40)
+LIFE_ID_SHIFT = 32  # ... and its r-th replacement (max_worker_restarts) starts at (i << 40) + (r << 32)
+MAX_LIVES = 1 << (TRAJ_ID_SHIFT - LIFE_ID_SHIFT)  # lives of one actor's id range
+
+
+def traj_start(actor_index: int, life: int = 0) -> int:
+    """The first trajectory id of actor ``actor_index`` in its ``life``-th life (0: the
+    first; each replacement gets a fresh sub-range, so ids never repeat)."""
+    return (actor_index << TRAJ_ID_SHIFT) + (life << LIFE_ID_SHIFT)
 
 
 @dataclass
@@ -32,6 +40,7 @@ class ActorSpec:
     trajs_per_batch: int | None = None
     post_collect_hook: Any = None
     seed: int | None = None  # the actor's RNGs (rlcollect/seeding.py: its first env's seed); None: unseeded
+    life: int = 0  # how many actors of this index were replaced before this one (its traj-id sub-range)
 
 
 class CollectorActor:
@@ -44,16 +53,16 @@ class CollectorActor:
         self.index = spec.actor_index
         if spec.seed is not None:  # random actions and sampling reproducible, as in worker processes
             seed_rngs(spec.seed)
-        traj_start = spec.actor_index << TRAJ_ID_SHIFT
+        first_id = traj_start(spec.actor_index, spec.life)
         kwargs = dict(frames_per_batch=spec.frames_per_batch, total_frames=-1, **spec.collector_kwargs)
         if spec.collector_class == "sync":
-            self.collector = Collector(spec.create_env_fn, policy, traj_pool=TrajectoryPool(traj_start), **kwargs)
+            self.collector = Collector(spec.create_env_fn, policy, traj_pool=TrajectoryPool(first_id), **kwargs)
         else:
             cls = MultiSyncCollector if spec.collector_class == "multisync" else MultiAsyncCollector
             sources = spec.create_env_fn
             self.collector = cls(list(sources) if isinstance(sources, (list, tuple)) else sources, policy, **kwargs)
             # The workers share one pool; move it to this actor's range (they restart their trajectories).
-            self.collector.load_state_dict({"frames": 0, "traj_pool": {"next_id": traj_start}})
+            self.collector.load_state_dict({"frames": 0, "traj_pool": {"next_id": first_id}})
         self._multi = spec.collector_class != "sync"
         self._batches = iter(self.collector)
         self._receivers = {model_id: endpoint.make_receiver(resolve_model(self.collector, model_id))

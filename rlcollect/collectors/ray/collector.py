@@ -12,11 +12,13 @@ MultiAsyncCollector: the same per-step loop) and answers ``collect()`` with one 
 ``sync=True`` asks every actor and stacks the batches in actor order; ``sync=False`` keeps
 every actor busy and yields batches first-come first-served (``ray.wait``). While waiting
 the driver polls in slices; a task that raised or an actor that died (``ray.kill``, a crash,
-a lost node) becomes a ``WorkerError`` naming the actor index, after every actor is shut down.
+a lost node) becomes a ``WorkerError`` naming the actor index, after every actor is shut down;
+with ``max_worker_restarts`` it is replaced instead (a new actor, the current weights, restart
+seeds, a fresh trajectory-id sub-range) and asked again for what the failed one owed.
 
 Trajectory ids: actor i draws ids from ``[i << 40, (i + 1) << 40)`` (TrajectoryPool(start=
-i << 40), shared by the worker processes of a multi-process actor), so ids never collide
-across actors, machines included.
+i << 40), shared by the worker processes of a multi-process actor; its r-th replacement
+from ``(i << 40) + (r << 32)``), so ids never collide across actors, machines included.
 
 With ``replay_buffer=...`` the buffer lives in a Ray actor (RayReplayBuffer, placed on the
 driver's node); collector actors write complete trajectories (``trajs_per_batch``) or their
@@ -28,6 +30,7 @@ Ray is imported only when a RayCollector is built: ``pip install 'rlcollect[ray]
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import logging
 import math
@@ -41,8 +44,8 @@ from tensordict import TensorDictBase
 from rlcollect.buffers.replay import ReplayBuffer
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.options import DeliveryOptions, check_total_frames
-from rlcollect.collectors.processes import WorkerError
-from rlcollect.collectors.ray.actor import TRAJ_ID_SHIFT, ActorSpec, CollectorActor
+from rlcollect.collectors.processes import WorkerError, WorkerLost
+from rlcollect.collectors.ray.actor import MAX_LIVES, TRAJ_ID_SHIFT, ActorSpec, CollectorActor
 from rlcollect.collectors.ray.replay_buffer import RayReplayBuffer
 from rlcollect.collectors.ray.startup import (
     import_ray,
@@ -52,10 +55,11 @@ from rlcollect.collectors.ray.startup import (
     start_local_ray,
 )
 from rlcollect.collectors.ray.wire import batch_from_wire, stack_from_wire
+from rlcollect.collectors.restarts import Restarts
 from rlcollect.collectors.worker import resolve_model
 from rlcollect.envs.gym_env import GymEnv
 from rlcollect.envs.sources import EnvSpec, worker_env_specs
-from rlcollect.seeding import env_seed
+from rlcollect.seeding import env_seed, restart_seed
 from rlcollect.validation import check_positive_int
 from rlcollect.weight_sync import NoWeightSyncScheme, WeightSyncScheme
 from rlcollect.weight_sync.ray import RayWeightSender, RayWeightSyncScheme
@@ -118,6 +122,13 @@ class RayCollector(CollectorBase):
         batch_timeout: seconds to wait for a batch before failing (None: no limit; dead
             actors are detected regardless).
         shutdown_timeout: seconds actors get to close their collectors before being killed.
+        max_worker_restarts: actors that may be replaced over the collector's life when one
+            dies, hangs past batch_timeout or (restart_on_env_error) raises while collecting:
+            a new actor with the current weights, its envs reseeded (seeding.restart_seed)
+            and a fresh trajectory-id sub-range, asked again for what the failed one owed
+            (its batch under way is lost; a sync batch is completed by the new actor). Each
+            is listed by ``pop_worker_restarts()``. 0: fail at the first failure.
+        restart_on_env_error: also replace an actor whose env or policy raised.
     """
 
     def __init__(
@@ -142,8 +153,15 @@ class RayCollector(CollectorBase):
         post_collect_hook=None,
         batch_timeout: float | None = None,
         shutdown_timeout: float = 5.0,
+        max_worker_restarts: int = 0,
+        restart_on_env_error: bool = False,
     ) -> None:
         super().__init__(DeliveryOptions(post_collect_hook=post_collect_hook))
+        self._restarts = Restarts(max_worker_restarts, restart_on_env_error)
+        if max_worker_restarts >= MAX_LIVES:
+            raise ValueError(f"max_worker_restarts must be below {MAX_LIVES} (an actor's trajectory-id range holds "
+                             f"{MAX_LIVES} lives), got {max_worker_restarts}")
+        self._talking = 0  # > 0 while a failed actor may be replaced (collecting, answering a call)
         self._replay_buffer = None
         self._actor_kwargs = [{}] * check_positive_int("num_collectors", num_collectors)  # per actor, set by _env_specs
         self._actors: list = []
@@ -316,21 +334,13 @@ class RayCollector(CollectorBase):
         return replay_buffer
 
     def _start_actors(self, ray, env_fns: list, actor_frames: int, trajs_per_batch: int | None) -> None:
-        actor_class = remote_class(CollectorActor)
+        # kept to replace a failed actor (max_worker_restarts)
+        self._env_fns, self._spec_frames, self._trajs_per_batch = env_fns, actor_frames, trajs_per_batch
+        self._run = uuid.uuid4().hex[:8]
         policy_ref = ray.put(self.policy)  # one copy in the object store for every actor
-        run = uuid.uuid4().hex[:8]
-        for index, env_fn in enumerate(env_fns):
-            spec = ActorSpec(
-                actor_index=index, collector_class=self.collector_class, create_env_fn=env_fn,
-                frames_per_batch=actor_frames, collector_kwargs={**self.collector_kwargs, **self._actor_kwargs[index]},
-                weight_endpoints={model_id: sender.endpoint(index) for model_id, sender in self._senders.items()},
-                replay_buffer=self._replay_buffer, trajs_per_batch=trajs_per_batch,
-                post_collect_hook=self.post_collect_hook,
-                seed=env_fn.seed if isinstance(env_fn, EnvSpec) else None,  # the seed rule: its first env's
-            )
-            name = f"rlcollect-{run}-{index}"
-            self._actors.append(actor_class.options(name=name, max_restarts=0, max_task_retries=0,
-                                                    **self.remote_config).remote(spec, policy_ref))
+        for index in range(self.num_collectors):
+            actor, name = self._create_actor(index, 0, policy_ref)
+            self._actors.append(actor)
             self.actor_names.append(name)
         described = self._gather({actor.describe.remote(): index for index, actor in enumerate(self._actors)},
                                  what="start-up")
@@ -349,15 +359,62 @@ class RayCollector(CollectorBase):
             self.frames_per_batch = max(self._actor_frames)
             self.batch_size = max(self._actor_shapes, key=lambda shape: shape.numel())
 
+    def _create_actor(self, index: int, life: int, policy_ref) -> tuple:
+        """Actor ``index`` in its ``life``-th life (0: the first; later ones replace a failed
+        actor: restart seeds, their own trajectory-id sub-range). Returns (handle, name)."""
+        env_fn, kwargs = self._env_fns[index], {**self.collector_kwargs, **self._actor_kwargs[index]}
+        seed = env_fn.seed if isinstance(env_fn, EnvSpec) else None  # the seed rule: its first env's
+        if life:
+            if isinstance(env_fn, EnvSpec):
+                env_fn = dataclasses.replace(env_fn, seed=restart_seed(env_fn.seed, life))
+            seed = restart_seed(seed, life)
+            if kwargs.get("seed") is not None:
+                kwargs["seed"] = restart_seed(kwargs["seed"], life)
+        spec = ActorSpec(
+            actor_index=index, collector_class=self.collector_class, create_env_fn=env_fn,
+            frames_per_batch=self._spec_frames, collector_kwargs=kwargs,
+            weight_endpoints={model_id: sender.endpoint(index) for model_id, sender in self._senders.items()},
+            replay_buffer=self._replay_buffer, trajs_per_batch=self._trajs_per_batch,
+            post_collect_hook=self.post_collect_hook, seed=seed, life=life,
+        )
+        name = f"rlcollect-{self._run}-{index}" + (f"-{life}" if life else "")
+        actor = remote_class(CollectorActor).options(name=name, max_restarts=0, max_task_retries=0,
+                                                     **self.remote_config).remote(spec, policy_ref)
+        return actor, name
+
+    # ------------------------------------------------------------------ restarts
+    def _replace_actor(self, lost: WorkerLost) -> None:
+        """A new actor in the failed one's place, holding the latest weights (the updates
+        it is sent run before any later call, Ray keeping one submitter's order)."""
+        ray, index = import_ray(), lost.worker_id
+        self._restarts.record(index, lost.kind, lost.message, self._actor_frames[index], dropped="its batch under way")
+        with contextlib.suppress(Exception):
+            ray.kill(self._actors[index], no_restart=True)
+        actor, name = self._create_actor(index, self._restarts.of(index), ray.put(self.policy))
+        self._actors[index], self.actor_names[index] = actor, name
+        for model_id, sender in self._senders.items():
+            if isinstance(sender, RayWeightSender) and sender.last is not None:
+                actor.receive_weights.remote(model_id, *sender.last)
+
     # ------------------------------------------------------------------ waiting on actors
-    def _gather(self, pending: dict, what: str = "batch") -> dict:
+    def _gather(self, pending: dict, what: str = "batch", resend=None) -> dict:
         """``{actor index: result}`` of every ref in ``pending`` (ref -> actor index),
-        failing on the first error."""
+        failing on the first error. ``resend(index)``: a failed actor is replaced (within
+        max_worker_restarts) and its replacement asked again (returns the new ref);
+        None: fail."""
         pending, results = dict(pending), {}
         while pending:
-            ref = self._wait_one(pending, what)
-            index = pending.pop(ref)
-            results[index] = self._get(ref, index)
+            self._talking += resend is not None
+            try:
+                ref = self._wait_one(pending, what)
+                index = pending.pop(ref)
+                results[index] = self._get(ref, index)
+            except WorkerLost as lost:
+                self._replace_actor(lost)
+                pending = {ref: index for ref, index in pending.items() if index != lost.worker_id}
+                pending[resend(lost.worker_id)] = lost.worker_id
+            finally:
+                self._talking -= resend is not None
         return results
 
     def _wait_one(self, pending: dict, what: str):
@@ -369,32 +426,41 @@ class RayCollector(CollectorBase):
             if ready:
                 return ready[0]
             if deadline is not None and time.monotonic() > deadline:
-                self._fail(min(pending.values()), f"no {what} within batch_timeout={self.batch_timeout} s")
+                self._fail(min(pending.values()), f"no {what} within batch_timeout={self.batch_timeout} s",
+                           "timeout")
 
     def _get(self, ref, index: int):
         ray = import_ray()
         try:
             return ray.get(ref)
         except ray.exceptions.RayTaskError as error:
-            self._fail(index, f"Ray actor {self.actor_names[index]!r} raised an exception:\n{error}")
+            self._fail(index, f"Ray actor {self.actor_names[index]!r} raised an exception:\n{error}", "raised")
         except ray.exceptions.RayActorError as error:
             self._fail(index, f"Ray actor {self.actor_names[index]!r} died: {error}")
         except ray.exceptions.RayError as error:
             self._fail(index, f"Ray actor {self.actor_names[index]!r} failed: {error}")
 
-    def _fail(self, index: int, message: str):
+    def _fail(self, index: int, message: str, kind: str = "died"):
+        """Raise WorkerLost when the actor may be replaced (see ``_gather``), else shut
+        everything down and raise WorkerError."""
+        if self._talking > 0 and self._restarts.allows(kind):
+            raise WorkerLost(index, kind, message)
         self.shutdown()
         raise WorkerError(index, message)
 
     def _call_all(self, method: str, *args_per_actor) -> list:
         """Call ``method`` on every actor (after the batches in flight), return results in actor order."""
         self._wait_in_flight()
-        refs = {}
-        for index, actor in enumerate(self._actors):
-            args = [arg[index] for arg in args_per_actor]
-            refs[getattr(actor, method).remote(*args)] = index
-        results = self._gather(refs, what=f"answer to {method}")
+
+        def call(index: int):
+            return getattr(self._actors[index], method).remote(*[arg[index] for arg in args_per_actor])
+
+        results = self._gather({call(index): index for index in range(self.num_collectors)},
+                               what=f"answer to {method}", resend=call)
         return [results[index] for index in range(self.num_collectors)]
+
+    def _collect_from(self, index: int):
+        return self._actors[index].collect.remote()
 
     # ------------------------------------------------------------------ batches
     def _next_batch(self) -> TensorDictBase | None:
@@ -403,7 +469,8 @@ class RayCollector(CollectorBase):
         return self._next_async_batch()
 
     def _next_sync_batch(self) -> TensorDictBase | None:
-        results = self._gather({actor.collect.remote(): index for index, actor in enumerate(self._actors)})
+        results = self._gather({self._collect_from(index): index for index in range(self.num_collectors)},
+                               resend=self._collect_from)
         payloads = [self._keep_hook_result(results[index]) for index in range(self.num_collectors)]
         if self.replay_buffer is not None:
             self._frames += sum(payloads)
@@ -416,10 +483,21 @@ class RayCollector(CollectorBase):
         for index, actor in enumerate(self._actors):
             if index not in busy:
                 self._in_flight[actor.collect.remote()] = index
-        ref = self._wait_one(self._in_flight, "batch")
-        index = self._in_flight.pop(ref)
-        payload = self._keep_hook_result(self._get(ref, index))
-        self._in_flight[self._actors[index].collect.remote()] = index  # keep it busy while this one is used
+        while True:
+            self._talking += 1
+            try:
+                ref = self._wait_one(self._in_flight, "batch")
+                index = self._in_flight.pop(ref)
+                result = self._get(ref, index)
+                break
+            except WorkerLost as lost:  # its replacement collects that batch again
+                self._replace_actor(lost)
+                self._in_flight = {ref: i for ref, i in self._in_flight.items() if i != lost.worker_id}
+                self._in_flight[self._collect_from(lost.worker_id)] = lost.worker_id
+            finally:
+                self._talking -= 1
+        payload = self._keep_hook_result(result)
+        self._in_flight[self._collect_from(index)] = index  # keep it busy while this one is used
         if self.replay_buffer is not None:
             self._frames += payload
             return None
@@ -429,7 +507,7 @@ class RayCollector(CollectorBase):
     def _wait_in_flight(self) -> None:
         """Let the batches in flight finish (their data is dropped, or written by the actors)."""
         if self._in_flight:
-            results = self._gather(self._in_flight)
+            results = self._gather(self._in_flight, resend=self._collect_from)
             self._in_flight.clear()
             payloads = [self._keep_hook_result(result) for result in results.values()]
             if self.replay_buffer is not None:  # written by the actors: they count

@@ -173,7 +173,7 @@ class SliceSampler(Sampler):
     def segments(self, storage: LazyTensorStorage) -> Segments:
         """The storage's trajectory runs, cached until its write_count or position changes."""
         position = storage.position
-        cache_key = (id(storage), position.write_count, position.cursor, position.filled)
+        cache_key = (id(storage), position.write_count, position.cursor, position.filled, position.generation)
         if self._segments is not None and cache_key == self._cache_key:
             return self._segments
         if self._boundary_key is None:
@@ -381,6 +381,7 @@ class PrioritizedSampler(Sampler):
         self._priority = torch.zeros(self.max_capacity, dtype=torch.float64)  # (p + eps) ** alpha per position
         self._max_priority = 1.0
         self._seen_writes = 0  # storage.write_count when new writes were last given the default priority
+        self._seen_generation = 0  # storage.position.generation then
 
     @property
     def max_priority(self) -> float:
@@ -460,10 +461,12 @@ class PrioritizedSampler(Sampler):
         position, capacity = storage.position, storage.capacity
         written = position.write_count
         new = written - self._seen_writes
-        if new == 0:
+        moved = position.generation != self._seen_generation  # a repair moved the stored elements
+        if new == 0 and not moved:
             return
         default = self._default_priority
-        if new < 0 or new >= capacity:  # fewer than seen: the storage was reloaded; start over
+        self._seen_generation = position.generation
+        if new < 0 or new >= capacity or moved:  # fewer than seen: the storage was reloaded; start over
             self._priority[:capacity] = default
         else:
             cursor = position.cursor

@@ -19,18 +19,22 @@ row ``i // filled``, time index ``i % filled`` of the storage (for ndim=1 simply
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
 import threading
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
+from rlcollect.buffers.locks import SharedLock
 from rlcollect.validation import check_positive_int
+
+log = logging.getLogger(__name__)
 
 DeviceLike = str | torch.device
 
@@ -41,17 +45,26 @@ class WritePosition:
     The three counters sit in an int64 tensor: a plain one in a single process, a
     shared-memory one after ``share(mp_context)``, or a memory-mapped file (LazyMemmapStorage,
     so that they persist). ``lock`` is a ``threading.RLock`` until ``share`` replaces it by
-    ``mp_context.RLock()``; like every multiprocessing lock it reaches a worker only as an
-    argument of its Process (inheritance), so share before starting workers.
+    a ``SharedLock`` (buffers/locks.py); like every multiprocessing lock it reaches a worker
+    only as an argument of its Process (inheritance), so share before starting workers.
+
+    A write in progress is recorded (``begin_write``/``end_write``); when a process dies
+    inside one, holding the shared lock, the process that takes the lock over calls
+    ``repair(start, steps)`` (set by the storage: drop the steps it left half-written) and
+    bumps ``generation``, which tells samplers that stored elements moved.
     """
 
     _CURSOR, _FILLED, _WRITE_COUNT = 0, 1, 2
+    _START, _STEPS, _GENERATION = 0, 1, 2  # of the write in progress; layout changes
 
     def __init__(self, counters: torch.Tensor | None = None) -> None:
         self._counters = torch.zeros(3, dtype=torch.int64) if counters is None else counters
         self._values = self._counters.numpy()
+        self._writing = torch.zeros(3, dtype=torch.int64)
+        self._writing_values = self._writing.numpy()
         self._lock: Any = threading.RLock()
         self._shared = False
+        self.repair: Callable[[int, int], int] | None = None  # the storage's: drop a write left half done
 
     @property
     def lock(self):
@@ -84,6 +97,30 @@ class WritePosition:
     def set(self, cursor: int, filled: int, write_count: int) -> None:
         self._values[:] = (cursor, filled, write_count)
 
+    def begin_write(self, start: int, steps: int) -> None:
+        """A write of ``steps`` time steps from time index ``start`` begins (under the lock)."""
+        self._writing_values[self._START], self._writing_values[self._STEPS] = start, steps
+
+    def end_write(self) -> None:
+        self._writing_values[self._STEPS] = 0
+
+    @property
+    def generation(self) -> int:
+        """How many times stored elements were moved by a repair (samplers keyed by
+        position start over when it changes)."""
+        return int(self._writing_values[self._GENERATION])
+
+    def _take_over(self, dead_pid: int) -> None:
+        """The shared lock was taken over from ``dead_pid``: drop what its write left."""
+        steps = int(self._writing_values[self._STEPS])
+        if steps and self.repair is not None:
+            dropped = self.repair(int(self._writing_values[self._START]), steps)
+            log.warning("replay buffer: process %d died writing %d steps into it; dropped the %d stored steps per "
+                        "row it had overwritten in part (%d steps per row remain)", dead_pid, steps, dropped,
+                        self.filled)
+            self._writing_values[self._GENERATION] += 1
+        self.end_write()
+
     def attach(self, counters: torch.Tensor) -> None:
         """Keep the counters in ``counters`` (e.g. a memory-mapped file) from now on."""
         counters.copy_(self._counters)
@@ -97,20 +134,25 @@ class WritePosition:
         if not file_backed:
             self._counters.share_memory_()
             self._values = self._counters.numpy()
-        self._lock = mp_context.RLock()
+        self._writing.share_memory_()
+        self._writing_values = self._writing.numpy()
+        self._lock = SharedLock(mp_context, on_take_over=self._take_over)
         self._shared = True
 
     def __getstate__(self) -> dict:
-        state = {"counters": self._counters, "shared": self._shared}
+        state = {"counters": self._counters, "writing": self._writing, "shared": self._shared}
         if self._shared:  # an mp lock pickles only while a Process is being spawned
             state["lock"] = self._lock
         return state
 
     def __setstate__(self, state: dict) -> None:
-        self._counters = state["counters"]
-        self._values = self._counters.numpy()
+        self._counters, self._writing = state["counters"], state["writing"]
+        self._values, self._writing_values = self._counters.numpy(), self._writing.numpy()
         self._shared = state["shared"]
         self._lock = state["lock"] if self._shared else threading.RLock()
+        if self._shared:
+            self._lock.on_take_over = self._take_over
+        self.repair = None  # set again by the storage that holds this position
 
     def __repr__(self) -> str:
         return (f"WritePosition(cursor={self.cursor}, filled={self.filled}, write_count={self.write_count}, "
@@ -135,6 +177,16 @@ class LazyTensorStorage:
         self._data: TensorDict | None = None
         self._rows: tuple[int, ...] = ()
         self._capacity = 0
+
+    @property
+    def position(self) -> WritePosition:
+        """The write position (cursor, filled, write_count) and the lock of every write."""
+        return self._position
+
+    @position.setter
+    def position(self, position: WritePosition) -> None:
+        self._position = position
+        position.repair = self._drop_interrupted_write
 
     # ------------------------------------------------------------------ allocation
     @property
@@ -237,6 +289,7 @@ class LazyTensorStorage:
             cursor = (self.position.cursor + skipped) % self._capacity
             head = min(steps, self._capacity - cursor)
             wrapped = head < steps  # the rest goes to the start of every row
+            self.position.begin_write(cursor, steps)
             for (stored, stored_numpy), value in zip(self._writers, sources):
                 if stored_numpy is not None and value.dtype == stored.dtype and value.device.type == "cpu" \
                         and not value.requires_grad:
@@ -250,6 +303,26 @@ class LazyTensorStorage:
                     if wrapped:
                         stored[(*rows, slice(0, steps - head))].copy_(value[(*rows, slice(head, steps))])
             self.position.advance(written, self.num_rows * written, self._capacity)
+            self.position.end_write()
+
+    def _drop_interrupted_write(self, start: int, steps: int) -> int:
+        """Called under the lock after a writer died in ``extend`` while writing ``steps``
+        time steps from ``start`` (counters not advanced): the stored steps that write had
+        begun to overwrite are dropped (they may hold a mix of old and new keys); the others
+        stay, moved to time indices ``[0, kept)`` oldest first. Returns how many were dropped."""
+        capacity, filled, cursor = self._capacity, self.position.filled, self.position.cursor
+        oldest = cursor if filled == capacity else 0
+        in_time_order = (oldest + torch.arange(filled)) % capacity
+        touched = torch.zeros(capacity, dtype=torch.bool)
+        touched[(start + torch.arange(steps)) % capacity] = True
+        kept = in_time_order[~touched[in_time_order]].to(self.device)
+        if kept.numel() == filled:  # the write had touched no stored step
+            return 0
+        time_dim = self.ndim - 1
+        for stored, _ in self._writers:
+            stored.narrow(time_dim, 0, kept.numel()).copy_(stored.index_select(time_dim, kept))
+        self.position.set(kept.numel(), kept.numel(), self.position.write_count)
+        return filled - kept.numel()
 
     def _check_write(self, data: TensorDictBase) -> list[torch.Tensor]:
         """Validate a write's batch shape, keys and feature shapes; returns its tensors in
@@ -400,6 +473,7 @@ class LazyTensorStorage:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
+        self.position = self._position  # its repair is this storage's
         if self._data is not None:
             self._bind(self._data)
 

@@ -1,5 +1,7 @@
 import itertools
 import multiprocessing
+import os
+import signal
 
 import pytest
 import torch
@@ -295,6 +297,51 @@ def test_two_spawned_processes_extend_one_shared_buffer():
     rb = ReplayBuffer(LazyTensorStorage(1000), SliceSampler(slice_len=2, traj_key="writer"))
     total = run_two_writers(rb, multiprocessing.get_context("spawn"))
     assert_every_element_written_once(rb, total)
+
+
+def die_inside_a_write(rb, rows):
+    """Write ``rows`` into the shared buffer and be SIGKILLed after the data is copied, before
+    the write is accounted for: a worker killed in the middle of its write, holding the lock."""
+    rb.storage.position.advance = lambda *args: os.kill(os.getpid(), signal.SIGKILL)
+    rb.extend(rows)
+
+
+def hold_the_lock_and_die(rb):
+    with rb.lock:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_a_writer_killed_inside_its_write_leaves_neither_a_held_lock_nor_half_written_steps(start_method):
+    context = multiprocessing.get_context(start_method)
+    rb = ReplayBuffer(LazyTensorStorage(8), PrioritizedSampler(max_capacity=8, alpha=0.6, beta=0.4))
+    rb.extend(values(0, 10))  # full ring: positions 2..7 hold 2..7, positions 0, 1 hold 8, 9; cursor 2
+    rb.share(context)
+    writer = context.Process(target=die_inside_a_write, args=(rb, values(100, 103)))  # overwrites positions 2, 3, 4
+    writer.start()
+    writer.join(30)
+    assert writer.exitcode == -signal.SIGKILL and rb.lock.holder == writer.pid  # died holding the lock
+    # the next reader takes the lock over and drops the three steps the dead write had overwritten
+    assert rb[:]["value"].tolist() == [5, 6, 7, 8, 9]
+    assert (rb.storage.cursor, len(rb), rb.write_count, rb.storage.position.generation) == (5, 5, 10, 1)
+    assert rb.lock.holder == 0
+    assert sorted(rb.sample(64)["value"].unique().tolist()) == [5, 6, 7, 8, 9]  # priorities start over
+    rb.extend(values(20, 21))  # and writes go on where the kept steps end
+    assert rb[:]["value"].tolist() == [5, 6, 7, 8, 9, 20]
+
+
+@pytest.mark.timeout(60)
+def test_a_process_killed_holding_the_lock_outside_a_write_changes_nothing():
+    context = multiprocessing.get_context("fork")
+    rb = ReplayBuffer(LazyTensorStorage(8))
+    rb.extend(values(0, 6))
+    rb.share(context)
+    holder = context.Process(target=hold_the_lock_and_die, args=(rb,))
+    holder.start()
+    holder.join(30)
+    rb.extend(values(6, 7))  # the lock is taken over; nothing was being written, nothing is dropped
+    assert rb[:]["value"].tolist() == list(range(7)) and rb.storage.position.generation == 0
 
 
 def test_sharing_an_uninitialized_buffer_raises():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import gymnasium as gym
 import numpy as np
@@ -254,11 +255,13 @@ class WeightProbe(nn.Module):
 class FlakyWrapper(gym.Wrapper):
     """Raises ``RuntimeError`` on a step with probability ``error_rate`` (an env that crashes
     now and then: a simulator bug, a lost connection), from its own RNG (``seed``; None:
-    fresh entropy, so every worker's envs fail at different moments)."""
+    fresh entropy, so every worker's envs fail at different moments). Never in process
+    ``spare_pid`` (e.g. the trainer, whose evaluation envs nothing replaces)."""
 
-    def __init__(self, env: gym.Env, error_rate: float = 1e-4, seed: int | None = None) -> None:
+    def __init__(self, env: gym.Env, error_rate: float = 1e-4, seed: int | None = None,
+                 spare_pid: int | None = None) -> None:
         super().__init__(env)
-        self.error_rate = float(error_rate)
+        self.error_rate = 0.0 if spare_pid is not None and os.getpid() == spare_pid else float(error_rate)
         self._rng = np.random.default_rng(seed)
 
     def step(self, action):

@@ -2,11 +2,12 @@
 and whose envs raise now and then, and check that the run heals and leaves nothing behind.
 
     .venv/bin/python scripts/fault_drill.py [--kills 5] [--frames 65536] [--error-rate 2e-5]
-                                            [--collectors multisync multiasync action_server ray]
+                                            [--collectors multisync multiasync action_server alternating ray]
 
 For each collector, `rlcollect train` runs PPO on CartPole (logger=none, spawn workers) with
 collector.max_worker_restarts = kills + 10 and collector.restart_on_env_error=true, its envs
-wrapped in rlcollect.testing.FlakyWrapper(error_rate); once training has started, a killer
+wrapped in rlcollect.testing.FlakyWrapper(error_rate) in the workers (not in the trainer, whose
+evaluation envs nothing replaces); once training has started, a killer
 sends SIGKILL to a random worker process `--kills` times, `--interval` (0.5-2 s) apart (seeded). Reported
 per collector: kills sent, restarts the run logged (worker_restart rows of metrics.jsonl),
 batches completed, frames lost (the restarts' frames_lost), hangs (the run did not end
@@ -26,7 +27,15 @@ import tempfile
 import time
 from pathlib import Path
 
-COLLECTORS = ("multisync", "multiasync", "action_server", "ray")
+# `rlcollect <args>` whose envs fail at the given rate in the workers, never in the trainer
+# itself (its evaluation envs have nothing to replace them: the drill is about workers)
+LAUNCH = """import os, runpy, sys
+error_rate = sys.argv.pop(1)
+wrapper = "{_target_: rlcollect.testing.FlakyWrapper, error_rate: %s, spare_pid: %d}" % (error_rate, os.getpid())
+sys.argv = ["rlcollect", *sys.argv[1:], "env.wrappers=[" + wrapper + "]"]
+runpy.run_module("rlcollect.cli", run_name="__main__")
+"""
+COLLECTORS = ("multisync", "multiasync", "action_server", "alternating", "ray")
 
 
 def children(pid: int) -> set[int]:
@@ -50,22 +59,23 @@ def descendants(pid: int) -> set[int]:
 
 
 def workers_of(pid: int) -> list[int]:
-    """The trainer's worker processes (spawned: their command line runs spawn_main)."""
+    """The trainer's worker processes: spawned ones (their command line runs spawn_main)
+    and Ray collector actors (titled ray::CollectorActor, under the Ray the run started)."""
     found = []
     for child in descendants(pid):
         try:
-            if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
-                found.append(child)
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
         except OSError:
-            pass
+            continue
+        if b"spawn_main" in command or command.startswith(b"ray::CollectorActor"):
+            found.append(child)
     return sorted(found)
 
 
 def drill(collector: str, args, run_dir: Path, rng: random.Random) -> dict:
-    wrapper = f"env.wrappers=[{{_target_: rlcollect.testing.FlakyWrapper, error_rate: {args.error_rate}}}]"
-    command = [sys.executable, "-m", "rlcollect.cli", "train", f"collector={collector}", "logger=none",
+    command = [sys.executable, "-c", LAUNCH, str(args.error_rate), "train", f"collector={collector}", "logger=none",
                "progress=false", f"total_frames={args.frames}", "env.solved_return=1000000000",
-               "eval.every_frames=1000000000", "checkpoint_every_frames=1000000000", wrapper,
+               "eval.every_frames=1000000000", "checkpoint_every_frames=1000000000",
                f"collector.max_worker_restarts={args.kills + 10}", "collector.restart_on_env_error=true",
                f"hydra.run.dir={run_dir}"]
     shm_before = set(os.listdir("/dev/shm"))

@@ -55,6 +55,8 @@ class DQN:
             raise ValueError(f"loss must be 'huber' or 'mse', got {loss!r}")
         self.q_policy = q_policy
         self.target = copy.deepcopy(q_policy).requires_grad_(False)
+        if q_policy.obs_norm is not None:  # one set of statistics: the target network reads the online one's
+            self.target.obs_norm = q_policy.obs_norm
         self.gamma, self.double_dqn, self.max_grad_norm = gamma, double_dqn, max_grad_norm
         self.target_update, self.target_update_period, self.tau = target_update, target_update_period, tau
         self._loss_fn = nn.SmoothL1Loss(reduction="none") if loss == "huber" else nn.MSELoss(reduction="none")

@@ -60,7 +60,9 @@ class DQNLearner:
     transitions per batch once ``learning_starts`` frames were collected. Epsilon follows a
     linear schedule over frames and is written into the policy (a buffer, synced to workers
     with the weights). With a PrioritizedSampler, every gradient step gives the sampled
-    elements their absolute TD errors as new priorities."""
+    elements their absolute TD errors as new priorities. A RunningNorm in the Q policy
+    (normalize_observation) takes in each batch's observations, or, when the collector
+    writes into the buffer itself, those of the call's first sample."""
 
     def __init__(self, dqn: DQN, replay_buffer, *, gradient_steps: int, learning_starts: int,
                  eps_start: float, eps_end: float, eps_decay_frames: int) -> None:
@@ -86,14 +88,17 @@ class DQNLearner:
     def learn(self, batch: TensorDictBase | None, frames: int) -> dict[str, float]:
         if batch is not None:
             self.replay_buffer.extend_batch(batch)
+            update_observation_norm(self.dqn.q_policy, batch.get("observation"))
         epsilon = linear_epsilon(frames, start=self.eps_start, end=self.eps_end, decay_frames=self.eps_decay_frames)
         self.dqn.q_policy.epsilon.fill_(epsilon)
         metrics: dict[str, float] = {"epsilon": epsilon, "buffer_size": float(len(self.replay_buffer))}
         if frames < self.learning_starts or len(self.replay_buffer) == 0:
             return metrics
         totals: dict[str, torch.Tensor] = {}
-        for _ in range(self.gradient_steps):
+        for step in range(self.gradient_steps):
             sample = self.replay_buffer.sample()
+            if batch is None and step == 0:  # the new data went straight to the buffer: learn the stats from it
+                update_observation_norm(self.dqn.q_policy, sample.get("observation"))
             step_metrics = self.dqn.update(sample)
             td_error = step_metrics.pop("td_error", None)  # per sample: no metric to average
             if self.prioritized:

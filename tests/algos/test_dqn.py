@@ -119,6 +119,28 @@ def test_learner_gives_the_sampled_elements_their_td_errors_as_priorities():
     torch.testing.assert_close(rb.sampler.probabilities(rb.storage), given / given.sum())
 
 
+def test_the_learner_updates_the_observation_norm_that_online_and_target_networks_share():
+    space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    policy = QValuePolicy(space, gym.spaces.Discrete(2), hidden_sizes=(4,), normalize_observation=True)
+    dqn = DQN(policy)
+    assert dqn.target.obs_norm is policy.obs_norm
+    observation = torch.tensor([[1.0, 10.0], [3.0, 20.0], [5.0, 60.0]])
+    batch = TensorDict({"observation": observation, "action": torch.zeros(3, dtype=torch.int64),
+                        ("next", "observation"): observation, ("next", "reward"): torch.zeros(3),
+                        ("next", "terminated"): torch.zeros(3, dtype=torch.bool)}, [3])
+    learner = DQNLearner(dqn, ReplayBuffer(LazyTensorStorage(8), batch_size=2), gradient_steps=1, learning_starts=0,
+                         eps_start=0.0, eps_end=0.0, eps_decay_frames=1)
+    learner.learn(batch, frames=3)
+    expected = observation.double().numpy()
+    np.testing.assert_allclose(policy.obs_norm.running_mean.numpy(), expected.mean(0))
+    np.testing.assert_allclose(policy.obs_norm.running_var.numpy(), expected.var(0))
+    assert float(policy.obs_norm.count) == 3.0
+    restored = DQN(QValuePolicy(space, gym.spaces.Discrete(2), hidden_sizes=(4,), normalize_observation=True))
+    restored.q_policy.load_state_dict(policy.state_dict())
+    restored.load_state_dict(dqn.state_dict())  # the target's statistics are the online ones, after a reload too
+    assert restored.target.obs_norm is restored.q_policy.obs_norm and float(restored.target.obs_norm.count) == 3.0
+
+
 def test_periodic_and_polyak_target_updates():
     batch = TensorDict({"observation": torch.ones(4, 2), "action": torch.zeros(4, dtype=torch.int64),
                         "next": {"observation": torch.ones(4, 2), "reward": torch.ones(4),

@@ -24,6 +24,8 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
 
+from rlcollect.logging.runs import for_env_id
+
 
 # ---------------------------------------------------------------------------- env
 @dataclass
@@ -401,9 +403,20 @@ class RunLoggerConfig:
 
 
 # ---------------------------------------------------------------------------- top level
+EVALUATIONS_PER_RUN = 20  # eval.every_frames=null: the cadence that gives a run this many evaluations
+
+
+def eval_every_frames(cfg) -> int:
+    """``eval.every_frames`` for the run's env id (a number, or an {env id: frames} mapping
+    as the presets give), else the cadence that gives the run EVALUATIONS_PER_RUN
+    evaluations."""
+    return for_env_id(cfg.env.id, cfg.eval.every_frames) or max(1, cfg.total_frames // EVALUATIONS_PER_RUN)
+
+
 @dataclass
 class EvalConfig:
-    every_frames: int = 1024  # deterministic evaluation cadence, in collected frames
+    every_frames: Any = None  # cadence in collected frames, or {env id: frames}; null: total_frames / 20
+    max_time_share: Optional[float] = 0.25  # runs with no solved_return: skip evaluations above this time share
     episodes: int = 10  # eval envs stepped together, one episode each (the unbiased estimate)
     max_steps: Optional[int] = None  # step budget over all eval envs; an episode cut by it is not counted (eval/cut)
     max_trajectories: Optional[int] = None  # None: one episode per eval env; else episodes back to back until this many

@@ -108,6 +108,8 @@ def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
     ("algo=dqn buffer.storage.ndim=5", "buffer.storage.ndim=5: the collector's batches have 2 batch dims"),
     ("collector.frames_per_batch=0", "frames_per_batch must be a positive int, got 0"),
     ("algo=dqn algo.n_step=0", "algo.n_step must be a positive int, got 0"),
+    ("eval.every_frames=0", "eval.every_frames must be a positive int, got 0"),
+    ("eval.max_time_share=1.5", "eval.max_time_share must be in (0, 1]"),
     ("algo=dqn algo.prioritized=true buffer/sampler=slice",
      "algo.prioritized=true draws single transitions in proportion to their priorities: it replaces "
      "buffer/sampler=random, not buffer/sampler=slice"),
@@ -425,3 +427,17 @@ def test_a_diverged_run_stops_at_once_as_failed_keeping_the_last_good_checkpoint
         assert int(checkpoint["frames"]) < frame  # the last good one
         assert all(bool(value.isfinite().all()) for value in checkpoint["policy"].values()
                    if value.is_floating_point())
+
+
+@pytest.mark.timeout(120)
+def test_evaluations_over_the_time_share_are_skipped_but_never_the_last(tmp_path):
+    # with no threshold, a share no evaluation can stay under: the first one runs (none before it), then
+    # every other is skipped until the last batch, whose evaluation always runs
+    result = rlcollect(tmp_path, "train", "total_frames=1024", "collector.frames_per_batch=256", "env.num_envs=4",
+                       "eval.every_frames=256", "eval.episodes=1", "eval.max_time_share=1e-9", "env.solved_return=null",
+                       "algo.epochs=1", "progress=false", "logger=none", "hydra.run.dir=run")
+    assert result.returncode == 0, result.stderr
+    rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert [row["step"] for row in rows if "eval/episode_return" in row] == [256, 1024]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["evaluations_skipped"] == 2
+    assert "evaluations are skipped while it is above eval.max_time_share=1e-09" in result.stdout

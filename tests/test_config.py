@@ -16,7 +16,16 @@ from hydra import compose, initialize_config_module
 from hydra.utils import get_class
 
 from rlcollect import pipeline
-from rlcollect.config import SCHEMAS, DQNConfig, EnvConfig, EvalConfig, PPOConfig, TrainConfig, register_configs
+from rlcollect.config import (
+    SCHEMAS,
+    DQNConfig,
+    EnvConfig,
+    EvalConfig,
+    PPOConfig,
+    TrainConfig,
+    eval_every_frames,
+    register_configs,
+)
 
 CONF = Path(__file__).parents[1] / "rlcollect" / "conf"
 ONE_STEP = ["total_frames=64", "collector.frames_per_batch=64", "eval.every_frames=64", "eval.episodes=1",
@@ -199,13 +208,24 @@ def test_the_defaults_that_run_are_the_schemas():
     ppo, dqn = PPOConfig(), DQNConfig()
     assert (ppo.lr, ppo.gamma, ppo.gae_lambda, ppo.epochs, ppo.minibatch_size, ppo.anneal_clip) == \
         (0.001, 0.98, 0.8, 20, 256, True)
-    assert EvalConfig().every_frames == 1024 and TrainConfig().total_frames == 100_000
+    assert EvalConfig().every_frames is None and TrainConfig().total_frames == 100_000
     cfg = compose_train([])
-    assert (cfg.algo.lr, cfg.algo.gamma, cfg.algo.epochs, cfg.algo.minibatch_size, cfg.eval.every_frames) == \
-        (0.001, 0.98, 20, 256, 1024)
+    assert (cfg.algo.lr, cfg.algo.gamma, cfg.algo.epochs, cfg.algo.minibatch_size, eval_every_frames(cfg)) == \
+        (0.001, 0.98, 20, 256, 1024)  # the CartPole preset's cadence
     dqn_cfg = compose_train(["algo=dqn"])
     assert (dqn_cfg.algo.lr, dqn_cfg.algo.learning_starts, dqn.learning_starts) == (0.0023, 1000, 1000)
     assert dqn_cfg.model.epsilon == dqn.eps_start  # linked to algo.eps_start
+
+
+@pytest.mark.parametrize("overrides, every", [
+    ([], 1024),  # the preset's, for its env id
+    (["env.id=LunarLander-v3"], 5000),  # another id: not CartPole's cadence but the run's: 100,000 / 20
+    (["env.id=LunarLander-v3", "total_frames=40000"], 2000),
+    (["eval.every_frames=300"], 300),
+    (["env=halfcheetah"], 20480),
+])
+def test_the_evaluation_cadence_belongs_to_the_env_id_or_scales_with_the_run(overrides, every):
+    assert eval_every_frames(compose_train(overrides)) == every
 
 
 def _schema_of(group, name):

@@ -229,14 +229,19 @@ def parse_override_dirname(name: str | None) -> list[str] | None:
     return _OVERRIDE_SPLIT.split(name)
 
 
+def for_env_id(env_id: str | None, value: Any) -> Any:
+    """A per-env setting of ``env_id``: ``value`` itself when it is not a mapping (set for
+    this run), or its entry for ``env_id`` when it maps env ids to values (the env presets:
+    such a setting belongs to one env id, so overriding ``env.id`` drops it: None)."""
+    if isinstance(value, dict) or hasattr(value, "items"):
+        return dict(value).get(env_id)
+    return value
+
+
 def solved_threshold(env_id: str | None, solved_return: Any) -> float | None:
-    """The stopping threshold of ``env_id``: ``solved_return`` when it is a number (set for
-    this run), or its entry for ``env_id`` when it maps env ids to thresholds (the env
-    presets: a threshold belongs to one env id, so overriding ``env.id`` drops it)."""
-    if isinstance(solved_return, dict) or hasattr(solved_return, "items"):
-        value = dict(solved_return).get(env_id)
-        return None if value is None else float(value)
-    return None if solved_return is None else float(solved_return)
+    """The stopping threshold of ``env_id`` (``env.solved_return``, see ``for_env_id``)."""
+    value = for_env_id(env_id, solved_return)
+    return None if value is None else float(value)
 
 
 def solved_return_of(config: dict[str, Any]) -> float | None:

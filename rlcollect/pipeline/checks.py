@@ -150,6 +150,14 @@ def check_values(cfg: DictConfig, collector_class: type) -> None:
         check_positive_int("env.num_envs", cfg.env.num_envs)
     if "n_step" in cfg.algo:
         check_positive_int("algo.n_step", cfg.algo.n_step)
+    every = cfg.eval.every_frames
+    for env_id, frames in (every.items() if hasattr(every, "items") else [(None, every)]):
+        if frames is not None:
+            check_positive_int("eval.every_frames" + (f".{env_id}" if env_id else ""), frames)
+    share = cfg.eval.get("max_time_share")
+    if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1):
+        raise ValueError(f"eval.max_time_share must be in (0, 1] (the most of the run's wall-clock time evaluation "
+                         f"may take) or null, got {share!r}")
     devices = {"device": cfg.device, **{f"collector.{key}": cfg.collector.get(key)
                                         for key in ("policy_device", "env_device", "storing_device")}}
     for key, device in devices.items():

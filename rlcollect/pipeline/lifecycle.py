@@ -14,6 +14,7 @@ from rlcollect.checkpoint import CHECKPOINT_FILE, load_checkpoint, rng_state, sa
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.collectors.ray import RayCollector
+from rlcollect.config import eval_every_frames
 from rlcollect.logging.run_logger import RunLogger, truncate_metrics
 from rlcollect.logging.runs import solved_threshold
 from rlcollect.pipeline.builders import (
@@ -122,7 +123,7 @@ def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, grou
                               eval_max_steps=cfg.eval.max_steps, eval_max_trajectories=cfg.eval.max_trajectories,
                               gamma=cfg.algo.gamma)
     progress = Progress.start(env_id=cfg.env.id, solved_return=solved_threshold(cfg.env.id, cfg.env.solved_return),
-                              eval_every_frames=cfg.eval.every_frames,
+                              eval_every_frames=eval_every_frames(cfg),
                               checkpoint_every_frames=cfg.checkpoint_every_frames)
     pipeline = Pipeline(cfg, run_dir, policy, collector, learner, evaluator, logger, progress,
                         background=algo_collection(cfg).background, names=names,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 import time
@@ -16,11 +17,13 @@ from rlcollect.algos.learners import PPOLearner
 from rlcollect.buffers.rollout import transition_view
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.single import Collector
+from rlcollect.config import eval_every_frames
 
 if TYPE_CHECKING:
     from rlcollect.pipeline.lifecycle import Pipeline
 
 SUMMARY_FILE = "summary.json"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -130,15 +133,20 @@ def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
             if p.logger.recent_episode_return is not None:
                 postfix["return"] = f"{p.logger.recent_episode_return:.1f}"
             solved = False
-            if frames >= progress.next_eval or frames >= cfg.total_frames:
-                progress.next_eval += cfg.eval.every_frames
-                eval_return = evaluate(p, frames)
-                phases.end("eval")
-                postfix["eval"] = f"{eval_return:.1f}"
-                threshold = summary["solved_return"]  # the env id's own (logging.runs.solved_threshold)
-                solved = threshold is not None and eval_return >= threshold
-                if solved:
-                    summary["frames_to_solve"], summary["seconds_to_solve"] = frames, seconds()
+            last = frames >= cfg.total_frames
+            if frames >= progress.next_eval or last:
+                progress.next_eval += eval_every_frames(cfg)
+                # skipping never hides the frame a run is solved at: only runs without a threshold skip
+                if not last and summary["solved_return"] is None and phases.over_share("eval", cfg.eval.max_time_share):
+                    skip_evaluation(summary, phases, cfg.eval.max_time_share)
+                else:
+                    eval_return = evaluate(p, frames)
+                    phases.end("eval")
+                    postfix["eval"] = f"{eval_return:.1f}"
+                    threshold = summary["solved_return"]  # the env id's own (logging.runs.solved_threshold)
+                    solved = threshold is not None and eval_return >= threshold
+                    if solved:
+                        summary["frames_to_solve"], summary["seconds_to_solve"] = frames, seconds()
             bar.set_postfix(postfix)
             p.logger.log(phases.metrics(frames), step=frames)
             if progress.next_checkpoint is not None and (frames >= progress.next_checkpoint or solved):
@@ -191,10 +199,24 @@ class Phases:
         self.seconds[phase] += now - self._mark
         self._mark = now
 
+    def over_share(self, phase: str, share: float | None) -> bool:
+        """Whether ``phase`` took more than ``share`` of this session's time (None: never)."""
+        return share is not None and self.seconds[phase] > share * sum(self.seconds.values())
+
     def metrics(self, frames: int) -> dict[str, float]:
         collecting = sum(self.seconds.values()) if self.concurrent else self.seconds["collect"]
         return {"collect/frames_per_second": (frames - self.start_frames) / max(collecting, 1e-9),
                 **{f"time/{phase}": seconds for phase, seconds in self.seconds.items()}}
+
+
+def skip_evaluation(summary: dict, phases: Phases, share: float) -> None:
+    """An evaluation left out because evaluating already took more than ``share`` of the
+    run's time (eval.max_time_share): counted in the summary, said once."""
+    if not summary.get("evaluations_skipped"):
+        log.warning("evaluation took %.0f%% of the run's time so far: evaluations are skipped while it is above "
+                    "eval.max_time_share=%s (the final one always runs; eval.every_frames sets the cadence)",
+                    100 * phases.seconds["eval"] / max(sum(phases.seconds.values()), 1e-9), share)
+    summary["evaluations_skipped"] = summary.get("evaluations_skipped", 0) + 1
 
 
 class DivergedError(FloatingPointError):

@@ -238,6 +238,7 @@ class PPOConfig:
     anneal_clip: bool = True
     sequence_length: Optional[int] = None  # recurrent models: steps per minibatch sequence (None: whole rollout rows)
     normalize_reward: bool = False  # train on rewards / running std of the discounted return (logged ones unchanged)
+    terminal_keys: List[str] = field(default_factory=list)  # ("next", key) flags ending value targets: [life_lost]
 
 
 @dataclass

@@ -109,6 +109,7 @@ def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
     ("collector.frames_per_batch=0", "frames_per_batch must be a positive int, got 0"),
     ("algo=dqn algo.n_step=0", "algo.n_step must be a positive int, got 0"),
     ("eval.every_frames=0", "eval.every_frames must be a positive int, got 0"),
+    ("algo.terminal_keys=[life_lost]", "algo.terminal_keys=['life_lost']: each must also be in env.info_keys"),
     ("eval.max_time_share=1.5", "eval.max_time_share must be in (0, 1]"),
     ("algo=dqn algo.prioritized=true buffer/sampler=slice",
      "algo.prioritized=true draws single transitions in proportion to their priorities: it replaces "

@@ -1,6 +1,8 @@
 """Clipped PPO on a RolloutBuffer."""
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 from torch import nn
 
@@ -21,6 +23,9 @@ class PPO:
         clip_epsilon: policy-ratio clip; annealed with the lr when ``anneal_clip``.
         normalize_reward: train on rewards scaled by the running std of the discounted
             return (RewardScaler; the stored and logged rewards are unchanged).
+        terminal_keys: flags ``("next", key)`` of the rollout that end the value targets as
+            ``terminated`` does (no bootstrap, no advantage carried across), e.g.
+            ``["life_lost"]`` for Atari's episodic life; the episodes themselves go on.
         sequence_length: a RecurrentActorCritic trains on contiguous sequences of this many
             steps of one env (None: the env's whole rollout), each restarting from its stored
             hidden state; a minibatch holds ``minibatch_size // sequence_length`` of them
@@ -32,8 +37,10 @@ class PPO:
                  minibatch_size: int = 64, value_coef: float = 0.5, entropy_coef: float = 0.0,
                  max_grad_norm: float = 0.5, normalize_advantage: bool = True,
                  anneal_lr: bool = True, anneal_clip: bool = False, total_frames: int = -1,
-                 sequence_length: int | None = None, normalize_reward: bool = False) -> None:
+                 sequence_length: int | None = None, normalize_reward: bool = False,
+                 terminal_keys: Sequence[str] = ()) -> None:
         self.actor_critic = actor_critic
+        self.terminal_keys = list(terminal_keys)
         self.recurrent = isinstance(actor_critic, RecurrentActorCritic)
         self.sequence_length = sequence_length
         self.lr, self.gamma, self.gae_lambda = lr, gamma, gae_lambda
@@ -69,9 +76,12 @@ class PPO:
         reward = transitions.get(("next", "reward"))
         if self.reward_scaler is not None:  # the stored rewards stay as collected
             reward = self.reward_scaler(reward, transitions.get(("next", "done")))
+        terminated, done = transitions.get(("next", "terminated")), transitions.get(("next", "done"))
+        for key in self.terminal_keys:  # e.g. a lost life: the value target ends there, the episode goes on
+            flag = transitions.get(("next", key)).reshape(terminated.shape).bool()
+            terminated, done = terminated | flag, done | flag
         advantage, value_target = generalized_advantage_estimate(
-            reward, transitions.get("state_value"), next_state_value,
-            transitions.get(("next", "terminated")), transitions.get(("next", "done")),
+            reward, transitions.get("state_value"), next_state_value, terminated, done,
             gamma=self.gamma, gae_lambda=self.gae_lambda,
         )
         padding = torch.zeros_like(advantage[:, :1])

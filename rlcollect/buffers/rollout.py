@@ -46,6 +46,8 @@ class RolloutBuffer:
         action_dtype: default int64 for a scalar action (shape ``()``), float32 otherwise.
         state_shapes: per-step entries the policy carries (a recurrent policy's hidden
             states, ``{key: (num_layers, hidden_size)}``), stored as ``key`` and ``("next", key)``.
+        extra_keys: more entries of a collector batch to keep (e.g. ``("next", "life_lost")``,
+            an info key an algorithm reads); allocated like the batch's at the first ``add``.
 
     ``start_rollout()`` gives the shared TensorDict (``Collector.collect(num_steps,
     rollout=...)`` writes straight into it); ``add(rollout)`` marks it ready, or copies a
@@ -56,7 +58,7 @@ class RolloutBuffer:
     def __init__(self, num_envs: int, rollout_len: int, obs_dim: int | Sequence[int],
                  action_dim: int | Sequence[int] = (), device: str | torch.device = "cpu", *,
                  observation_dtype: torch.dtype = torch.float32, action_dtype: torch.dtype | None = None,
-                 state_shapes: dict[str, Sequence[int]] | None = None) -> None:
+                 state_shapes: dict[str, Sequence[int]] | None = None, extra_keys: Sequence = ()) -> None:
         self.num_envs, self.rollout_len = num_envs, rollout_len
         self.device = torch.device(device)
         observation_shape, action_shape = feature_shape(obs_dim), feature_shape(action_dim)
@@ -87,6 +89,7 @@ class RolloutBuffer:
             names=[None, ROLLOUT_DIM],
         )
         self.state_keys = list(state_shapes or {})
+        self.extra_keys = [key if isinstance(key, str) else tuple(key) for key in extra_keys]
         for key, state_shape in (state_shapes or {}).items():
             self._rollout.set(key, zeros(*state_shape))
             self._rollout.set(("next", key), zeros(*state_shape))
@@ -111,11 +114,17 @@ class RolloutBuffer:
         if tuple(batch.batch_size) != expected:
             raise ValueError(f"RolloutBuffer holds batches of shape {list(expected)} (envs, time); "
                              f"got {list(batch.batch_size)}")
-        keys = [*TRANSITION_KEYS, *self.state_keys, *(("next", key) for key in self.state_keys)]
+        keys = [*TRANSITION_KEYS, *self.state_keys, *(("next", key) for key in self.state_keys), *self.extra_keys]
         missing = [key for key in keys if key not in batch.keys(include_nested=True)]
         if missing:
             raise KeyError(f"collector batch lacks {missing}: the policy must write action, "
-                           "action_log_prob and state_value (and a recurrent one its hidden states)")
+                           "action_log_prob and state_value (and a recurrent one its hidden states); extra_keys "
+                           "must be entries of the batch (an env.info_keys entry is ('next', key))")
+        for key in self.extra_keys:
+            if key not in self._rollout.keys(include_nested=True):
+                value = batch.get(key)
+                self._rollout.set(key, torch.zeros((*self._rollout.batch_size, *value.shape[2:]), dtype=value.dtype,
+                                                   device=self.device))
         transitions = self._rollout[:, :-1]
         for key in keys:
             transitions.get(key).copy_(batch.get(key), non_blocking=True)

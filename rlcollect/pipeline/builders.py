@@ -190,6 +190,7 @@ def make_rollout_buffer(cfg: DictConfig, policy, collector: CollectorBase, obser
         sample_shape(action_space), observation_dtype=torch_dtype(observation_space),
         action_dtype=torch_dtype(action_space), device=cfg.buffer.get("device") or cfg.device,
         state_shapes={key: shape for primer in policy_primers(policy) for key, shape in primer.shapes.items()},
+        extra_keys=[("next", key) for key in cfg.algo.get("terminal_keys", [])],
     )
 
 
@@ -203,7 +204,7 @@ def make_learner(cfg: DictConfig, policy, collector: CollectorBase, observation_
                   entropy_coef=a.entropy_coef, max_grad_norm=a.max_grad_norm,
                   normalize_advantage=a.normalize_advantage, anneal_lr=a.anneal_lr, anneal_clip=a.anneal_clip,
                   total_frames=cfg.total_frames, sequence_length=a.sequence_length,
-                  normalize_reward=a.normalize_reward)
+                  normalize_reward=a.normalize_reward, terminal_keys=list(a.terminal_keys))
         return PPOLearner(ppo, buffer)
     dqn = DQN(policy, lr=a.lr, gamma=a.gamma, target_update=a.target_update,
               target_update_period=a.target_update_period, tau=a.tau, double_dqn=a.double_dqn, loss=a.loss,

@@ -150,6 +150,11 @@ def check_values(cfg: DictConfig, collector_class: type) -> None:
         check_positive_int("env.num_envs", cfg.env.num_envs)
     if "n_step" in cfg.algo:
         check_positive_int("algo.n_step", cfg.algo.n_step)
+    unknown = [key for key in cfg.algo.get("terminal_keys") or [] if key not in (cfg.env.info_keys or [])]
+    if unknown:
+        raise ValueError(f"algo.terminal_keys={unknown}: each must also be in env.info_keys (the flag is read "
+                         "from ('next', key) of the batch), e.g. env.info_keys=[life_lost] with "
+                         "rlcollect.envs.atari.LifeLoss")
     every = cfg.eval.every_frames
     for env_id, frames in (every.items() if hasattr(every, "items") else [(None, every)]):
         if frames is not None:

@@ -1,6 +1,9 @@
 import copy
 
+import gymnasium as gym
+import numpy as np
 import torch
+from tensordict import TensorDict
 
 from rlcollect.algos.ppo import PPO
 from rlcollect.buffers.rollout import RolloutBuffer, transition_view
@@ -67,3 +70,38 @@ def test_normalize_reward_trains_on_scaled_rewards_and_stores_them_as_collected(
     restored = PPO(copy.deepcopy(policy), total_frames=32, normalize_reward=True)
     restored.load_state_dict(ppo.state_dict())  # a checkpoint carries the statistics
     assert restored.reward_scaler.variance == ppo.reward_scaler.variance
+
+
+def test_terminal_keys_end_the_value_targets_as_terminated_does_and_the_rollout_keeps_them():
+    """A lost life (("next", "life_lost") with terminal_keys=["life_lost"]) gives the same
+    advantages as a termination there would, while the stored episode flags stay as collected."""
+    torch.manual_seed(0)
+    policy = ActorCritic(gym.spaces.Box(-1, 1, (3,), np.float32), gym.spaces.Discrete(2))
+    batch = TensorDict({
+        "observation": torch.randn(2, 6, 3), "action": torch.zeros(2, 6, dtype=torch.int64),
+        "action_log_prob": torch.zeros(2, 6), "state_value": torch.zeros(2, 6),
+        "is_init": torch.zeros(2, 6, dtype=torch.bool),
+        "next": {"observation": torch.randn(2, 6, 3), "reward": torch.ones(2, 6),
+                 "terminated": torch.zeros(2, 6, dtype=torch.bool), "truncated": torch.zeros(2, 6, dtype=torch.bool),
+                 "done": torch.zeros(2, 6, dtype=torch.bool), "life_lost": torch.zeros(2, 6)},  # info keys: float32
+    }, [2, 6])
+    batch["next", "life_lost"][0, 2] = 1.0
+    episodic = RolloutBuffer(2, 6, 3, extra_keys=[("next", "life_lost")])
+    episodic.add(batch)
+    PPO(policy, anneal_lr=False, terminal_keys=["life_lost"]).compute_advantages(episodic)
+    terminated = batch.clone()
+    terminated["next", "terminated"][0, 2] = terminated["next", "done"][0, 2] = True
+    reference = RolloutBuffer(2, 6, 3)
+    reference.add(terminated)
+    PPO(policy, anneal_lr=False).compute_advantages(reference)
+    assert torch.equal(episodic.rollout["advantage"], reference.rollout["advantage"])
+    assert not torch.equal(reference.rollout["advantage"], plain_advantages(policy, batch))  # the flag mattered
+    assert not episodic.rollout["next", "terminated"].any()  # the episode went on
+    assert torch.equal(episodic.rollout["next", "life_lost"][:, :-1], batch["next", "life_lost"])
+
+
+def plain_advantages(policy, batch):
+    buffer = RolloutBuffer(2, 6, 3)
+    buffer.add(batch)
+    PPO(policy, anneal_lr=False).compute_advantages(buffer)
+    return buffer.rollout["advantage"]

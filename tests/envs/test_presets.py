@@ -9,7 +9,7 @@ from hydra import compose, initialize_config_module
 
 from rlcollect import Collector, pipeline
 from rlcollect.config import register_configs
-from rlcollect.envs.atari import FireReset
+from rlcollect.envs.atari import FireReset, LifeLoss
 from rlcollect.modules.encoders import resolve_encoder
 
 
@@ -46,6 +46,38 @@ def test_fire_reset_presses_fire_after_each_reset_where_the_game_has_it():
     assert plain.unwrapped.actions == []
 
 
+class Lives(Game):
+    """A Game with 3 lives: one is lost on steps 3 and 6, the last (game over) on step 9."""
+
+    def reset(self, *, seed=None, options=None):
+        observation, _ = super().reset(seed=seed)
+        self.steps = 0
+        return observation, {"lives": 3}
+
+    def step(self, action):
+        observation, reward, _, truncated, _ = super().step(action)
+        self.steps += 1
+        lives = 3 - self.steps // 3
+        return observation, 1.0, lives == 0, truncated, {"lives": lives}
+
+
+def test_fire_reset_also_presses_fire_after_a_lost_life_and_life_loss_flags_it():
+    env = LifeLoss(FireReset(Lives(["NOOP", "FIRE"])))
+    _, info = env.reset()  # FIRE: step 1
+    assert env.unwrapped.actions == [1] and info["life_lost"] is False
+    flags, rewards = [], []
+    for _ in range(4):
+        _, reward, terminated, _, info = env.step(0)
+        flags.append(info["life_lost"])
+        rewards.append(reward)
+    # steps 2, 3 (a life lost: FIRE is step 4, its reward added), 5, 6 (lost: FIRE is step 7)
+    assert env.unwrapped.actions == [1, 0, 0, 1, 0, 0, 1]
+    assert flags == [False, True, False, True] and rewards == [1.0, 2.0, 1.0, 2.0] and not terminated
+    _, _, _, _, info = env.step(0)  # step 8
+    _, _, terminated, _, info = env.step(0)  # step 9: the last life: game over, no FIRE after it
+    assert terminated and info["life_lost"] and env.unwrapped.actions == [1, 0, 0, 1, 0, 0, 1, 0, 0]
+
+
 def test_the_auto_encoder_follows_the_observation_space():
     assert resolve_encoder("auto", gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)) == "cnn"
     assert resolve_encoder("auto", gym.spaces.Box(-1, 1, (17,), np.float64)) == "mlp"
@@ -71,6 +103,8 @@ def test_the_breakout_preset_gives_stacked_uint8_frames_to_a_cnn():
     assert batch["observation"].shape == (2, 4, 4, 84, 84) and batch["observation"].dtype == torch.uint8
     assert batch["next", "observation"].dtype == batch["observation"].dtype  # no float copy in the batch
     assert (cfg.eval.every_frames, cfg.eval.episodes) == (100_000, 5)
+    assert batch["next", "life_lost"].shape == (2, 4) and batch["next", "life_lost"].dtype == torch.float32
+    assert list(compose_train(["experiment=atari_ppo"]).algo.terminal_keys) == ["life_lost"]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="needs mujoco (envs extra)")

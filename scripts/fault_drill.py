@@ -4,7 +4,8 @@ and whose envs raise now and then, and check that the run heals and leaves nothi
     .venv/bin/python scripts/fault_drill.py [--kills 5] [--frames 65536] [--error-rate 2e-5]
                                             [--collectors multisync multiasync action_server alternating ray]
 
-For each collector, `rlcollect train` runs PPO on CartPole (logger=none, spawn workers) with
+For each collector, `rlcollect train` runs PPO (or `--algo dqn`: a replay buffer the workers
+of multisync and multiasync write into, shared) on CartPole (logger=none, spawn workers) with
 collector.max_worker_restarts = kills + 10 and collector.restart_on_env_error=true, its envs
 wrapped in rlcollect.testing.FlakyWrapper(error_rate) in the workers (not in the trainer, whose
 evaluation envs nothing replaces); once training has started, a killer
@@ -73,7 +74,8 @@ def workers_of(pid: int) -> list[int]:
 
 
 def drill(collector: str, args, run_dir: Path, rng: random.Random) -> dict:
-    command = [sys.executable, "-c", LAUNCH, str(args.error_rate), "train", f"collector={collector}", "logger=none",
+    command = [sys.executable, "-c", LAUNCH, str(args.error_rate), "train", f"algo={args.algo}",
+               f"collector={collector}", "logger=none",
                "progress=false", f"total_frames={args.frames}", "env.solved_return=1000000000",
                "eval.every_frames=1000000000", "checkpoint_every_frames=1000000000",
                f"collector.max_worker_restarts={args.kills + 10}", "collector.restart_on_env_error=true",
@@ -137,6 +139,8 @@ def main() -> None:
     parser.add_argument("--interval", type=float, nargs=2, default=(0.5, 2.0), metavar=("MIN", "MAX"),
                         help="seconds between kills, drawn uniformly (default 0.5 2.0)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--algo", choices=("ppo", "dqn"), default="ppo",
+                        help="dqn: the workers of multisync/multiasync write into one shared replay buffer")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     results = []

@@ -124,6 +124,7 @@ class ActionServerCollector(CollectorBase):
         super().__init__(delivery)
         self._restarts = Restarts(workers.max_worker_restarts, workers.restart_on_env_error)
         self._talking = 0  # > 0 while a failed worker may be replaced (collecting, resetting)
+        self._batch_frames = 0  # frames the batch under way has recorded
         self._workers: WorkerProcesses | None = None
         self._groups: list[Collector] = []
         self._envs: list[RemoteEnv] = []
@@ -231,6 +232,9 @@ class ActionServerCollector(CollectorBase):
         def finish(group: int) -> None:
             groups[group].record(in_flight[group], envs[group].receive())
             in_flight[group] = None
+            self._batch_frames += envs[group].num_envs
+
+        self._batch_frames = 0  # recorded so far: what a failure now would lose
 
         self._set_deadline(None if self.batch_timeout is None else time.monotonic() + self.batch_timeout)
         with torch.no_grad(), set_interaction_type(groups[0].exploration_type):
@@ -264,7 +268,7 @@ class ActionServerCollector(CollectorBase):
         if pre_collect_hook is not None:
             pre_collect_hook()
         try:
-            self._with_restarts(self._collect_groups, frames_lost=self.frames_per_batch)
+            self._with_restarts(self._collect_groups, frames_lost=lambda: self._batch_frames)
         except BaseException:
             self.shutdown()  # steps may be in flight: the workers' state is unknown
             raise
@@ -283,10 +287,11 @@ class ActionServerCollector(CollectorBase):
         collecting or resetting, within max_worker_restarts (docs/collectors.md)."""
         return self._talking > 0 and self._restarts.allows(kind)
 
-    def _with_restarts(self, action, frames_lost: int) -> None:
+    def _with_restarts(self, action, frames_lost=lambda: 0) -> None:
         """Run ``action``; when a worker fails and may be replaced, replace it, restart
         every env and run ``action`` again. The envs step in lockstep, so what the batch
-        under way held is dropped for all of them (``frames_lost``: at most a batch)."""
+        under way held is dropped for all of them (``frames_lost()``: the frames it had
+        recorded)."""
         self._talking += 1
         try:
             while True:
@@ -294,7 +299,7 @@ class ActionServerCollector(CollectorBase):
                     action()
                     return
                 except WorkerLost as lost:
-                    self._recover(lost, frames_lost)
+                    self._recover(lost, frames_lost())
         finally:
             self._talking -= 1
 
@@ -369,7 +374,7 @@ class ActionServerCollector(CollectorBase):
                 collector.reset()
 
         try:
-            self._with_restarts(reset_all, frames_lost=0)
+            self._with_restarts(reset_all)
         except BaseException:
             self.shutdown()
             raise
@@ -387,7 +392,7 @@ class ActionServerCollector(CollectorBase):
                                            "traj_pool": self._traj_pool.state_dict()})
 
         try:
-            self._with_restarts(load, frames_lost=0)
+            self._with_restarts(load)
         except BaseException:
             self.shutdown()
             raise

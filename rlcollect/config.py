@@ -262,6 +262,7 @@ class DQNConfig:
     eps_decay_frames: int = 8000
     n_step: int = 1  # >1: n-step transitions (MultiStep on the buffer's writes), bootstrapped gamma**m ahead
     prioritized: bool = False  # prioritized replay: buffer/sampler=prioritized with its defaults (or choose that)
+    terminal_keys: List[str] = field(default_factory=list)  # ("next", key) flags ending the bootstrap: [life_lost]
     background: bool = False  # collector.start(): collect while training
 
 

@@ -44,16 +44,20 @@ class DQN:
             "polyak" (``target <- tau * online + (1 - tau) * target`` every step).
         double_dqn: pick the bootstrap action with the online network.
         loss: "huber" (smooth L1) or "mse".
+        terminal_keys: flags ``("next", key)`` of the transitions that end the bootstrap as
+            ``terminated`` does (e.g. ``["life_lost"]``: Atari's episodic life).
     """
 
     def __init__(self, q_policy: QValuePolicy, *, lr: float = 1e-3, gamma: float = 0.99,
                  target_update: str = "periodic", target_update_period: int = 10, tau: float = 0.005,
-                 double_dqn: bool = True, loss: str = "huber", max_grad_norm: float = 10.0) -> None:
+                 double_dqn: bool = True, loss: str = "huber", max_grad_norm: float = 10.0,
+                 terminal_keys=()) -> None:
         if target_update not in TARGET_UPDATES:
             raise ValueError(f"target_update must be one of {TARGET_UPDATES}, got {target_update!r}")
         if loss not in ("huber", "mse"):
             raise ValueError(f"loss must be 'huber' or 'mse', got {loss!r}")
         self.q_policy = q_policy
+        self.terminal_keys = list(terminal_keys)
         self.target = copy.deepcopy(q_policy).requires_grad_(False)
         if q_policy.obs_norm is not None:  # one set of statistics: the target network reads the online one's
             self.target.obs_norm = q_policy.obs_norm
@@ -83,7 +87,10 @@ class DQN:
             next_observation = batch.get(("next", "observation"))
             next_q_target = self.target.q_values(next_observation)
             next_q_online = self.q_policy.q_values(next_observation) if self.double_dqn else next_q_target
-            target = dqn_targets(batch.get(("next", "reward")), batch.get(("next", "terminated")),
+            terminated = batch.get(("next", "terminated"))
+            for key in self.terminal_keys:  # e.g. a lost life: no bootstrap past it
+                terminated = terminated | batch.get(("next", key)).reshape(terminated.shape).bool()
+            target = dqn_targets(batch.get(("next", "reward")), terminated,
                                  next_q_online, next_q_target, gamma=self.gamma, double_dqn=self.double_dqn,
                                  steps=batch.get(STEPS_TO_NEXT_OBS, None))
         per_sample = self._loss_fn(taken, target)

@@ -33,14 +33,17 @@ class MultiStep:
     Args:
         gamma: the discount, in [0, 1] (the learner's own gamma).
         n_steps: the most steps a transition spans (1 leaves rewards and next entries as they are).
+        end_keys: more ``("next", key)`` flags a transition never crosses, as ``done``
+            (e.g. ``["life_lost"]``: the learner's terminal keys).
     """
 
-    def __init__(self, gamma: float, n_steps: int) -> None:
+    def __init__(self, gamma: float, n_steps: int, end_keys=()) -> None:
         if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must be a number in [0, 1], got {gamma!r}")
         self.gamma = float(gamma)
         self.n_steps = check_positive_int("n_steps", n_steps)
         self._discounts = [self.gamma ** k for k in range(self.n_steps)]
+        self.end_keys = [(NEXT, key) for key in end_keys]
         self._time = torch.arange(0)  # 0 .. T-1, kept for the next batch of the same length and device
 
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
@@ -51,7 +54,10 @@ class MultiStep:
         for key in (REWARD, DONE):
             if key not in keys:
                 raise KeyError(f"MultiStep needs {key!r} in the batch; it holds {sorted(map(str, keys))}")
-        reward_sum, steps = self._reward_and_steps(batch.get(REWARD), batch.get(DONE), batch.batch_dims - 1)
+        ends = batch.get(DONE)
+        for key in self.end_keys:
+            ends = ends | batch.get(key).reshape(ends.shape).bool()
+        reward_sum, steps = self._reward_and_steps(batch.get(REWARD), ends, batch.batch_dims - 1)
         last = self._time_index(batch.batch_size[-1], steps.device) + steps - 1  # t + m - 1, [*B, T]
         time_dim = batch.batch_dims - 1
         next_td = batch.get(NEXT).apply(lambda value: _gather_time(value, last, time_dim))

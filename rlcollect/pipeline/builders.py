@@ -165,7 +165,7 @@ def make_replay_buffer(cfg: DictConfig, run_dir: Path, *, reopen: bool = False):
     runtime = {}
     n_step = cfg.algo.get("n_step", 1)  # n-step transitions are made as batches are written
     if n_step > 1:
-        runtime["write_transform"] = MultiStep(cfg.algo.gamma, n_step)
+        runtime["write_transform"] = MultiStep(cfg.algo.gamma, n_step, end_keys=list(cfg.algo.terminal_keys))
     return build_node(node, "buffer", drop=("storage", "sampler", "trajs_per_batch"), storage=storage,
                       sampler=sampler, batch_size=cfg.algo.batch_size, **runtime)
 
@@ -208,7 +208,7 @@ def make_learner(cfg: DictConfig, policy, collector: CollectorBase, observation_
         return PPOLearner(ppo, buffer)
     dqn = DQN(policy, lr=a.lr, gamma=a.gamma, target_update=a.target_update,
               target_update_period=a.target_update_period, tau=a.tau, double_dqn=a.double_dqn, loss=a.loss,
-              max_grad_norm=a.max_grad_norm)
+              max_grad_norm=a.max_grad_norm, terminal_keys=list(a.terminal_keys))
     return DQNLearner(dqn, replay_buffer, gradient_steps=a.gradient_steps_per_batch,
                       learning_starts=a.learning_starts, eps_start=a.eps_start, eps_end=a.eps_end,
                       eps_decay_frames=a.eps_decay_frames)

@@ -50,6 +50,20 @@ def test_loss_against_a_hand_computed_example():
     assert q_mean.item() == 3.0
 
 
+def test_terminal_keys_end_the_bootstrap_as_terminated_does():
+    policy = linear_q_policy([[1.0, 0.0], [0.0, 1.0]], [0.0, 1.0])
+    batch = TensorDict({
+        "observation": torch.tensor([[1.0, 2.0], [3.0, 0.0]]), "action": torch.tensor([1, 0]),
+        "next": {"observation": torch.tensor([[0.0, 0.0], [1.0, 1.0]]), "reward": torch.tensor([1.0, -1.0]),
+                 "terminated": torch.tensor([False, False]), "life_lost": torch.tensor([0.0, 1.0])},
+    }, [2])
+    terminated = batch.clone()
+    terminated["next", "terminated"] = torch.tensor([False, True])
+    plain = DQN(policy, gamma=0.5, double_dqn=False, loss="mse")
+    episodic = DQN(policy, gamma=0.5, double_dqn=False, loss="mse", terminal_keys=["life_lost"])
+    assert episodic.loss(batch)[0].item() == plain.loss(terminated)[0].item() != plain.loss(batch)[0].item()
+
+
 def test_n_step_targets_discount_the_bootstrap_by_gamma_to_the_steps():
     kwargs = dict(reward=torch.tensor([1.0, 2.0, 3.0]), terminated=torch.tensor([False, False, True]),
                   next_q_online=torch.tensor([[3.0, 1.0], [5.0, 0.0], [1.0, 0.0]]),

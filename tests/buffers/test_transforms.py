@@ -56,6 +56,17 @@ def test_n_step_transitions_of_a_t_batch():
     assert (ROW_A == original).all() and STEPS not in ROW_A.keys(True)  # the input is not modified
 
 
+def test_end_keys_cut_transitions_as_done_does():
+    # ROW_B's termination at t=1 given as a lost life instead: the same cuts, no episode end
+    lives = ROW_B.clone()
+    lives["next", "life_lost"] = lives["next", "terminated"].float()  # info keys are float32
+    lives["next", "terminated"] = lives["next", "done"] = torch.zeros(6, dtype=torch.bool)
+    out = MultiStep(gamma=0.5, n_steps=3, end_keys=["life_lost"])(lives)
+    assert out[STEPS].tolist() == EXPECTED_B["steps"] and out["next", "reward"].tolist() == EXPECTED_B["reward"]
+    assert out["next", "life_lost"].tolist() == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0] and not out["next", "done"].any()
+    assert MultiStep(gamma=0.5, n_steps=3)(lives)[STEPS].tolist() == [3, 3, 3, 3, 2, 1]  # without: crossed
+
+
 def test_n_step_transitions_of_a_p_t_batch_row_by_row():
     batch = torch.stack([ROW_A, ROW_B])  # [P=2, T=6]
     out = MultiStep(gamma=0.5, n_steps=3)(batch)

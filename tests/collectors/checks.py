@@ -1,6 +1,9 @@
 """Checks every collector's batches must pass, shared by the collector tests (imported as
 ``checks``: pytest puts this folder on sys.path; tests/collectors/conftest.py has
 pytest rewrite its asserts). docs/data-layout.md, and trajectory bookkeeping."""
+import os
+import signal
+
 import torch
 
 TRAJ_IDS = ("collector", "traj_ids")
@@ -63,3 +66,18 @@ def check_weights_reach_every_worker(collector, policy):
         assert (batch["weight_seen"] == version).all() and (batch["offset_seen"] == 10.0 * version).all()
         assert (batch[version_key] == version).all() and collector.policy_version == version
     return batches
+
+
+def collect_killing_a_worker(collector, worker_id, after):
+    """Iterate ``collector`` to the end, SIGKILLing worker process ``worker_id`` after
+    ``after`` batches (and waiting until it is dead, so that the next batch finds it dead).
+    Returns (clones of the batches, the killed pid)."""
+    batches, killed_pid = [], None
+    for batch in collector:
+        batches.append(batch.clone())
+        if len(batches) == after:
+            process = collector._processes[worker_id]
+            killed_pid = process.pid
+            os.kill(killed_pid, signal.SIGKILL)
+            process.join(10)
+    return batches, killed_pid

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 import torch
-from checks import check_keys_and_shapes, check_trajectories
+from checks import check_keys_and_shapes, check_trajectories, collect_killing_a_worker
 
 from rlcollect.buffers import LazyTensorStorage, ReplayBuffer
 from rlcollect.collectors import Collector
@@ -106,13 +106,7 @@ def test_killed_worker_is_reported_not_waited_on(no_leftovers, variant):
 def test_a_killed_worker_is_replaced_and_every_env_restarts(no_leftovers, variant):
     collector = make(no_leftovers, variant, policy=echo_policy, frames_per_batch=12, total_frames=48, seed=0,
                      max_worker_restarts=1)
-    batches, killed_pid = [], None
-    for batch in collector:
-        batches.append(batch.clone())
-        if len(batches) == 2:
-            killed_pid = collector._processes[1].pid
-            os.kill(killed_pid, signal.SIGKILL)
-            collector._processes[1].join(10)
+    batches, killed_pid = collect_killing_a_worker(collector, 1, after=2)
     assert collector.frames == 48 and len(batches) == 4
     [restart] = collector.pop_worker_restarts()
     # what the batch under way had recorded when the death was found: the action server waits for

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 import torch
-from checks import check_keys_and_shapes, check_trajectories, check_weights_reach_every_worker
+from checks import check_keys_and_shapes, check_trajectories, check_weights_reach_every_worker, collect_killing_a_worker
 
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector, WorkerError
 from rlcollect.envs import GymEnv
@@ -247,13 +247,7 @@ def test_one_env_source_is_seeded_by_the_seed_rule_like_one_batched_env(no_lefto
 def test_a_killed_worker_is_replaced_and_collection_goes_on(no_leftovers, cls):
     collector = make(cls, no_leftovers, create_env_fn=functools.partial(CountingEnv, 5), num_workers=2,
                      frames_per_batch=8, total_frames=64, max_worker_restarts=1, seed=0)
-    batches, killed_pid = [], None
-    for batch in collector:
-        batches.append(batch.clone())
-        if len(batches) == 2:
-            killed_pid = collector._processes[1].pid
-            os.kill(killed_pid, signal.SIGKILL)
-            collector._processes[1].join(10)  # dead before the next batch is asked for
+    batches, killed_pid = collect_killing_a_worker(collector, 1, after=2)
     assert collector.frames == 64 == sum(batch.numel() for batch in batches)  # the right frame count
     [restart] = collector.pop_worker_restarts()
     assert (restart.worker_id, restart.cause) == (1, f"died from signal SIGKILL (pid {killed_pid})")

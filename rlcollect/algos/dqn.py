@@ -8,6 +8,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from rlcollect.buffers.transforms import or_next_flags
 from rlcollect.keys import STEPS_TO_NEXT_OBS, WEIGHT
 from rlcollect.modules.q_network import QValuePolicy
 
@@ -87,9 +88,8 @@ class DQN:
             next_observation = batch.get(("next", "observation"))
             next_q_target = self.target.q_values(next_observation)
             next_q_online = self.q_policy.q_values(next_observation) if self.double_dqn else next_q_target
-            terminated = batch.get(("next", "terminated"))
-            for key in self.terminal_keys:  # e.g. a lost life: no bootstrap past it
-                terminated = terminated | batch.get(("next", key)).reshape(terminated.shape).bool()
+            # e.g. a lost life: no bootstrap past it
+            terminated = or_next_flags(batch.get(("next", "terminated")), batch, self.terminal_keys)
             target = dqn_targets(batch.get(("next", "reward")), terminated,
                                  next_q_online, next_q_target, gamma=self.gamma, double_dqn=self.double_dqn,
                                  steps=batch.get(STEPS_TO_NEXT_OBS, None))

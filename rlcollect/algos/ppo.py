@@ -9,6 +9,7 @@ from torch import nn
 from rlcollect.algos.gae import generalized_advantage_estimate
 from rlcollect.algos.reward_scaling import RewardScaler
 from rlcollect.buffers.rollout import RolloutBuffer, iterate_minibatches, iterate_sequences, transition_view
+from rlcollect.buffers.transforms import or_next_flags
 from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
 
 
@@ -76,10 +77,9 @@ class PPO:
         reward = transitions.get(("next", "reward"))
         if self.reward_scaler is not None:  # the stored rewards stay as collected
             reward = self.reward_scaler(reward, transitions.get(("next", "done")))
-        terminated, done = transitions.get(("next", "terminated")), transitions.get(("next", "done"))
-        for key in self.terminal_keys:  # e.g. a lost life: the value target ends there, the episode goes on
-            flag = transitions.get(("next", key)).reshape(terminated.shape).bool()
-            terminated, done = terminated | flag, done | flag
+        # e.g. a lost life: the value target ends there, the episode goes on
+        terminated = or_next_flags(transitions.get(("next", "terminated")), transitions, self.terminal_keys)
+        done = or_next_flags(transitions.get(("next", "done")), transitions, self.terminal_keys)
         advantage, value_target = generalized_advantage_estimate(
             reward, transitions.get("state_value"), next_state_value, terminated, done,
             gamma=self.gamma, gae_lambda=self.gae_lambda,

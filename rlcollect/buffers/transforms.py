@@ -13,6 +13,15 @@ from rlcollect.keys import DONE, NEXT, REWARD, STEPS_TO_NEXT_OBS
 from rlcollect.validation import check_positive_int
 
 
+def or_next_flags(flags: torch.Tensor, data: TensorDictBase, keys) -> torch.Tensor:
+    """``flags`` or'ed with each ``("next", key)`` entry of ``data``, read in ``flags``'
+    shape (info flags are float32: nonzero is True). How ``terminal_keys`` (a lost life)
+    join ``terminated`` / ``done``."""
+    for key in keys:
+        flags = flags | data.get((NEXT, key)).reshape(flags.shape).bool()
+    return flags
+
+
 class MultiStep:
     """n-step transitions from a collector batch ``[*B, T]`` (time last).
 
@@ -43,7 +52,7 @@ class MultiStep:
         self.gamma = float(gamma)
         self.n_steps = check_positive_int("n_steps", n_steps)
         self._discounts = [self.gamma ** k for k in range(self.n_steps)]
-        self.end_keys = [(NEXT, key) for key in end_keys]
+        self.end_keys = list(end_keys)
         self._time = torch.arange(0)  # 0 .. T-1, kept for the next batch of the same length and device
 
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
@@ -54,9 +63,7 @@ class MultiStep:
         for key in (REWARD, DONE):
             if key not in keys:
                 raise KeyError(f"MultiStep needs {key!r} in the batch; it holds {sorted(map(str, keys))}")
-        ends = batch.get(DONE)
-        for key in self.end_keys:
-            ends = ends | batch.get(key).reshape(ends.shape).bool()
+        ends = or_next_flags(batch.get(DONE), batch, self.end_keys)
         reward_sum, steps = self._reward_and_steps(batch.get(REWARD), ends, batch.batch_dims - 1)
         last = self._time_index(batch.batch_size[-1], steps.device) + steps - 1  # t + m - 1, [*B, T]
         time_dim = batch.batch_dims - 1

@@ -383,9 +383,11 @@ class RayCollector(CollectorBase):
         return actor, name
 
     # ------------------------------------------------------------------ restarts
-    def _replace_actor(self, lost: WorkerLost) -> None:
+    def _replace_actor(self, lost: WorkerLost, pending: dict, resend) -> dict:
         """A new actor in the failed one's place, holding the latest weights (the updates
-        it is sent run before any later call, Ray keeping one submitter's order)."""
+        it is sent run before any later call, Ray keeping one submitter's order), asked
+        ``resend(index)`` again. Returns ``pending`` (ref -> actor index) with the failed
+        actor's refs replaced by that new one."""
         ray, index = import_ray(), lost.worker_id
         self._restarts.record(index, lost.kind, lost.message, self._actor_frames[index], dropped="its batch under way")
         with contextlib.suppress(Exception):
@@ -395,6 +397,9 @@ class RayCollector(CollectorBase):
         for model_id, sender in self._senders.items():
             if isinstance(sender, RayWeightSender) and sender.last is not None:
                 actor.receive_weights.remote(model_id, *sender.last)
+        pending = {ref: i for ref, i in pending.items() if i != index}
+        pending[resend(index)] = index
+        return pending
 
     # ------------------------------------------------------------------ waiting on actors
     def _gather(self, pending: dict, what: str = "batch", resend=None) -> dict:
@@ -410,9 +415,7 @@ class RayCollector(CollectorBase):
                 index = pending.pop(ref)
                 results[index] = self._get(ref, index)
             except WorkerLost as lost:
-                self._replace_actor(lost)
-                pending = {ref: index for ref, index in pending.items() if index != lost.worker_id}
-                pending[resend(lost.worker_id)] = lost.worker_id
+                pending = self._replace_actor(lost, pending, resend)
             finally:
                 self._talking -= resend is not None
         return results
@@ -491,9 +494,7 @@ class RayCollector(CollectorBase):
                 result = self._get(ref, index)
                 break
             except WorkerLost as lost:  # its replacement collects that batch again
-                self._replace_actor(lost)
-                self._in_flight = {ref: i for ref, i in self._in_flight.items() if i != lost.worker_id}
-                self._in_flight[self._collect_from(lost.worker_id)] = lost.worker_id
+                self._in_flight = self._replace_actor(lost, self._in_flight, self._collect_from)
             finally:
                 self._talking -= 1
         payload = self._keep_hook_result(result)

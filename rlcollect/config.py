@@ -35,6 +35,8 @@ class EnvConfig:
 
     id: str = MISSING  # a registered gymnasium id
     num_envs: Optional[int] = 8  # collector=sync: None is a single env, batch_size []
+    # how the envs are stepped: list | sync | async | vector (envs/backends.py)
+    backend: str = "list"
     max_episode_steps: Optional[int] = None  # None: the env's own limit
     # training stops once evaluation reaches it: a number, or {env id: number} (the presets:
     # a threshold belongs to its env id, so env.id=<another> has none unless given)

@@ -109,6 +109,67 @@ def counting_env_factories(episode_lengths, end: str = "terminated"):
     return lambda: CountingEnv(next(lengths), end=end)
 
 
+
+def counting_envs(episode_lengths, end: str = "terminated") -> list:
+    """One picklable CountingEnv factory per sub-env: ``GymEnv(counting_envs([3, 4]),
+    num_envs=2, backend=...)`` (every backend; "async" builds them in other processes)."""
+    return [functools.partial(CountingEnv, length, end=end) for length in episode_lengths]
+
+
+class CountingVectorEnv(gym.vector.VectorEnv):
+    """``len(episode_lengths)`` CountingEnvs as one gymnasium VectorEnv (observation
+    ``[P, 1]`` = each env's step count; env i ends after ``episode_lengths[i]`` steps).
+
+    ``autoreset_mode``: "disabled" (partial resets with ``reset(options={"reset_mask"})``),
+    "same_step" (a finished env resets within the step; its final observation is in
+    ``info["final_obs"]``) or "next_step" (gymnasium's default). Its info reports ``cost``
+    = 0.5 * step count for the envs at an even count only (``_cost`` says which).
+    """
+
+    def __init__(self, episode_lengths, autoreset_mode: str = "disabled", end: str = "terminated") -> None:
+        self.num_envs = len(episode_lengths)
+        self.lengths = np.asarray(episode_lengths)
+        self.end = end
+        self.metadata = {"autoreset_mode": gym.vector.AutoresetMode[autoreset_mode.upper()]}
+        self.single_observation_space = gym.spaces.Box(0.0, np.inf, (1,), np.float32)
+        self.single_action_space = gym.spaces.Discrete(2)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self.count = np.zeros(self.num_envs, np.int64)
+        self.pending = np.zeros(self.num_envs, bool)  # next_step: reset at the next step
+        self.resets = 0  # reset calls (full or partial)
+
+    def _observation(self):
+        return self.count.astype(np.float32)[:, None]
+
+    def reset(self, *, seed=None, options=None):
+        self.resets += 1
+        mask = (options or {}).get("reset_mask", np.ones(self.num_envs, bool))
+        self.count[mask] = 0
+        self.pending[mask] = False
+        return self._observation(), {}
+
+    def step(self, actions):
+        mode = self.metadata["autoreset_mode"].name.lower()
+        restart = self.pending.copy()
+        self.count += 1
+        self.count[restart] = 0
+        finished = (self.count >= self.lengths) & ~restart
+        terminated = finished if self.end == "terminated" else np.zeros_like(finished)
+        truncated = finished if self.end == "truncated" else np.zeros_like(finished)
+        reward = np.where(restart, 0.0, 1.0).astype(np.float32)
+        even = self.count % 2 == 0
+        info = {"cost": np.where(even, 0.5 * self.count, 0.0), "_cost": even}
+        observation = self._observation()
+        if mode == "same_step" and finished.any():
+            info["final_obs"] = np.array([row if done else None for row, done in zip(observation, finished)],
+                                         dtype=object)
+            self.count[finished] = 0
+            observation = self._observation()
+        elif mode == "next_step":
+            self.pending = finished
+        return observation, reward, terminated, truncated, info
+
 class WorkerIdEnv(CountingEnv):
     """Observation ``[worker_id, step count]``: tells which worker produced a step."""
 

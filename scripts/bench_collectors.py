@@ -23,6 +23,9 @@ alternating collector should gain most (rlpyt: up to 2x in theory).
     n1  hand-written loop, SyncVectorEnv of 8 envs, GRU policy: carries h, zeroes it on done
     n2  rlcollect Collector on GymEnv(CartPole-v1, num_envs=8), the same GRU policy as a
         GRUModule (hidden state primed, stored, carried and reset by the collector)
+    v1  hand-written loop, gym.make_vec(CartPole-v1, 1024) vector entry point (numpy)
+    v2  rlcollect Collector on GymEnv(CartPole-v1, num_envs=1024, backend="vector")
+        (v rows: batches of 16 steps, 16 x --frames frames per measurement)
     e1  torchrl Collector on GymEnv(CartPole-v1)              } in .venv-bench, through
     e2  torchrl Collector on SerialEnv(8, GymEnv(CartPole-v1)) } scripts/bench_torchrl_rows.py
     f   rlcollect MultiSyncCollector, 2 workers x GymEnv(num_envs=4)
@@ -100,6 +103,7 @@ shows the 1-min load average).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -131,6 +135,7 @@ HEAVY_HIDDEN = 512  # m rows: the heavy policy's MLP width
 HEAVY_STEP_US = 50.0  # m rows: BusyEnv step cost; x ENVS_PER_WORKER ~ the heavy forward on 8 observations
 START_METHODS = ("fork", "spawn", "forkserver")
 TARGET_RATIO = 0.8  # rlcollect / hand-written
+TARGET_VECTOR_RATIO = 0.9  # rlcollect / hand-written, vector and torch envs
 TARGET_MULTI_VS_TORCHRL = 3.0
 TARGET_COSTLY_SPEEDUP = 1.5
 TARGET_STARTUP_S = 3.0  # rlcollect MultiSync, construction to first batch
@@ -151,11 +156,14 @@ class Settings:
         return self.frames_per_batch * max(1, self.frames // 4 // self.frames_per_batch)
 
     def frames_of(self, row: "Row") -> int:
+        if row.batch_frames:  # rows of their own batch size: frames_scale x as many frames, whole batches
+            return row.batch_frames * max(2, self.frames * row.frames_scale // row.batch_frames)
         return self.costly_frames if row.costly else self.frames
 
     def warmup_frames_of(self, row: "Row") -> int:
         """A quarter of a measurement (whole batches, at least two)."""
-        return self.frames_per_batch * max(2, self.frames_of(row) // 4 // self.frames_per_batch)
+        batch = row.batch_frames or self.frames_per_batch
+        return batch * max(2, self.frames_of(row) // 4 // batch)
 
 
 Measure = Callable[[int], Measurement]  # frames -> Measurement
@@ -171,6 +179,8 @@ class Row:
     needs_ray: bool = False
     costly: bool = False  # measured on settings.costly_frames
     startup: bool = False  # a start-up row: measures construction to first batch, no frames/s
+    batch_frames: int = 0  # rows with many envs: their own frames_per_batch (0: --frames-per-batch)
+    frames_scale: int = 1  # ... and frames_scale x --frames frames per measurement
 
 
 ROWS: dict[str, Row] = {}
@@ -251,14 +261,14 @@ def busy_env_source(step_cost_us: float = BUSY_STEP_US) -> Callable[[], gym.Env]
 
 
 def rlcollect_measure(settings: Settings, env_source, num_envs: int | None, obs_dim: int = 4,
-                      hidden: int = HIDDEN, policy=None) -> Measure:
+                      hidden: int = HIDDEN, policy=None, **env_kwargs) -> Measure:
     from rlcollect.collectors import Collector
     from rlcollect.envs import GymEnv
 
     policy = MLPSamplingPolicy(build_mlp(obs_dim, hidden)) if policy is None else policy
 
     def make_collector(total_frames: int):
-        return Collector(lambda: GymEnv(env_source, num_envs=num_envs, seed=SEED), policy,
+        return Collector(lambda: GymEnv(env_source, num_envs=num_envs, seed=SEED, **env_kwargs), policy,
                          frames_per_batch=settings.frames_per_batch, total_frames=total_frames)
 
     return lambda frames: time_collector(make_collector, frames, settings.frames_per_batch)
@@ -272,6 +282,49 @@ def rlcollect_single(settings: Settings, worker) -> Measure:
 @register("d", f"rlcollect Collector, GymEnv(num_envs={NUM_ENVS})", num_envs=NUM_ENVS)
 def rlcollect_batched(settings: Settings, worker) -> Measure:
     return rlcollect_measure(settings, ENV_ID, num_envs=NUM_ENVS)
+
+
+# ---------------------------------------------------------------------- v: a numpy vector env
+VECTOR_ENVS = 1024
+VECTOR_BATCH = VECTOR_ENVS * 16  # v rows: frames per collector batch
+VECTOR_SCALE = 16  # v rows: 16 x --frames frames per measurement (~0.3 s at 1M frames/s)
+
+
+class HandMakeVecLoop:
+    """gym.make_vec's CartPole vector entry point (numpy, all envs stepped at once; it
+    autoresets on the step after a done, gymnasium's default), one batched forward per step."""
+
+    def __init__(self) -> None:
+        self.env = gym.make_vec(ENV_ID, VECTOR_ENVS, vectorization_mode="vector_entry_point")
+        self.mlp = build_mlp()
+        self.obs, _ = self.env.reset(seed=SEED)
+
+    def __call__(self, frames: int) -> Measurement:
+        env, mlp, obs = self.env, self.mlp, self.obs
+        with torch.no_grad():
+            start = time.perf_counter()
+            for _ in range(frames // VECTOR_ENVS):
+                action = sample_action(mlp(torch.from_numpy(obs)))
+                obs, reward, terminated, truncated, _ = env.step(action.numpy())
+            elapsed = time.perf_counter() - start
+        self.obs = obs
+        return Measurement(frames / elapsed)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+@register("v1", f"hand-written loop, make_vec vector entry point({VECTOR_ENVS})", num_envs=VECTOR_ENVS,
+          batch_frames=VECTOR_BATCH, frames_scale=VECTOR_SCALE)
+def hand_make_vec(settings: Settings, worker) -> Measure:
+    return HandMakeVecLoop()
+
+
+@register("v2", f"rlcollect Collector, GymEnv(num_envs={VECTOR_ENVS}, backend='vector')", num_envs=VECTOR_ENVS,
+          batch_frames=VECTOR_BATCH, frames_scale=VECTOR_SCALE)
+def rlcollect_vector(settings: Settings, worker) -> Measure:
+    return rlcollect_measure(dataclasses.replace(settings, frames_per_batch=VECTOR_BATCH), ENV_ID,
+                             num_envs=VECTOR_ENVS, backend="vector")
 
 
 # ---------------------------------------------------------------------- n: a recurrent policy
@@ -573,6 +626,7 @@ COMPARISONS = (
     ("c", "a", "rlcollect / hand-written, 1 env", TARGET_RATIO),
     ("d", "b", f"rlcollect / hand-written, {NUM_ENVS} envs", TARGET_RATIO),
     ("n2", "n1", f"rlcollect / hand-written, GRU, {NUM_ENVS} envs", TARGET_RATIO),
+    ("v2", "v1", f"rlcollect / make_vec loop, {VECTOR_ENVS} envs", TARGET_VECTOR_RATIO),
     ("e1", "a", "torchrl / hand-written, 1 env", None),
     ("e2", "b", f"torchrl / hand-written, {NUM_ENVS} envs", None),
     ("c", "e1", "rlcollect / torchrl, 1 env", None),

@@ -14,6 +14,7 @@ its preallocated batch.
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 from typing import Callable, Sequence, Union
 
@@ -22,7 +23,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rlcollect.envs.spaces import check_supported, is_nested, random_actions, sample_shape, tree_map, writer
+from rlcollect.envs.backends import BACKENDS, VectorBackend, make_backend
+from rlcollect.envs.spaces import check_supported, is_nested, random_actions, sample_shape, tree_map
 from rlcollect.envs.staging import Staging, allocate_arrays
 from rlcollect.validation import check_positive_int
 
@@ -91,8 +93,10 @@ class GymEnv:
     stepped together (batch_size ``[num_envs]``), speaking rlcollect's TensorDict keys.
 
     Args:
-        env: a registered gymnasium id, or a zero-argument callable returning a gymnasium.Env
-            (called once per sub-env).
+        env: a registered gymnasium id, a zero-argument callable returning a gymnasium.Env
+            (called once per sub-env), a list of such callables (one per sub-env), or a
+            gymnasium VectorEnv (used as it is: its autoreset must be DISABLED or
+            SAME_STEP, envs/backends.py).
         num_envs: None for a single env, P for a batched env.
         seed: sub-env i is seeded with ``seed + i`` at its first reset.
         device: where the returned tensors live.
@@ -102,7 +106,12 @@ class GymEnv:
         imports: modules to import first (plugins that register env ids).
         info_keys: entries of the env's info dict stored with every step as ``("next", key)``
             (float32; 0 where an env did not report it).
-        **make_kwargs: passed to ``gym.make``.
+        backend: how the sub-envs are stepped (envs/backends.py): "list" (one after the
+            other in this process), "sync" / "async" (gymnasium's Sync/AsyncVectorEnv: the
+            same batches as "list" from the same seed) or "vector" (the id's numpy vector
+            env: fastest, one RNG for all sub-envs).
+        **make_kwargs: passed to ``gym.make`` (with backend="vector": the vector env's
+            constructor).
 
     Box actions are clipped to the action space's bounds before they reach the env (the
     unclipped action is what the policy wrote and what is stored); a NaN or infinite Box
@@ -114,7 +123,7 @@ class GymEnv:
 
     def __init__(
         self,
-        env: EnvSource,
+        env: EnvSource | gym.vector.VectorEnv,
         num_envs: int | None = None,
         *,
         seed: int | None = None,
@@ -123,28 +132,59 @@ class GymEnv:
         wrappers: Sequence[Callable] = (),
         imports: Sequence[str] = (),
         info_keys: Sequence[str] = (),
+        backend: str = "list",
         **make_kwargs,
     ) -> None:
+        import_plugins(imports)
+        self.info_keys = self._setup_info_keys(info_keys)
+        self._backend = self._setup_backend(env, num_envs, backend, max_episode_steps, wrappers, make_kwargs)
+        if isinstance(env, gym.vector.VectorEnv) and num_envs is None:
+            num_envs = self._backend.num_envs
         self.num_envs = check_positive_int("num_envs", num_envs, optional=True)
         self.batch_size = torch.Size([] if num_envs is None else [num_envs])
         self.device = torch.device(device)
-        import_plugins(imports)
-        self.info_keys = self._setup_info_keys(info_keys)
-        self._envs = [make_gym_env(env, max_episode_steps, wrappers=wrappers, **make_kwargs)
-                      for _ in range(num_envs or 1)]
-        self.observation_space = self._envs[0].observation_space
-        self.action_space = self._envs[0].action_space
+        self.backend = self._backend.name
+        self.observation_space = self._backend.observation_space
+        self.action_space = self._backend.action_space
         check_supported(self.observation_space, "observation")
         check_supported(self.action_space, "action")
         self._seed = seed
         self._closed = False
         box = isinstance(self.action_space, gym.spaces.Box)
         self._action_bounds = (self.action_space.low, self.action_space.high) if box else None
-        self._actions_shape = (len(self._envs), *sample_shape(self.action_space))
+        self._actions_shape = (self._backend.num_envs, *sample_shape(self.action_space))
         self._nested = is_nested(self.observation_space)
-        self._write_observation = writer(self.observation_space)  # one env's observation into row i
-        self._staging = Staging(allocate_arrays(self.observation_space, len(self._envs), self.info_keys),
+        self._staging = Staging(allocate_arrays(self.observation_space, self._backend.num_envs, self.info_keys),
                                 batched=num_envs is not None, device=self.device)
+
+    @staticmethod
+    def _setup_backend(env, num_envs, backend, max_episode_steps, wrappers, make_kwargs):
+        if isinstance(env, gym.vector.VectorEnv):
+            if num_envs is not None and num_envs != env.num_envs:
+                raise ValueError(f"num_envs={num_envs} but the vector env holds {env.num_envs} envs")
+            if backend not in ("list", "vector") or max_episode_steps is not None or wrappers or make_kwargs:
+                raise TypeError("a gymnasium VectorEnv is used as it is: backend, max_episode_steps, wrappers and "
+                                "make kwargs apply to a gymnasium id or an env factory")
+            return VectorBackend(env, "vector")
+        check_positive_int("num_envs", num_envs, optional=True)
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+        if num_envs is None and backend != "list":
+            raise ValueError(f"backend={backend!r} steps a batch of envs: give num_envs (a single env is "
+                             "backend='list')")
+        if backend == "vector" and wrappers:
+            raise ValueError("backend='vector' steps the id's vector env, which takes no per-env wrappers: use "
+                             "backend='sync' or 'async' with wrappers")
+        if isinstance(env, (list, tuple)):  # one factory per sub-env
+            if num_envs is None or len(env) != num_envs:
+                raise ValueError(f"env lists {len(env)} env factories: give num_envs={len(env)} (one per sub-env)")
+            makers = [functools.partial(make_gym_env, source, max_episode_steps, wrappers=tuple(wrappers),
+                                        **make_kwargs) for source in env]
+        else:
+            makers = [functools.partial(make_gym_env, resolve_env_id(env) if isinstance(env, str) else env,
+                                        max_episode_steps, wrappers=tuple(wrappers), **make_kwargs)] * (num_envs or 1)
+        vector_kwargs = dict(make_kwargs, max_episode_steps=max_episode_steps)
+        return make_backend(env, backend, makers, vector_kwargs)
 
     @staticmethod
     def _setup_info_keys(info_keys) -> tuple[str, ...]:
@@ -169,7 +209,7 @@ class GymEnv:
 
     def reset(self) -> TensorDict:
         """Reset every sub-env; returns the carrier (``observation``, ``is_init``)."""
-        self.reset_some(range(len(self._envs)))
+        self.reset_some(range(self._backend.num_envs))
         return self.staged.select("observation", "is_init").clone()
 
     def step_and_maybe_reset(self, tensordict: TensorDict) -> tuple[TensorDict, TensorDict]:
@@ -202,8 +242,7 @@ class GymEnv:
         if self._closed:
             return
         self._closed = True
-        for env in self._envs:
-            env.close()
+        self._backend.close()
 
     # ------------------------------------------------------------------ the collector's protocol (envs/staging.py)
     def stage_step(self, actions, auto_reset: bool = True) -> np.ndarray | None:
@@ -220,37 +259,21 @@ class GymEnv:
         actions = actions.reshape(self._actions_shape)
         if self._action_bounds is not None:  # Gaussian policies sample past the bounds
             if not np.isfinite(actions).all():
-                finite = np.isfinite(actions).reshape(len(self._envs), -1).all(-1)
+                finite = np.isfinite(actions).reshape(self._backend.num_envs, -1).all(-1)
                 bad = np.flatnonzero(~finite).tolist()
                 raise NonFiniteActionError(f"the policy's action is not finite (nan or inf) for env(s) {bad}: "
                                            "the policy diverged; nothing was sent to the env")
             actions = np.clip(actions, *self._action_bounds)
         arrays = self._staging.arrays
-        next_obs, reward = arrays["next_observation"], arrays["reward"]
-        terminated, truncated, done = arrays["terminated"], arrays["truncated"], arrays["done"]
-        any_done = False
-        info_arrays = arrays["info"] if self.info_keys else None
-        nested, write_observation = self._nested, self._write_observation
-        for i, env in enumerate(self._envs):
-            if nested:
-                observation, reward[i], term, trunc, info = env.step(actions[i])
-                write_observation(next_obs, i, observation)
-            else:
-                next_obs[i], reward[i], term, trunc, info = env.step(actions[i])
-            if info_arrays is not None:
-                for key, values in info_arrays.items():
-                    values[i] = info.get(key, 0)
-            terminated[i], truncated[i] = term, trunc
-            done[i] = finished = term or trunc
-            if finished:
-                any_done = True
+        any_done = self._backend.step(actions, arrays)
+        done = arrays["done"]
         if self._nested:
-            tree_map(np.copyto, arrays["observation"], next_obs)
+            tree_map(np.copyto, arrays["observation"], arrays["next_observation"])
         else:
-            arrays["observation"][:] = next_obs
+            arrays["observation"][:] = arrays["next_observation"]
         self._staging.begin_step()
         if any_done and auto_reset:
-            self.reset_some(np.flatnonzero(done))
+            self._reset_where(done)
         else:
             self._staging.refresh()
         return done if any_done else None
@@ -261,16 +284,17 @@ class GymEnv:
         A pending seed (``set_seed``) is consumed by the next reset of every sub-env;
         later resets continue each env's own RNG.
         """
-        indices = [int(i) for i in indices]
-        seed = self._seed if len(indices) == len(self._envs) else None
-        observation, write = self._staging.arrays["observation"], self._write_observation
-        for i in indices:
-            if seed is not None:
-                self._envs[i].action_space.seed(seed + i)
-            write(observation, i, self._envs[i].reset(seed=None if seed is None else seed + i)[0])
+        mask = np.zeros(self._backend.num_envs, bool)
+        mask[np.asarray(list(indices) if isinstance(indices, range) else indices, dtype=np.int64)] = True
+        self._reset_where(mask)
+
+    def _reset_where(self, mask: np.ndarray) -> None:
+        """``reset_some`` with a boolean mask over the sub-envs (the done mask of a step)."""
+        seed = self._seed if mask.all() else None
+        self._backend.reset(mask, seed, self._staging.arrays)
         if seed is not None:
             self._seed = None
-        self._staging.mark_init(indices)
+        self._staging.mark_init(mask)
 
     def mark_init(self, indices) -> None:
         """Make the next step of these sub-envs a trajectory start (no reset)."""
@@ -287,18 +311,13 @@ class GymEnv:
         sub-env i, resetting it whenever it finishes: envs started together then sit at
         different phases of their episodes (rlpyt's decorrelation). The next step of every
         sub-env starts a trajectory (``is_init``)."""
-        if len(steps) != len(self._envs):
-            raise ValueError(f"random_steps needs one step count per sub-env ({len(self._envs)}), got {len(steps)}")
-        observation, write = self._staging.arrays["observation"], self._write_observation
-        for i, (env, count) in enumerate(zip(self._envs, steps)):
-            for _ in range(int(count)):
-                sample, _, terminated, truncated, _ = env.step(env.action_space.sample())
-                write(observation, i, sample)
-                if terminated or truncated:
-                    write(observation, i, env.reset()[0])
-        self.mark_init(range(len(self._envs)))
+        if len(steps) != self._backend.num_envs:
+            raise ValueError(f"random_steps needs one step count per sub-env ({self._backend.num_envs}), got "
+                             f"{len(steps)}")
+        self._backend.random_steps(steps, self._staging.arrays)
+        self.mark_init(range(self._backend.num_envs))
 
     def __repr__(self) -> str:
-        spec = self._envs[0].spec
-        name = spec.id if spec is not None else type(self._envs[0].unwrapped).__name__
-        return f"GymEnv({name!r}, num_envs={self.num_envs}, device={str(self.device)!r})"
+        name = self._backend.label
+        backend = "" if self.backend == "list" else f", backend={self.backend!r}"
+        return f"GymEnv({name!r}, num_envs={self.num_envs}{backend}, device={str(self.device)!r})"

@@ -55,6 +55,8 @@ def env_kwargs(cfg: DictConfig) -> dict:
         kwargs["info_keys"] = list(cfg.env.info_keys)
     if cfg.env.wrappers:
         kwargs["wrappers"] = [instantiate(wrapper, _partial_=True) for wrapper in cfg.env.wrappers]
+    if cfg.env.backend != "list":
+        kwargs["backend"] = cfg.env.backend
     return kwargs
 
 
@@ -63,8 +65,12 @@ def make_env(cfg: DictConfig, *, num_envs: int | None, seed: int) -> GymEnv:
 
 
 def env_factory(cfg: DictConfig, *, num_envs: int | None, seed: int) -> functools.partial:
-    """A picklable zero-argument GymEnv factory: ``num_envs`` envs, env i seeded ``seed + i``."""
-    return functools.partial(GymEnv, cfg.env.id, num_envs, seed=seed, **env_kwargs(cfg))
+    """A picklable zero-argument GymEnv factory: ``num_envs`` envs, env i seeded ``seed + i``
+    (a single env, ``num_envs=None``, is always backend "list")."""
+    kwargs = env_kwargs(cfg)
+    if num_envs is None:
+        kwargs.pop("backend", None)
+    return functools.partial(GymEnv, cfg.env.id, num_envs, seed=seed, **kwargs)
 
 
 # ---------------------------------------------------------------------------- policy, logger, weights

@@ -26,6 +26,8 @@ from rlcollect.collectors.action_server import ActionServerCollector, Alternatin
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
 from rlcollect.collectors.ray import RayCollector
 from rlcollect.collectors.single import Collector
+from rlcollect.envs.backends import BACKENDS, check_vector_entry_point
+from rlcollect.envs.gym_env import import_plugins, resolve_env_id
 from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
 from rlcollect.modules.q_network import QValuePolicy
 from rlcollect.pipeline.targets import RUNTIME_ARGUMENTS, named_arguments, target_class
@@ -148,6 +150,17 @@ def check_values(cfg: DictConfig, collector_class: type) -> None:
                          "into 2 groups of equal size: num_workers must be a multiple of 2")
     if cfg.env.num_envs is not None:
         check_positive_int("env.num_envs", cfg.env.num_envs)
+    if cfg.env.backend not in BACKENDS:
+        raise ValueError(f"env.backend={cfg.env.backend!r}: choose one of {', '.join(BACKENDS)} (envs/backends.py)")
+    if cfg.env.backend != "list" and cfg.env.num_envs is None and issubclass(collector_class, Collector):
+        raise ValueError(f"env.backend={cfg.env.backend} steps a batch of envs but env.num_envs is null (a single "
+                         "env): set env.num_envs or env.backend=list")
+    if cfg.env.backend == "vector":
+        if cfg.env.wrappers:
+            raise ValueError("env.backend=vector steps the id's vector env, which takes no per-env wrappers: use "
+                             "env.backend=sync or async with env.wrappers")
+        import_plugins(list(cfg.env.imports))
+        check_vector_entry_point(resolve_env_id(cfg.env.id))
     if "n_step" in cfg.algo:
         check_positive_int("algo.n_step", cfg.algo.n_step)
     unknown = [key for key in cfg.algo.get("terminal_keys") or [] if key not in (cfg.env.info_keys or [])]

@@ -6,14 +6,22 @@ from tensordict.nn import InteractionType, interaction_type
 from rlcollect.collectors import Collector
 from rlcollect.envs import GymEnv
 from rlcollect.modules import ActorCritic
-from rlcollect.testing import CountingEnv, counting_env_factories
+from rlcollect.testing import CountingEnv, CountingVectorEnv, counting_env_factories, counting_envs
 
 TRAJ_IDS = ("collector", "traj_ids")
 
 
-def counting(lengths=(3, 4), end="terminated", **env_kwargs):
+# every backend steps the same sub-envs (the vector one: CountingEnvs as one VectorEnv)
+BACKENDS = ["list", "sync", "async", "vector"]
+
+
+def counting(lengths=(3, 4), end="terminated", backend="list", **env_kwargs):
     if lengths is None:
         return GymEnv(lambda: CountingEnv(4, end=end), **env_kwargs)
+    if backend == "vector":
+        return GymEnv(CountingVectorEnv(lengths, "disabled", end=end), **env_kwargs)
+    if backend != "list":
+        return GymEnv(counting_envs(lengths, end=end), num_envs=len(lengths), backend=backend, **env_kwargs)
     return GymEnv(counting_env_factories(lengths, end=end), num_envs=len(lengths), **env_kwargs)
 
 
@@ -35,8 +43,9 @@ def test_batch_shape_and_frames_per_batch_rounding(num_envs, frames_per_batch, s
     assert collector.frames_per_batch == batch.numel()
 
 
-def test_total_frames_and_len():
-    collector = Collector(counting(), frames_per_batch=6, total_frames=20)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_total_frames_and_len(backend):
+    collector = Collector(counting(backend=backend), frames_per_batch=6, total_frames=20)
     batches = list(collector)
     assert len(collector) == 4 == len(batches)
     assert collector.frames == 24
@@ -44,9 +53,10 @@ def test_total_frames_and_len():
         len(Collector(counting(), frames_per_batch=6))
 
 
-def test_carrier_continuity_traj_ids_and_is_init_across_batches():
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_carrier_continuity_traj_ids_and_is_init_across_batches(backend):
     # env 0 ends every 3 steps, env 1 every 4; three batches of [2, 5] cross the boundaries
-    batches = collect(Collector(counting((3, 4)), frames_per_batch=10), 3)
+    batches = collect(Collector(counting((3, 4), backend=backend), frames_per_batch=10), 3)
     data = torch.cat(batches, dim=1)  # [2, 15]
     assert obs(data) == [[0, 1, 2] * 5, [0, 1, 2, 3] * 3 + [0, 1, 2]]
     assert obs(data, ("next", "observation")) == [[1, 2, 3] * 5, [1, 2, 3, 4] * 3 + [1, 2, 3]]
@@ -64,8 +74,9 @@ def test_single_env_layout_is_time_only():
     assert batch[TRAJ_IDS].tolist() == [0, 0, 0, 0, 1, 1]
 
 
-def test_max_frames_per_traj_truncates_and_resets():
-    batch = next(iter(Collector(counting((10, 2)), frames_per_batch=12, max_frames_per_traj=3)))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_max_frames_per_traj_truncates_and_resets(backend):
+    batch = next(iter(Collector(counting((10, 2), backend=backend), frames_per_batch=12, max_frames_per_traj=3)))
     assert obs(batch) == [[0, 1, 2] * 2, [0, 1] * 3]
     assert batch["next", "truncated"].tolist() == [[False, False, True] * 2, [False] * 6]
     assert batch["next", "terminated"].tolist() == [[False] * 6, [False, True] * 3]
@@ -73,8 +84,10 @@ def test_max_frames_per_traj_truncates_and_resets():
     assert batch[TRAJ_IDS][0].tolist() == [0, 0, 0, 3, 3, 3]  # env 1 finished first and took id 2
 
 
-def test_reset_at_each_iter_restarts_every_env():
-    first, second = collect(Collector(counting((5,)), frames_per_batch=2, reset_at_each_iter=True), 2)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reset_at_each_iter_restarts_every_env(backend):
+    first, second = collect(Collector(counting((5,), backend=backend), frames_per_batch=2, reset_at_each_iter=True),
+                            2)
     assert obs(first) == obs(second) == [[0, 1]]
     assert second["is_init"].tolist() == [[True, False]]
     assert first[TRAJ_IDS].tolist() == [[0, 0]] and second[TRAJ_IDS].tolist() == [[1, 1]]
@@ -159,8 +172,9 @@ def test_split_trajs_gives_padded_layout_with_mask():
         Collector(counting(), frames_per_batch=4, split_trajs=True, track_traj_ids=False)
 
 
-def test_set_truncated_cuts_at_the_batch_boundary():
-    first, second = collect(Collector(counting((10,)), frames_per_batch=3, set_truncated=True), 2)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_set_truncated_cuts_at_the_batch_boundary(backend):
+    first, second = collect(Collector(counting((10,), backend=backend), frames_per_batch=3, set_truncated=True), 2)
     assert first["next", "truncated"].tolist() == [[False, False, True]]
     assert first["next", "done"].tolist() == [[False, False, True]]
     assert obs(second) == [[3, 4, 5]]  # the env itself continues ...

@@ -118,9 +118,10 @@ class _RecordingBoxEnv(CountingEnv):
 
 
 def test_box_actions_are_clipped_to_the_bounds_but_stored_as_written():
-    env = GymEnv(_RecordingBoxEnv)
+    built = []
+    env = GymEnv(lambda: built.append(_RecordingBoxEnv()) or built[-1])
     td, _ = env.step_and_maybe_reset(TensorDict({"action": torch.tensor([5.0, -0.5])}, []))
-    assert env._envs[0].received[0].tolist() == [1.0, -0.5]
+    assert built[0].received[0].tolist() == [1.0, -0.5]
     assert td["action"].tolist() == [5.0, -0.5]
 
 

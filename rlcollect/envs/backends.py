@@ -1,0 +1,285 @@
+"""How a GymEnv's sub-envs are stepped: a Python list, or a gymnasium vector env.
+
+Every backend writes into the same staging arrays (envs/staging.py), so what a collector
+reads does not depend on the backend:
+
+    backend   sub-envs                                   resets                       same batches as "list"
+    list      P gymnasium envs stepped one after the      env.reset() of those envs    (itself)
+              other in this process
+    sync      gymnasium SyncVectorEnv, autoreset off     reset(reset_mask)            yes (env i seeded seed + i)
+    async     gymnasium AsyncVectorEnv, one process per  reset(reset_mask)            yes (env i seeded seed + i)
+              sub-env, autoreset off
+    vector    the id's vector entry point (one numpy     reset(reset_mask)            no: one RNG for all envs
+              env stepping all P at once)
+
+Only finished sub-envs are reset, at once (the carrier gets the reset observation, the
+step keeps the true final one): the vector envs run with gymnasium's autoreset disabled
+(``AutoresetMode.DISABLED``) and partial resets. A vector env that can only reset on the
+step after a done (``NEXT_STEP``; that step is a reset, not a transition, and the envs
+still running take a real step in it) cannot be laid out as ``[P, T]`` transitions in
+lock-step, so it is refused, except CartPole, whose vector env rlcollect extends with
+partial resets (``PartialResetCartPole``). A vector env given as is may also reset in
+the same step (``SAME_STEP``: the final observation comes from the step's info).
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+from gymnasium.vector import AutoresetMode
+
+from rlcollect.envs.spaces import is_nested, subspaces, tree_map, writer
+
+BACKENDS = ("list", "sync", "async", "vector")
+
+
+class ListBackend:
+    """P gymnasium envs in a Python list, stepped one after the other."""
+
+    name = "list"
+
+    def __init__(self, envs: Sequence[gym.Env]) -> None:
+        self.envs = list(envs)
+        self.num_envs = len(self.envs)
+        self.observation_space = self.envs[0].observation_space
+        self.action_space = self.envs[0].action_space
+        self.spec = self.envs[0].spec
+        self.label = self.spec.id if self.spec is not None else type(self.envs[0].unwrapped).__name__
+        self._nested = is_nested(self.observation_space)
+        self._write = writer(self.observation_space)  # one env's observation into row i
+
+    def step(self, actions: np.ndarray, arrays: dict) -> bool:
+        next_obs, reward = arrays["next_observation"], arrays["reward"]
+        terminated, truncated, done = arrays["terminated"], arrays["truncated"], arrays["done"]
+        info_arrays = arrays["info"] or None
+        nested, write = self._nested, self._write
+        any_done = False
+        for i, env in enumerate(self.envs):
+            if nested:
+                observation, reward[i], term, trunc, info = env.step(actions[i])
+                write(next_obs, i, observation)
+            else:
+                next_obs[i], reward[i], term, trunc, info = env.step(actions[i])
+            if info_arrays is not None:
+                for key, values in info_arrays.items():
+                    values[i] = info.get(key, 0)
+            terminated[i], truncated[i] = term, trunc
+            done[i] = finished = term or trunc
+            if finished:
+                any_done = True
+        return any_done
+
+    def reset(self, mask: np.ndarray, seed: int | None, arrays: dict) -> None:
+        """Reset the sub-envs where ``mask`` is True into ``arrays["observation"]`` (env i
+        seeded ``seed + i`` when a seed is given)."""
+        observation, write = arrays["observation"], self._write
+        for i in np.flatnonzero(mask).tolist():
+            if seed is not None:
+                self.envs[i].action_space.seed(seed + i)
+            write(observation, i, self.envs[i].reset(seed=None if seed is None else seed + i)[0])
+
+    def random_steps(self, steps, arrays: dict) -> None:
+        observation, write = arrays["observation"], self._write
+        for i, (env, count) in enumerate(zip(self.envs, steps)):
+            for _ in range(int(count)):
+                sample, _, terminated, truncated, _ = env.step(env.action_space.sample())
+                write(observation, i, sample)
+                if terminated or truncated:
+                    write(observation, i, env.reset()[0])
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+class VectorBackend:
+    """A gymnasium VectorEnv whose autoreset is disabled (or happens in the same step)."""
+
+    def __init__(self, vector_env: gym.vector.VectorEnv, name: str = "vector") -> None:
+        mode = autoreset_mode(vector_env)
+        if mode not in (AutoresetMode.DISABLED, AutoresetMode.SAME_STEP):
+            raise ValueError(
+                f"{type(vector_env).__name__} autoresets on the step after a done (gymnasium AutoresetMode."
+                f"{mode.name}): that step is a reset for the finished env and a real step for the others, which "
+                "cannot be stored as [num_envs, T] transitions. Build it with autoreset_mode=DISABLED or "
+                "SAME_STEP, or use backend='sync' / 'async'")
+        self.vector_env = vector_env
+        self.name = name
+        self.same_step = mode == AutoresetMode.SAME_STEP
+        self.num_envs = vector_env.num_envs
+        self.observation_space = vector_env.single_observation_space
+        self.action_space = vector_env.single_action_space
+        self.spec = vector_env.spec
+        if self.spec is None and hasattr(vector_env, "get_attr"):  # Sync/AsyncVectorEnv: their sub-envs'
+            self.spec = vector_env.get_attr("spec")[0]
+        self.label = self.spec.id if self.spec is not None else type(vector_env).__name__
+        self._nested = is_nested(self.observation_space)
+        self._write = writer(self.observation_space)
+        self._names = list(subspaces(self.observation_space)) if self._nested else None
+        self._finished = np.zeros(self.num_envs, bool)  # done and not reset yet
+        self._unreset = False  # _finished.any()
+        self._reset_observation = None  # SAME_STEP: the reset observations of the last step
+
+    def _as_tree(self, batched):
+        """A batched observation as staging arrays are nested (gymnasium batches a Tuple
+        space as a tuple; staging names its entries "0", "1", ...)."""
+        if not self._nested:
+            return batched
+        return _named_tree(batched, self.observation_space)
+
+    def step(self, actions: np.ndarray, arrays: dict) -> bool:
+        if self._unreset:
+            raise RuntimeError(f"sub-env(s) {np.flatnonzero(self._finished).tolist()} finished and were not reset: "
+                               f"backend {self.name!r} cannot step a finished env (reset_when_done=False needs "
+                               "backend='list')")
+        observation, reward, terminated, truncated, info = self.vector_env.step(actions)
+        if self._nested:
+            tree_map(np.copyto, arrays["next_observation"], self._as_tree(observation))
+        else:
+            np.copyto(arrays["next_observation"], observation)
+        done = arrays["done"]
+        np.copyto(arrays["reward"], reward, casting="unsafe")
+        np.copyto(arrays["terminated"], terminated)
+        np.copyto(arrays["truncated"], truncated)
+        np.logical_or(terminated, truncated, out=done)
+        for key, values in arrays["info"].items():
+            _copy_info(values, info, key)
+        if not done.any():
+            return False
+        np.copyto(self._finished, done)
+        self._unreset = True
+        if self.same_step:  # the env reset them already: the step's observation is the reset one
+            self._reset_observation = self._as_tree(observation)  # read by reset() within this stage_step
+            for i in np.flatnonzero(done):
+                self._write(arrays["next_observation"], i, info["final_obs"][i])
+        return True
+
+    def reset(self, mask: np.ndarray, seed: int | None, arrays: dict) -> None:
+        """Reset the sub-envs where ``mask`` is True into ``arrays["observation"]``."""
+        if self._unreset:
+            already = mask & self._finished
+            np.logical_and(self._finished, ~mask, out=self._finished)
+            self._unreset = bool(self._finished.any())
+            if self.same_step:  # those the env reset in the last step: their observation is known
+                _copy_rows(arrays["observation"], self._reset_observation, np.flatnonzero(already))
+                mask = mask & ~already
+        if seed is not None and mask.all():
+            observation, _ = self.vector_env.reset(seed=seed)
+        elif mask.any():
+            observation, _ = self.vector_env.reset(options={"reset_mask": mask})
+        else:
+            return
+        _copy_rows(arrays["observation"], self._as_tree(observation), np.flatnonzero(mask))
+
+    def random_steps(self, steps, arrays: dict) -> None:
+        raise NotImplementedError(f"random steps per sub-env (max_decorrelation_steps) need backend='list', not "
+                                  f"{self.name!r}: a vector env steps all its envs at once")
+
+    def close(self) -> None:
+        self.vector_env.close()
+
+
+def _named_tree(batched, space: gym.Space):
+    if not is_nested(space):
+        return batched
+    children = subspaces(space)
+    if isinstance(space, gym.spaces.Tuple):
+        return {name: _named_tree(batched[int(name)], child) for name, child in children.items()}
+    return {name: _named_tree(batched[name], child) for name, child in children.items()}
+
+
+def _copy_rows(staged, fresh, rows: np.ndarray) -> None:
+    """Rows ``rows`` of the (nested) batched observation ``fresh`` into ``staged``."""
+    if isinstance(staged, dict):
+        for name in staged:
+            _copy_rows(staged[name], fresh[name], rows)
+    else:
+        staged[rows] = fresh[rows]
+
+
+def _copy_info(values: np.ndarray, info: dict, key: str) -> None:
+    """A vector env's info entry (with its ``_key`` presence mask) into ``values``; 0 where
+    an env did not report it."""
+    entry = info.get(key)
+    if entry is None:
+        values[:] = 0
+        return
+    present = info.get(f"_{key}")
+    np.copyto(values, np.where(present, entry, 0) if present is not None else entry, casting="unsafe")
+
+
+def autoreset_mode(vector_env: gym.vector.VectorEnv) -> AutoresetMode:
+    """The autoreset mode a vector env declares (``NEXT_STEP``, gymnasium's default, if none)."""
+    mode = getattr(vector_env, "autoreset_mode", None) or vector_env.metadata.get("autoreset_mode")
+    return AutoresetMode(mode) if mode is not None else AutoresetMode.NEXT_STEP
+
+
+class PartialResetCartPole(CartPoleVectorEnv):
+    """gymnasium's numpy-vectorised CartPole with autoreset disabled and partial resets
+    (``reset(options={"reset_mask": mask})``): the same dynamics, step for step."""
+
+    metadata = {**CartPoleVectorEnv.metadata, "autoreset_mode": AutoresetMode.DISABLED}
+
+    def step(self, action):
+        self.prev_done[:] = False  # the parent resets the envs done at the last step: never here
+        return super().step(action)
+
+    def reset(self, *, seed=None, options=None):
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
+        if mask is None or self.state is None:
+            return super().reset(seed=seed, options=options)
+        if seed is not None:
+            super(CartPoleVectorEnv, self).reset(seed=seed)  # VectorEnv.reset: seeds np_random
+        self.state[:, mask] = self.np_random.uniform(low=self.low, high=self.high, size=(4, int(mask.sum())))
+        self.steps[mask] = 0
+        return self.state.T.astype(np.float32), {}
+
+
+# vector entry points that autoreset on the next step, and their partial-reset twins
+PARTIAL_RESET_VECTOR_ENVS = {CartPoleVectorEnv: PartialResetCartPole}
+
+
+def make_backend(env, backend: str, makers: Sequence[Callable[[], gym.Env]],
+                 vector_kwargs: dict) -> ListBackend | VectorBackend:
+    """The backend ``backend`` names over the sub-envs ``makers`` build (one zero-argument
+    factory per sub-env, wrappers applied); with "vector", ``env``'s vector entry point
+    for as many envs, built with ``vector_kwargs`` (its time limit and make kwargs)."""
+    if backend == "list":
+        return ListBackend([make() for make in makers])
+    if backend == "sync":
+        return VectorBackend(gym.vector.SyncVectorEnv(list(makers), copy=False,
+                                                      autoreset_mode=AutoresetMode.DISABLED), "sync")
+    if backend == "async":
+        return VectorBackend(gym.vector.AsyncVectorEnv(list(makers), copy=False,
+                                                       autoreset_mode=AutoresetMode.DISABLED), "async")
+    if backend == "vector":
+        return VectorBackend(_vector_entry_point(env, len(makers), vector_kwargs), "vector")
+    raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+
+
+def check_vector_entry_point(env_id: str):
+    """The gymnasium spec of ``env_id``, which must have a vector entry point (backend "vector")."""
+    spec = gym.spec(env_id)
+    if spec.vector_entry_point is None:
+        raise ValueError(f"{env_id!r} has no vector entry point: use backend='sync' or 'async'")
+    return spec
+
+
+def _vector_entry_point(env_id, num_envs: int, vector_kwargs: dict) -> gym.vector.VectorEnv:
+    if not isinstance(env_id, str):
+        raise ValueError("backend='vector' needs a gymnasium id with a vector entry point, not a callable")
+    spec = check_vector_entry_point(env_id)
+    entry = spec.vector_entry_point
+    cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    twin = PARTIAL_RESET_VECTOR_ENVS.get(cls)
+    kwargs = {**spec.kwargs, **{key: value for key, value in vector_kwargs.items() if value is not None}}
+    kwargs.setdefault("max_episode_steps", spec.max_episode_steps)
+    if twin is None:
+        return gym.make_vec(env_id, num_envs, vectorization_mode="vector_entry_point", vector_kwargs=kwargs)
+    vector_env = twin(num_envs=num_envs, **kwargs)
+    vector_env.spec = spec
+    return vector_env
+

@@ -1,0 +1,147 @@
+"""GymEnv's backends (envs/backends.py): the same keys and semantics whatever steps the envs.
+
+The collector semantics themselves (carrier, partial resets, max_frames_per_traj, ...) run
+over every backend in tests/collectors/test_single.py.
+"""
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rlcollect.collectors import Collector
+from rlcollect.envs import GymEnv
+from rlcollect.envs.backends import PartialResetCartPole
+from rlcollect.modules import ActorCritic
+from rlcollect.testing import CountingVectorEnv, SpacesEnv, counting_envs
+
+
+def batches(env, count=2, frames_per_batch=120, seed=7):
+    torch.manual_seed(0)
+    policy = ActorCritic(env.observation_space, env.action_space)
+    collector = Collector(env, policy, frames_per_batch=frames_per_batch)
+    collector.set_seed(seed)
+    iterator = iter(collector)
+    out = [next(iterator).clone() for _ in range(count)]
+    collector.shutdown()
+    return out
+
+
+def test_list_sync_and_async_give_identical_batches_from_the_same_seed():
+    # CartPole with a stochastic policy over 2 x 40 steps: several episodes end, so partial
+    # resets, seeds (env i: seed + i) and the continued RNGs of the reset envs all matter
+    expected = batches(GymEnv("CartPole-v1", 3))
+    assert expected[1]["next", "done"].sum() > 0
+    for backend in ("sync", "async"):
+        got = batches(GymEnv("CartPole-v1", 3, backend=backend))
+        for a, b in zip(expected, got):
+            assert (a == b).all(), backend
+
+
+@pytest.mark.parametrize("backend", ["list", "sync", "async"])
+def test_terminated_and_truncated_stay_distinct(backend):
+    env = GymEnv(counting_envs((2, 3), end="truncated"), num_envs=2, backend=backend)
+    batch = next(iter(Collector(env, frames_per_batch=12)))
+    assert batch["next", "truncated"].tolist() == [[False, True] * 3, [False, False, True] * 2]
+    assert not batch["next", "terminated"].any()
+    assert batch["next", "observation"][..., 0].tolist() == [[1, 2] * 3, [1, 2, 3] * 2]  # true final obs kept
+
+
+@pytest.mark.parametrize("mode", ["disabled", "same_step"])
+def test_a_vector_env_given_as_is_resets_only_the_finished_envs(mode):
+    vector_env = CountingVectorEnv([3, 4], mode)
+    env = GymEnv(vector_env, info_keys=["cost"])
+    assert env.num_envs == 2 and env.batch_size == (2,) and env.backend == "vector"
+    batch = next(iter(Collector(env, frames_per_batch=16)))
+    assert batch["observation"][..., 0].tolist() == [[0, 1, 2] * 2 + [0, 1], [0, 1, 2, 3] * 2]
+    assert batch["next", "observation"][..., 0].tolist() == [[1, 2, 3] * 2 + [1, 2], [1, 2, 3, 4] * 2]
+    assert batch["collector", "traj_ids"].tolist() == [[0, 0, 0, 2, 2, 2, 4, 4], [1, 1, 1, 1, 3, 3, 3, 3]]
+    assert batch["is_init"].tolist() == [[True, False, False] * 2 + [True, False], [True, False, False, False] * 2]
+    # info entries where the env reported them (its "_cost" mask), 0 elsewhere
+    assert batch["next", "cost"].tolist() == [[0, 1, 0, 0, 1, 0, 0, 1], [0, 1, 0, 2, 0, 1, 0, 2]]
+    # disabled: one full reset, then one partial reset per done step; same_step: the env resets itself
+    assert vector_env.resets == (1 + 4 if mode == "disabled" else 1)  # done at steps 2, 3, 5, 7
+
+
+def test_a_next_step_vector_env_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match="NEXT_STEP.*backend='sync' / 'async'"):
+        GymEnv(CountingVectorEnv([3, 4], "next_step"))
+
+
+def test_bad_backend_arguments_name_the_argument():
+    with pytest.raises(ValueError, match="backend must be one of list, sync, async, vector; got 'threads'"):
+        GymEnv("CartPole-v1", 2, backend="threads")
+    with pytest.raises(ValueError, match="backend='sync' steps a batch of envs: give num_envs"):
+        GymEnv("CartPole-v1", backend="sync")
+    with pytest.raises(ValueError, match="'Acrobot-v1' has no vector entry point"):
+        GymEnv("Acrobot-v1", 2, backend="vector")
+    with pytest.raises(ValueError, match="takes no per-env wrappers"):
+        GymEnv("CartPole-v1", 2, backend="vector", wrappers=[gym.wrappers.RecordEpisodeStatistics])
+    with pytest.raises(ValueError, match="num_envs=3 but the vector env holds 2 envs"):
+        GymEnv(CountingVectorEnv([3, 4]), 3)
+    with pytest.raises(ValueError, match="env lists 2 env factories: give num_envs=2"):
+        GymEnv(counting_envs((3, 4)), 3)
+
+
+def test_a_vector_backend_cannot_step_a_finished_env_left_alone():
+    collector = Collector(GymEnv(counting_envs((2,)), num_envs=1, backend="sync"), frames_per_batch=4,
+                          reset_when_done=False)
+    with pytest.raises(RuntimeError, match=r"sub-env\(s\) \[0\] finished and were not reset.*backend='list'"):
+        next(iter(collector))
+
+
+@pytest.mark.parametrize("observation", ["dict", "tuple"])
+def test_nested_observations_through_the_sync_backend(observation):
+    def make(backend):
+        torch.manual_seed(0)  # the same random actions
+        factories = [lambda: SpacesEnv(observation, episode_length=3)] * 2
+        return next(iter(Collector(GymEnv(factories, num_envs=2, backend=backend), frames_per_batch=8)))
+
+    expected, got = make("list"), make("sync")
+    assert (expected == got).all()
+    count = got["next", "observation", "count" if observation == "dict" else "0"]
+    assert count.tolist() == [[1, 2, 3, 1]] * 2
+
+
+def test_partial_reset_cartpole_has_gymnasium_s_dynamics():
+    # the same state and actions give the same trajectory as gymnasium's CartPole-v1 (float32)
+    vector_env = PartialResetCartPole(num_envs=2)
+    vector_env.reset(seed=0)
+    single = gym.make("CartPole-v1").unwrapped
+    single.reset(seed=0)
+    single.state = vector_env.state[:, 1].astype(np.float64).copy()
+    actions = [1, 0, 0, 1, 1, 1, 0, 1, 0, 0]
+    for action in actions:
+        batched, _, terminated, _, _ = vector_env.step(np.array([0, action]))
+        observation, _, single_terminated, _, _ = single.step(action)
+        np.testing.assert_allclose(batched[1], observation, rtol=1e-6, atol=1e-6)
+        assert terminated[1] == single_terminated
+
+
+def test_partial_reset_cartpole_resets_only_the_masked_envs():
+    vector_env = PartialResetCartPole(num_envs=3, max_episode_steps=4)
+    vector_env.reset(seed=1)
+    for _ in range(4):
+        observation, _, _, truncated, _ = vector_env.step(np.array([1, 1, 1]))
+    assert truncated.tolist() == [True, True, True]
+    before = observation.copy()
+    observation, _ = vector_env.reset(options={"reset_mask": np.array([True, False, True])})
+    assert np.array_equal(observation[1], before[1])  # env 1 untouched
+    assert (np.abs(observation[[0, 2]]) <= 0.05).all() and vector_env.steps.tolist() == [0, 4, 0]
+    _, reward, _, _, _ = vector_env.step(np.array([0, 0, 0]))  # no reset step: every env moves, reward 1
+    assert reward.tolist() == [1.0, 1.0, 1.0]
+
+
+def test_the_vector_backend_runs_cartpole_with_exact_episode_ends():
+    env = GymEnv("CartPole-v1", 64, backend="vector", seed=3, max_episode_steps=20)
+    assert repr(env) == "GymEnv('CartPole-v1', num_envs=64, backend='vector', device='cpu')"
+    batch = next(iter(Collector(env, frames_per_batch=64 * 30)))
+    done, is_init = batch["next", "done"], batch["is_init"]
+    assert batch.batch_size == (64, 30)
+    assert torch.equal(is_init[:, 1:], done[:, :-1])  # a step after a done starts a trajectory, nowhere else
+    assert (batch["next", "reward"] == 1).all()  # no reset step is ever stored
+    # every episode ends by step 20 (the time limit), and is truncated exactly there
+    steps = torch.zeros(64, dtype=torch.long)
+    for t in range(30):
+        steps = torch.where(is_init[:, t], 1, steps + 1)
+        assert torch.equal(batch["next", "truncated"][:, t], steps == 20)
+    assert batch["next", "truncated"].any() and batch["next", "terminated"].any()

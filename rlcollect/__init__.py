@@ -2,7 +2,9 @@
 
 The library, usable without the CLI (docs/README.md is the map):
 
-- Envs: ``GymEnv`` (gymnasium envs, single or batched, speaking TensorDicts), ``make_env``
+- Envs: ``GymEnv`` (gymnasium envs, single or batched, speaking TensorDicts; stepped as a
+  list, by gymnasium's vector envs or by an id's vector entry point), ``TorchCartPole``
+  (a batched torch env on any device, stepped with no host synchronisation), ``make_env``
   (any env source: a gymnasium id, a GymEnv, or a callable returning either).
 - Collectors (iterate to get ``[T]`` / ``[P, T]`` batches): ``Collector`` (in process),
   ``MultiSyncCollector`` / ``MultiAsyncCollector`` (worker processes),
@@ -37,6 +39,7 @@ _EXPORTS = {
     # envs
     "GymEnv": "rlcollect.envs.gym_env",
     "StagedEnv": "rlcollect.envs.staging",
+    "TorchCartPole": "rlcollect.envs.torch_cartpole",
     "make_env": "rlcollect.envs.sources",
     # collectors and their options
     "ActionServerCollector": "rlcollect.collectors.action_server",

@@ -163,7 +163,14 @@ class Collector(CollectorBase):
         self._traj_pool = traj_pool if traj_pool is not None else TrajectoryPool()
         self._env_batch = tuple(self.env.batch_size)
         self.batch_size = torch.Size([*self._env_batch, self._time_steps])  # of every collected batch
-        self._steps_in_traj = np.zeros(self._num_envs, np.int64)
+        # a torch env returns its done mask as a tensor on its device: the bookkeeping stays there
+        self._steps_on_device = bool(getattr(self.env, "steps_on_device", False))
+        if self._steps_on_device:
+            self._steps_in_traj = torch.zeros(self._num_envs, dtype=torch.int64, device=self.devices.env)
+            self._env_index = torch.arange(self._num_envs, device=self.devices.env)
+        else:
+            self._steps_in_traj = np.zeros(self._num_envs, np.int64)
+        self._id_base = 0  # torch env: the first of the trajectory ids reserved for this batch
         self._traj_ids: torch.Tensor | None = None
         self._primers = policy_primers(policy)
         self._hidden: dict = {}  # hidden-state key -> its persistent carrier tensor [*env_batch, L, H]
@@ -219,7 +226,7 @@ class Collector(CollectorBase):
         # the env's leaves of the carrier (an observation's entries, nested as its space, then is_init)
         self._carrier_leaves = [key for key in self.env.staged.select(*CARRIER_KEYS).keys(True, True)]
         self._observation_leaf = self._carrier_leaves[0]  # checked each step: did the policy replace it?
-        on_cpu = self.track_traj_ids and self._traj_ids.device.type == "cpu"
+        on_cpu = self.track_traj_ids and self._traj_ids.device.type == "cpu" and not self._steps_on_device
         self._traj_ids_numpy = self._traj_ids.numpy().reshape(self._num_envs) if on_cpu else None
         self._carrier = carrier
         self._carrier_is_fresh = True  # no step taken since this reset
@@ -444,6 +451,8 @@ class Collector(CollectorBase):
         if self.reset_at_each_iter and not self._carrier_is_fresh:
             self._make_carrier()
         self._carrier_is_fresh = False
+        if self._steps_on_device and self.track_traj_ids:  # one id per (step, env) slot: no count read back
+            self._id_base = self._traj_pool.take_range(self._num_envs * self._time_steps)
         if self._policy_version_entry is not None:
             self._policy_version_entry.fill_(self.policy_version)
         if self.policy is None:
@@ -499,6 +508,9 @@ class Collector(CollectorBase):
         copy = self._copy_env_output
         for source, views in self._next_plan:
             copy(views[t], source)
+        if self._steps_on_device:
+            self._record_on_device(t, done)
+            return
         restarted = done if self.reset_when_done else None
         if self.max_frames_per_traj is not None:
             cut = self._cut_long_trajectories(t, done)
@@ -508,9 +520,35 @@ class Collector(CollectorBase):
             if self._hidden:
                 self._zero_hidden(restarted)
 
-    def _zero_hidden(self, restarted: np.ndarray) -> None:
-        """Envs that were reset start from a zero hidden state."""
-        mask = torch.from_numpy(restarted).reshape(*self._env_batch, 1, 1).to(self.devices.env)
+    def _record_on_device(self, t: int, done: torch.Tensor) -> None:
+        """``record``'s bookkeeping for a torch env, in tensor operations on its device (no
+        host synchronisation): the time limit, new trajectory ids, hidden-state resets."""
+        restarted = done if self.reset_when_done else torch.zeros_like(done)
+        if self.max_frames_per_traj is not None:
+            self._steps_in_traj += 1
+            cut = (self._steps_in_traj >= self.max_frames_per_traj) & ~done
+            cut_mask = cut.reshape(self._env_batch).to(self.devices.storing, non_blocking=True)
+            self._truncated_views[t].logical_or_(cut_mask)
+            self._done_views[t].logical_or_(cut_mask)
+            self.env.reset_some(cut)
+            restarted = restarted | cut
+        self._start_trajectories_on_device(restarted, t)
+        if self._hidden:
+            self._zero_hidden(restarted)
+
+    def _start_trajectories_on_device(self, restarted: torch.Tensor, t: int) -> None:
+        """Envs where ``restarted`` is True start a trajectory after step t: step count 0 and
+        the id of their (step, env) slot in the batch's block, ``_id_base + t * P + i``."""
+        self._steps_in_traj.masked_fill_(restarted, 0)
+        if self.track_traj_ids:
+            new_ids = (self._env_index + (self._id_base + t * self._num_envs)).reshape(self._env_batch)
+            torch.where(restarted.reshape(self._env_batch), new_ids, self._traj_ids, out=self._traj_ids)
+
+    def _zero_hidden(self, restarted) -> None:
+        """Envs that were reset start from a zero hidden state (a numpy mask, or a tensor one)."""
+        if isinstance(restarted, np.ndarray):
+            restarted = torch.from_numpy(restarted)
+        mask = restarted.reshape(*self._env_batch, 1, 1).to(self.devices.env)
         for state in self._hidden.values():
             state.masked_fill_(mask, 0)
 
@@ -552,6 +590,11 @@ class Collector(CollectorBase):
         still_running = ~self._done_views[last]
         self._truncated_views[last].fill_(True)
         self._done_views[last].fill_(True)
+        if self._steps_on_device:
+            running = still_running.reshape(-1).to(self.devices.env)
+            self.env.mark_init(running)
+            self._start_trajectories_on_device(running, last)
+            return
         running = still_running.reshape(-1).cpu().numpy()
         if running.any():
             self.env.mark_init(np.flatnonzero(running))

@@ -123,9 +123,9 @@ def step_worker_main(handoff: list[StepWorkerSpec], connection) -> None:
     try:
         initialize_worker(spec.worker_seed, spec.torch_threads, spec.cpus)
         env = spec.create_env()
-        if not isinstance(env, GymEnv) or env.num_envs != buffer.envs_per_worker:
-            raise TypeError(f"the env source built {env!r}: a step worker needs a GymEnv of envs_per_worker="
-                            f"{buffer.envs_per_worker} envs")
+        if not hasattr(env, "stage_into") or env.num_envs != buffer.envs_per_worker:
+            raise TypeError(f"the env source built {env!r}: a step worker needs an env that stages into shared "
+                            f"arrays (a GymEnv, a CPU TorchCartPole) of envs_per_worker={buffer.envs_per_worker} envs")
         rows = buffer.rows(range(spec.worker_id, spec.worker_id + 1))
         env.stage_into(tree_map(lambda tensor: tensor[rows].numpy(), buffer.staging))
         connection.send(("ready",))

@@ -1,0 +1,219 @@
+"""TorchCartPole: P CartPoles stepped as torch tensors on any device (the reference torch env).
+
+A torch env keeps its state, and writes every step, in tensors on its own device, and its
+``stage_step`` returns the done mask as a tensor there (always, never None): the collector
+then does its per-step bookkeeping (new trajectory ids, time limits, hidden-state resets)
+with tensor operations, so that a batch is collected on a GPU without the host waiting on
+the device once per step (docs/collectors.md, "Torch envs"). Finished envs are reset in
+the same step, by ``torch.where``: nothing reads the mask on the host.
+
+The dynamics are gymnasium's CartPole-v1 (Euler integration, the same constants and
+thresholds, reward 1 on every step, a 500-step time limit as a truncation), computed in
+float32: from the same state and actions the trajectory is gymnasium's to float32
+precision. Resets draw from one torch.Generator on the env's device (``seed``), so the
+initial states differ from gymnasium's own numpy RNG.
+"""
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import torch
+from tensordict import TensorDict
+
+from rlcollect.envs.spaces import random_actions
+from rlcollect.validation import check_positive_int
+
+GRAVITY, MASS_CART, MASS_POLE, HALF_LENGTH, FORCE, TAU = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
+TOTAL_MASS = MASS_CART + MASS_POLE
+POLE_MASS_LENGTH = MASS_POLE * HALF_LENGTH
+THETA_THRESHOLD = 12 * 2 * math.pi / 360
+X_THRESHOLD = 2.4
+RESET_BOUND = 0.05  # initial state: uniform in [-0.05, 0.05]^4
+
+
+class TorchCartPole:
+    """``num_envs`` CartPoles as one batched env of batch size ``[num_envs]``, on ``device``.
+
+    Speaks the collectors' env protocol (envs/staging.py) with the keys of a GymEnv, so
+    every collector takes it (``Collector(TorchCartPole(4096, device="cuda"), policy,
+    ...)``); ``step(action)`` is the plain functional form, for loops written by hand.
+
+    Args:
+        num_envs: P, the number of CartPoles.
+        device: where the state, the actions and every output live.
+        seed: seeds the reset generator (at the next reset of every env).
+        max_episode_steps: the time limit (a truncation), gymnasium's 500 by default.
+    """
+
+    steps_on_device = True  # stage_step returns the done mask as a tensor on self.device, always
+
+    def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
+                 max_episode_steps: int = 500) -> None:
+        self.num_envs = check_positive_int("num_envs", num_envs)
+        self.max_episode_steps = check_positive_int("max_episode_steps", max_episode_steps)
+        self.batch_size = torch.Size([num_envs])
+        high = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], np.float32)
+        self.observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(2)
+        self._seed = seed
+        self.device = torch.device(device)
+        self._allocate()
+
+    def _allocate(self, arrays: dict | None = None) -> None:
+        """The state and the staged tensors on ``self.device`` (aliasing ``arrays``, numpy
+        staging arrays, when given: ``stage_into``)."""
+        P, device = self.num_envs, self.device
+        # "meta" (shapes only, no data: a test that the loop never reads a value back) has no generator
+        self._generator = None if device.type == "meta" else torch.Generator(device=device)
+        self._reseed()
+        self._steps = torch.zeros(P, dtype=torch.int64, device=device)
+        self._fresh = torch.empty(P, 4, device=device)  # reset states, drawn for every env at once
+        if arrays is None:
+            zeros = {"observation": torch.zeros(P, 4), "is_init": torch.zeros(P, dtype=torch.bool),
+                     "next_observation": torch.zeros(P, 4), "reward": torch.zeros(P),
+                     "terminated": torch.zeros(P, dtype=torch.bool), "truncated": torch.zeros(P, dtype=torch.bool),
+                     "done": torch.zeros(P, dtype=torch.bool)}
+            tensors = {key: value.to(device) for key, value in zeros.items()}
+        else:
+            tensors = {key: torch.from_numpy(arrays[key]) for key in
+                       ("observation", "is_init", "next_observation", "reward", "terminated", "truncated", "done")}
+        self._state = tensors["observation"]  # the carrier observation is the state itself
+        self._next = tensors["next_observation"]
+        self._reward, self._terminated = tensors["reward"], tensors["terminated"]
+        self._truncated, self._done, self._is_init = tensors["truncated"], tensors["done"], tensors["is_init"]
+        self._reward.fill_(1.0)  # CartPole pays 1 on every step, the last one included
+        self.staged = TensorDict({
+            "observation": self._state, "is_init": self._is_init,
+            "next": {"observation": self._next, "reward": self._reward, "terminated": self._terminated,
+                     "truncated": self._truncated, "done": self._done},
+        }, batch_size=[P], device=device)
+
+    # ------------------------------------------------------------------ dynamics
+    def _advance(self, state: torch.Tensor, action: torch.Tensor, out: torch.Tensor) -> None:
+        """One Euler step of every env from ``state`` [P, 4] with ``action`` [P] into ``out``."""
+        x, x_dot, theta, theta_dot = state.unbind(-1)
+        force = torch.where(action.bool(), FORCE, -FORCE)
+        cos, sin = torch.cos(theta), torch.sin(theta)
+        temp = (force + POLE_MASS_LENGTH * theta_dot * theta_dot * sin) / TOTAL_MASS
+        theta_acc = (GRAVITY * sin - cos * temp) / (HALF_LENGTH * (4.0 / 3.0 - MASS_POLE * cos * cos / TOTAL_MASS))
+        x_acc = temp - POLE_MASS_LENGTH * theta_acc * cos / TOTAL_MASS
+        torch.stack((x + TAU * x_dot, x_dot + TAU * x_acc, theta + TAU * theta_dot, theta_dot + TAU * theta_acc),
+                    dim=-1, out=out)
+
+    def _as_action(self, actions) -> torch.Tensor:
+        if isinstance(actions, np.ndarray):
+            actions = torch.from_numpy(actions)
+        return actions.reshape(self.num_envs).to(self.device, non_blocking=True)
+
+    def stage_step(self, actions, auto_reset: bool = True) -> torch.Tensor:
+        """Step every env into ``staged``; returns the done mask (a tensor on the device,
+        valid until the next step). Finished envs are reset at once with ``auto_reset``."""
+        self._advance(self._state, self._as_action(actions), self._next)
+        x, theta = self._next[:, 0], self._next[:, 2]
+        torch.logical_or(x.abs() > X_THRESHOLD, theta.abs() > THETA_THRESHOLD, out=self._terminated)
+        self._steps += 1
+        torch.ge(self._steps, self.max_episode_steps, out=self._truncated)
+        torch.logical_or(self._terminated, self._truncated, out=self._done)
+        self._state.copy_(self._next)
+        if auto_reset:
+            self._reset_state(self._done)
+            self._is_init.copy_(self._done)
+        else:
+            self._is_init.zero_()
+        return self._done
+
+    def _reseed(self) -> None:
+        if self._seed is not None and self._generator is not None:
+            self._generator.manual_seed(self._seed)
+
+    def _reset_state(self, mask: torch.Tensor) -> None:
+        """Fresh states for the envs where ``mask`` is True, with no host synchronisation:
+        every env draws one, the others keep their own."""
+        self._fresh.uniform_(-RESET_BOUND, RESET_BOUND, generator=self._generator)
+        torch.where(mask.unsqueeze(-1), self._fresh, self._state, out=self._state)
+        self._steps.masked_fill_(mask, 0)
+
+    def step(self, action: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The functional form: ``(observation, reward, terminated, truncated)`` after
+        ``action`` [P], finished envs reset (the observation returned is then the reset
+        one; the final one is ``staged["next", "observation"]``)."""
+        self.stage_step(action)
+        return self._state, self._reward, self._terminated, self._truncated
+
+    # ------------------------------------------------------------------ the collectors' protocol
+    def _mask(self, indices) -> torch.Tensor:
+        if isinstance(indices, torch.Tensor) and indices.dtype == torch.bool:
+            return indices.reshape(self.num_envs).to(self.device)
+        if isinstance(indices, np.ndarray) and indices.dtype == bool:
+            return torch.from_numpy(indices).to(self.device)
+        mask = torch.zeros(self.num_envs, dtype=torch.bool)
+        mask[torch.as_tensor(list(indices) if isinstance(indices, range) else indices, dtype=torch.long)] = True
+        return mask.to(self.device)
+
+    def reset(self) -> TensorDict:
+        """Reset every env (a pending seed reseeds the generator first); returns the carrier."""
+        self._reseed()
+        self._seed = None
+        self.reset_some(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
+        return self.staged.select("observation", "is_init").clone()
+
+    def reset_some(self, indices) -> None:
+        """Reset the given envs (indices, or a boolean mask: numpy or a tensor); their next
+        step starts a trajectory."""
+        mask = self._mask(indices)
+        self._reset_state(mask)
+        self._is_init.logical_or_(mask)
+
+    def mark_init(self, indices) -> None:
+        self._is_init.logical_or_(self._mask(indices))
+
+    def set_seed(self, seed: int | None) -> int | None:
+        """Reseed the reset generator with ``seed`` at the next reset of every env."""
+        self._seed = seed
+        return seed
+
+    def random_action(self) -> torch.Tensor:
+        return random_actions(self.action_space, (self.num_envs,), self.device)
+
+    def random_steps(self, steps) -> None:
+        """Take ``steps[i]`` random actions in env i (resetting it when it finishes); the
+        next step of every env starts a trajectory."""
+        steps = torch.as_tensor(np.asarray(steps), device=self.device)
+        for k in range(int(steps.max()) if len(steps) else 0):
+            active = steps > k
+            moved = torch.empty_like(self._state)
+            self._advance(self._state, self.random_action(), moved)
+            self._state.copy_(torch.where(active.unsqueeze(-1), moved, self._state))
+            self._steps += active
+            x, theta = self._state[:, 0], self._state[:, 2]
+            finished = active & ((x.abs() > X_THRESHOLD) | (theta.abs() > THETA_THRESHOLD)
+                                 | (self._steps >= self.max_episode_steps))
+            self._reset_state(finished)
+        self._is_init.fill_(True)
+
+    def stage_into(self, arrays: dict) -> None:
+        """Write every step into ``arrays`` (numpy staging arrays: a worker's rows of the
+        action server's shared step buffer); CPU only."""
+        if self.device.type != "cpu":
+            raise ValueError(f"stage_into writes numpy arrays: TorchCartPole must be on the CPU, not {self.device}")
+        state = self._state.clone()
+        self._allocate(arrays)
+        self._state.copy_(state)
+
+    def to(self, device) -> "TorchCartPole":
+        device = torch.device(device)
+        if device != self.device:
+            state, steps = self._state.to(device), self._steps.to(device)
+            self.device = device
+            self._allocate()
+            self._state.copy_(state)
+            self._steps.copy_(steps)
+        return self
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def __repr__(self) -> str:
+        return f"TorchCartPole(num_envs={self.num_envs}, device={str(self.device)!r})"

@@ -26,6 +26,8 @@ alternating collector should gain most (rlpyt: up to 2x in theory).
     v1  hand-written loop, gym.make_vec(CartPole-v1, 1024) vector entry point (numpy)
     v2  rlcollect Collector on GymEnv(CartPole-v1, num_envs=1024, backend="vector")
         (v rows: batches of 16 steps, 16 x --frames frames per measurement)
+    t1  hand-written loop, rlcollect.envs.TorchCartPole(4096) on the CPU (its functional step)
+    t2  rlcollect Collector on TorchCartPole(4096) (t rows: as the v rows)
     e1  torchrl Collector on GymEnv(CartPole-v1)              } in .venv-bench, through
     e2  torchrl Collector on SerialEnv(8, GymEnv(CartPole-v1)) } scripts/bench_torchrl_rows.py
     f   rlcollect MultiSyncCollector, 2 workers x GymEnv(num_envs=4)
@@ -325,6 +327,58 @@ def hand_make_vec(settings: Settings, worker) -> Measure:
 def rlcollect_vector(settings: Settings, worker) -> Measure:
     return rlcollect_measure(dataclasses.replace(settings, frames_per_batch=VECTOR_BATCH), ENV_ID,
                              num_envs=VECTOR_ENVS, backend="vector")
+
+
+# ---------------------------------------------------------------------- t: a torch env
+TORCH_ENVS = 4096
+TORCH_BATCH = TORCH_ENVS * 16
+
+
+class HandTorchLoop:
+    """TorchCartPole(4096) stepped by hand with its functional ``step``: obs -> policy ->
+    action -> step, all tensors on ``device`` (finished envs reset inside the step)."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        from rlcollect.envs import TorchCartPole
+
+        self.env = TorchCartPole(TORCH_ENVS, device=device, seed=SEED)
+        self.mlp = build_mlp().to(device)
+        self.obs = self.env.reset()["observation"]
+        self.device = torch.device(device)
+
+    def __call__(self, frames: int) -> Measurement:
+        env, mlp, obs = self.env, self.mlp, self.obs
+        synchronize = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        with torch.no_grad():
+            synchronize()
+            start = time.perf_counter()
+            for _ in range(frames // TORCH_ENVS):
+                obs = env.step(sample_action(mlp(obs)))[0]
+            synchronize()
+            elapsed = time.perf_counter() - start
+        self.obs = obs
+        return Measurement(frames / elapsed)
+
+
+@register("t1", f"hand-written loop, TorchCartPole({TORCH_ENVS}), cpu", num_envs=TORCH_ENVS,
+          batch_frames=TORCH_BATCH, frames_scale=VECTOR_SCALE)
+def hand_torch(settings: Settings, worker) -> Measure:
+    return HandTorchLoop()
+
+
+@register("t2", f"rlcollect Collector, TorchCartPole({TORCH_ENVS}), cpu", num_envs=TORCH_ENVS,
+          batch_frames=TORCH_BATCH, frames_scale=VECTOR_SCALE)
+def rlcollect_torch(settings: Settings, worker) -> Measure:
+    from rlcollect.collectors import Collector
+    from rlcollect.envs import TorchCartPole
+
+    policy = MLPSamplingPolicy(build_mlp())
+
+    def make_collector(total_frames: int):
+        return Collector(TorchCartPole(TORCH_ENVS, seed=SEED), policy, frames_per_batch=TORCH_BATCH,
+                         total_frames=total_frames)
+
+    return lambda frames: time_collector(make_collector, frames, TORCH_BATCH)
 
 
 # ---------------------------------------------------------------------- n: a recurrent policy
@@ -627,6 +681,7 @@ COMPARISONS = (
     ("d", "b", f"rlcollect / hand-written, {NUM_ENVS} envs", TARGET_RATIO),
     ("n2", "n1", f"rlcollect / hand-written, GRU, {NUM_ENVS} envs", TARGET_RATIO),
     ("v2", "v1", f"rlcollect / make_vec loop, {VECTOR_ENVS} envs", TARGET_VECTOR_RATIO),
+    ("t2", "t1", f"rlcollect / torch loop, {TORCH_ENVS} envs", TARGET_VECTOR_RATIO),
     ("e1", "a", "torchrl / hand-written, 1 env", None),
     ("e2", "b", f"torchrl / hand-written, {NUM_ENVS} envs", None),
     ("c", "e1", "rlcollect / torchrl, 1 env", None),

@@ -28,7 +28,8 @@ def read_jsonl(path):
                                        ["collector=multisync", "collector.start_method=fork",
                                         "collector.envs_per_worker=2"],
                                        ["collector=alternating", "collector.start_method=fork",
-                                        "collector.envs_per_worker=2"]], ids=["sync", "multisync", "alternating"])
+                                        "collector.envs_per_worker=2"],
+                                       ["env=cartpole_torch"]], ids=["sync", "multisync", "alternating", "torch_env"])
 def test_train_logs_the_same_values_to_metrics_jsonl_and_wandb(tmp_path, collector):
     """Collection metrics come from the post-collect hook: in-process for sync and the
     action-server collectors (alternating), inside the workers for multisync; all must

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from rlcollect.collectors.single import Collector
 from rlcollect.envs.gym_env import EnvSource, GymEnv
+from rlcollect.envs.staging import StagedEnv
 from rlcollect.keys import TRAJ_IDS
 from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo
 
@@ -41,7 +42,7 @@ class EvalCollector:
     """Evaluation episodes of ``policy`` on ``eval_n_envs`` envs of its own.
 
     Args:
-        create_env_fn: a batched GymEnv, or what GymEnv builds one from (an env id or a
+        create_env_fn: a batched GymEnv or torch env, or what GymEnv builds one from (an id or a
             zero-argument callable returning a gymnasium env) with ``eval_n_envs`` copies.
         policy: the policy evaluated (used in place: evaluation sees the current weights).
         eval_n_envs: envs stepped together (ignored when create_env_fn is a GymEnv).
@@ -58,7 +59,8 @@ class EvalCollector:
     def __init__(self, create_env_fn: GymEnv | EnvSource, policy, *, eval_n_envs: int = 10,
                  eval_max_steps: int | None = None, eval_max_trajectories: int | None = None,
                  exploration_type: str = "deterministic", gamma: float = 0.99, seed: int | None = None) -> None:
-        env = create_env_fn if isinstance(create_env_fn, GymEnv) else GymEnv(create_env_fn, eval_n_envs, seed=seed)
+        built = isinstance(create_env_fn, StagedEnv)  # a GymEnv, a torch env
+        env = create_env_fn if built else GymEnv(create_env_fn, eval_n_envs, seed=seed)
         self.num_envs = env.num_envs or 1
         if eval_max_steps is not None and eval_max_steps < self.num_envs:
             raise ValueError(f"eval_max_steps={eval_max_steps} is less than one step of each of the "

@@ -13,19 +13,24 @@ import gymnasium as gym
 
 from rlcollect.envs.gym_env import GymEnv
 from rlcollect.envs.staging import StagedEnv
+from rlcollect.envs.torch_cartpole import TorchCartPole
 from rlcollect.seeding import env_seed
 from rlcollect.validation import check_positive_int
 
 EnvSource = Union[str, StagedEnv, Callable[[], Any]]
+TORCH_ENVS = {"CartPole-v1": TorchCartPole}  # gymnasium id -> the torch env of the same task (backend "torch")
 
 
 def make_env(source: EnvSource, num_envs: int | None = None, *, seed: int | None = None, **env_kwargs) -> StagedEnv:
     """The StagedEnv ``source`` stands for: a GymEnv/StagedEnv as is; a gymnasium id or a
-    callable returning a gymnasium.Env as ``GymEnv(source, num_envs, seed=seed, **env_kwargs)``;
+    callable returning a gymnasium.Env as ``GymEnv(source, num_envs, seed=seed, **env_kwargs)``
+    (an id with ``backend="torch"``: its torch env, ``make_torch_env``);
     a callable returning a GymEnv, what it returns (seeded with ``seed`` if given; it must
     then hold ``num_envs`` envs, when given)."""
     if isinstance(source, StagedEnv):
         return _as_is(source, num_envs, seed, env_kwargs)
+    if isinstance(source, str) and env_kwargs.get("backend") == "torch":
+        return make_torch_env(source, num_envs, seed=seed, **env_kwargs)
     if isinstance(source, str):
         return GymEnv(source, num_envs, seed=seed, **env_kwargs)
     if not callable(source):
@@ -42,6 +47,19 @@ def make_env(source: EnvSource, num_envs: int | None = None, *, seed: int | None
         return pending.pop() if pending else source()
 
     return GymEnv(factory, num_envs, seed=seed, **env_kwargs)
+
+
+def make_torch_env(env_id: str, num_envs: int | None, *, seed: int | None = None, backend: str = "torch",
+                   max_episode_steps: int | None = None, **unsupported) -> StagedEnv:
+    """The torch-native env rlcollect ships for the gymnasium task ``env_id`` (backend
+    "torch": ``TORCH_ENVS``), ``num_envs`` of them stepped as tensors."""
+    if env_id not in TORCH_ENVS:
+        raise ValueError(f"backend='torch': rlcollect has no torch env for {env_id!r}; it has "
+                         f"{', '.join(sorted(TORCH_ENVS))}")
+    if unsupported:
+        raise TypeError(f"backend='torch' takes no {sorted(unsupported)}: those apply to gymnasium envs")
+    kwargs = {} if max_episode_steps is None else {"max_episode_steps": max_episode_steps}
+    return TORCH_ENVS[env_id](num_envs or 1, seed=seed, **kwargs)
 
 
 def _as_is(env: StagedEnv, num_envs, seed, env_kwargs) -> StagedEnv:

@@ -35,8 +35,9 @@ from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
 from rlcollect.collectors.ray import RayCollector
 from rlcollect.config import PrioritizedSamplerConfig
-from rlcollect.envs.gym_env import GymEnv
+from rlcollect.envs.sources import make_env as make_env_source
 from rlcollect.envs.spaces import sample_shape, torch_dtype
+from rlcollect.envs.staging import StagedEnv
 from rlcollect.logging.run_logger import EpisodeStatsHook, RunLogger, WandbLogger
 from rlcollect.modules.recurrent import policy_primers
 from rlcollect.pipeline.targets import build_node, target_class
@@ -60,17 +61,18 @@ def env_kwargs(cfg: DictConfig) -> dict:
     return kwargs
 
 
-def make_env(cfg: DictConfig, *, num_envs: int | None, seed: int) -> GymEnv:
+def make_env(cfg: DictConfig, *, num_envs: int | None, seed: int) -> StagedEnv:
     return env_factory(cfg, num_envs=num_envs, seed=seed)()
 
 
 def env_factory(cfg: DictConfig, *, num_envs: int | None, seed: int) -> functools.partial:
-    """A picklable zero-argument GymEnv factory: ``num_envs`` envs, env i seeded ``seed + i``
-    (a single env, ``num_envs=None``, is always backend "list")."""
+    """A picklable zero-argument env factory: ``num_envs`` envs, env i seeded ``seed + i``
+    (a GymEnv, or the task's torch env with ``env.backend=torch``; a single env,
+    ``num_envs=None``, is always a GymEnv of backend "list")."""
     kwargs = env_kwargs(cfg)
     if num_envs is None:
         kwargs.pop("backend", None)
-    return functools.partial(GymEnv, cfg.env.id, num_envs, seed=seed, **kwargs)
+    return functools.partial(make_env_source, cfg.env.id, num_envs, seed=seed, **kwargs)
 
 
 # ---------------------------------------------------------------------------- policy, logger, weights

@@ -28,6 +28,7 @@ from rlcollect.collectors.ray import RayCollector
 from rlcollect.collectors.single import Collector
 from rlcollect.envs.backends import BACKENDS, check_vector_entry_point
 from rlcollect.envs.gym_env import import_plugins, resolve_env_id
+from rlcollect.envs.sources import TORCH_ENVS
 from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
 from rlcollect.modules.q_network import QValuePolicy
 from rlcollect.pipeline.targets import RUNTIME_ARGUMENTS, named_arguments, target_class
@@ -150,8 +151,15 @@ def check_values(cfg: DictConfig, collector_class: type) -> None:
                          "into 2 groups of equal size: num_workers must be a multiple of 2")
     if cfg.env.num_envs is not None:
         check_positive_int("env.num_envs", cfg.env.num_envs)
-    if cfg.env.backend not in BACKENDS:
-        raise ValueError(f"env.backend={cfg.env.backend!r}: choose one of {', '.join(BACKENDS)} (envs/backends.py)")
+    if cfg.env.backend not in (*BACKENDS, "torch"):
+        raise ValueError(f"env.backend={cfg.env.backend!r}: choose one of {', '.join(BACKENDS)} (envs/backends.py) "
+                         "or torch (the task's torch env)")
+    if cfg.env.backend == "torch":
+        given = [key for key in ("wrappers", "imports", "info_keys", "make_kwargs") if cfg.env[key]]
+        if cfg.env.id not in TORCH_ENVS or given:
+            raise ValueError(f"env.backend=torch steps rlcollect's torch env of the task ({', '.join(TORCH_ENVS)}), "
+                             f"with no gymnasium wrappers, imports, info keys or make kwargs: got env.id={cfg.env.id}"
+                             + (f" and env.{', env.'.join(given)}" if given else ""))
     if cfg.env.backend != "list" and cfg.env.num_envs is None and issubclass(collector_class, Collector):
         raise ValueError(f"env.backend={cfg.env.backend} steps a batch of envs but env.num_envs is null (a single "
                          "env): set env.num_envs or env.backend=list")

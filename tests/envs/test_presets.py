@@ -112,3 +112,15 @@ def test_the_mujoco_experiment_normalises_observations_and_evaluates_rarely():
     cfg = compose_train(["experiment=mujoco_ppo", "env=hopper"])
     assert (cfg.env.id, cfg.env.solved_return, cfg.model.normalize_observation) == ("Hopper-v5", None, True)
     assert (cfg.eval.every_frames, cfg.collector.frames_per_batch, cfg.total_frames) == (20480, 2048, 1_000_000)
+
+
+def test_the_backends_reach_the_env_from_the_config():
+    torch_env = pipeline.make_env(compose_train(["env=cartpole_torch"]), num_envs=3, seed=0)
+    assert repr(torch_env) == "TorchCartPole(num_envs=3, device='cpu')"
+    vector_env = pipeline.make_env(compose_train(["env.backend=vector"]), num_envs=3, seed=0)
+    assert repr(vector_env) == "GymEnv('CartPole-v1', num_envs=3, backend='vector', device='cpu')"
+    single = pipeline.make_env(compose_train(["env=cartpole_torch"]), num_envs=None, seed=0)  # the spaces probe
+    assert repr(single) == "GymEnv('CartPole-v1', num_envs=None, device='cpu')"
+    # the worker collectors build each worker's env from the same kwargs
+    cfg = compose_train(["env=cartpole_torch", "collector=multisync"])
+    assert pipeline.env_kwargs(cfg)["backend"] == "torch"

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CompareError", "RunRecord", "INCLUDED_STATUSES", "find_run_dirs", "load_runs", "load_wandb_runs", "summarize_history",
-           "wall_clock"]
+__all__ = ["CompareError", "INCLUDED_STATUSES", "RunRecord", "find_run_dirs", "hydra_choices", "load_runs",
+           "load_wandb_runs", "summarize_history", "wall_clock"]
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"

@@ -41,6 +41,9 @@ class EnvConfig:
     # training stops once evaluation reaches it: a number, or {env id: number} (the presets:
     # a threshold belongs to its env id, so env.id=<another> has none unless given)
     solved_return: Any = None
+    # scores `rlcollect compare` normalises to 0 and 1: {random: R, max: M}, or {env id: {random: R,
+    # max: M}} (the presets: the random policy's mean return and a reference best)
+    reference_scores: Any = None
     make_kwargs: Any = field(default_factory=dict)  # more gymnasium.make arguments
     imports: List[str] = field(default_factory=list)  # modules that register env ids (a plugin, your package)
     info_keys: List[str] = field(default_factory=list)  # info entries stored as ("next", key), logged at episode ends

@@ -1,13 +1,17 @@
-"""Compare runs side by side: ``rlcollect compare PATH... [--sort] [--metric] [--format] [--plot] [--wandb]``.
+"""Compare runs side by side: ``rlcollect compare PATH... [--stats] [--normalize] [--format] [--plot] [--wandb]``.
 
-Runs are grouped by their settings with seeds pooled: two runs are in one group when their
-overrides (``.hydra/overrides.yaml``, or the W&B run name) agree once ``seed`` is removed.
-Each group becomes one row of mean ± std over its runs::
+Runs are grouped by their settings with seeds pooled (:func:`group_runs`); runs that failed
+or were interrupted are left out and listed apart (:func:`split_runs`). Each group becomes
+one row of mean ± std over its runs (:func:`compare_table`) and, for its final evaluation
+return and its area under the learning curve, interval estimates over its runs: IQM,
+median, mean and optimality gap with stratified bootstrap confidence intervals
+(:func:`interval_table`, numbers from :mod:`rlcollect.logging.stats`). Over several envs,
+scores are normalised per env (``(score - random) / (max - random)``) and aggregated over
+the envs as tasks::
 
-    runs = load_runs(["multirun/2026-01-01/12-00-00"])      # or load_wandb_runs(folder)
-    rows = compare_table(group_runs(runs), metrics=["train/loss_value"], sort="final_eval_return")
-    print(render(rows, "markdown"))
-    plot_curves(group_runs(runs), "curves.png")
+    comparison = compare(load_runs(["multirun/2026-01-01/12-00-00"]), bootstrap=True)
+    print(render_comparison(comparison, "markdown"))     # or "table", "csv", "json", "html"
+    plot_report(comparison, "curves.png")                 # curves, profile (PNG and SVG)
 """
 from __future__ import annotations
 
@@ -16,20 +20,38 @@ import io
 import json
 import math
 import os
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from rlcollect.logging.plots import plot_curves
-from rlcollect.logging.runs import CompareError, Group, RunRecord, load_runs, load_wandb_runs
+import numpy as np
 
-__all__ = ["CompareError", "Group", "Row", "RunRecord", "Stat", "FORMATS", "SUMMARY_COLUMNS", "compare_runs",
-           "compare_table", "group_runs", "load_runs", "load_wandb_runs", "plot_curves", "render"]
+from rlcollect.logging import stats as st
+from rlcollect.logging.plots import plot_curves, score_curve
+from rlcollect.logging.runs import (
+    EVAL_RETURN,
+    INCLUDED_STATUSES,
+    CompareError,
+    Group,
+    RunRecord,
+    for_env_id,
+    load_runs,
+    load_wandb_runs,
+    solved_return_of,
+)
+
+__all__ = ["CompareError", "Comparison", "Excluded", "Group", "GroupStats", "Improvement", "Row", "RunRecord",
+           "Stat", "FORMATS", "SUMMARY_COLUMNS", "compare", "compare_runs", "compare_table", "final_scores",
+           "group_runs", "interval_table", "load_runs", "load_wandb_runs", "parse_normalize", "plot_curves", "render",
+           "score_ranges", "split_runs"]
 
 SEED_KEY = "seed"
 DEFAULT_LABEL = "default"
-DEFAULT_VALUE = "<default>"  # an override key a run did not set and its config does not hold as a value
-FORMATS = ("table", "markdown", "csv", "json")
+UNSET_VALUE = "-"  # a key a run neither sets nor holds in its config
+FORMATS = ("table", "markdown", "csv", "json", "html")
+TABLE_FORMATS = ("table", "markdown", "csv", "json")  # render()'s: the mean ± std table alone
 # Built-in columns, from RunRecord.summary, with their titles and number formats.
 SUMMARY_COLUMNS = {
     "final_eval_return": ("final eval return", ".1f"),
@@ -40,6 +62,10 @@ SUMMARY_COLUMNS = {
 }
 TO_THRESHOLD = ("frames_to_solve", "seconds_to_solve")
 METRIC_FORMAT = ".4g"
+SCORE_COLUMN = "final_eval_return"  # the score the interval estimates are of
+STATS_MIN_RUNS = 3  # --stats defaults to on when a group has this many runs
+ScoreRange = tuple[float, float]  # (random, max) reference scores of one env
+_NORMALIZE = re.compile(r"^(?:(?P<task>.+):)?(?P<pairs>(?:random|max)=[^,:]+,(?:random|max)=[^,:]+)$")
 
 
 @dataclass(frozen=True)
@@ -58,41 +84,139 @@ class Stat:
 
 @dataclass
 class Row:
-    """One group's line of the comparison: ``stats`` maps a column name to its Stat."""
+    """One group's line of the mean ± std table: ``stats`` maps a column name to its Stat.
+    Over several envs a group has one row per env (``task``)."""
 
     group: str
     settings: dict[str, str]
     runs: int
     stats: dict[str, Stat]
+    task: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The group's label, with the env id when the rows are per env."""
+        return self.group if self.task is None else f"{self.group} [{self.task}]"
 
 
-def group_runs(runs: Sequence[RunRecord]) -> list[Group]:
+@dataclass(frozen=True)
+class Excluded:
+    """A run left out, and why (its status, or no evaluation for the interval estimates)."""
+
+    path: Path
+    reason: str
+
+
+@dataclass
+class GroupStats:
+    """A group's interval estimates (:data:`rlcollect.logging.stats.AGGREGATES` each).
+
+    Attributes:
+        group, settings: as the Group's label and settings.
+        runs: the runs counted (those with an evaluation).
+        tasks: runs counted per env id.
+        final: of each run's final evaluation return (normalised when the env has reference scores).
+        auc: of each run's area under its learning curve divided by the frames it spans:
+            its mean score over the env's frame range, a run that stopped early held at its
+            final score.
+    """
+
+    group: str
+    settings: dict[str, str]
+    runs: int
+    tasks: dict[str, int]
+    final: dict[str, st.Interval]
+    auc: dict[str, st.Interval]
+
+
+@dataclass(frozen=True)
+class Improvement:
+    """P(x > y): how likely a run of group ``x`` scores above a run of group ``y`` (final score)."""
+
+    x: str
+    y: str
+    probability: st.Interval
+
+
+@dataclass
+class Comparison:
+    """Everything ``rlcollect compare`` reports.
+
+    Attributes:
+        groups: the groups of counted runs; rows: their mean ± std table.
+        stats: per group interval estimates (CIs only when ``bootstrap``).
+        excluded: runs left out and why.
+        improvements: the ``--versus`` pairs.
+        ranges: each env id's reference scores (None: raw returns).
+        spans: each env id's frame range for the area under the curve.
+        gamma: the optimality gap's target (1 on normalised scores; the env's
+            ``solved_return`` on raw returns of one env; None without one).
+        bootstrap, reps, seed: whether and how the CIs were computed.
+        notes: lines for the reader (why statistics were skipped, ...).
+    """
+
+    groups: list[Group]
+    rows: list[Row]
+    stats: list[GroupStats]
+    excluded: list[Excluded]
+    improvements: list[Improvement] = field(default_factory=list)
+    ranges: dict[str, ScoreRange | None] = field(default_factory=dict)
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
+    gamma: float | None = None
+    bootstrap: bool = False
+    reps: int = st.DEFAULT_REPS
+    seed: int = st.DEFAULT_SEED
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def normalized(self) -> bool:
+        """Whether the scores are normalised (every env has reference scores)."""
+        return bool(self.ranges) and all(value is not None for value in self.ranges.values())
+
+
+def split_runs(runs: Sequence[RunRecord]) -> tuple[list[RunRecord], list[Excluded]]:
+    """``(runs that count, runs left out)``: a run that failed or was interrupted (its
+    :attr:`RunRecord.status`) is left out of the comparison and listed apart."""
+    counted, excluded = [], []
+    for run in runs:
+        if run.status in INCLUDED_STATUSES:
+            counted.append(run)
+        else:
+            excluded.append(Excluded(path=run.path, reason=run.status or "unknown status"))
+    return counted, excluded
+
+
+def group_runs(runs: Sequence[RunRecord], group_by: Sequence[str] | None = None) -> list[Group]:
     """Group ``runs`` by their settings with ``seed`` removed, in order of first appearance.
 
-    The settings are the runs' overrides when every run has them, else (fallback) their
-    flattened resolved configs. A key one run overrides and another does not takes, for
-    the other, its config's value (or "<default>" for a config group choice such as
-    ``collector=multisync``), and an overridden value is compared as the config holds it,
-    so ``algo.lr=3e-4`` and ``algo.lr=0.0003`` are one setting. Only the keys whose value
-    differs across runs make up the label.
+    The settings are the runs' overrides; a run without known overrides (no
+    .hydra/overrides.yaml, no W&B run name) adds the config keys in which it differs from the
+    others, a node whose ``_target_`` or ``name`` differs standing for its whole subtree
+    (``collector=multisync``). A key one run sets and another does not takes, for the other,
+    its config's value or, for a config group (``collector``), the group choice Hydra made
+    (see :attr:`RunRecord.choices`). An overridden value is compared as the config holds it,
+    so ``algo.lr=3e-4`` and ``algo.lr=0.0003`` are one setting. When the runs span several
+    envs, the keys that only name the env (``env``, ``env.*``, ``eval.*`` that follow the
+    env id) are left out: each group pools its runs over the envs (the tasks).
+
+    The label holds only the keys whose value differs across groups, group choices first:
+    ``collector=multisync, algo.lr=0.0003`` ("default" when none differs). ``group_by``
+    names the keys to group by instead (all of them in the label).
     """
-    if all(run.overrides is not None for run in runs):
-        per_run = [_override_settings(run) for run in runs]
-        keys = sorted({key for settings in per_run for key in settings})
-        per_run = [{key: settings.get(key) or _config_value(run.config, key) or DEFAULT_VALUE for key in keys}
-                   for run, settings in zip(runs, per_run)]
+    if group_by:
+        keys = list(dict.fromkeys(group_by))
+        per_run = [{key: _run_value(run, key, _override_settings(run)) for key in keys} for run in runs]
+        chosen_keys = keys
     else:
-        per_run = [_flatten(run.config) for run in runs]
-        for settings in per_run:
-            settings.pop(SEED_KEY, None)
-    keys = sorted({key for settings in per_run for key in settings})
-    differing = [key for key in keys if len({settings.get(key) for settings in per_run}) > 1]
+        per_run = _settings_of(runs)
+        chosen_keys = [key for key in _label_order({key for settings in per_run for key in settings})
+                       if len({settings.get(key) for settings in per_run}) > 1]
     groups: dict[tuple[str | None, ...], Group] = {}
     for run, settings in zip(runs, per_run):
-        chosen = {key: settings.get(key, DEFAULT_VALUE) for key in differing}
+        chosen = {key: settings.get(key, UNSET_VALUE) for key in chosen_keys}
         group_key = tuple(chosen.values())
         if group_key not in groups:
-            label = ",".join(f"{key}={value}" for key, value in chosen.items()) or DEFAULT_LABEL
+            label = ", ".join(f"{key}={value}" for key, value in chosen.items()) or DEFAULT_LABEL
             groups[group_key] = Group(label=label, settings=chosen)
         groups[group_key].runs.append(run)
     return list(groups.values())
@@ -120,12 +244,17 @@ def compare_table(groups: Sequence[Group], metrics: Sequence[str] = (),
     for metric in metrics:
         if metric not in logged:
             raise CompareError(f"unknown metric {metric!r}: no run logged it (logged: {_known(logged)})")
+    tasks = list(dict.fromkeys(run.task for group in groups for run in group.runs))
     rows = []
     for group in groups:
-        stats = {column: _stat([run.summary.get(column) for run in group.runs]) for column in SUMMARY_COLUMNS}
-        stats.update({metric: _stat([_final_value(run, metric) for run in group.runs]) for metric in metrics})
-        rows.append(Row(group=group.label, settings=group.settings, runs=len(group.runs), stats=stats))
-    return sorted(rows, key=lambda row: _sort_key(row, sort))
+        for task in tasks if len(tasks) > 1 else [None]:
+            runs = [run for run in group.runs if task is None or run.task == task]
+            if not runs:
+                continue
+            stats = {column: _stat([run.summary.get(column) for run in runs]) for column in SUMMARY_COLUMNS}
+            stats.update({metric: _stat([_final_value(run, metric) for run in runs]) for metric in metrics})
+            rows.append(Row(group=group.label, settings=group.settings, runs=len(runs), stats=stats, task=task))
+    return sorted(rows, key=lambda row: (tasks.index(row.task) if row.task else 0, *_sort_key(row, sort)))
 
 
 def render(rows: Sequence[Row], fmt: str = "table") -> str:
@@ -135,15 +264,14 @@ def render(rows: Sequence[Row], fmt: str = "table") -> str:
     Raises:
         CompareError: for an unknown ``fmt``.
     """
-    if fmt not in FORMATS:
-        raise CompareError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    if fmt not in TABLE_FORMATS:
+        raise CompareError(f"unknown format {fmt!r}: choose one of {', '.join(TABLE_FORMATS)}")
     columns = list(rows[0].stats) if rows else list(SUMMARY_COLUMNS)
     if fmt == "json":
         return json.dumps([_row_dict(row, columns) for row in rows], indent=2)
     if fmt == "csv":
         return _render_csv(rows, columns)
-    header = ["group", "runs", *(SUMMARY_COLUMNS.get(column, (column,))[0] for column in columns)]
-    cells = [[row.group, str(row.runs), *(_cell(column, row.stats[column]) for column in columns)] for row in rows]
+    header, *cells = table_cells(rows)
     if fmt == "markdown":
         lines = [header, ["---", *["---:"] * (len(header) - 1)], *cells]
         return "\n".join("| " + " | ".join(cell.replace("|", "\\|") for cell in line) + " |" for line in lines)
@@ -154,30 +282,296 @@ def render(rows: Sequence[Row], fmt: str = "table") -> str:
                      for line in lines)
 
 
-def compare_runs(paths: Sequence[str | os.PathLike[str]] = (), *, wandb_dir: str | os.PathLike[str] | None = None,
-                 metrics: Sequence[str] = (), sort: str = "final_eval_return", fmt: str = "table",
-                 plot: str | os.PathLike[str] | None = None) -> str:
-    """What ``rlcollect compare`` prints: load (run folders, or W&B runs under ``wandb_dir``),
-    group, tabulate, render; with ``plot``, also write the learning curves there.
+def parse_normalize(specs: Sequence[str]) -> dict[str | None, ScoreRange]:
+    """``--normalize`` values as ``{env id or None (every env): (random, max)}``:
+    ``random=R,max=M`` for every env, ``ENV_ID:random=R,max=M`` for one.
 
     Raises:
-        CompareError: for no source or both, no runs, an unknown metric, sort or format.
+        CompareError: for a malformed value or equal references.
     """
+    ranges: dict[str | None, ScoreRange] = {}
+    for spec in specs:
+        match = _NORMALIZE.match(spec.strip())
+        if not match:
+            raise CompareError(f"--normalize {spec!r}: expected random=R,max=M or ENV_ID:random=R,max=M")
+        pairs = dict(item.split("=", 1) for item in match["pairs"].split(","))
+        try:
+            random, best = float(pairs["random"]), float(pairs["max"])
+        except (KeyError, ValueError):
+            raise CompareError(f"--normalize {spec!r}: random and max must both be numbers") from None
+        if random == best:
+            raise CompareError(f"--normalize {spec!r}: random and max must differ")
+        ranges[match["task"]] = (random, best)
+    return ranges
+
+
+def score_ranges(runs: Sequence[RunRecord], given: dict[str | None, ScoreRange] | None = None
+                 ) -> dict[str, ScoreRange | None]:
+    """Each env id's reference scores: ``given`` for that env id, else ``given[None]``,
+    else the run config's ``env.reference_scores`` (the env presets'), else None (raw returns)."""
+    given = given or {}
+    ranges: dict[str, ScoreRange | None] = {}
+    for run in runs:
+        task = run.task
+        if task in ranges and ranges[task] is not None:
+            continue
+        ranges[task] = given.get(task) or given.get(None) or reference_scores_of(run.config)
+    return ranges
+
+
+def reference_scores_of(config: dict[str, Any]) -> ScoreRange | None:
+    """``env.reference_scores`` of a run config for its env id: ``{random: R, max: M}`` set
+    for the run, or ``{env id: {random: R, max: M}}`` (the presets); None if absent."""
+    env = config.get("env")
+    if not isinstance(env, dict) or not env.get("reference_scores"):
+        return None
+    value = env["reference_scores"]
+    if not (isinstance(value, dict) and set(value) == {"random", "max"}):
+        value = for_env_id(env.get("id"), value)
+    if not isinstance(value, dict) or value.get("random") is None or value.get("max") is None:
+        return None
+    random, best = float(value["random"]), float(value["max"])
+    return None if random == best else (random, best)
+
+
+def interval_table(groups: Sequence[Group], ranges: dict[str, ScoreRange | None], *, bootstrap: bool = True,
+                   reps: int = st.DEFAULT_REPS, seed: int = st.DEFAULT_SEED
+                   ) -> tuple[list[GroupStats], list[Excluded], dict[str, tuple[float, float]], float | None]:
+    """Each group's interval estimates of its final score and its area under the learning
+    curve, best IQM first; ``(stats, runs without evaluation, frame span per env, gamma)``.
+
+    Scores are normalised per env with ``ranges`` (from :func:`score_ranges`); with one env
+    and no reference scores they stay returns and the optimality gap is to the env's
+    ``solved_return`` (None without one). Without ``bootstrap`` only the point estimates.
+
+    Raises:
+        CompareError: for several envs of which one has no reference scores.
+    """
+    runs = [run for group in groups for run in group.runs]
+    missing = sorted(str(task) for task, span in ranges.items() if span is None)
+    if missing and len(ranges) > 1:
+        raise CompareError(f"scores of several envs need reference scores to be compared: none for "
+                           f"{', '.join(missing)} (give --normalize ENV_ID:random=R,max=M)")
+    gamma = 1.0 if not missing else solved_return_of(runs[0].config) if runs else None
+    curves = {id(run): score_curve(run, ranges) for run in runs}
+    spans = {}
+    for task in ranges:
+        xs = [curves[id(run)][0] for run in runs if run.task == task and len(curves[id(run)][0])]
+        if xs:
+            spans[task] = (float(min(x[0] for x in xs)), float(max(x[-1] for x in xs)))
+    table = []
+    for group in groups:
+        per_task: dict[Any, list[RunRecord]] = {}
+        for run in group.runs:
+            if len(curves[id(run)][0]):
+                per_task.setdefault(run.task, []).append(run)
+        final = [np.array([curves[id(run)][1][-1] for run in task_runs]) for task_runs in per_task.values()]
+        auc = [np.array([st.area_under_curve(*curves[id(run)], *spans[task]) for run in task_runs])
+               for task, task_runs in per_task.items()]
+        table.append(GroupStats(group=group.label, settings=group.settings, runs=sum(len(task) for task in final),
+                                tasks={str(task): len(task_runs) for task, task_runs in per_task.items()},
+                                final=_estimates(final, gamma, bootstrap, reps, seed),
+                                auc=_estimates(auc, gamma, bootstrap, reps, seed)))
+    table.sort(key=lambda row: (row.final["iqm"].value is None, -(row.final["iqm"].value or 0.0), row.group))
+    excluded = [Excluded(path=run.path, reason=f"no {EVAL_RETURN} logged (left out of the interval estimates)")
+                for run in runs if not len(curves[id(run)][0])]
+    return table, excluded, spans, gamma
+
+
+def final_scores(group: Group, ranges: dict[str, ScoreRange | None]) -> dict[str | None, np.ndarray]:
+    """The group's final scores (last evaluation, normalised when its env has reference
+    scores) per env id, in order of appearance; runs without evaluation left out."""
+    per_task: dict[Any, list[float]] = {}
+    for run in group.runs:
+        x, y = score_curve(run, ranges)
+        if len(x):
+            per_task.setdefault(run.task, []).append(float(y[-1]))
+    return {task: np.array(scores) for task, scores in per_task.items()}
+
+
+def improvement(groups: Sequence[Group], x: str, y: str, ranges: dict[str, ScoreRange | None], *,
+                reps: int = st.DEFAULT_REPS, seed: int = st.DEFAULT_SEED) -> Improvement:
+    """P(X > Y) of the final scores of groups ``x`` and ``y`` (labels, or a text naming one
+    group), over the envs both have, with its stratified bootstrap CI.
+
+    Raises:
+        CompareError: for a label that names no group or several, or groups with no env in common.
+    """
+    group_x, group_y = _find_group(groups, x), _find_group(groups, y)
+    scores_x, scores_y = final_scores(group_x, ranges), final_scores(group_y, ranges)
+    tasks = [task for task in scores_x if task in scores_y]
+    if not tasks:
+        raise CompareError(f"--versus {x!r} {y!r}: the two groups have no evaluated env in common")
+    probability = st.probability_of_improvement([scores_x[task] for task in tasks], [scores_y[task] for task in tasks],
+                                                reps=reps, seed=seed)
+    return Improvement(x=group_x.label, y=group_y.label, probability=probability)
+
+
+def compare(runs: Sequence[RunRecord], *, metrics: Sequence[str] = (), sort: str = "final_eval_return",
+            group_by: Sequence[str] | None = None, bootstrap: bool | None = None,
+            normalize: dict[str | None, ScoreRange] | None = None, versus: Sequence[tuple[str, str]] = (),
+            reps: int = st.DEFAULT_REPS, seed: int = st.DEFAULT_SEED) -> Comparison:
+    """Leave out failed and interrupted runs, group, tabulate and estimate: a Comparison.
+
+    ``bootstrap`` None (the default) computes the confidence intervals when a group has at
+    least STATS_MIN_RUNS runs, and skips them (with a note) when several envs lack
+    reference scores; True insists (and raises), False gives the point estimates only.
+
+    Raises:
+        CompareError: for no counted run, an unknown metric, sort, group or ``reps``.
+    """
+    if reps < 1:
+        raise CompareError(f"--reps must be a positive number of resamples, got {reps}")
+    counted, excluded = split_runs(runs)
+    if not counted:
+        raise CompareError("no run to compare: every run failed or was interrupted ("
+                           + "; ".join(f"{item.path}: {item.reason}" for item in excluded) + ")")
+    groups = group_runs(counted, group_by)
+    rows = compare_table(groups, metrics, sort)
+    ranges = score_ranges(counted, normalize)
+    notes = []
+    want = bootstrap if bootstrap is not None else any(len(group.runs) >= STATS_MIN_RUNS for group in groups)
+    try:
+        table, no_eval, spans, gamma = interval_table(groups, ranges, bootstrap=want, reps=reps, seed=seed)
+    except CompareError as error:
+        if bootstrap:
+            raise
+        notes.append(f"no interval estimates: {error}")
+        table, no_eval, spans, gamma, want = [], [], {}, None, False
+    improvements = [improvement(groups, x, y, ranges, reps=reps, seed=seed) for x, y in versus]
+    return Comparison(groups=groups, rows=rows, stats=table, excluded=excluded + no_eval, improvements=improvements,
+                      ranges=ranges, spans=spans, gamma=gamma, bootstrap=want, reps=reps, seed=seed, notes=notes)
+
+
+def table_cells(rows: Sequence[Row]) -> list[list[str]]:
+    """The mean ± std table as text cells: a header line, then one line per row."""
+    columns = list(rows[0].stats) if rows else list(SUMMARY_COLUMNS)
+    header = ["group", "runs", *(SUMMARY_COLUMNS.get(column, (column,))[0] for column in columns)]
+    return [header, *([row.label, str(row.runs), *(_cell(column, row.stats[column]) for column in columns)]
+                      for row in rows)]
+
+
+def compare_runs(paths: Sequence[str | os.PathLike[str]] = (), *, wandb_dir: str | os.PathLike[str] | None = None,
+                 metrics: Sequence[str] = (), sort: str = "final_eval_return", fmt: str = "table",
+                 plot: str | os.PathLike[str] | None = None, group_by: Sequence[str] | None = None,
+                 bootstrap: bool | None = None, normalize: Sequence[str] = (),
+                 versus: Sequence[tuple[str, str]] = (), reps: int = st.DEFAULT_REPS) -> str:
+    """What ``rlcollect compare`` prints: load (run folders, or W&B runs under ``wandb_dir``),
+    :func:`compare`, render; with ``plot``, also write the figures there (PNG and SVG).
+
+    Raises:
+        CompareError: for no source or both, no runs, an unknown metric, sort, format or group.
+    """
+    from rlcollect.logging.report import render_comparison
+
     if bool(paths) == (wandb_dir is not None):
         raise CompareError("give run folders (PATH...) or --wandb DIR, not both" if paths
                            else "give at least one run folder (PATH...) or --wandb DIR")
     if fmt not in FORMATS:
         raise CompareError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
     runs = load_wandb_runs(wandb_dir) if wandb_dir is not None else load_runs(list(paths))
-    groups = group_runs(runs)
-    table = render(compare_table(groups, metrics, sort), fmt)
+    comparison = compare(runs, metrics=metrics, sort=sort, group_by=group_by, bootstrap=bootstrap,
+                         normalize=parse_normalize(normalize), versus=versus, reps=reps)
+    text = render_comparison(comparison, fmt)
     if plot is not None:
-        plot_curves(groups, plot)
-    return table
+        from rlcollect.logging.plots import plot_report
+
+        plot_report(comparison, plot)
+    return text
+
+
+def _estimates(scores: list[np.ndarray], gamma: float | None, bootstrap: bool, reps: int,
+               seed: int) -> dict[str, st.Interval]:
+    """The interval estimates of per-env scores (points only without ``bootstrap``; None without scores)."""
+    if not scores:
+        return {name: st.Interval(None) for name in st.AGGREGATES}
+    if bootstrap:
+        return st.interval_estimates(scores, gamma=gamma, reps=reps, seed=seed)
+    return {name: st.Interval(value) for name, value in st.aggregate(scores, gamma).items()}
+
+
+def _find_group(groups: Sequence[Group], name: str) -> Group:
+    """The group labelled ``name``, else the one group whose label contains it."""
+    exact = [group for group in groups if group.label == name]
+    found = exact or [group for group in groups if name in group.label]
+    if len(found) != 1:
+        labels = ", ".join(repr(group.label) for group in groups)
+        raise CompareError(f"--versus {name!r} names {'no group' if not found else 'several groups'} "
+                           f"(groups: {labels})")
+    return found[0]
+
+
+def _settings_of(runs: Sequence[RunRecord]) -> list[dict[str, str]]:
+    """Each run's settings (see :func:`group_runs`), without seed and, over several envs, the env keys."""
+    overridden = [_override_settings(run) for run in runs]
+    keys = {key for settings in overridden for key in settings}
+    if any(run.overrides is None for run in runs):
+        flat = [_flatten(run.config) for run in runs]
+        keys |= {key for key in _collapse(flat, runs) if not any(_covers(known, key) for known in keys)}
+    per_run = [{key: _run_value(run, key, settings) for key in keys} for run, settings in zip(runs, overridden)]
+    tasks = [run.task for run in runs]
+    if len(set(tasks)) > 1:
+        for key in [key for key in keys if _names_the_task(key, per_run, tasks)]:
+            for settings in per_run:
+                del settings[key]
+    return per_run
+
+
+def _collapse(flat: list[dict[str, str]], runs: Sequence[RunRecord]) -> list[str]:
+    """The flattened config keys that differ across runs, a top-level node whose
+    ``_target_`` or ``name`` differs standing for all of its keys."""
+    keys = sorted({key for settings in flat for key in settings} - {SEED_KEY})
+    differing = [key for key in keys if len({settings.get(key) for settings in flat}) > 1]
+    nodes = {key.split(".", 1)[0] for key in differing if key.rsplit(".", 1)[-1] in ("_target_", "name")
+             and key.count(".") == 1}
+    return sorted(nodes | {key for key in differing if key.split(".", 1)[0] not in nodes})
+
+
+def _covers(known: str, key: str) -> bool:
+    """Whether override key ``known`` already holds config key ``key`` (the same key, or a node above or below)."""
+    return key == known or key.startswith(known + ".") or known.startswith(key + ".")
+
+
+def _names_the_task(key: str, per_run: list[dict[str, str]], tasks: list[str | None]) -> bool:
+    """An env or eval key whose value follows the env id (one value per env id)."""
+    if not (key == "env" or key.startswith(("env.", "eval."))):
+        return False
+    values: dict[str | None, set[str | None]] = {}
+    for settings, task in zip(per_run, tasks):
+        values.setdefault(task, set()).add(settings.get(key))
+    return all(len(seen) == 1 for seen in values.values())
+
+
+def _label_order(keys: set[str]) -> list[str]:
+    """Config group choices (no dot) first, then dotted keys, each sorted."""
+    return sorted(keys, key=lambda key: ("." in key, key))
+
+
+def _run_value(run: RunRecord, key: str, overridden: dict[str, str]) -> str:
+    """The run's value of ``key``: as overridden, else its config's value (a per-env mapping's
+    entry for its env id), else its group choice (from Hydra, or the node's ``name`` /
+    ``_target_`` class), else "-"."""
+    if key in overridden:
+        return overridden[key]
+    value = _config_value(run.config, key)
+    if value is not None:
+        return value
+    if key in run.choices:
+        return run.choices[key]
+    node = _config_node(run.config, key)
+    if isinstance(node, dict) and run.task in node:  # a per-env setting of the presets: {env id: value}
+        return _format_value(node[run.task])
+    if isinstance(node, dict):
+        if node.get("name") is not None:
+            return _format_value(node["name"])
+        if node.get("_target_"):
+            return str(node["_target_"]).rsplit(".", 1)[-1]
+    return UNSET_VALUE
 
 
 def _override_settings(run: RunRecord) -> dict[str, str]:
-    """A run's overrides as {key: value as its config holds it}, without seed."""
+    """A run's overrides as {key: value as its config holds it}, without seed; a group
+    override (``collector=multisync``) keeps its value."""
     settings = {}
     for item in run.overrides or []:
         key, sep, value = item.partition("=")
@@ -187,14 +581,27 @@ def _override_settings(run: RunRecord) -> dict[str, str]:
     return settings
 
 
-def _config_value(config: dict[str, Any], dotted_key: str) -> str | None:
-    """The config's value at ``a.b.c``, formatted; None if absent or a mapping (a group)."""
+def _config_node(config: dict[str, Any], dotted_key: str) -> Any:
+    """The config's node at ``a.b.c``, or None."""
     node: Any = config
     for part in dotted_key.split("."):
         if not isinstance(node, dict) or part not in node:
             return None
         node = node[part]
-    return None if isinstance(node, dict) else _format_value(node)
+    return node
+
+
+def _config_value(config: dict[str, Any], dotted_key: str) -> str | None:
+    """The config's value at ``a.b.c``, formatted; None if absent or a mapping (a group)."""
+    node = _config_node(config, dotted_key)
+    return None if node is None and not _has_key(config, dotted_key) or isinstance(node, dict) else _format_value(node)
+
+
+def _has_key(config: dict[str, Any], dotted_key: str) -> bool:
+    """Whether ``a.b.c`` is in the config (its value may be null)."""
+    parent, _, leaf = dotted_key.rpartition(".")
+    node = _config_node(config, parent) if parent else config
+    return isinstance(node, dict) and leaf in node
 
 
 def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -252,9 +659,9 @@ def _sort_key(row: Row, column: str) -> tuple:
     """Best first; for to-threshold columns more runs reached first; missing last; then label."""
     stat = row.stats[column]
     if stat.mean is None:
-        return (1, 0.0, 0.0, row.group)
+        return (1, 0.0, 0.0, row.label)
     reached = -stat.count / stat.runs if column in TO_THRESHOLD else 0.0
-    return (0, reached, stat.mean if _ascending(column) else -stat.mean, row.group)
+    return (0, reached, stat.mean if _ascending(column) else -stat.mean, row.label)
 
 
 def _cell(column: str, stat: Stat) -> str:
@@ -268,7 +675,7 @@ def _cell(column: str, stat: Stat) -> str:
 
 def _row_dict(row: Row, columns: Sequence[str]) -> dict[str, Any]:
     """A Row as JSON-ready plain values."""
-    return {"group": row.group, "settings": row.settings, "runs": row.runs,
+    return {"group": row.group, **({"task": row.task} if row.task else {}), "settings": row.settings, "runs": row.runs,
             **{column: {"mean": row.stats[column].mean, "std": row.stats[column].std, "n": row.stats[column].count}
                for column in columns}}
 
@@ -284,7 +691,7 @@ def _render_csv(rows: Sequence[Row], columns: Sequence[str]) -> str:
             stat = row.stats[column]
             numbers += ["" if stat.mean is None else repr(stat.mean), "" if stat.std is None else repr(stat.std),
                         stat.count]
-        writer.writerow([row.group, row.runs, *numbers])
+        writer.writerow([row.label, row.runs, *numbers])
     return buffer.getvalue()
 
 

@@ -1,24 +1,39 @@
-"""Learning curves of grouped runs: eval return vs frames and vs wall-clock seconds.
+"""The comparison's figures: learning curves (sample efficiency) over frames and over
+wall-clock seconds, the performance profile, and the probability of improvement.
 
-Drawn with matplotlib's Agg canvas on a bare Figure (no pyplot, no display, and no change
-to the process's matplotlib backend). matplotlib is imported only when a plot is made.
+Curves and profile show the interquartile mean over a group's runs with a 95% stratified
+bootstrap band (:mod:`rlcollect.logging.stats`); scores are normalised per env when the
+comparison has reference scores. Each figure is written as PNG and SVG. Drawn with
+matplotlib's Agg canvas on a bare Figure (no pyplot, no display, and no change to the
+process's matplotlib backend); matplotlib is imported only when a plot is made.
 """
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from rlcollect.logging import stats as st
 from rlcollect.logging.runs import EVAL_RETURN, CompareError, Group, RunRecord, wall_clock
 
-__all__ = ["eval_curve", "mean_curve", "plot_curves"]
+if TYPE_CHECKING:
+    from rlcollect.logging.compare import Comparison
+
+__all__ = ["curves_figure", "eval_curve", "figure_svgs", "improvement_figure", "plot_curves", "plot_report",
+           "profile_figure", "save_figure", "score_curve"]
 
 # x axes: (row key, axis label, subplot title)
-X_AXES = (("step", "frames", "eval return vs frames"),
-          ("time", "seconds since the run started logging", "eval return vs wall-clock time"))
-GRID_POINTS = 200
+X_AXES = (("step", "frames", "eval score vs frames"),
+          ("time", "seconds since the run started logging", "eval score vs wall-clock time"))
+GRID_POINTS = 100
+PROFILE_POINTS = 101
+FORMATS = (".png", ".svg")
+
+ScoreRanges = dict[Any, Any]  # env id -> (random, max) or None
 
 
 def eval_curve(run: RunRecord, x_key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -31,50 +46,150 @@ def eval_curve(run: RunRecord, x_key: str) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
 
 
-def mean_curve(curves: Sequence[tuple[np.ndarray, np.ndarray]],
-               points: int = GRID_POINTS) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``(grid, mean, low, high)`` of curves on a common x grid, by linear interpolation.
-
-    The grid spans from the earliest to the latest x of all curves; a curve is held at its
-    first / last value outside its own range (a run that stopped early, solved, keeps its
-    final return). ``low`` / ``high`` are the min / max over the curves.
-    """
-    curves = [(x, y) for x, y in curves if len(x)]
-    grid = np.linspace(min(x[0] for x, _ in curves), max(x[-1] for x, _ in curves), points)
-    values = np.stack([np.interp(grid, x, y) for x, y in curves])  # [runs, points]
-    return grid, values.mean(axis=0), values.min(axis=0), values.max(axis=0)
+def score_curve(run: RunRecord, ranges: ScoreRanges | None, x_key: str = "step") -> tuple[np.ndarray, np.ndarray]:
+    """The run's :func:`eval_curve`, its scores normalised when ``ranges`` has its env's
+    reference scores ``(random, max)``."""
+    x, y = eval_curve(run, x_key)
+    score_range = (ranges or {}).get(run.task)
+    return (x, y) if score_range is None else (x, st.normalize(y, *score_range))
 
 
-def plot_curves(groups: Sequence[Group], path: str | os.PathLike[str]) -> Path:
-    """Write a PNG (or any format matplotlib infers from ``path``) with two subplots, eval
-    return vs frames and vs seconds: one line per group (mean over its runs) and a min-max band.
+def curves_figure(groups: Sequence[Group], ranges: ScoreRanges | None = None, *, reps: int = st.DEFAULT_REPS,
+                  seed: int = st.DEFAULT_SEED):
+    """Two subplots, eval score vs frames and vs seconds: per group the IQM over its runs
+    on a common grid (a run is held at its first / last score outside its own range, so a
+    run that stopped early, solved, keeps its final score) with a 95% bootstrap band.
 
     Raises:
         CompareError: if matplotlib is missing or no run has an evaluation row.
     """
+    figure, axes = _figure(1, 2, (12, 4.8))
+    ranges = ranges or {}
+    normalized = bool(ranges) and all(value is not None for value in ranges.values())
+    plotted = 0
+    for ax, (x_key, x_label, title) in zip(axes, X_AXES):
+        curves = {id(run): score_curve(run, ranges, x_key) for group in groups for run in group.runs}
+        drawn = [curve for curve in curves.values() if len(curve[0])]
+        if not drawn:
+            continue
+        grid = np.linspace(min(x[0] for x, _ in drawn), max(x[-1] for x, _ in drawn), GRID_POINTS)
+        for group in groups:
+            per_task: dict[Any, list[np.ndarray]] = {}
+            for run in group.runs:
+                x, y = curves[id(run)]
+                if len(x):
+                    per_task.setdefault(run.task, []).append(np.interp(grid, x, y))
+            if not per_task:
+                continue
+            iqm, low, high = st.curve_intervals([np.stack(rows) for rows in per_task.values()], reps=reps, seed=seed)
+            runs = sum(len(rows) for rows in per_task.values())
+            line, = ax.plot(grid, iqm, label=f"{group.label} ({runs} runs)")
+            ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+            plotted += 1
+        ax.set(xlabel=x_label, ylabel=f"{'normalised score' if normalized else 'eval return'} (IQM, 95% CI)",
+               title=title)
+        ax.grid(alpha=0.3)
+    if not plotted:
+        raise CompareError(f"nothing to plot: no run logged {EVAL_RETURN!r}")
+    axes[0].legend(fontsize="small")
+    return figure
+
+
+def profile_figure(comparison: Comparison):
+    """The performance profile: per group, the fraction of its runs whose final score is
+    above each threshold (pooled over envs), with a 95% bootstrap band."""
+    from rlcollect.logging.compare import final_scores
+
+    scores = {group.label: list(final_scores(group, comparison.ranges).values()) for group in comparison.groups}
+    scores = {label: per_task for label, per_task in scores.items() if per_task}
+    if not scores:
+        raise CompareError(f"nothing to plot: no run logged {EVAL_RETURN!r}")
+    pooled = np.concatenate([np.concatenate(per_task) for per_task in scores.values()])
+    taus = np.linspace(pooled.min(), pooled.max(), PROFILE_POINTS) if pooled.max() > pooled.min() else \
+        np.linspace(pooled.min() - 1, pooled.max() + 1, PROFILE_POINTS)
+    figure, (ax,) = _figure(1, 1, (7, 4.8))
+    for label, per_task in scores.items():
+        fraction, low, high = st.performance_profile(per_task, taus, reps=comparison.reps, seed=comparison.seed)
+        line, = ax.plot(taus, fraction, label=f"{label} ({sum(len(task) for task in per_task)} runs)")
+        ax.fill_between(taus, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.set(xlabel="normalised score τ" if comparison.normalized else "eval return τ",
+           ylabel="fraction of runs with score > τ", title="performance profile (final score, 95% CI)",
+           ylim=(-0.02, 1.02))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return figure
+
+
+def improvement_figure(comparison: Comparison):
+    """The ``--versus`` pairs: P(X > Y) of their final scores with its 95% CI, against 0.5."""
+    figure, (ax,) = _figure(1, 1, (10, 1.6 + 0.8 * len(comparison.improvements)))
+    for row, item in enumerate(comparison.improvements):
+        value, (low, high) = item.probability.value, item.probability.ci
+        ax.barh(row, high - low, left=low, height=0.5, alpha=0.35, color="C0")
+        ax.plot([value, value], [row - 0.25, row + 0.25], color="C0", linewidth=2)
+    ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
+    ax.set_yticks(range(len(comparison.improvements)),
+                  [f"P({item.x}\n  > {item.y})" for item in comparison.improvements], fontsize="small")
+    ax.set(xlim=(0, 1), xlabel="P(X > Y), final score (95% CI)", title="probability of improvement")
+    ax.invert_yaxis()
+    return figure
+
+
+def save_figure(figure, path: str | os.PathLike[str]) -> list[Path]:
+    """Write ``figure`` to ``path`` and, for a .png or .svg path, to the other of the two."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    paths = [path] + ([path.with_suffix(other) for other in FORMATS if other != path.suffix]
+                      if path.suffix in FORMATS else [])
+    for target in paths:
+        figure.savefig(target, dpi=100)
+    return paths
+
+
+def plot_curves(groups: Sequence[Group], path: str | os.PathLike[str], ranges: ScoreRanges | None = None, *,
+                reps: int = st.DEFAULT_REPS, seed: int = st.DEFAULT_SEED) -> Path:
+    """Write the learning curves (:func:`curves_figure`) to ``path`` (PNG and SVG); returns ``path``."""
+    return save_figure(curves_figure(groups, ranges, reps=reps, seed=seed), path)[0]
+
+
+def plot_report(comparison: Comparison, path: str | os.PathLike[str]) -> list[Path]:
+    """Write the learning curves to ``path``, the performance profile to
+    ``<stem>-profile<suffix>`` and, with ``--versus`` pairs, the probability of improvement
+    to ``<stem>-improvement<suffix>``, each also as SVG (PNG) for a .png (.svg) path."""
+    path = Path(path)
+    written = []
+    for name, figure in _figures(comparison):
+        written += save_figure(figure, path if name == "curves" else path.with_name(f"{path.stem}-{name}{path.suffix}"))
+    return written
+
+
+def figure_svgs(comparison: Comparison) -> list[tuple[str, str]]:
+    """``(name, SVG text)`` of each figure, for an HTML report."""
+    svgs = []
+    for name, figure in _figures(comparison):
+        buffer = io.StringIO()
+        figure.savefig(buffer, format="svg")
+        text = buffer.getvalue()
+        svgs.append((name, text[text.index("<svg"):]))
+    return svgs
+
+
+def _figures(comparison: Comparison):
+    """``(name, Figure)`` of the report's figures."""
+    yield "curves", curves_figure(comparison.groups, comparison.ranges, reps=comparison.reps, seed=comparison.seed)
+    yield "profile", profile_figure(comparison)
+    if comparison.improvements:
+        yield "improvement", improvement_figure(comparison)
+
+
+def _figure(rows: int, columns: int, size: tuple[float, float]):
+    """A bare Agg Figure and its axes, flat."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
         raise CompareError("--plot needs matplotlib: pip install matplotlib") from None
-    figure = Figure(figsize=(12, 4.8), layout="constrained")
+    figure = Figure(figsize=size, layout="constrained")
     FigureCanvasAgg(figure)
-    axes = figure.subplots(1, 2)
-    plotted = 0
-    for group in groups:
-        for ax, (x_key, x_label, title) in zip(axes, X_AXES):
-            curves = [eval_curve(run, x_key) for run in group.runs]
-            if not any(len(x) for x, _ in curves):
-                continue
-            grid, mean, low, high = mean_curve(curves)
-            line, = ax.plot(grid, mean, label=f"{group.label} ({len(group.runs)} runs)")
-            ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-            ax.set(xlabel=x_label, ylabel="eval return (mean, min-max band)", title=title)
-            plotted += 1
-    if not plotted:
-        raise CompareError(f"nothing to plot: no run logged {EVAL_RETURN!r}")
-    axes[0].legend(fontsize="small")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    return path
+    axes = figure.subplots(rows, columns, squeeze=False)
+    return figure, list(axes.ravel())

@@ -21,12 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CompareError", "RunRecord", "find_run_dirs", "load_runs", "load_wandb_runs", "summarize_history",
-           "wall_clock"]
+__all__ = ["CompareError", "INCLUDED_STATUSES", "RunRecord", "find_run_dirs", "hydra_choices", "load_runs",
+           "load_wandb_runs", "summarize_history", "wall_clock"]
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
 OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
+HYDRA_FILE = Path(".hydra") / "hydra.yaml"
+SUMMARY_FILE = "summary.json"
+INCLUDED_STATUSES = ("finished", "solved", None)  # runs that count in a comparison (None: unknown)
 EVAL_RETURN = "eval/episode_return"
 _SKIPPED_DIRS = {".hydra", "wandb", "__pycache__"}
 # override_dirname joins "key=value" items with ","; a value may hold commas ("[1,2]"),
@@ -49,6 +52,12 @@ class RunRecord:
         config: the resolved config as nested plain values.
         summary: numbers computed from ``history`` by :func:`summarize_history`.
         history: the metric rows in step order; each has ``"step"`` (frames so far).
+        status: how the run ended: summary.json's ``status`` (``finished``, ``solved``,
+            ``failed``, ``interrupted``); for a W&B run whose folder has no summary.json,
+            ``finished`` or ``failed or interrupted`` from its exit code; None when unknown
+            (no summary.json, no exit record: still running, or killed).
+        choices: the config group choices Hydra made (``{"collector": "multisync", ...}``,
+            from ``.hydra/hydra.yaml``; for a W&B run without it, the collector from its job type).
     """
 
     path: Path
@@ -56,14 +65,22 @@ class RunRecord:
     config: dict[str, Any]
     summary: dict[str, Any]
     history: list[dict[str, Any]]
+    status: str | None = None
+    choices: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def task(self) -> str | None:
+        """The env id the run trained on (its config's ``env.id``)."""
+        env = self.config.get("env")
+        return env.get("id") if isinstance(env, dict) else None
 
 
 @dataclass
 class Group:
-    """Runs that differ only by seed.
+    """Runs that differ only by seed (and, compared over several envs, by env).
 
     Attributes:
-        label: the settings that differ across the compared runs, ``"k=v,k=v"``, or "default".
+        label: the settings that differ across the compared runs, ``"k=v, k=v"``, or "default".
         settings: those settings as a mapping.
         runs: the group's runs, sorted by path.
     """
@@ -157,7 +174,8 @@ def load_runs(paths: list[str | os.PathLike[str]]) -> list[RunRecord]:
 
 
 def load_run_dir(run_dir: Path) -> RunRecord:
-    """Read one run folder: config.yaml, metrics.jsonl and, if present, .hydra/overrides.yaml."""
+    """Read one run folder: config.yaml, metrics.jsonl and, if present, .hydra/overrides.yaml,
+    .hydra/hydra.yaml (the group choices) and summary.json (the status)."""
     config = _load_yaml(run_dir / CONFIG_FILE)
     if not isinstance(config, dict):
         raise CompareError(f"{run_dir / CONFIG_FILE} is not a mapping")
@@ -165,7 +183,36 @@ def load_run_dir(run_dir: Path) -> RunRecord:
     overrides_file = run_dir / OVERRIDES_FILE
     overrides = [str(item) for item in _load_yaml(overrides_file) or []] if overrides_file.is_file() else None
     return RunRecord(path=run_dir, overrides=overrides, config=config,
-                     summary=summarize_history(history, solved_return_of(config)), history=history)
+                     summary=summarize_history(history, solved_return_of(config)), history=history,
+                     status=_summary_status(run_dir), choices=hydra_choices(run_dir))
+
+
+def hydra_choices(run_dir: Path) -> dict[str, str]:
+    """The config group choices (``hydra.runtime.choices``) in the run's .hydra/hydra.yaml,
+    without Hydra's own (``hydra/...``); {} without the file."""
+    hydra_file = run_dir / HYDRA_FILE
+    if not hydra_file.is_file():
+        return {}
+    hydra = (_load_yaml(hydra_file) or {}).get("hydra") or {}
+    choices = (hydra.get("runtime") or {}).get("choices") or {}
+    return {str(key): str(value) for key, value in choices.items() if not str(key).startswith("hydra/")
+            and value is not None}
+
+
+def _exit_status(exit_code: int | None) -> str | None:
+    """A W&B run's status from its exit code: ``finished`` (0), ``failed or interrupted``
+    (rlcollect ends both with 1), None without an exit record."""
+    return None if exit_code is None else "finished" if exit_code == 0 else "failed or interrupted"
+
+
+def _summary_status(run_dir: Path) -> str | None:
+    """summary.json's ``status``, or None without the file (or the key)."""
+    try:
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    status = summary.get("status") if isinstance(summary, dict) else None
+    return str(status) if status is not None else None
 
 
 def load_wandb_runs(root: str | os.PathLike[str]) -> list[RunRecord]:
@@ -194,11 +241,14 @@ def load_wandb_runs(root: str | os.PathLike[str]) -> list[RunRecord]:
         parts.setdefault((_run_folder_of(run_file), offline.run_id), []).append(offline)
     runs = []
     for (folder, _), offline_parts in parts.items():  # files in chronological order (find_offline_runs)
-        first = offline_parts[0]
+        first, last = offline_parts[0], offline_parts[-1]
         history = [_wandb_row(row) for row in resumed_history([part.history for part in offline_parts])]
-        config = offline_parts[-1].config
+        config = last.config
+        status = _summary_status(folder) or _exit_status(last.exit_code)
+        choices = hydra_choices(folder) or ({"collector": first.job_type} if first.job_type else {})
         runs.append(RunRecord(path=folder, overrides=parse_override_dirname(first.name), config=config,
-                              summary=summarize_history(history, solved_return_of(config)), history=history))
+                              summary=summarize_history(history, solved_return_of(config)), history=history,
+                              status=status, choices=choices))
     return sorted(runs, key=lambda run: run.path)
 
 
@@ -277,10 +327,11 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _load_yaml(path: Path) -> Any:
-    """A YAML file as plain values (interpolations, if any, stay strings)."""
+    """A YAML file as plain values (interpolations, if any, stay strings); libyaml's loader
+    when PyYAML has it (several times faster on a sweep's files)."""
     import yaml
 
     try:
-        return yaml.safe_load(path.read_text())
+        return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, yaml.YAMLError) as error:
         raise CompareError(f"cannot read {path}: {error}") from None

@@ -169,6 +169,22 @@ def test_wandb_offline_runs_give_the_same_table(sweep):
     from_wandb = compare_table(group_runs(wandb_runs), metrics=["train/loss_value"])
     assert render(from_wandb, "json") == render(from_folders, "json")
     assert render(from_wandb, "table") == render(from_folders, "table")
+    assert {run.status for run in wandb_runs} <= {"finished", "solved"}  # summary.json's, beside the W&B run
+    assert all(run.choices["collector"] == "sync" for run in wandb_runs)
+
+    from rlcollect.logging.compare import compare
+    from rlcollect.logging.report import render_comparison
+
+    folders_report = render_comparison(compare(load_runs([sweep]), bootstrap=True, reps=300), "json")
+    assert render_comparison(compare(wandb_runs, bootstrap=True, reps=300), "json") == folders_report
+
+
+@pytest.mark.timeout(300)
+def test_a_wandb_run_without_its_run_folder_takes_its_status_from_its_exit_code(sweep, tmp_path):
+    run_dir = sorted(sweep.glob("*/wandb"))[0].parent
+    shutil.copytree(run_dir / "wandb", tmp_path / "copy" / "wandb")
+    (run,) = load_wandb_runs(tmp_path)
+    assert (run.status, run.choices) == ("finished", {"collector": "sync"})  # exit code 0; the job type
 
 
 @pytest.mark.timeout(300)
@@ -270,3 +286,177 @@ def test_wandb_run_names_split_into_overrides():
     assert parse_override_dirname("algo.lr=0.001,model.sizes=[64,64],seed=1,+extra=a") == [
         "algo.lr=0.001", "model.sizes=[64,64]", "seed=1", "+extra=a"]
     assert parse_override_dirname(None) is None and parse_override_dirname("curious-fox-7") is None
+
+
+# Interval estimates, exclusion, labels and reports, on hand-made run folders: exact values.
+
+def write_run(root: Path, name: str, overrides: list[str], evals: list[float], *, env_id: str = "CartPole-v1",
+              lr: float = 0.0003, collector: str = "sync", status: str | None = "finished", seed: int = 0) -> Path:
+    """A run folder as `rlcollect train` writes it: eval returns at frames 100, 200, ..."""
+    run_dir = root / name
+    (run_dir / ".hydra").mkdir(parents=True)
+    config = {"seed": seed, "algo": {"name": "ppo", "lr": lr},
+              "collector": {"_target_": f"rlcollect.{collector.title()}Collector"},
+              "env": {"id": env_id, "solved_return": None,
+                      "reference_scores": {"CartPole-v1": {"random": 0.0, "max": 100.0},
+                                           "Acrobot-v1": {"random": -500.0, "max": 0.0}}}}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    (run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"seed={seed}", *overrides]))
+    (run_dir / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump(
+        {"hydra": {"runtime": {"choices": {"collector": collector, "env": env_id.split("-")[0].lower(),
+                                           "hydra/launcher": "basic"}}}}))
+    rows = [{"step": 100 * i, "frames": 100 * i, "time": float(i), "eval/episode_return": value}
+            for i, value in enumerate(evals, 1)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    if status is not None:
+        (run_dir / "summary.json").write_text(json.dumps({"status": status}))
+    return run_dir
+
+
+@pytest.fixture
+def four_seeds(tmp_path) -> Path:
+    """lr=3e-4: final returns 10, 20, 30, 100 (normalised 0.1, 0.2, 0.3, 1.0; IQM 0.25, mean 0.4);
+    lr=1e-3: 40, 40, 50, 60; plus one failed and one interrupted run."""
+    for seed, final in enumerate([10.0, 20.0, 30.0, 100.0]):
+        write_run(tmp_path, f"a{seed}", ["algo.lr=3e-4"], [0.0, final], lr=0.0003, seed=seed)
+    for seed, final in enumerate([40.0, 40.0, 50.0, 60.0]):
+        write_run(tmp_path, f"b{seed}", ["algo.lr=0.001"], [20.0, final], lr=0.001, seed=seed)
+    write_run(tmp_path, "c_failed", ["algo.lr=0.01"], [0.0], lr=0.01, status="failed")
+    write_run(tmp_path, "d_stopped", ["algo.lr=0.001"], [90.0], lr=0.001, status="interrupted", seed=9)
+    return tmp_path
+
+
+def test_interval_estimates_of_final_scores_and_areas_with_failed_runs_left_out(four_seeds):
+    from rlcollect.logging.compare import compare
+
+    comparison = compare(load_runs([four_seeds]))
+    assert [str(item.path.name) for item in comparison.excluded] == ["c_failed", "d_stopped"]
+    assert [item.reason for item in comparison.excluded] == ["failed", "interrupted"]
+    assert [group.label for group in comparison.groups] == ["algo.lr=0.0003", "algo.lr=0.001"]
+    assert comparison.bootstrap and comparison.normalized and comparison.gamma == 1.0
+    best, other = comparison.stats  # sorted by IQM: lr=1e-3 (0.45) before lr=3e-4 (0.25)
+    assert (best.group, best.runs, best.tasks) == ("algo.lr=0.001", 4, {"CartPole-v1": 4})
+    # lr=3e-4: scores 0.1, 0.2, 0.3, 1.0 -> IQM mean(0.2, 0.3) = 0.25, mean = median = 0.4, gap 0.6.
+    final = {name: interval.value for name, interval in other.final.items()}
+    assert final == pytest.approx({"iqm": 0.25, "median": 0.4, "mean": 0.4, "optimality_gap": 0.6}, abs=1e-12)
+    # Areas over frames 100-200: (0 + s) / 2 per run -> 0.05, 0.1, 0.15, 0.5: IQM 0.125, mean 0.2.
+    assert other.auc["iqm"].value == pytest.approx(0.125, abs=1e-12)
+    assert other.auc["mean"].value == pytest.approx(0.2, abs=1e-12)
+    assert comparison.spans == {"CartPole-v1": (100.0, 200.0)}
+    for interval in [*other.final.values(), *best.auc.values()]:
+        assert interval.ci[0] <= interval.value <= interval.ci[1]
+
+
+def test_json_report_has_the_issues_shape_and_is_the_same_every_time(four_seeds, capsys):
+    assert cli.main(["compare", str(four_seeds), "--format", "json", "--reps", "500"]) == 0
+    first = capsys.readouterr().out
+    assert cli.main(["compare", str(four_seeds), "--format", "json", "--reps", "500"]) == 0
+    assert capsys.readouterr().out == first
+    report = json.loads(first)
+    assert set(report) == {"groups", "excluded", "improvements", "score", "notes"}
+    group = report["groups"][1]
+    assert (group["label"], group["runs"]) == ("algo.lr=0.0003", 4)
+    for name in ("iqm", "median", "mean", "optimality_gap"):
+        assert set(group[name]) == {"value", "ci"} and len(group[name]["ci"]) == 2
+    assert group["iqm"]["value"] == pytest.approx(0.25) and group["mean"]["value"] == pytest.approx(0.4)
+    assert group["summary"][0]["final_eval_return"] == {"mean": 40.0, "std": pytest.approx(35.355339059327378),
+                                                        "n": 4}
+    assert report["excluded"] == [{"path": str(four_seeds / "c_failed"), "reason": "failed"},
+                                  {"path": str(four_seeds / "d_stopped"), "reason": "interrupted"}]
+    assert report["score"]["reference_scores"] == {"CartPole-v1": {"random": 0.0, "max": 100.0}}
+
+
+def test_normalize_option_overrides_the_presets_and_stats_can_be_turned_off(four_seeds, capsys):
+    assert cli.main(["compare", str(four_seeds), "--format", "json", "--no-stats",
+                     "--normalize", "random=0,max=200"]) == 0
+    group = json.loads(capsys.readouterr().out)["groups"][1]
+    assert group["iqm"] == {"value": pytest.approx(0.125), "ci": None}
+    assert cli.main(["compare", str(four_seeds), "--normalize", "random=1"]) == 2
+    assert "expected random=R,max=M" in capsys.readouterr().err
+
+
+def test_markdown_csv_and_html_reports(four_seeds, capsys):
+    from rlcollect.logging.compare import compare
+    from rlcollect.logging.report import render_comparison
+
+    comparison = compare(load_runs([four_seeds]), reps=200, versus=[("0.0003", "0.001")])
+    text = render_comparison(comparison, "markdown")
+    assert "**final score**" in text and "| algo.lr=0.0003 | 4 | 0.250 [" in text
+    assert "- P(algo.lr=0.0003 > algo.lr=0.001) = 0.250 [" in text  # 4 / 16, see the test below
+    assert f"- {four_seeds / 'c_failed'}: failed" in text
+    records = list(csv.DictReader(io.StringIO(render_comparison(comparison, "csv"))))
+    assert [record["group"] for record in records] == ["algo.lr=0.001", "algo.lr=0.0003"]
+    assert float(records[1]["iqm"]) == pytest.approx(0.25) and float(records[1]["final_eval_return_mean"]) == 40.0
+    assert float(records[1]["iqm_low"]) <= 0.25 <= float(records[1]["iqm_high"])
+    page = render_comparison(comparison, "html")
+    assert page.startswith("<!DOCTYPE html>") and page.count("<table>") == 3 and page.count("<svg") == 3
+
+
+def test_probability_of_improvement_by_hand(four_seeds):
+    from rlcollect.logging.compare import compare
+
+    # x = 0.1, 0.2, 0.3, 1.0 vs y = 0.4, 0.4, 0.5, 0.6: only 1.0 beats any y (all 4), no ties: 4 / 16.
+    comparison = compare(load_runs([four_seeds]), reps=200, versus=[("algo.lr=0.0003", "algo.lr=0.001")])
+    assert comparison.improvements[0].probability.value == 0.25
+    with pytest.raises(CompareError, match="names no group"):
+        compare(load_runs([four_seeds]), versus=[("lr=0.5", "lr=0.001")])
+
+
+def test_plot_writes_png_and_svg_for_each_figure(four_seeds, tmp_path, capsys):
+    out = tmp_path / "figures" / "curves.png"
+    assert cli.main(["compare", str(four_seeds), "--reps", "200", "--plot", str(out), "--versus", "3", "0.001"]) == 0
+    names = sorted(path.name for path in out.parent.iterdir())
+    assert names == ["curves-improvement.png", "curves-improvement.svg", "curves-profile.png", "curves-profile.svg",
+                     "curves.png", "curves.svg"]
+    import matplotlib.image
+
+    assert matplotlib.image.imread(out).shape[0] > 0
+    assert (out.parent / "curves.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_labels_use_group_choices_not_placeholders_and_group_by_picks_keys(tmp_path):
+    write_run(tmp_path, "a", [], [1.0], collector="sync")
+    write_run(tmp_path, "b", ["collector=multisync", "algo.lr=0.001"], [2.0], collector="multisync", lr=0.001)
+    write_run(tmp_path, "c", ["collector=multisync"], [3.0], collector="multisync")
+    runs = load_runs([tmp_path])
+    assert [group.label for group in group_runs(runs)] == [
+        "collector=sync, algo.lr=0.0003", "collector=multisync, algo.lr=0.001", "collector=multisync, algo.lr=0.0003"]
+    assert [(group.label, len(group.runs)) for group in group_runs(runs, group_by=["collector"])] == [
+        ("collector=sync", 1), ("collector=multisync", 2)]
+
+
+def test_several_envs_pool_into_groups_with_normalised_scores(tmp_path):
+    from rlcollect.logging.compare import compare
+
+    for seed in range(2):
+        write_run(tmp_path, f"cp{seed}", ["env=cartpole", "algo.lr=0.001"], [50.0 + 10 * seed], lr=0.001, seed=seed)
+        write_run(tmp_path, f"ac{seed}", ["env=acrobot", "algo.lr=0.001"], [-250.0 - 50 * seed], lr=0.001,
+                  env_id="Acrobot-v1", seed=seed)
+        write_run(tmp_path, f"cq{seed}", ["env=cartpole", "algo.lr=0.01"], [10.0], lr=0.01, seed=seed)
+        write_run(tmp_path, f"aq{seed}", ["env=acrobot", "algo.lr=0.01"], [-400.0], lr=0.01, env_id="Acrobot-v1",
+                  seed=seed)
+    comparison = compare(load_runs([tmp_path]), reps=200, bootstrap=True)
+    assert [group.label for group in comparison.groups] == ["algo.lr=0.001", "algo.lr=0.01"]
+    assert [row.label for row in comparison.rows] == [
+        "algo.lr=0.001 [Acrobot-v1]", "algo.lr=0.01 [Acrobot-v1]", "algo.lr=0.001 [CartPole-v1]",
+        "algo.lr=0.01 [CartPole-v1]"]
+    best = comparison.stats[0]
+    # CartPole 0.5, 0.6 (mean 0.55); Acrobot 0.5, 0.4 (mean 0.45): pooled IQM of 0.4, 0.5, 0.5, 0.6 = 0.5.
+    assert best.tasks == {"Acrobot-v1": 2, "CartPole-v1": 2}
+    assert best.final["iqm"].value == pytest.approx(0.5) and best.final["mean"].value == pytest.approx(0.5)
+    assert best.final["median"].value == pytest.approx(0.5)
+
+
+def test_several_envs_without_reference_scores(tmp_path, capsys):
+    from rlcollect.logging.compare import compare
+
+    for seed in range(3):
+        write_run(tmp_path, f"cp{seed}", ["env=cartpole"], [50.0], seed=seed)
+        write_run(tmp_path, f"pe{seed}", ["env=pendulum"], [-300.0], env_id="Pendulum-v1", seed=seed)
+    runs = load_runs([tmp_path])
+    with pytest.raises(CompareError, match="none for Pendulum-v1"):
+        compare(runs, bootstrap=True)
+    comparison = compare(runs)  # the default: the table, and a note instead of the estimates
+    assert not comparison.bootstrap and "give --normalize" in comparison.notes[0]
+    assert compare(runs, normalize={"Pendulum-v1": (-1200.0, 0.0)}, reps=100).stats[0].final["mean"].value == \
+        pytest.approx((0.5 + 0.75) / 2)

@@ -25,6 +25,7 @@ alternating collector should gain most (rlpyt: up to 2x in theory).
         GRUModule (hidden state primed, stored, carried and reset by the collector)
     v1  hand-written loop, gym.make_vec(CartPole-v1, 1024) vector entry point (numpy)
     v2  rlcollect Collector on GymEnv(CartPole-v1, num_envs=1024, backend="vector")
+    v3  rlcollect Collector on GymEnv(CartPole-v1, num_envs=1024, backend="envpool") (the envpool extra)
         (v rows: batches of 16 steps, 16 x --frames frames per measurement)
     t1  hand-written loop, rlcollect.envs.TorchCartPole(4096) on the CPU (its functional step)
     t2  rlcollect Collector on TorchCartPole(4096) (t rows: as the v rows)
@@ -327,6 +328,13 @@ def hand_make_vec(settings: Settings, worker) -> Measure:
 def rlcollect_vector(settings: Settings, worker) -> Measure:
     return rlcollect_measure(dataclasses.replace(settings, frames_per_batch=VECTOR_BATCH), ENV_ID,
                              num_envs=VECTOR_ENVS, backend="vector")
+
+
+@register("v3", f"rlcollect Collector, GymEnv(num_envs={VECTOR_ENVS}, backend='envpool')", num_envs=VECTOR_ENVS,
+          batch_frames=VECTOR_BATCH, frames_scale=VECTOR_SCALE)
+def rlcollect_envpool(settings: Settings, worker) -> Measure:
+    return rlcollect_measure(dataclasses.replace(settings, frames_per_batch=VECTOR_BATCH), ENV_ID,
+                             num_envs=VECTOR_ENVS, backend="envpool")
 
 
 # ---------------------------------------------------------------------- t: a torch env
@@ -682,6 +690,7 @@ COMPARISONS = (
     ("n2", "n1", f"rlcollect / hand-written, GRU, {NUM_ENVS} envs", TARGET_RATIO),
     ("v2", "v1", f"rlcollect / make_vec loop, {VECTOR_ENVS} envs", TARGET_VECTOR_RATIO),
     ("t2", "t1", f"rlcollect / torch loop, {TORCH_ENVS} envs", TARGET_VECTOR_RATIO),
+    ("v3", "v1", "rlcollect on EnvPool / make_vec loop", None),
     ("e1", "a", "torchrl / hand-written, 1 env", None),
     ("e2", "b", f"torchrl / hand-written, {NUM_ENVS} envs", None),
     ("c", "e1", "rlcollect / torchrl, 1 env", None),

@@ -112,7 +112,7 @@ def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
     ("eval.every_frames=0", "eval.every_frames must be a positive int, got 0"),
     ("algo.terminal_keys=[life_lost]", "algo.terminal_keys=['life_lost']: each must also be in env.info_keys"),
     ("eval.max_time_share=1.5", "eval.max_time_share must be in (0, 1]"),
-    ("env.backend=threads", "env.backend='threads': choose one of list, sync, async, vector"),
+    ("env.backend=threads", "env.backend='threads': choose one of list, sync, async, vector, envpool"),
     ("env.backend=vector env.num_envs=null", "env.backend=vector steps a batch of envs but env.num_envs is null"),
     ("env=acrobot env.backend=vector", "'Acrobot-v1' has no vector entry point: use backend='sync' or 'async'"),
     ("algo=dqn algo.prioritized=true buffer/sampler=slice",

@@ -11,6 +11,8 @@ reads does not depend on the backend:
               sub-env, autoreset off
     vector    the id's vector entry point (one numpy     reset(reset_mask)            no: one RNG for all envs
               env stepping all P at once)
+    envpool   EnvPool (C++ envs, a thread pool;          reset(env_ids)               no: EnvPool's own envs
+              the extra rlcollect[envpool])              (env i seeded seed + i)
 
 Only finished sub-envs are reset, at once (the carrier gets the reset observation, the
 step keeps the true final one): the vector envs run with gymnasium's autoreset disabled
@@ -32,7 +34,7 @@ from gymnasium.vector import AutoresetMode
 
 from rlcollect.envs.spaces import is_nested, subspaces, tree_map, writer
 
-BACKENDS = ("list", "sync", "async", "vector")
+BACKENDS = ("list", "sync", "async", "vector", "envpool")
 
 
 class ListBackend:
@@ -181,6 +183,65 @@ class VectorBackend:
         self.vector_env.close()
 
 
+class EnvPoolBackend:
+    """EnvPool's envs of an EnvPool task id (its own ids: "CartPole-v1", "Pong-v5",
+    "HalfCheetah-v4", ...), stepped together in its C++ thread pool (synchronous mode).
+
+    EnvPool resets a finished env on its next step; rlcollect resets it at once instead,
+    with ``reset(env_ids)`` (a partial reset), so every step is a transition. Env i is
+    seeded ``seed + i``; a new seed rebuilds the pool (EnvPool seeds at construction).
+    """
+
+    name = "envpool"
+
+    def __init__(self, env_id: str, num_envs: int, max_episode_steps: int | None = None, **make_kwargs) -> None:
+        try:
+            import envpool
+        except ImportError:
+            raise ImportError("backend='envpool' needs EnvPool: pip install 'rlcollect[envpool]'") from None
+        if env_id not in envpool.list_all_envs():
+            raise ValueError(f"backend='envpool': EnvPool has no task {env_id!r} (envpool.list_all_envs() lists them)")
+        if max_episode_steps is not None:
+            make_kwargs["max_episode_steps"] = max_episode_steps
+        self._make = lambda seed: envpool.make(env_id, env_type="gymnasium", num_envs=num_envs, seed=seed,
+                                               **make_kwargs)
+        self.pool = self._make(0)
+        self.num_envs = num_envs
+        self.observation_space = self.pool.observation_space
+        self.action_space = self.pool.action_space
+        if is_nested(self.observation_space):
+            raise ValueError(f"backend='envpool' handles Box observations; {env_id!r} has {self.observation_space}")
+        self.spec, self.label = None, env_id
+        self._all = np.arange(num_envs, dtype=np.int32)
+
+    def step(self, actions: np.ndarray, arrays: dict) -> bool:
+        observation, reward, terminated, truncated, info = self.pool.step(actions, self._all)
+        rows = info["env_id"]  # the order EnvPool answered in
+        arrays["next_observation"][rows] = observation
+        arrays["reward"][rows] = reward
+        arrays["terminated"][rows] = terminated
+        arrays["truncated"][rows] = truncated
+        done = arrays["done"]
+        np.logical_or(arrays["terminated"], arrays["truncated"], out=done)
+        for key, values in arrays["info"].items():
+            values[rows] = info[key] if key in info else 0
+        return bool(done.any())
+
+    def reset(self, mask: np.ndarray, seed: int | None, arrays: dict) -> None:
+        if seed is not None and mask.all():
+            self.pool.close()
+            self.pool = self._make(seed)
+        observation, info = self.pool.reset(np.flatnonzero(mask).astype(np.int32))
+        arrays["observation"][info["env_id"]] = observation
+
+    def random_steps(self, steps, arrays: dict) -> None:
+        raise NotImplementedError("random steps per sub-env (max_decorrelation_steps) need backend='list', not "
+                                  "'envpool'")
+
+    def close(self) -> None:
+        self.pool.close()
+
+
 def _named_tree(batched, space: gym.Space):
     if not is_nested(space):
         return batched
@@ -245,8 +306,9 @@ PARTIAL_RESET_VECTOR_ENVS = {CartPoleVectorEnv: PartialResetCartPole}
 def make_backend(env, backend: str, makers: Sequence[Callable[[], gym.Env]],
                  vector_kwargs: dict) -> ListBackend | VectorBackend:
     """The backend ``backend`` names over the sub-envs ``makers`` build (one zero-argument
-    factory per sub-env, wrappers applied); with "vector", ``env``'s vector entry point
-    for as many envs, built with ``vector_kwargs`` (its time limit and make kwargs)."""
+    factory per sub-env, wrappers applied); with "vector" (``env``'s vector entry point)
+    and "envpool" (EnvPool's task ``env``), as many envs built with ``vector_kwargs`` (the
+    time limit and the make kwargs)."""
     if backend == "list":
         return ListBackend([make() for make in makers])
     if backend == "sync":
@@ -257,6 +319,10 @@ def make_backend(env, backend: str, makers: Sequence[Callable[[], gym.Env]],
                                                        autoreset_mode=AutoresetMode.DISABLED), "async")
     if backend == "vector":
         return VectorBackend(_vector_entry_point(env, len(makers), vector_kwargs), "vector")
+    if backend == "envpool":
+        if not isinstance(env, str):
+            raise ValueError("backend='envpool' needs an EnvPool task id, not a callable")
+        return EnvPoolBackend(env, len(makers), **vector_kwargs)
     raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
 
 

@@ -108,10 +108,11 @@ class GymEnv:
             (float32; 0 where an env did not report it).
         backend: how the sub-envs are stepped (envs/backends.py): "list" (one after the
             other in this process), "sync" / "async" (gymnasium's Sync/AsyncVectorEnv: the
-            same batches as "list" from the same seed) or "vector" (the id's numpy vector
-            env: fastest, one RNG for all sub-envs).
+            same batches as "list" from the same seed), "vector" (the id's numpy vector
+            env: fastest, one RNG for all sub-envs) or "envpool" (EnvPool's C++ envs of
+            its task id ``env``; the envpool extra).
         **make_kwargs: passed to ``gym.make`` (with backend="vector": the vector env's
-            constructor).
+            constructor; with "envpool": ``envpool.make``).
 
     Box actions are clipped to the action space's bounds before they reach the env (the
     unclipped action is what the policy wrote and what is stored); a NaN or infinite Box
@@ -172,9 +173,11 @@ class GymEnv:
         if num_envs is None and backend != "list":
             raise ValueError(f"backend={backend!r} steps a batch of envs: give num_envs (a single env is "
                              "backend='list')")
-        if backend == "vector" and wrappers:
-            raise ValueError("backend='vector' steps the id's vector env, which takes no per-env wrappers: use "
-                             "backend='sync' or 'async' with wrappers")
+        if backend in ("vector", "envpool") and wrappers:
+            raise ValueError(f"backend={backend!r} steps one native vector env, which takes no per-env wrappers: "
+                             "use backend='sync' or 'async' with wrappers")
+        if backend == "envpool":  # EnvPool's own task ids, not gymnasium's registry
+            return make_backend(env, backend, [None] * num_envs, dict(make_kwargs, max_episode_steps=max_episode_steps))
         if isinstance(env, (list, tuple)):  # one factory per sub-env
             if num_envs is None or len(env) != num_envs:
                 raise ValueError(f"env lists {len(env)} env factories: give num_envs={len(env)} (one per sub-env)")

@@ -163,10 +163,10 @@ def check_values(cfg: DictConfig, collector_class: type) -> None:
     if cfg.env.backend != "list" and cfg.env.num_envs is None and issubclass(collector_class, Collector):
         raise ValueError(f"env.backend={cfg.env.backend} steps a batch of envs but env.num_envs is null (a single "
                          "env): set env.num_envs or env.backend=list")
+    if cfg.env.backend in ("vector", "envpool") and cfg.env.wrappers:
+        raise ValueError(f"env.backend={cfg.env.backend} steps one native vector env, which takes no per-env "
+                         "wrappers: use env.backend=sync or async with env.wrappers")
     if cfg.env.backend == "vector":
-        if cfg.env.wrappers:
-            raise ValueError("env.backend=vector steps the id's vector env, which takes no per-env wrappers: use "
-                             "env.backend=sync or async with env.wrappers")
         import_plugins(list(cfg.env.imports))
         check_vector_entry_point(resolve_env_id(cfg.env.id))
     if "n_step" in cfg.algo:

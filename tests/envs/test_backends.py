@@ -68,7 +68,7 @@ def test_a_next_step_vector_env_is_refused_with_the_reason():
 
 
 def test_bad_backend_arguments_name_the_argument():
-    with pytest.raises(ValueError, match="backend must be one of list, sync, async, vector; got 'threads'"):
+    with pytest.raises(ValueError, match="backend must be one of list, sync, async, vector, envpool; got .threads."):
         GymEnv("CartPole-v1", 2, backend="threads")
     with pytest.raises(ValueError, match="backend='sync' steps a batch of envs: give num_envs"):
         GymEnv("CartPole-v1", backend="sync")
@@ -145,3 +145,25 @@ def test_the_vector_backend_runs_cartpole_with_exact_episode_ends():
         steps = torch.where(is_init[:, t], 1, steps + 1)
         assert torch.equal(batch["next", "truncated"][:, t], steps == 20)
     assert batch["next", "truncated"].any() and batch["next", "terminated"].any()
+
+
+def test_envpool_resets_finished_envs_at_once_and_truncates_at_the_limit():
+    pytest.importorskip("envpool")
+    env = GymEnv("CartPole-v1", 4, seed=3, backend="envpool", max_episode_steps=20)
+    assert repr(env) == "GymEnv('CartPole-v1', num_envs=4, backend='envpool', device='cpu')"
+    batch = next(iter(Collector(env, frames_per_batch=4 * 40)))
+    done, is_init = batch["next", "done"], batch["is_init"]
+    assert torch.equal(is_init[:, 1:], done[:, :-1])
+    assert (batch["next", "reward"] == 1).all()  # EnvPool's own reset step is never taken
+    continuing = ~done[:, :-1]
+    assert torch.equal(batch["observation"][:, 1:][continuing], batch["next", "observation"][:, :-1][continuing])
+    steps = torch.zeros(4, dtype=torch.long)
+    for t in range(40):
+        steps = torch.where(is_init[:, t], 1, steps + 1)
+        assert torch.equal(batch["next", "truncated"][:, t], steps == 20)
+    # env i is seeded seed + i, as EnvPool does: env 1 of seed 3 starts as env 0 of seed 4
+    first = GymEnv("CartPole-v1", 2, seed=3, backend="envpool").reset()["observation"]
+    second = GymEnv("CartPole-v1", 1, seed=4, backend="envpool").reset()["observation"]
+    assert torch.equal(first[1], second[0])
+    with pytest.raises(ValueError, match="EnvPool has no task 'CartPole-v9'"):
+        GymEnv("CartPole-v9", 2, backend="envpool")

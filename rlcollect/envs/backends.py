@@ -1,4 +1,4 @@
-"""How a GymEnv's sub-envs are stepped: a Python list, or a gymnasium vector env.
+"""How a GymEnv's sub-envs are stepped (docs/envs.md): a Python list, or a vector env.
 
 Every backend writes into the same staging arrays (envs/staging.py), so what a collector
 reads does not depend on the backend:

@@ -4,7 +4,7 @@ A torch env keeps its state, and writes every step, in tensors on its own device
 ``stage_step`` returns the done mask as a tensor there (always, never None): the collector
 then does its per-step bookkeeping (new trajectory ids, time limits, hidden-state resets)
 with tensor operations, so that a batch is collected on a GPU without the host waiting on
-the device once per step (docs/collectors.md, "Torch envs"). Finished envs are reset in
+the device once per step (docs/envs.md, "Torch envs"). Finished envs are reset in
 the same step, by ``torch.where``: nothing reads the mask on the host.
 
 The dynamics are gymnasium's CartPole-v1 (Euler integration, the same constants and

@@ -7,23 +7,13 @@ from typing import Any
 import torch
 
 from rlcollect.collectors.delivery import Delivery
+from rlcollect.collectors.hosted import MAX_LIVES, TRAJ_ID_SHIFT, build_hosted_collector, traj_start
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.processes import seed_rngs
 from rlcollect.collectors.ray.replay_buffer import RayReplayBuffer
 from rlcollect.collectors.ray.wire import batch_to_wire
 from rlcollect.collectors.worker import resolve_model
 from rlcollect.keys import POLICY_VERSION, WORKER_ID
-from rlcollect.trajectories import TrajectoryPool
-
-TRAJ_ID_SHIFT = 40  # actor i owns traj ids [i << 40, (i + 1) << 40)
-LIFE_ID_SHIFT = 32  # ... and its r-th replacement (max_worker_restarts) starts at (i << 40) + (r << 32)
-MAX_LIVES = 1 << (TRAJ_ID_SHIFT - LIFE_ID_SHIFT)  # lives of one actor's id range
-
-
-def traj_start(actor_index: int, life: int = 0) -> int:
-    """The first trajectory id of actor ``actor_index`` in its ``life``-th life (0: the
-    first; each replacement gets a fresh sub-range, so ids never repeat)."""
-    return (actor_index << TRAJ_ID_SHIFT) + (life << LIFE_ID_SHIFT)
 
 
 @dataclass
@@ -43,26 +33,19 @@ class ActorSpec:
     life: int = 0  # how many actors of this index were replaced before this one (its traj-id sub-range)
 
 
+__all__ = ["MAX_LIVES", "TRAJ_ID_SHIFT", "ActorSpec", "CollectorActor", "traj_start"]
+
+
 class CollectorActor:
     """One of rlcollect's collectors inside a Ray actor; see RayCollector."""
 
     def __init__(self, spec: ActorSpec, policy) -> None:
-        from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
-        from rlcollect.collectors.single import Collector
-
         self.index = spec.actor_index
         if spec.seed is not None:  # random actions and sampling reproducible, as in worker processes
             seed_rngs(spec.seed)
-        first_id = traj_start(spec.actor_index, spec.life)
-        kwargs = dict(frames_per_batch=spec.frames_per_batch, total_frames=-1, **spec.collector_kwargs)
-        if spec.collector_class == "sync":
-            self.collector = Collector(spec.create_env_fn, policy, traj_pool=TrajectoryPool(first_id), **kwargs)
-        else:
-            cls = MultiSyncCollector if spec.collector_class == "multisync" else MultiAsyncCollector
-            sources = spec.create_env_fn
-            self.collector = cls(list(sources) if isinstance(sources, (list, tuple)) else sources, policy, **kwargs)
-            # The workers share one pool; move it to this actor's range (they restart their trajectories).
-            self.collector.load_state_dict({"frames": 0, "traj_pool": {"next_id": first_id}})
+        self.collector = build_hosted_collector(spec.collector_class, spec.create_env_fn, policy,
+                                                spec.frames_per_batch, spec.collector_kwargs,
+                                                traj_start(spec.actor_index, spec.life))
         self._multi = spec.collector_class != "sync"
         self._batches = iter(self.collector)
         self._receivers = {model_id: endpoint.make_receiver(resolve_model(self.collector, model_id))

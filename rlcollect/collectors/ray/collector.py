@@ -36,13 +36,14 @@ import logging
 import math
 import time
 import uuid
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 
 from rlcollect.buffers.replay import ReplayBuffer
 from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.hosted import COLLECTOR_CLASSES, host_env_sources
 from rlcollect.collectors.options import DeliveryOptions, check_total_frames
 from rlcollect.collectors.processes import WorkerError, WorkerLost
 from rlcollect.collectors.ray.actor import MAX_LIVES, TRAJ_ID_SHIFT, ActorSpec, CollectorActor
@@ -57,14 +58,12 @@ from rlcollect.collectors.ray.startup import (
 from rlcollect.collectors.ray.wire import batch_from_wire, stack_from_wire
 from rlcollect.collectors.restarts import Restarts
 from rlcollect.collectors.worker import resolve_model
-from rlcollect.envs.gym_env import GymEnv
-from rlcollect.envs.sources import EnvSpec, worker_env_specs
+from rlcollect.envs.sources import EnvSpec
 from rlcollect.seeding import env_seed, restart_seed
 from rlcollect.validation import check_positive_int
 from rlcollect.weight_sync import NoWeightSyncScheme, WeightSyncScheme
 from rlcollect.weight_sync.ray import RayWeightSender, RayWeightSyncScheme
 
-COLLECTOR_CLASSES = ("sync", "multisync", "multiasync")
 REMOTE_CONFIG_KEYS = ("num_cpus", "num_gpus", "memory", "resources")
 RESERVED_COLLECTOR_KWARGS = ("frames_per_batch", "total_frames", "traj_pool", "replay_buffer", "trajs_per_batch")
 WAIT_SLICE_SECONDS = 0.5
@@ -222,52 +221,11 @@ class RayCollector(CollectorBase):
         return collector_class
 
     def _setup_create_env_fn(self, create_env_fn, envs_per_worker, seed, env_kwargs: dict) -> list:
-        """One entry per actor: what its collector takes as create_env_fn. With
-        ``envs_per_worker``, ``seed`` or ``env_kwargs``, ``create_env_fn`` is one env source
-        for all; the envs are seeded by the seed rule over all actors (rlcollect/seeding.py)."""
-        multi = self.collector_class != "sync"
-
-        def is_list(value) -> bool:
-            return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
-
-        one_source = envs_per_worker is not None or seed is not None or env_kwargs or isinstance(create_env_fn, str)
-        if one_source:
-            if is_list(create_env_fn) or isinstance(create_env_fn, GymEnv):
-                raise TypeError("create_env_fn: envs_per_worker, seed and env_kwargs apply to one env source (a "
-                                "gymnasium id or a picklable zero-argument callable) that every actor builds from")
-            return self._env_specs(create_env_fn, envs_per_worker, seed, env_kwargs)
-        if is_list(create_env_fn) and create_env_fn and (not multi or all(is_list(e) for e in create_env_fn)):
-            entries = list(create_env_fn)
-            if len(entries) != self.num_collectors:
-                raise ValueError(f"create_env_fn has {len(entries)} entries for num_collectors="
-                                 f"{self.num_collectors}: give one per actor, or one for all")
-        else:
-            entries = [create_env_fn] * self.num_collectors
-        for index, entry in enumerate(entries):
-            for env_fn in (entry if multi and is_list(entry) else [entry]):
-                if isinstance(env_fn, GymEnv) or not callable(env_fn):
-                    raise TypeError(f"create_env_fn[{index}]: actors build their own envs; pass a picklable "
-                                    "zero-argument callable returning a GymEnv (e.g. functools.partial(GymEnv, "
-                                    f"'CartPole-v1', 4)), got {type(env_fn).__name__}")
-            if multi and not (is_list(entry) and entry):
-                raise TypeError(f"create_env_fn[{index}]: collector_class={self.collector_class!r} runs worker "
-                                "processes in each actor: give a non-empty list of env callables, one per worker, "
-                                "or one env source with envs_per_worker and collector_kwargs['num_workers']")
+        """One entry per actor: what its collector takes as create_env_fn (hosted.host_env_sources)."""
+        entries, self._actor_kwargs = host_env_sources(create_env_fn, self.num_collectors, self.collector_class,
+                                                       envs_per_worker, seed, env_kwargs, self.collector_kwargs,
+                                                       host="actor", count_name="num_collectors")
         return entries
-
-    def _env_specs(self, source, envs_per_worker, seed, env_kwargs: dict) -> list:
-        """Per actor: an EnvSpec (sync), or for a multi-process actor the source itself, its
-        workers' size and seed going into that actor's collector_kwargs (``_actor_kwargs``)."""
-        if self.collector_class == "sync":
-            return worker_env_specs(source, self.num_collectors, envs_per_worker, seed, env_kwargs)
-        num_workers = self.collector_kwargs.get("num_workers")
-        if num_workers is None:
-            raise TypeError(f"collector_class={self.collector_class!r} with one env source needs "
-                            "collector_kwargs['num_workers'] (worker processes per actor)")
-        envs_per_actor = num_workers * (envs_per_worker or 1)
-        self._actor_kwargs = [dict(envs_per_worker=envs_per_worker, seed=env_seed(seed, actor * envs_per_actor),
-                                   env_kwargs=env_kwargs) for actor in range(self.num_collectors)]
-        return [source] * self.num_collectors
 
     def _setup_collector_kwargs(self, collector_kwargs: dict | None) -> dict:
         kwargs = dict(collector_kwargs or {})

@@ -1,0 +1,95 @@
+"""One of rlcollect's collectors run for a remote driver (a Ray actor, a torch.distributed
+worker): built with its own range of trajectory ids, so that ids stay unique across hosts
+and machines.
+
+Host i owns the ids ``[i << 40, (i + 1) << 40)``; the r-th replacement of a host that died
+(``max_worker_restarts``) starts at ``(i << 40) + (r << 32)``.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from rlcollect.envs.sources import worker_env_specs
+from rlcollect.envs.staging import StagedEnv
+from rlcollect.seeding import env_seed
+from rlcollect.trajectories import TrajectoryPool
+
+TRAJ_ID_SHIFT = 40  # host i owns traj ids [i << 40, (i + 1) << 40)
+LIFE_ID_SHIFT = 32  # ... and its r-th replacement starts at (i << 40) + (r << 32)
+MAX_LIVES = 1 << (TRAJ_ID_SHIFT - LIFE_ID_SHIFT)  # lives of one host's id range
+COLLECTOR_CLASSES = ("sync", "multisync", "multiasync")
+
+
+def traj_start(host_index: int, life: int = 0) -> int:
+    """The first trajectory id of host ``host_index`` in its ``life``-th life (0: the
+    first; each replacement gets a fresh sub-range, so ids never repeat)."""
+    return (host_index << TRAJ_ID_SHIFT) + (life << LIFE_ID_SHIFT)
+
+
+def build_hosted_collector(collector_class: str, create_env_fn, policy, frames_per_batch: int,
+                           collector_kwargs: dict, first_id: int):
+    """An endless ``collector_class`` collector ("sync": Collector; "multisync",
+    "multiasync": worker processes, ``create_env_fn`` one source or one per worker) whose
+    trajectory ids start at ``first_id``."""
+    from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
+    from rlcollect.collectors.single import Collector
+
+    kwargs = dict(frames_per_batch=frames_per_batch, total_frames=-1, **collector_kwargs)
+    if collector_class == "sync":
+        return Collector(create_env_fn, policy, traj_pool=TrajectoryPool(first_id), **kwargs)
+    cls = MultiSyncCollector if collector_class == "multisync" else MultiAsyncCollector
+    sources = list(create_env_fn) if isinstance(create_env_fn, (list, tuple)) else create_env_fn
+    collector = cls(sources, policy, **kwargs)
+    # The workers share one pool; move it to this host's range (they restart their trajectories).
+    collector.load_state_dict({"frames": 0, "traj_pool": {"next_id": first_id}})
+    return collector
+
+
+def host_env_sources(create_env_fn, num_hosts: int, collector_class: str, envs_per_worker, seed, env_kwargs: dict,
+                     collector_kwargs: dict, host: str = "host",
+                     count_name: str = "num_hosts") -> tuple[list, list[dict]]:
+    """What each host's collector takes as create_env_fn, and the collector kwargs each adds
+    (a multi-process host: its workers' size and seed). With ``envs_per_worker``, ``seed``
+    or ``env_kwargs``, ``create_env_fn`` is one env source for all hosts, their envs seeded
+    by the seed rule over all hosts (rlcollect/seeding.py); else one picklable callable for
+    all, or a list with one per host (for a multi-process host, a list of callables, one
+    per worker process)."""
+    multi = collector_class != "sync"
+    host_kwargs = [{}] * num_hosts
+
+    def is_list(value) -> bool:
+        return isinstance(value, Sequence) and not isinstance(value, (str, bytes))
+
+    one_source = envs_per_worker is not None or seed is not None or env_kwargs or isinstance(create_env_fn, str)
+    if one_source:
+        if is_list(create_env_fn) or isinstance(create_env_fn, StagedEnv):
+            raise TypeError(f"create_env_fn: envs_per_worker, seed and env_kwargs apply to one env source (a "
+                            f"gymnasium id or a picklable zero-argument callable) that every {host} builds from")
+        if collector_class == "sync":
+            return worker_env_specs(create_env_fn, num_hosts, envs_per_worker, seed, env_kwargs), host_kwargs
+        num_workers = collector_kwargs.get("num_workers")
+        if num_workers is None:
+            raise TypeError(f"collector_class={collector_class!r} with one env source needs "
+                            f"collector_kwargs['num_workers'] (worker processes per {host})")
+        envs_per_host = num_workers * (envs_per_worker or 1)
+        host_kwargs = [dict(envs_per_worker=envs_per_worker, seed=env_seed(seed, index * envs_per_host),
+                            env_kwargs=env_kwargs) for index in range(num_hosts)]
+        return [create_env_fn] * num_hosts, host_kwargs
+    if is_list(create_env_fn) and create_env_fn and (not multi or all(is_list(e) for e in create_env_fn)):
+        entries = list(create_env_fn)
+        if len(entries) != num_hosts:
+            raise ValueError(f"create_env_fn has {len(entries)} entries for {count_name}={num_hosts}: give one per "
+                             f"{host}, or one for all")
+    else:
+        entries = [create_env_fn] * num_hosts
+    for index, entry in enumerate(entries):
+        for env_fn in (entry if multi and is_list(entry) else [entry]):
+            if isinstance(env_fn, StagedEnv) or not callable(env_fn):
+                raise TypeError(f"create_env_fn[{index}]: {host}s build their own envs; pass a picklable "
+                                "zero-argument callable returning a GymEnv (e.g. functools.partial(GymEnv, "
+                                f"'CartPole-v1', 4)), got {type(env_fn).__name__}")
+        if multi and not (is_list(entry) and entry):
+            raise TypeError(f"create_env_fn[{index}]: collector_class={collector_class!r} runs worker processes in "
+                            f"each {host}: give a non-empty list of env callables, one per worker, or one env source "
+                            "with envs_per_worker and collector_kwargs['num_workers']")
+    return entries, host_kwargs

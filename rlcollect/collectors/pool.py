@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import time
 from collections import deque
+from contextlib import ExitStack
 from dataclasses import replace
 
 import numpy as np
@@ -294,7 +295,8 @@ class PoolCollector(CollectorBase):
         """Dry-run the policy on every env's carrier to learn what it writes, then
         preallocate the pending steps and the batch (PoolBatch)."""
         carrier = self._staged.select("observation", "is_init").clone()
-        output = self._policy_output(carrier, random=self.policy is None)
+        with self._policy_context():
+            output = self._policy_output(carrier, random=self.policy is None)
         if "action" not in output.keys():
             raise ValueError(f"the policy must write 'action' into the TensorDict it receives; it wrote "
                              f"{sorted(map(str, output.keys(True, True)))}")
@@ -378,16 +380,25 @@ class PoolCollector(CollectorBase):
 
     # ------------------------------------------------------------------ the pool step
     def _policy_output(self, carrier, random: bool):
+        """The policy's output for ``carrier`` (or random actions), on the CPU; called under
+        ``_policy_context``."""
         if random:
             carrier.set("action", random_actions(self.action_space, tuple(carrier.batch_size), torch.device("cpu")))
             return carrier
-        with torch.no_grad(), set_interaction_type(self.exploration_type):
-            policy_input = carrier.to(self.policy_device) if self.policy_device.type != "cpu" else carrier
-            output = self.policy(policy_input)
-            if output is not None and output is not policy_input:
-                output = policy_input.update(output)
-            output = policy_input if output is None else output
+        policy_input = carrier.to(self.policy_device) if self.policy_device.type != "cpu" else carrier
+        output = self.policy(policy_input)
+        if output is None or output is policy_input:
+            output = policy_input
+        else:
+            output = policy_input.update(output)
         return output.cpu() if self.policy_device.type != "cpu" else output
+
+    def _policy_context(self) -> ExitStack:
+        """No gradients and the exploration type, entered once around a batch's policy calls."""
+        stack = ExitStack()
+        stack.enter_context(torch.no_grad())
+        stack.enter_context(set_interaction_type(self.exploration_type))
+        return stack
 
     def _act(self, worker_ids: list[int]) -> None:
         """Choose the actions of the workers' envs and let the workers step."""
@@ -451,7 +462,8 @@ class PoolCollector(CollectorBase):
                 self._restart()
             self._carrier_is_fresh = False
             self._deadline = None if self.batch_timeout is None else time.monotonic() + self.batch_timeout
-            self._collect_per_env() if self.layout == "per_env" else self._collect_flat()
+            with self._policy_context():
+                self._collect_per_env() if self.layout == "per_env" else self._collect_flat()
             self._deadline = None
         except BaseException:
             self.shutdown()  # steps may be in flight: the workers' state is unknown

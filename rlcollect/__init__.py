@@ -9,7 +9,8 @@ The library, usable without the CLI (docs/README.md is the map):
 - Collectors (iterate to get ``[T]`` / ``[P, T]`` batches): ``Collector`` (in process),
   ``MultiSyncCollector`` / ``MultiAsyncCollector`` (worker processes),
   ``ActionServerCollector`` / ``AlternatingCollector`` (envs in workers, one batched
-  policy forward here), ``RayCollector`` (Ray actors), ``EvalCollector`` (evaluation),
+  policy forward here), ``PoolCollector`` (an asynchronous env pool: the policy here
+  serves the first envs ready), ``RayCollector`` (Ray actors), ``EvalCollector`` (evaluation),
   with their option groups (``StepOptions``, ``DeviceOptions``, ``DeliveryOptions``,
   ``WorkerOptions``, ``BatchSpec``), ``WorkerError`` and ``WorkerRestart`` (a worker
   replaced under ``max_worker_restarts``).
@@ -54,6 +55,7 @@ _EXPORTS = {
     "EvalResult": "rlcollect.collectors.evaluation",
     "MultiAsyncCollector": "rlcollect.collectors.multi",
     "MultiSyncCollector": "rlcollect.collectors.multi",
+    "PoolCollector": "rlcollect.collectors.pool",
     "RayCollector": "rlcollect.collectors.ray",
     "RayReplayBuffer": "rlcollect.collectors.ray",
     "StepOptions": "rlcollect.collectors.options",
@@ -112,7 +114,7 @@ __all__ = [
     "Delivery", "DeliveryOptions", "DeviceOptions", "EpisodeTracker", "EvalCollector", "EvalResult", "GRUModule",
     "GymEnv", "LSTMModule", "LazyMemmapStorage", "LazyTensorStorage", "MultiAsyncCollector",
     "MultiProcessWeightSyncScheme", "MultiStep", "MultiSyncCollector", "NoWeightSyncScheme", "PPO",
-    "PrioritizedSampler", "QValuePolicy",
+    "PoolCollector", "PrioritizedSampler", "QValuePolicy",
     "RandomSampler", "RayCollector", "RayReplayBuffer", "RayWeightSyncScheme", "RecurrentActorCritic",
     "ReplayBuffer", "ReplayBufferEnsemble", "RolloutBuffer", "RunLogger", "SharedMemWeightSyncScheme",
     "SliceSampler", "SliceSamplerWithoutReplacement", "StagedEnv", "StepOptions", "TrajectoryInfo", "TrajectoryPool",
@@ -151,6 +153,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load
     from rlcollect.collectors.evaluation import EvalCollector, EvalResult, evaluate_episodes  # noqa: F401
     from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector  # noqa: F401
     from rlcollect.collectors.options import BatchSpec, DeliveryOptions, DeviceOptions, StepOptions, WorkerOptions  # noqa: F401
+    from rlcollect.collectors.pool import PoolCollector  # noqa: F401
     from rlcollect.collectors.processes import WorkerError  # noqa: F401
     from rlcollect.collectors.ray import RayCollector, RayReplayBuffer  # noqa: F401
     from rlcollect.collectors.single import Collector  # noqa: F401

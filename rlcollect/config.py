@@ -150,6 +150,20 @@ class AlternatingCollectorConfig(ActionServerCollectorConfig):
 
 
 @dataclass
+class PoolCollectorConfig(WorkerProcessesConfig):
+    """PoolCollector: an asynchronous env pool; the policy (in the training process) serves
+    the first batch_size envs ready, whole workers, while the other workers keep stepping
+    (no weights to send: weight_sync is not used). layout=per_env gives [P, T] batches,
+    every env the same steps (what PPO needs); layout=flat, [F] steps grouped by env, the
+    fast envs contributing more (DQN only). env_device must stay null."""
+
+    _target_: str = "rlcollect.PoolCollector"
+    batch_size: Optional[int] = None  # envs served per pool step, a multiple of envs_per_worker; null: half the envs
+    layout: str = "per_env"  # per_env | flat
+    max_decorrelation_steps: int = 0  # after a reset, each env takes 0..this many random steps
+
+
+@dataclass
 class RayRemoteConfig:
     """Ray resources of each actor (None: Ray's default)."""
 
@@ -456,6 +470,7 @@ SCHEMAS: dict[tuple[str, str], type] = {
     ("collector", "multiasync"): MultiAsyncCollectorConfig,
     ("collector", "action_server"): ActionServerCollectorConfig,
     ("collector", "alternating"): AlternatingCollectorConfig,
+    ("collector", "pool"): PoolCollectorConfig,
     ("collector", "ray"): RayCollectorConfig,
     ("weight_sync", "shared_mem"): SharedMemWeightSyncConfig,
     ("weight_sync", "multiprocess"): MultiProcessWeightSyncConfig,

@@ -20,6 +20,7 @@ REWARD = (NEXT, "reward")
 TRAJ_IDS = ("collector", "traj_ids")  # int64, unique per trajectory across every worker of a run
 POLICY_VERSION = ("collector", "policy_version")  # int64, the weights version that produced the step
 WORKER_ID = ("collector", "worker_id")  # int64, the worker (or Ray actor) that collected the step
+ENV_ID = ("collector", "env_id")  # int64, the env (0..P-1 over all workers) that took the step (PoolCollector)
 MASK = ("collector", "mask")  # bool, real steps of a padded layout
 BUFFER_ID = ("collector", "buffer_id")  # int64, the member of a ReplayBufferEnsemble a sample came from
 

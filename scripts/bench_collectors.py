@@ -47,6 +47,12 @@ alternating collector should gain most (rlpyt: up to 2x in theory).
     m3  rlcollect ActionServerCollector, as m2
     m4  rlcollect AlternatingCollector, as m2 (overlapping groups)
     m5  rlcollect AlternatingCollector, as m2, overlap=False
+    p1  rlcollect PoolCollector, 2 workers x 4 LogNormalBusyEnv (median 100 us, sigma 1), policy in
+        this process serving the first batch_size=4 envs ready (one worker), layout="flat"
+    p2  rlcollect ActionServerCollector, the same workers and envs (every env each step)
+    p3  hand-written loop, AsyncVectorEnv of the 8 LogNormalBusyEnvs (8 env processes), as h
+    p4  rlcollect MultiSyncCollector, 2 workers x GymEnv(LogNormalBusyEnv, 4), policy copies in the workers
+    p5  rlcollect PoolCollector as p1, layout="per_env" ([P, T] batches, whole at every batch end)
     r1  rlcollect RayCollector(sync=True), 2 Ray actors x Collector(GymEnv(num_envs=4))   } scripts/bench_ray.py's
     r2  rlcollect RayCollector(sync=False), as r1                                        } rows r and ra
     s1  start-up: rlcollect MultiSyncCollector (as f), spawn
@@ -67,7 +73,11 @@ starting the workers and waiting for them to be ready), and "1st batch ms", from
 start of construction to the first batch (so it includes collecting
 ``frames_per_batch`` frames).
 
-Multi-process rows (f, g, i, j, k2-k4, l, m2-m5) start their workers with ``--start-method``
+The p rows run rlcollect.testing.LogNormalBusyEnv: a step burns a log-normal time (median
+100 us, sigma 1: half the steps within 50-200 us, one in 20 above 500 us), from each env's
+own seeded RNG, so that some env is always slow; measured on the k rows' frames.
+
+Multi-process rows (f, g, i, j, k2-k4, l, m2-m5, p) start their workers with ``--start-method``
 (default fork: a spawn start-up of ~3 s per measurement would dominate the run; the
 steady-state frames/s does not depend on it). A MultiSync batch of ``frames_per_batch``
 frames is split over the 2 workers; a MultiAsync batch is one worker's
@@ -136,12 +146,16 @@ BUSY_STEP_US = 200.0  # cost of one BusyEnv step, k rows
 BUSY_OBS_DIM = 1
 HEAVY_HIDDEN = 512  # m rows: the heavy policy's MLP width
 HEAVY_STEP_US = 50.0  # m rows: BusyEnv step cost; x ENVS_PER_WORKER ~ the heavy forward on 8 observations
+POOL_MEDIAN_US, POOL_SIGMA = 100.0, 1.0  # p rows: LogNormalBusyEnv step times
+POOL_BATCH_SIZE = ENVS_PER_WORKER  # p rows: envs the pool serves per step (one worker's)
 START_METHODS = ("fork", "spawn", "forkserver")
 TARGET_RATIO = 0.8  # rlcollect / hand-written
 TARGET_VECTOR_RATIO = 0.9  # rlcollect / hand-written, vector and torch envs
 TARGET_MULTI_VS_TORCHRL = 3.0
 TARGET_COSTLY_SPEEDUP = 1.5
 TARGET_STARTUP_S = 3.0  # rlcollect MultiSync, construction to first batch
+TARGET_POOL_VS_ACTION_SERVER = 1.5
+TARGET_POOL_VS_ASYNC_VECTOR = 2.0
 
 
 # ---------------------------------------------------------------------- row registry
@@ -225,10 +239,10 @@ class HandVectorLoop:
     """A gymnasium vector env of NUM_ENVS envs (same-step autoreset), one batched forward
     per step; ``vector_env_cls`` is SyncVectorEnv (b) or AsyncVectorEnv (h)."""
 
-    def __init__(self, vector_env_cls: type, **vector_kwargs) -> None:
-        self.env = vector_env_cls([lambda: gym.make(ENV_ID) for _ in range(NUM_ENVS)],
-                                  autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, **vector_kwargs)
-        self.mlp = build_mlp()
+    def __init__(self, vector_env_cls: type, env_fns=None, obs_dim: int = 4, **vector_kwargs) -> None:
+        env_fns = [lambda: gym.make(ENV_ID) for _ in range(NUM_ENVS)] if env_fns is None else env_fns
+        self.env = vector_env_cls(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, **vector_kwargs)
+        self.mlp = build_mlp(obs_dim)
         self.obs, _ = self.env.reset(seed=SEED)
 
     def __call__(self, frames: int) -> Measurement:
@@ -664,6 +678,58 @@ def torchrl_startup_fork(settings: Settings, worker: TorchrlWorker) -> Measure:
     return torchrl_measure(settings, worker, "multisync-startup", "fork")
 
 
+# ---------------------------------------------------------------------- p: an env pool, envs of uneven speed
+POOL = f"{NUM_WORKERS} workers x {ENVS_PER_WORKER} LogNormalBusyEnv"
+
+
+def lognormal_env_source() -> Callable[[], gym.Env]:
+    """LogNormalBusyEnv(POOL_MEDIAN_US, POOL_SIGMA) factory, picklable."""
+    from rlcollect.testing import LogNormalBusyEnv
+    return functools.partial(LogNormalBusyEnv, POOL_MEDIAN_US, POOL_SIGMA)
+
+
+def rlcollect_pool_measure(settings: Settings, layout: str) -> Measure:
+    """NUM_WORKERS workers x ENVS_PER_WORKER envs (the seeds of the 8-env rows), the policy
+    in this process serving POOL_BATCH_SIZE envs per step."""
+    from rlcollect.collectors.pool import PoolCollector
+
+    policy = MLPSamplingPolicy(build_mlp(BUSY_OBS_DIM))
+
+    def make_collector(total_frames: int):
+        return PoolCollector(lognormal_env_source(), policy, num_workers=NUM_WORKERS, envs_per_worker=ENVS_PER_WORKER,
+                             batch_size=POOL_BATCH_SIZE, frames_per_batch=settings.frames_per_batch,
+                             total_frames=total_frames, layout=layout, seed=SEED, start_method=settings.start_method,
+                             policy_device=settings.policy_device)
+
+    return lambda frames: time_collector(make_collector, frames, settings.frames_per_batch)
+
+
+@register("p1", f"rlcollect Pool, {POOL}, batch {POOL_BATCH_SIZE}", num_envs=NUM_ENVS, costly=True)
+def rlcollect_pool(settings: Settings, worker) -> Measure:
+    return rlcollect_pool_measure(settings, "flat")
+
+
+@register("p2", f"rlcollect ActionServer, {POOL}", num_envs=NUM_ENVS, costly=True)
+def rlcollect_pool_action_server(settings: Settings, worker) -> Measure:
+    return rlcollect_action_server_measure(settings, "ActionServerCollector", lognormal_env_source(), BUSY_OBS_DIM)
+
+
+@register("p3", f"hand-written loop, AsyncVectorEnv({NUM_ENVS} LogNormalBusyEnv)", num_envs=NUM_ENVS, costly=True)
+def hand_pool_async_vector(settings: Settings, worker) -> Measure:
+    source = lognormal_env_source()
+    return HandVectorLoop(gym.vector.AsyncVectorEnv, [source] * NUM_ENVS, BUSY_OBS_DIM, context="fork")
+
+
+@register("p4", f"rlcollect MultiSync, {POOL}", num_envs=NUM_ENVS, costly=True)
+def rlcollect_pool_multisync(settings: Settings, worker) -> Measure:
+    return rlcollect_multi_measure(settings, "MultiSyncCollector", lognormal_env_source(), obs_dim=BUSY_OBS_DIM)
+
+
+@register("p5", f"rlcollect Pool, {POOL}, batch {POOL_BATCH_SIZE}, per_env", num_envs=NUM_ENVS, costly=True)
+def rlcollect_pool_per_env(settings: Settings, worker) -> Measure:
+    return rlcollect_pool_measure(settings, "per_env")
+
+
 # ---------------------------------------------------------------------- r: Ray (scripts/bench_ray.py's rows)
 RAY = f"{NUM_WORKERS} actors x GymEnv({ENVS_PER_WORKER})"
 
@@ -711,6 +777,10 @@ COMPARISONS = (
     ("m4", "m3", "Alternating / ActionServer, heavy", None),
     ("m5", "m3", "Alt. no-overlap / ActionServer, heavy", None),
     ("m4", "m1", "Alternating / 1-process, heavy policy", None),
+    ("p1", "p2", "Pool / ActionServer, log-normal steps", TARGET_POOL_VS_ACTION_SERVER),
+    ("p1", "p3", "Pool / AsyncVectorEnv, log-normal steps", TARGET_POOL_VS_ASYNC_VECTOR),
+    ("p1", "p4", "Pool / MultiSync, log-normal steps", None),
+    ("p5", "p2", "Pool per_env / ActionServer, log-normal", None),
     ("r1", "f", "RayCollector sync / MultiSync", None),
     ("r2", "g", "RayCollector async / MultiAsync", None),
 )

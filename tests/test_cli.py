@@ -24,12 +24,30 @@ def read_jsonl(path):
 
 
 @pytest.mark.timeout(300)
+def test_train_dqn_on_a_flat_pool(tmp_path):
+    """collector=pool collector.layout=flat: steps grouped by env, in unequal numbers,
+    written into DQN's replay buffer (PPO needs layout=per_env, the config's default)."""
+    result = rlcollect(tmp_path, "train", "algo=dqn", "total_frames=512", "collector.frames_per_batch=128",
+                       "algo.learning_starts=128", "algo.gradient_steps_per_batch=4", "eval.every_frames=256",
+                       "eval.episodes=2", "collector=pool", "collector.layout=flat", "collector.start_method=fork",
+                       "collector.envs_per_worker=2", "logger=none", "progress=false", "hydra.run.dir=run")
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["frames"] == 512
+    rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert [row["step"] for row in rows] == [128, 256, 384, 512]
+    assert sum(row["collect/episodes"] for row in rows) > 0
+
+
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("collector", [["collector=sync"],
                                        ["collector=multisync", "collector.start_method=fork",
                                         "collector.envs_per_worker=2"],
                                        ["collector=alternating", "collector.start_method=fork",
                                         "collector.envs_per_worker=2"],
-                                       ["env=cartpole_torch"]], ids=["sync", "multisync", "alternating", "torch_env"])
+                                       ["collector=pool", "collector.start_method=fork",
+                                        "collector.envs_per_worker=2"],
+                                       ["env=cartpole_torch"]],
+                         ids=["sync", "multisync", "alternating", "pool", "torch_env"])
 def test_train_logs_the_same_values_to_metrics_jsonl_and_wandb(tmp_path, collector):
     """Collection metrics come from the post-collect hook: in-process for sync and the
     action-server collectors (alternating), inside the workers for multisync; all must
@@ -104,6 +122,11 @@ def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
     ("collector=action_server collector.env_device=cpu",
      "collector.env_device=cpu: collector=action_server steps its envs in worker processes"),
     ("collector=alternating collector.num_workers=3", "num_workers=3: collector=alternating splits its workers"),
+    ("collector=pool collector.layout=flat",
+     "PPO's rollout buffer needs one row per env: use collector.layout=per_env"),
+    ("collector=pool collector.batch_size=3", "collector.batch_size=3: collector=pool serves whole workers"),
+    ("collector=pool collector.max_worker_restarts=1",
+     "collector=pool does not support collector.max_worker_restarts=1"),
     ("collector=multisync collector.envs_per_worker=-1", "collector.envs_per_worker must be a positive int, got -1"),
     ("device=cuda", "device=cuda: this machine or this torch build has no CUDA"),
     ("algo=dqn buffer.storage.ndim=5", "buffer.storage.ndim=5: the collector's batches have 2 batch dims"),
@@ -149,7 +172,7 @@ def test_help_and_a_missing_option_list_only_the_yaml_options(tmp_path):
     assert result.returncode == 0, result.stderr
     groups = dict(line.split(": ", 1) for line in result.stdout.split("== Config ==")[0].splitlines()
                   if ": " in line and not line.startswith(" "))
-    assert groups["collector"] == "action_server, alternating, multiasync, multisync, ray, sync"
+    assert groups["collector"] == "action_server, alternating, multiasync, multisync, pool, ray, sync"
     assert groups["weight_sync"] == "multiprocess, none, ray, shared_mem"
     assert groups["algo"] == "dqn, ppo" and groups["logger"] == "none, wandb"
     assert groups["model"] == "actor_critic, q_network, recurrent_actor_critic"
@@ -158,7 +181,7 @@ def test_help_and_a_missing_option_list_only_the_yaml_options(tmp_path):
     missing = rlcollect(tmp_path, "train", "collector=nosuch")
     assert missing.returncode != 0 and "Could not find 'collector/nosuch'" in missing.stderr
     listed = missing.stderr.split("Available options in 'collector':")[1].split("Config search path")[0].split()
-    assert listed == ["action_server", "alternating", "multiasync", "multisync", "ray", "sync"]
+    assert listed == ["action_server", "alternating", "multiasync", "multisync", "pool", "ray", "sync"]
 
 
 USER_COLLECTOR = '''

@@ -10,7 +10,8 @@ REQUIRED = ["Collector", "MultiSyncCollector", "MultiAsyncCollector", "ActionSer
             "LazyMemmapStorage", "RandomSampler", "SliceSampler", "SliceSamplerWithoutReplacement",
             "PrioritizedSampler", "MultiStep", "SharedMemWeightSyncScheme",
             "MultiProcessWeightSyncScheme", "NoWeightSyncScheme", "RayWeightSyncScheme", "WorkerError",
-            "split_trajectories", "StepOptions", "DeviceOptions", "DeliveryOptions", "WorkerOptions", "BatchSpec"]
+            "split_trajectories", "StepOptions", "DeviceOptions", "DeliveryOptions", "WorkerOptions", "BatchSpec",
+            "PoolCollector"]
 
 
 def test_every_public_name_resolves_once_with_a_docstring():
@@ -35,7 +36,7 @@ def test_each_collector_help_names_every_option_it_accepts():
 
     groups = [rlcollect.StepOptions, rlcollect.DeviceOptions, rlcollect.DeliveryOptions]
     for cls in (rlcollect.Collector, rlcollect.MultiSyncCollector, rlcollect.MultiAsyncCollector,
-                rlcollect.ActionServerCollector, rlcollect.AlternatingCollector):
+                rlcollect.ActionServerCollector, rlcollect.AlternatingCollector, rlcollect.PoolCollector):
         for group in groups + ([] if cls is rlcollect.Collector else [rlcollect.WorkerOptions]):
             for field in fields(group):
                 assert field.name in cls.__doc__, f"help({cls.__name__}) does not name {field.name}"

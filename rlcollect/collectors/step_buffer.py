@@ -23,6 +23,10 @@ between; a worker that raises ships its traceback over its pipe, flags ``status`
 releases ``step_ready`` at once, so an env error is reported without waiting. A worker
 checks, whenever ``act_ready`` stays silent for a while, that the main process still
 exists, and exits if not.
+
+The env pool (collectors/pool.py) allocates the buffer with a ``ReadyQueue``: workers then
+answer through it instead of ``step_ready``, so that the main process can wait for the
+first workers done among many (``StepBuffer.answer``).
 """
 from __future__ import annotations
 
@@ -38,6 +42,7 @@ import torch
 from tensordict import TensorDict
 
 from rlcollect.collectors.processes import WAIT_SLICE_SECONDS, WorkerProcesses, initialize_worker
+from rlcollect.collectors.ready_queue import ReadyQueue
 from rlcollect.envs.gym_env import GymEnv
 from rlcollect.envs.spaces import random_actions, sample_shape, torch_dtype, tree_map
 from rlcollect.envs.staging import Staging, allocate_arrays
@@ -54,7 +59,8 @@ class StepBuffer:
 
     ``staging``: GymEnv's staging arrays for all envs, ``[num_envs, ...]`` each;
     ``action``: ``[num_envs, *action]``; ``reset``: ``[num_envs]`` envs to reset
-    (RESET_SOME); ``command``, ``seed``, ``status``: one entry per worker.
+    (RESET_SOME); ``command``, ``seed``, ``status``: one entry per worker;
+    ``ready_queue``: where workers answer when it is set (the env pool), else ``step_ready``.
     """
 
     staging: dict  # name -> tensor (observations nested as their space)
@@ -66,10 +72,13 @@ class StepBuffer:
     act_ready: list  # server -> worker w: command[w] is ready
     step_ready: list  # worker w -> server: command[w] is done
     envs_per_worker: int
+    ready_queue: ReadyQueue | None = None
 
     @classmethod
     def allocate(cls, observation_space: gym.Space, action_space: gym.Space, num_workers: int,
-                 envs_per_worker: int, mp_context, info_keys=()) -> "StepBuffer":
+                 envs_per_worker: int, mp_context, info_keys=(), pooled: bool = False) -> "StepBuffer":
+        """Zeroed shared arrays and fresh semaphores; ``pooled``: workers answer through a
+        ReadyQueue (first come, first served) instead of their ``step_ready``."""
         num_envs = num_workers * envs_per_worker
 
         def shared(shape, dtype) -> torch.Tensor:
@@ -87,6 +96,7 @@ class StepBuffer:
             act_ready=[mp_context.Semaphore(0) for _ in range(num_workers)],
             step_ready=[mp_context.Semaphore(0) for _ in range(num_workers)],
             envs_per_worker=envs_per_worker,
+            ready_queue=ReadyQueue(num_workers, mp_context) if pooled else None,
         )
 
     def rows(self, worker_ids: range) -> slice:
@@ -98,6 +108,13 @@ class StepBuffer:
         numpy views on the hot path)."""
         self.command[worker_id] = command
         self.act_ready[worker_id].release()
+
+    def answer(self, worker_id: int) -> None:
+        """Tell the server that worker ``worker_id``'s command is done (worker side)."""
+        if self.ready_queue is not None:
+            self.ready_queue.put(worker_id)
+        else:
+            self.step_ready[worker_id].release()
 
 
 # ---------------------------------------------------------------------- the worker's side
@@ -138,7 +155,7 @@ def step_worker_main(handoff: list[StepWorkerSpec], connection) -> None:
         except (OSError, EOFError):
             pass
         buffer.status[spec.worker_id] = FAILED
-        buffer.step_ready[spec.worker_id].release()  # wake a waiting server now
+        buffer.answer(spec.worker_id)  # wake a waiting server now
     finally:
         if env is not None:
             env.close()
@@ -160,7 +177,7 @@ def _main_gone(connection, parent_pid: int) -> bool:
 
 def _serve(spec: StepWorkerSpec, env: GymEnv, buffer: StepBuffer, rows: slice, main_gone) -> None:
     worker_id, num_envs = spec.worker_id, buffer.envs_per_worker
-    act_ready, step_ready = buffer.act_ready[worker_id], buffer.step_ready[worker_id]
+    act_ready = buffer.act_ready[worker_id]
     commands, seeds = buffer.command.numpy(), buffer.seed.numpy()
     actions, reset = buffer.action[rows].numpy(), buffer.reset[rows].numpy()
     rng = np.random.default_rng(spec.worker_seed)  # decorrelation step counts
@@ -186,7 +203,7 @@ def _serve(spec: StepWorkerSpec, env: GymEnv, buffer: StepBuffer, rows: slice, m
             return
         else:
             raise ValueError(f"unknown step-worker command {command!r}")
-        step_ready.release()
+        buffer.answer(worker_id)
 
 
 # ---------------------------------------------------------------------- the server's side

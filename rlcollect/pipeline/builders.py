@@ -8,6 +8,7 @@ of your own subclasses the collector it replaces):
     Collector (and any other class)   a GymEnv built here (env.num_envs envs seeded seed + i)
     MultiSync/MultiAsyncCollector     the gymnasium id, seed, env_kwargs, weight_sync_schemes
     ActionServer/AlternatingCollector the gymnasium id, seed, env_kwargs (the policy is the trainer's)
+    PoolCollector                     the gymnasium id, seed, env_kwargs (the policy is the trainer's)
     RayCollector                      the gymnasium id, seed, env_kwargs, weight_sync_schemes, and
                                       device + init_random_frames in collector_kwargs
 
@@ -33,6 +34,7 @@ from rlcollect.buffers import LazyMemmapStorage, LazyTensorStorage, MultiStep, P
 from rlcollect.collectors.action_server import ActionServerCollector
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
+from rlcollect.collectors.pool import PoolCollector
 from rlcollect.collectors.ray import RayCollector
 from rlcollect.config import PrioritizedSamplerConfig
 from rlcollect.envs.sources import make_env as make_env_source
@@ -140,7 +142,7 @@ def make_collector(cfg: DictConfig, policy, logger: RunLogger, replay_buffer=Non
     if issubclass(cls, (MultiSyncCollector, MultiAsyncCollector)):
         return build_node(node, "collector", cfg.env.id, policy, seed=cfg.seed, env_kwargs=env_kwargs(cfg),
                           weight_sync_schemes={"policy": make_weight_sync_scheme(cfg)}, **runtime)
-    if issubclass(cls, ActionServerCollector):
+    if issubclass(cls, (ActionServerCollector, PoolCollector)):
         return build_node(node, "collector", cfg.env.id, policy, seed=cfg.seed, env_kwargs=env_kwargs(cfg), **runtime)
     env = make_env(cfg, num_envs=cfg.env.num_envs, seed=env_seed(cfg.seed, 0))
     try:

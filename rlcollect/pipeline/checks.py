@@ -24,6 +24,7 @@ from rlcollect.buffers import (
 )
 from rlcollect.collectors.action_server import ActionServerCollector, AlternatingCollector
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
+from rlcollect.collectors.pool import LAYOUTS, PoolCollector
 from rlcollect.collectors.ray import RayCollector
 from rlcollect.collectors.single import Collector
 from rlcollect.envs.backends import BACKENDS, check_vector_entry_point
@@ -44,6 +45,7 @@ log = logging.getLogger(__name__)
 
 # class -> option name (conf/<group>/<name>.yaml), subclasses before their bases
 COLLECTOR_NAMES = ((AlternatingCollector, "alternating"), (ActionServerCollector, "action_server"),
+                   (PoolCollector, "pool"),
                    (MultiSyncCollector, "multisync"), (MultiAsyncCollector, "multiasync"), (RayCollector, "ray"),
                    (Collector, "sync"))
 WEIGHT_SYNC_NAMES = ((SharedMemWeightSyncScheme, "shared_mem"), (MultiProcessWeightSyncScheme, "multiprocess"),
@@ -130,14 +132,46 @@ def check_combination(cfg: DictConfig) -> None:
                          f"weight_sync={weights}")
     if issubclass(weights_class, RayWeightSyncScheme) and not is_ray:
         raise ValueError(f"weight_sync=ray needs collector=ray (got collector={collector})")
-    if issubclass(collector_class, ActionServerCollector) and cfg.collector.get("env_device") is not None:
+    if issubclass(collector_class, (ActionServerCollector, PoolCollector)) and \
+            cfg.collector.get("env_device") is not None:
         raise ValueError(f"collector.env_device={cfg.collector.env_device}: collector={collector} steps its "
                          "envs in worker processes, on the CPU; leave collector.env_device=null and set "
                          "collector.policy_device / collector.storing_device instead")
     if algo == "ppo" and issubclass(collector_class, MultiSyncCollector) and cfg.collector.get("cat_results") == -1:
         raise ValueError("collector.cat_results=-1 concatenates workers along time; PPO's rollout buffer "
                          "needs one row per env: use cat_results=stack or 0")
+    if issubclass(collector_class, PoolCollector):
+        check_pool(cfg)
     check_values(cfg, collector_class)
+
+
+def check_pool(cfg: DictConfig) -> None:
+    """collector=pool: a layout it has, a batch_size of whole workers, the options it
+    supports, and for PPO batches with one row per env."""
+    node = cfg.collector
+    if node.layout not in LAYOUTS:
+        raise ValueError(f"collector.layout={node.layout}: choose one of {', '.join(LAYOUTS)}")
+    if cfg.algo.name == "ppo" and node.layout != "per_env":
+        raise ValueError("collector=pool with collector.layout=flat yields steps grouped by env, in unequal numbers; "
+                         "PPO's rollout buffer needs one row per env: use collector.layout=per_env")
+    if node.layout == "flat" and cfg.buffer.get("trajs_per_batch") is not None:
+        raise ValueError("buffer.trajs_per_batch collects whole trajectories per env row: with collector=pool use "
+                         "collector.layout=per_env")
+    for key in ("num_workers", "envs_per_worker"):
+        check_positive_int(f"collector.{key}", node[key])
+    if node.batch_size is not None:
+        check_positive_int("collector.batch_size", node.batch_size)
+        num_envs = node.num_workers * node.envs_per_worker
+        if node.batch_size % node.envs_per_worker or node.batch_size > num_envs:
+            raise ValueError(f"collector.batch_size={node.batch_size}: collector=pool serves whole workers, so it "
+                             f"must be a multiple of collector.envs_per_worker={node.envs_per_worker} and at most "
+                             f"num_workers x envs_per_worker={num_envs}")
+    unsupported = [f"collector.{key}={value}" for key, value in
+                   (("reset_when_done", node.reset_when_done), ("set_truncated", node.set_truncated),
+                    ("max_worker_restarts", node.max_worker_restarts))
+                   if value != {"reset_when_done": True, "set_truncated": False, "max_worker_restarts": 0}[key]]
+    if unsupported:
+        raise ValueError(f"collector=pool does not support {', '.join(unsupported)} (use collector=action_server)")
 
 
 def check_values(cfg: DictConfig, collector_class: type) -> None:

@@ -10,7 +10,8 @@ The library, usable without the CLI (docs/README.md is the map):
   ``MultiSyncCollector`` / ``MultiAsyncCollector`` (worker processes),
   ``ActionServerCollector`` / ``AlternatingCollector`` (envs in workers, one batched
   policy forward here), ``PoolCollector`` (an asynchronous env pool: the policy here
-  serves the first envs ready), ``RayCollector`` (Ray actors), ``EvalCollector`` (evaluation),
+  serves the first envs ready), ``RayCollector`` (Ray actors), ``DistributedCollector`` / ``DistributedSyncCollector``
+  (worker processes or SLURM jobs in a torch.distributed gloo group), ``EvalCollector`` (evaluation),
   with their option groups (``StepOptions``, ``DeviceOptions``, ``DeliveryOptions``,
   ``WorkerOptions``, ``BatchSpec``), ``WorkerError`` and ``WorkerRestart`` (a worker
   replaced under ``max_worker_restarts``).
@@ -51,6 +52,8 @@ _EXPORTS = {
     "Delivery": "rlcollect.collectors.delivery",
     "DeliveryOptions": "rlcollect.collectors.options",
     "DeviceOptions": "rlcollect.collectors.options",
+    "DistributedCollector": "rlcollect.collectors.distributed.collector",
+    "DistributedSyncCollector": "rlcollect.collectors.distributed.collector",
     "EvalCollector": "rlcollect.collectors.evaluation",
     "EvalResult": "rlcollect.collectors.evaluation",
     "MultiAsyncCollector": "rlcollect.collectors.multi",

@@ -173,10 +173,10 @@ class RayRemoteConfig:
 
 
 @dataclass
-class RayActorCollectorConfig(StepLoopConfig):
-    """collector_kwargs of collector=ray: the options of the collector each actor runs. The
-    worker keys apply to collector_class multisync/multiasync only; null: not passed (that
-    collector's default)."""
+class HostCollectorConfig(StepLoopConfig):
+    """collector_kwargs of collector=ray and collector=distributed: the options of the
+    collector each actor or worker runs. The worker keys apply to collector_class
+    multisync/multiasync only; null: not passed (that collector's default)."""
 
     num_workers: Optional[int] = None  # multisync/multiasync actors: worker processes per actor (required)
     start_method: Optional[str] = None
@@ -196,13 +196,39 @@ class RayCollectorConfig(CollectorTarget):
     sync: bool = True  # true: one batch from every actor, stacked; false: first come first served
     collector_class: str = "sync"  # sync | multisync | multiasync
     envs_per_worker: int = 4
-    collector_kwargs: RayActorCollectorConfig = field(default_factory=RayActorCollectorConfig)
+    collector_kwargs: HostCollectorConfig = field(default_factory=HostCollectorConfig)
     remote_config: RayRemoteConfig = field(default_factory=RayRemoteConfig)
     ray_address: Optional[str] = None  # None: a local Ray on loopback; "auto" or host:port: join a cluster
     batch_timeout: Optional[float] = None  # seconds; None waits as long as the actors are alive
     shutdown_timeout: float = 5.0
     max_worker_restarts: int = 0  # actors replaced when one dies or hangs (0: the run fails)
     restart_on_env_error: bool = False  # also replace an actor whose env or policy raised
+
+
+@dataclass
+class DistributedCollectorConfig(CollectorTarget):
+    """DistributedCollector: num_workers processes (or SLURM jobs) joined with the trainer in
+    a torch.distributed gloo group, each running collector_class on its own envs
+    (envs_per_worker, per inner worker process for multi*), env i seeded seed + i. The
+    weights travel over the group (weight_sync=none: no other scheme)."""
+
+    _target_: str = "rlcollect.DistributedCollector"
+    num_workers: int = 2
+    sync: bool = True  # true: one batch from every worker, stacked; false: first come first served
+    collector_class: str = "sync"  # sync | multisync | multiasync
+    envs_per_worker: int = 4
+    collector_kwargs: HostCollectorConfig = field(default_factory=HostCollectorConfig)
+    backend: str = "gloo"
+    launcher: str = "mp"  # mp: local processes | submitit: SLURM jobs (cluster=local: local jobs)
+    start_method: str = "spawn"  # launcher=mp
+    cluster: Optional[str] = None  # launcher=submitit: null picks SLURM where sbatch exists, or "local"
+    slurm_kwargs: Any = field(default_factory=dict)  # launcher=submitit: executor.update_parameters(...)
+    submitit_folder: str = "submitit"  # launcher=submitit: job logs, relative to the run folder
+    master_addr: str = "127.0.0.1"  # where the store and the group listen: this machine only, or an address
+    master_port: int = 0  # 0: a free port
+    timeout: float = 60.0  # seconds any wait on the group may take (a hung worker fails the run)
+    worker_torch_threads: Optional[int] = 1
+    shutdown_timeout: float = 10.0
 
 
 # ---------------------------------------------------------------------------- weight sync
@@ -472,6 +498,7 @@ SCHEMAS: dict[tuple[str, str], type] = {
     ("collector", "alternating"): AlternatingCollectorConfig,
     ("collector", "pool"): PoolCollectorConfig,
     ("collector", "ray"): RayCollectorConfig,
+    ("collector", "distributed"): DistributedCollectorConfig,
     ("weight_sync", "shared_mem"): SharedMemWeightSyncConfig,
     ("weight_sync", "multiprocess"): MultiProcessWeightSyncConfig,
     ("weight_sync", "ray"): RayWeightSyncConfig,

@@ -46,8 +46,10 @@ def test_train_dqn_on_a_flat_pool(tmp_path):
                                         "collector.envs_per_worker=2"],
                                        ["collector=pool", "collector.start_method=fork",
                                         "collector.envs_per_worker=2"],
-                                       ["env=cartpole_torch"]],
-                         ids=["sync", "multisync", "alternating", "pool", "torch_env"])
+                                       ["env=cartpole_torch"],
+                                       ["collector=distributed", "collector.start_method=fork",
+                                        "collector.envs_per_worker=2"]],
+                         ids=["sync", "multisync", "alternating", "pool", "torch_env", "distributed"])
 def test_train_logs_the_same_values_to_metrics_jsonl_and_wandb(tmp_path, collector):
     """Collection metrics come from the post-collect hook: in-process for sync and the
     action-server collectors (alternating), inside the workers for multisync; all must
@@ -77,6 +79,23 @@ def test_train_logs_the_same_values_to_metrics_jsonl_and_wandb(tmp_path, collect
     history = [{k: v for k, v in row.items() if not k.startswith("_")} for row in run.history]
     assert [row["_step"] for row in run.history] == [128, 256, 384, 512]
     assert history == [{k: v for k, v in row.items() if k != "step"} for row in rows]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("launcher", ["joblib", "submitit_local"])
+def test_sweeps_run_through_hydra_s_launchers(tmp_path, launcher):
+    """The joblib launcher (local parallel jobs, the sweep extra) and submitit's local executor
+    (the SLURM launcher's path run as local jobs, the slurm extra) each run every job."""
+    pytest.importorskip({"joblib": "hydra_plugins.hydra_joblib_launcher",
+                         "submitit_local": "hydra_plugins.hydra_submitit_launcher"}[launcher])
+    result = rlcollect(tmp_path, "train", "--multirun", "seed=0,1", f"hydra/launcher={launcher}", *TINY,
+                       "total_frames=256", "logger=none", "hydra.sweep.dir=sweep")
+    assert result.returncode == 0, result.stderr
+    summaries = sorted((tmp_path / "sweep").glob("*/summary.json"))
+    assert [json.loads(path.read_text())["frames"] for path in summaries] == [256, 256]
+    assert ["seed: 0" in (path.parent / "config.yaml").read_text() for path in summaries] == [True, False]
+    if launcher == "submitit_local":  # the jobs' own logs, as on a cluster
+        assert list((tmp_path / "sweep" / ".submitit").glob("*/*_log.out"))
 
 
 @pytest.mark.timeout(300)
@@ -138,6 +157,8 @@ def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
     ("env.backend=threads", "env.backend='threads': choose one of list, sync, async, vector, envpool"),
     ("env.backend=vector env.num_envs=null", "env.backend=vector steps a batch of envs but env.num_envs is null"),
     ("env=acrobot env.backend=vector", "'Acrobot-v1' has no vector entry point: use backend='sync' or 'async'"),
+    ("collector=distributed weight_sync=shared_mem",
+     "collector=distributed sends the weights over its process group itself: use weight_sync=none"),
     ("algo=dqn algo.prioritized=true buffer/sampler=slice",
      "algo.prioritized=true draws single transitions in proportion to their priorities: it replaces "
      "buffer/sampler=random, not buffer/sampler=slice"),

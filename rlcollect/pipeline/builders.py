@@ -11,6 +11,7 @@ of your own subclasses the collector it replaces):
     PoolCollector                     the gymnasium id, seed, env_kwargs (the policy is the trainer's)
     RayCollector                      the gymnasium id, seed, env_kwargs, weight_sync_schemes, and
                                       device + init_random_frames in collector_kwargs
+    DistributedCollector              as RayCollector, without weight_sync_schemes (its own group)
 
 and, all of them, policy, total_frames, device, the post-collect hook, and with a replay
 buffer replay_buffer + trajs_per_batch.
@@ -33,6 +34,7 @@ from rlcollect.algos.ppo import PPO
 from rlcollect.buffers import LazyMemmapStorage, LazyTensorStorage, MultiStep, PrioritizedSampler
 from rlcollect.collectors.action_server import ActionServerCollector
 from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.distributed import DistributedCollector
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
 from rlcollect.collectors.pool import PoolCollector
 from rlcollect.collectors.ray import RayCollector
@@ -44,6 +46,10 @@ from rlcollect.logging.run_logger import EpisodeStatsHook, RunLogger, WandbLogge
 from rlcollect.modules.recurrent import policy_primers
 from rlcollect.pipeline.targets import build_node, target_class
 from rlcollect.seeding import env_seed
+
+# collectors whose steps run in hosts (actors, workers) built from collector.collector_kwargs,
+# with the episode statistics hook running there too
+HOSTED_COLLECTORS = (RayCollector, DistributedCollector)
 
 
 # ---------------------------------------------------------------------------- envs
@@ -108,7 +114,7 @@ class AlgoCollection:
 
 
 def algo_collection(cfg: DictConfig) -> AlgoCollection:
-    step = cfg.collector.collector_kwargs if _is_ray(cfg) else cfg.collector
+    step = cfg.collector.collector_kwargs if _is_hosted(cfg) else cfg.collector
     return AlgoCollection(
         init_random_frames=max(step.get("init_random_frames") or 0, cfg.algo.get("learning_starts", 0)),
         background=bool(cfg.algo.get("background", False)),
@@ -127,12 +133,16 @@ def make_collector(cfg: DictConfig, policy, logger: RunLogger, replay_buffer=Non
     runtime = dict(total_frames=cfg.total_frames)
     if replay_buffer is not None:
         runtime.update(replay_buffer=replay_buffer, trajs_per_batch=cfg.buffer.get("trajs_per_batch"))
-    if issubclass(cls, RayCollector):
-        actor_options = {key: value for key, value in OmegaConf.to_container(node.collector_kwargs).items()
-                         if value is not None}  # null: the actor collector's default
-        actor_options.update(device=cfg.device, init_random_frames=algo.init_random_frames)
+    if issubclass(cls, HOSTED_COLLECTORS):
+        host_options = {key: value for key, value in OmegaConf.to_container(node.collector_kwargs).items()
+                        if value is not None}  # null: the hosted collector's default
+        host_options.update(device=cfg.device, init_random_frames=algo.init_random_frames)
+        if issubclass(cls, RayCollector):
+            runtime["weight_sync_schemes"] = {"policy": make_weight_sync_scheme(cfg)}
+        else:  # submitit's job logs go in the run folder
+            runtime["submitit_folder"] = Path(logger.run_dir) / node.submitit_folder
         return build_node(node, "collector", cfg.env.id, policy, seed=cfg.seed, env_kwargs=env_kwargs(cfg),
-                          collector_kwargs=actor_options, weight_sync_schemes={"policy": make_weight_sync_scheme(cfg)},
+                          collector_kwargs=host_options,
                           post_collect_hook=EpisodeStatsHook(cfg.algo.gamma, list(cfg.env.info_keys)), **runtime)
     if getattr(cls, "hooks_run_in_process", False) and not algo.background:
         hook = logger
@@ -152,8 +162,8 @@ def make_collector(cfg: DictConfig, policy, logger: RunLogger, replay_buffer=Non
         raise
 
 
-def _is_ray(cfg: DictConfig) -> bool:
-    return issubclass(target_class(cfg.collector, "collector"), RayCollector)
+def _is_hosted(cfg: DictConfig) -> bool:
+    return issubclass(target_class(cfg.collector, "collector"), HOSTED_COLLECTORS)
 
 
 # ---------------------------------------------------------------------------- buffers, learner

@@ -23,6 +23,7 @@ from rlcollect.buffers import (
     SliceSamplerWithoutReplacement,
 )
 from rlcollect.collectors.action_server import ActionServerCollector, AlternatingCollector
+from rlcollect.collectors.distributed import DistributedCollector
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
 from rlcollect.collectors.pool import LAYOUTS, PoolCollector
 from rlcollect.collectors.ray import RayCollector
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 COLLECTOR_NAMES = ((AlternatingCollector, "alternating"), (ActionServerCollector, "action_server"),
                    (PoolCollector, "pool"),
                    (MultiSyncCollector, "multisync"), (MultiAsyncCollector, "multiasync"), (RayCollector, "ray"),
+                   (DistributedCollector, "distributed"),
                    (Collector, "sync"))
 WEIGHT_SYNC_NAMES = ((SharedMemWeightSyncScheme, "shared_mem"), (MultiProcessWeightSyncScheme, "multiprocess"),
                      (RayWeightSyncScheme, "ray"), (NoWeightSyncScheme, "none"))
@@ -121,7 +123,8 @@ def check_combination(cfg: DictConfig) -> None:
     collector_class = target_class(cfg.collector, "collector")
     collector = option_name(collector_class, COLLECTOR_NAMES)
     is_ray = issubclass(collector_class, RayCollector)
-    step = cfg.collector.collector_kwargs if is_ray else cfg.collector
+    is_distributed = issubclass(collector_class, DistributedCollector)
+    step = cfg.collector.collector_kwargs if is_ray or is_distributed else cfg.collector
     if step.get("split_trajs"):
         raise ValueError("collector.split_trajs=true gives padded batches; the learners need the collector "
                          "layout: keep split_trajs=false")
@@ -130,6 +133,9 @@ def check_combination(cfg: DictConfig) -> None:
     if is_ray and not issubclass(weights_class, (RayWeightSyncScheme, NoWeightSyncScheme)):
         raise ValueError(f"collector=ray shares no memory with its actors: use weight_sync=ray (or none), not "
                          f"weight_sync={weights}")
+    if is_distributed and not issubclass(weights_class, NoWeightSyncScheme):
+        raise ValueError(f"collector=distributed sends the weights over its process group itself: use "
+                         f"weight_sync=none (what it selects), not weight_sync={weights}")
     if issubclass(weights_class, RayWeightSyncScheme) and not is_ray:
         raise ValueError(f"weight_sync=ray needs collector=ray (got collector={collector})")
     if issubclass(collector_class, (ActionServerCollector, PoolCollector)) and \
@@ -264,8 +270,9 @@ def warn_combination(cfg: DictConfig) -> None:
     collector_class = target_class(cfg.collector, "collector")
     if issubclass(collector_class, MultiAsyncCollector):
         _warn_policy_lag("collector=multiasync", "prefer multisync")
-    elif issubclass(collector_class, RayCollector) and not cfg.collector.sync:
-        _warn_policy_lag("collector=ray with collector.sync=false", "prefer collector.sync=true")
+    elif issubclass(collector_class, (RayCollector, DistributedCollector)) and not cfg.collector.sync:
+        name = option_name(collector_class, COLLECTOR_NAMES)
+        _warn_policy_lag(f"collector={name} with collector.sync=false", "prefer collector.sync=true")
 
 
 def _warn_policy_lag(what: str, advice: str) -> None:

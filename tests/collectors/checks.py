@@ -1,9 +1,14 @@
 """Checks every collector's batches must pass, shared by the collector tests (imported as
 ``checks``: pytest puts this folder on sys.path; tests/collectors/conftest.py has
 pytest rewrite its asserts). docs/data-layout.md, and trajectory bookkeeping."""
+import ipaddress
 import os
+import re
+import shutil
 import signal
+import subprocess
 
+import pytest
 import torch
 
 TRAJ_IDS = ("collector", "traj_ids")
@@ -81,3 +86,32 @@ def collect_killing_a_worker(collector, worker_id, after):
             os.kill(killed_pid, signal.SIGKILL)
             process.join(10)
     return batches, killed_pid
+
+
+# ---------------------------------------------------------------------------- loopback only
+def listeners() -> list[tuple[str, int, str]]:
+    """(local address, pid, line) of every TCP/UDP listener ``ss`` shows with an owner."""
+    output = subprocess.run(["ss", "-H", "-l", "-t", "-u", "-n", "-p"], capture_output=True, text=True,
+                            check=True).stdout
+    found = []
+    for line in output.splitlines():
+        fields = line.split()
+        if len(fields) < 7:
+            continue
+        host = fields[4].rsplit(":", 1)[0].strip("[]").split("%")[0]
+        for pid in re.findall(r"pid=(\d+)", line):
+            found.append((host, int(pid), line))
+    return found
+
+
+def is_loopback(host: str) -> bool:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False  # "*", "0.0.0.0" spelled otherwise: every interface
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+needs_ss = pytest.mark.skipif(shutil.which("ss") is None,
+                              reason="`ss` (iproute2) is not installed: apt-get install -y iproute2")

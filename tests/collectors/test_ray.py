@@ -10,7 +10,6 @@ listener tests check every socket Ray opens for listening.
 """
 import functools
 import inspect
-import ipaddress
 import json
 import os
 import re
@@ -27,7 +26,7 @@ import torch
 
 ray = pytest.importorskip("ray")
 
-from checks import check_weights_reach_every_worker  # noqa: E402
+from checks import check_weights_reach_every_worker, is_loopback, listeners, needs_ss  # noqa: E402
 
 from rlcollect.buffers import LazyTensorStorage, ReplayBuffer  # noqa: E402
 from rlcollect.collectors.multi import WorkerError  # noqa: E402
@@ -365,32 +364,6 @@ def test_background_collection_fills_the_buffer_until_async_shutdown(make):
 
 
 # ---------------------------------------------------------------------------- loopback only
-def listeners() -> list[tuple[str, int, str]]:
-    """(local address, pid, line) of every TCP/UDP listener ``ss`` shows with an owner."""
-    output = subprocess.run(["ss", "-H", "-l", "-t", "-u", "-n", "-p"], capture_output=True, text=True,
-                            check=True).stdout
-    found = []
-    for line in output.splitlines():
-        fields = line.split()
-        if len(fields) < 7:
-            continue
-        host = fields[4].rsplit(":", 1)[0].strip("[]").split("%")[0]
-        for pid in re.findall(r"pid=(\d+)", line):
-            found.append((host, int(pid), line))
-    return found
-
-
-def is_loopback(host: str) -> bool:
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return False  # "*", "0.0.0.0" spelled otherwise: every interface
-    mapped = getattr(address, "ipv4_mapped", None)
-    return address.is_loopback or (mapped is not None and mapped.is_loopback)
-
-
-needs_ss = pytest.mark.skipif(shutil.which("ss") is None,
-                              reason="`ss` (iproute2) is not installed: apt-get install -y iproute2")
 
 
 @needs_ss

@@ -1,0 +1,402 @@
+"""DistributedCollector: rlcollect's collectors in worker processes or SLURM jobs that join
+a torch.distributed (gloo) process group with the trainer; batches and weights travel
+point to point over it (worker.py has the protocol)."""
+from __future__ import annotations
+
+import copy
+import math
+import pickle
+from pathlib import Path
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+
+from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.delivery import Delivery
+from rlcollect.collectors.distributed.group import (
+    ANSWER_TAG,
+    COMMAND_TAG,
+    DATA_TAG,
+    HEADER_TAG,
+    WEIGHTS_TAG,
+    Rendezvous,
+    make_group,
+    recv_object,
+    send_object,
+)
+from rlcollect.collectors.distributed.launchers import LAUNCHERS, make_launcher
+from rlcollect.collectors.distributed.worker import (
+    CALL,
+    COLLECT,
+    PAUSED,
+    START,
+    STOP,
+    WEIGHTS,
+    WorkerSpec,
+    policy_tensors,
+    worker_main,
+)
+from rlcollect.collectors.hosted import COLLECTOR_CLASSES, host_env_sources
+from rlcollect.collectors.options import DeliveryOptions, check_total_frames
+from rlcollect.collectors.processes import WorkerError
+from rlcollect.keys import WORKER_ID
+from rlcollect.seeding import env_seed
+from rlcollect.validation import check_positive_int
+
+BACKENDS = ("gloo",)
+RESERVED_COLLECTOR_KWARGS = ("frames_per_batch", "total_frames", "traj_pool", "replay_buffer", "trajs_per_batch",
+                             "post_collect_hook")
+
+
+class DistributedCollector(CollectorBase):
+    """``num_workers`` workers, each running one of rlcollect's collectors, joined with this
+    process (rank 0) in a torch.distributed gloo group.
+
+    - ``sync=True``: every batch stacks one batch from each worker, in worker order, along a
+      new leading dim (``[W, T]``, ``[W, P, T]``, ...); ``frames_per_batch`` is split across
+      the workers, and the batch after ``update_policy_weights_()`` uses the new weights.
+    - ``sync=False``: each batch is one worker's ``frames_per_batch`` frames, first come
+      first served; workers collect back to back and read new weights between batches
+      (the lag shows in ("collector", "policy_version")).
+
+    Batches carry ("collector", "worker_id") and ("collector", "policy_version"); worker w
+    draws trajectory ids from ``[w << 40, (w + 1) << 40)``. They travel as the tensors of a
+    layout each worker publishes once (no pickling per batch), into buffers preallocated
+    here. Weights (parameters and buffers) go out point to point after each
+    ``update_policy_weights_()``.
+
+    Args:
+        create_env_fn: one env source for every worker (a gymnasium id, or a picklable
+            zero-argument callable returning a GymEnv), or a list with one per worker (for
+            collector_class "multisync"/"multiasync": a list of callables per worker).
+        policy: picklable callable TensorDict -> TensorDict (an nn.Module to sync weights).
+        num_workers: worker processes (SLURM jobs with launcher="submitit").
+        collector_class: "sync" (Collector), "multisync" or "multiasync" in each worker.
+        envs_per_worker, seed, env_kwargs: with one env source, each worker's envs (env i of
+            the run seeded ``seed + i``, rlcollect/seeding.py).
+        collector_kwargs: the inner collector's options (device, max_frames_per_traj, ...;
+            ``num_workers`` of its own processes for multisync/multiasync).
+        backend: "gloo" (CPU tensors).
+        launcher: "mp" (local processes, ``start_method``) or "submitit" (``cluster``:
+            None for SLURM where available, "local" for local jobs; ``slurm_kwargs`` to
+            ``update_parameters``; logs in ``submitit_folder``).
+        master_addr, master_port: where the trainer's store and group listen: 127.0.0.1 (this
+            machine only, the default) or an address the workers' nodes reach; port 0 picks a
+            free one.
+        timeout: seconds any wait on the group may take before it fails (a hung worker).
+        post_collect_hook: picklable, run in every worker on each batch; its non-None
+            return values come back with the batches (``hook_results()``).
+        replay_buffer, trajs_per_batch: batches are written into ``replay_buffer`` here, as
+            they arrive (each worker's rows apart: ``trajs_per_batch`` complete trajectories
+            at a time), and iteration yields None.
+        shutdown_timeout: seconds workers get to close their collectors before being killed.
+    """
+
+    def __init__(
+        self,
+        create_env_fn,
+        policy=None,
+        *,
+        num_workers: int,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        sync: bool = True,
+        collector_class: str = "sync",
+        envs_per_worker: int | None = None,
+        seed: int | None = None,
+        env_kwargs: dict | None = None,
+        collector_kwargs: dict | None = None,
+        backend: str = "gloo",
+        launcher: str = "mp",
+        start_method: str = "spawn",
+        cluster: str | None = None,
+        slurm_kwargs: dict | None = None,
+        submitit_folder: str | Path = "submitit",
+        master_addr: str = "127.0.0.1",
+        master_port: int = 0,
+        timeout: float = 60.0,
+        worker_torch_threads: int | None = 1,
+        post_collect_hook=None,
+        replay_buffer=None,
+        trajs_per_batch: int | None = None,
+        shutdown_timeout: float = 10.0,
+    ) -> None:
+        super().__init__(DeliveryOptions(post_collect_hook=post_collect_hook, replay_buffer=replay_buffer,
+                                         trajs_per_batch=trajs_per_batch))
+        # here: the replay-buffer write (the hook runs in the workers)
+        self._delivery = Delivery(DeliveryOptions(replay_buffer=replay_buffer, trajs_per_batch=trajs_per_batch))
+        self._group = self._rendezvous = self._launcher = None
+        self.num_workers = check_positive_int("num_workers", num_workers)
+        if backend not in BACKENDS:
+            raise ValueError(f"backend={backend!r}: batches and weights travel point to point over gloo (CPU "
+                             f"tensors); nccl and mpi are not supported by DistributedCollector yet")
+        if launcher not in LAUNCHERS:
+            raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}; got {launcher!r}")
+        if collector_class not in COLLECTOR_CLASSES:
+            raise ValueError(f"collector_class must be one of {COLLECTOR_CLASSES}, got {collector_class!r}")
+        self.collector_class, self.sync, self.policy = collector_class, bool(sync), policy
+        self.total_frames = check_total_frames(total_frames)
+        self.shutdown_timeout = shutdown_timeout
+        kwargs = dict(collector_kwargs or {})
+        reserved = sorted(set(kwargs) & set(RESERVED_COLLECTOR_KWARGS))
+        if reserved:
+            raise ValueError(f"collector_kwargs may not set {reserved}: DistributedCollector sets them")
+        if self.sync and kwargs.get("split_trajs", False):
+            raise ValueError("split_trajs=True gives each worker a different padded shape, which sync=True cannot "
+                             "stack: split the stacked batch with split_trajectories instead")
+        entries, host_kwargs = host_env_sources(create_env_fn, self.num_workers, collector_class, envs_per_worker,
+                                                seed, dict(env_kwargs or {}), kwargs, host="worker",
+                                                count_name="num_workers")
+        check_positive_int("frames_per_batch", frames_per_batch)
+        worker_frames = math.ceil(frames_per_batch / self.num_workers) if self.sync else frames_per_batch
+        self.frames_per_batch = worker_frames * self.num_workers if self.sync else worker_frames
+        self.policy_version = 0
+        self._streaming = False  # sync=False: workers send batches back to back
+        self._early: list = []  # batches received while pausing the workers for a call
+        self._outgoing: dict = {}  # sync=False: worker -> sends not waited for [(version, work, tensor)]
+        self._hook_results: list = []
+        self._buffers: dict = {}  # worker -> (TensorDict, its leaves): where its batches land
+        self._worker_frames = worker_frames
+        self._weights = policy_tensors(policy)
+        try:
+            self._rendezvous = Rendezvous(master_addr, master_port, self.num_workers + 1, backend, timeout)
+            specs = [WorkerSpec(index, self._rendezvous.spec, collector_class, entries[index], worker_frames,
+                                {**kwargs, **host_kwargs[index]}, post_collect_hook,
+                                seed=None if seed is None else env_seed(seed, self._first_env(index, envs_per_worker,
+                                                                                             kwargs)),
+                                torch_threads=worker_torch_threads)
+                     for index in range(self.num_workers)]
+            self._launcher = make_launcher(launcher, start_method=start_method, folder=submitit_folder,
+                                           cluster=cluster, slurm_kwargs=slurm_kwargs)
+            self._launcher.start(worker_main, [(spec, policy) for spec in specs])
+            self._group = make_group(self._rendezvous.spec, self._rendezvous.store, 0)
+            self._shapes = [shape for shape, _ in self._call_all("describe")]
+            self.batch_size = torch.Size([self.num_workers, *self._shapes[0]]) if self.sync else \
+                torch.Size(self._shapes[0])
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _first_env(self, index: int, envs_per_worker, kwargs) -> int:
+        """The run-wide index of worker ``index``'s first env (the seed rule)."""
+        per_process = envs_per_worker or 1
+        return index * per_process * (kwargs.get("num_workers", 1) if self.collector_class != "sync" else 1)
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        """Where the store listens (``master_addr``, port)."""
+        return self._rendezvous.spec.address, self._rendezvous.spec.port
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """The worker processes' pids (launcher="mp")."""
+        return self._launcher.pids
+
+    # ------------------------------------------------------------------ talking to workers
+    def _failed(self, index: int | None, error: BaseException) -> WorkerError:
+        """The WorkerError for a failure seen while talking to ``index`` (None: any worker):
+        the traceback a worker left in the store, else who died, else the group's error."""
+        store = self._rendezvous.store
+        indices = range(self.num_workers) if index is None else [index]
+        for worker in [*indices, *range(self.num_workers)]:
+            if store.check([f"error/{worker}"]):
+                return WorkerError(worker, f"raised an exception:\n{store.get(f'error/{worker}').decode()}")
+        for worker in [*indices, *range(self.num_workers)]:
+            reason = self._launcher.failure(worker)
+            if reason is not None:
+                return WorkerError(worker, reason)
+        return WorkerError(-1 if index is None else index, f"no answer from the process group ({error})")
+
+    def _command(self, index: int, kind: int, argument: int = 0) -> None:
+        """Send a command. While the workers stream, never wait for it: a worker reads its
+        next command only once the batch it is sending was received here."""
+        command = torch.tensor([kind, self.policy_version, argument], dtype=torch.int64)
+        work = self._group.send([command], index + 1, COMMAND_TAG)
+        if self._streaming:
+            self._outgoing.setdefault(index, []).append((self.policy_version, work, command))
+        else:
+            work.wait()
+        self._rendezvous.store.add(f"doorbell/{index}", 1)  # a streaming worker looks here between batches
+
+    def _call_all(self, method: str, args_per_worker: list[tuple] | None = None) -> list:
+        """``method(*args)`` on every worker's collector; their answers in worker order."""
+        args_per_worker = args_per_worker or [()] * self.num_workers
+        try:
+            for index in range(self.num_workers):
+                self._command(index, CALL)
+            if self._streaming:  # each worker finishes the batch it is sending, then says so
+                self._drain(lambda data: self._early.append(data))
+            for index, args in enumerate(args_per_worker):
+                send_object(self._group, (method, tuple(args)), index + 1, COMMAND_TAG)
+            return [recv_object(self._group, index + 1, ANSWER_TAG) for index in range(self.num_workers)]
+        except RuntimeError as error:
+            raise self._failed(None, error) from None
+
+    def _drain(self, keep) -> None:
+        """Receive until every worker sent its PAUSED header; batches on the way go to ``keep``."""
+        paused = set()
+        while len(paused) < self.num_workers:
+            index, frames = self._receive_header(None)
+            if frames == PAUSED:
+                paused.add(index)
+            else:
+                keep(self._receive_batch(index, frames))
+
+    def _receive_header(self, index: int | None) -> tuple[int, int]:
+        header = torch.zeros(4, dtype=torch.int64)
+        if index is None:
+            self._group.recv_anysource([header], HEADER_TAG).wait()
+        else:
+            self._group.recv([header], index + 1, HEADER_TAG).wait()
+        index, frames, version, self._extra = header.tolist()
+        self._settle(index, None if frames == PAUSED else version)
+        return index, frames
+
+    def _settle(self, index: int, version: int | None) -> None:
+        """Let go of the sends worker ``index`` has received: those of weights ``version``
+        and before, as its batch shows; all of them (None) once it paused."""
+        keep = []
+        for entry in self._outgoing.get(index, []):
+            if version is None or entry[0] <= version:
+                entry[1].wait()  # received already: returns at once
+            else:
+                keep.append(entry)
+        self._outgoing[index] = keep
+
+    def _receive_batch(self, index: int, frames: int) -> TensorDictBase:
+        """The batch worker ``index`` sends after its header, into its preallocated buffer
+        (cloned: the next one lands there)."""
+        if index not in self._buffers:
+            layout = pickle.loads(self._rendezvous.store.get(f"layout/{index}"))
+            buffer = TensorDict({}, batch_size=layout["batch_size"])
+            for key, shape, dtype in layout["entries"]:
+                buffer.set(key, torch.zeros(shape, dtype=dtype))
+            self._buffers[index] = (buffer, [buffer.get(key) for key, _, _ in layout["entries"]])
+        buffer, leaves = self._buffers[index]
+        for leaf in leaves:
+            self._group.recv([leaf], index + 1, DATA_TAG).wait()
+        if self._extra:
+            payload = torch.empty(self._extra, dtype=torch.uint8)
+            self._group.recv([payload], index + 1, DATA_TAG).wait()
+            self._hook_results.append(pickle.loads(payload.numpy().tobytes()))
+        self._frames += frames
+        return buffer.clone()
+
+    # ------------------------------------------------------------------ batches
+    def _next_batch(self) -> TensorDictBase:
+        try:
+            if self.sync:
+                for index in range(self.num_workers):
+                    self._command(index, COLLECT)
+                parts = [self._receive_batch(index, self._receive_header(index)[1])
+                         for index in range(self.num_workers)]
+                if self._delivery.writes:
+                    for index, part in enumerate(parts):
+                        self._delivery(part, index)
+                    return None
+                return torch.stack(parts)
+            if not self._streaming:
+                for index in range(self.num_workers):
+                    self._command(index, START)
+                self._streaming = True
+            if self._early:
+                batch = self._early.pop(0)
+            else:
+                batch = self._receive_batch(*self._receive_header(None))
+        except RuntimeError as error:
+            raise self._failed(None, error) from None
+        return self._delivery(batch, int(batch.get(WORKER_ID).reshape(-1)[0]))
+
+    def hook_results(self) -> list:
+        """What the workers' post_collect_hook returned since the last call (non-None values,
+        in arrival order)."""
+        results, self._hook_results = self._hook_results, []
+        return results
+
+    # ------------------------------------------------------------------ weights, state
+    def update_policy_weights_(self, weights=None) -> None:
+        """Send the policy's parameters and buffers (or ``weights``: a module, a state_dict
+        or a TensorDict of the same entries) to every worker, version bumped. sync=True: the
+        next batch uses them; sync=False: each worker applies them after its batch under way."""
+        tensors = self._weights if weights is None else _weight_tensors(self.policy, weights)
+        self.policy_version += 1
+        if not tensors:
+            return
+        try:
+            for index in range(self.num_workers):
+                self._command(index, WEIGHTS)
+                for tensor in tensors:
+                    if self._streaming:  # the worker reads them after its batch under way: never wait here
+                        payload = tensor.detach().clone()
+                        work = self._group.send([payload], index + 1, WEIGHTS_TAG)
+                        self._outgoing.setdefault(index, []).append((self.policy_version, work, payload))
+                    else:
+                        self._group.send([tensor.detach().contiguous()], index + 1, WEIGHTS_TAG).wait()
+        except RuntimeError as error:
+            raise self._failed(None, error) from None
+
+    def set_seed(self, seed: int) -> int:
+        """Seed every worker by the seed rule (env i of the run seeded ``seed + i``)."""
+        firsts = [sum(math.prod(shape[:-1]) for shape in self._shapes[:index]) for index in range(self.num_workers)]
+        self._call_all("set_seed", [(env_seed(seed, first),) for first in firsts])
+        return seed
+
+    def reset(self) -> None:
+        """Reset every env of every worker; each starts a new trajectory."""
+        self._call_all("reset")
+
+    def state_dict(self) -> dict:
+        """Frame count, policy version and each worker's collector state (its trajectory-id pool)."""
+        return {"frames": self._frames, "policy_version": self.policy_version, "workers": self._call_all("state_dict")}
+
+    def load_state_dict(self, state: dict) -> None:
+        if len(state["workers"]) != self.num_workers:
+            raise ValueError(f"state holds {len(state['workers'])} workers, this collector has {self.num_workers}")
+        self._call_all("load_state_dict", [(worker,) for worker in state["workers"]])
+        self._frames = int(state["frames"])
+        self.policy_version = int(state.get("policy_version", 0))
+
+    # ------------------------------------------------------------------ shutdown
+    def _close(self) -> None:
+        if self._group is not None:
+            try:
+                for index in range(self.num_workers):
+                    if self._launcher.failure(index) is None:
+                        self._command(index, STOP)
+                if self._streaming:  # each says goodbye after the batch it is sending
+                    self._drain(lambda data: None)
+            except (RuntimeError, WorkerError):
+                pass  # a worker already gone: the launcher stops the rest
+        if self._launcher is not None:
+            self._launcher.stop(self.shutdown_timeout)
+        self._group = None
+        if self._rendezvous is not None:
+            self._rendezvous.close()
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(num_workers={self.num_workers}, collector_class={self.collector_class!r}, "
+                f"sync={self.sync}, frames_per_batch={self.frames_per_batch})")
+
+
+class DistributedSyncCollector(DistributedCollector):
+    """The synchronous distributed collector (TorchRL's DistributedSyncDataCollector): every
+    worker collects ``frames_per_batch / num_workers`` frames and the trainer gets one
+    stacked batch per step, the weights pushed before it included. DistributedCollector
+    with ``sync=True``; the same arguments, without ``sync``."""
+
+    def __init__(self, create_env_fn, policy=None, **kwargs) -> None:
+        if "sync" in kwargs:
+            raise TypeError("DistributedSyncCollector is always synchronous: drop sync=")
+        super().__init__(create_env_fn, policy, sync=True, **kwargs)
+
+
+def _weight_tensors(policy, weights) -> list[torch.Tensor]:
+    """``weights`` (a module, a state_dict or a TensorDict of the policy's entries) as the
+    tensors workers expect, in policy_tensors' order."""
+    if isinstance(weights, TensorDictBase):
+        return [value for _, value in sorted(weights.items(True, True), key=lambda kv: str(kv[0]))]
+    if not isinstance(weights, torch.nn.Module):
+        module = copy.deepcopy(policy)
+        module.load_state_dict(weights)
+        weights = module
+    return policy_tensors(weights)

@@ -1,0 +1,174 @@
+"""A distributed collector's worker: one of rlcollect's collectors in its own process (or
+SLURM job), answering the trainer over the process group.
+
+    trainer (rank 0) ──command──▶ worker w (rank w + 1)        [command, version, argument]
+        COLLECT  one batch (sync)          START   batches until the next command is read (async)
+        WEIGHTS  the policy's tensors follow, in TensorDict.from_module order
+        CALL     a pickled (method, args) follows; the answer goes back pickled (while
+                 streaming, a PAUSED header first: no batch of this worker is in flight)
+        STOP     close the collector and exit
+    worker ──header──▶ trainer    [worker, frames, policy version, hook-result bytes]
+           ──data────▶ the batch's tensors, in its layout's order (the layout is published once
+                       in the store: "layout/<w>"), then the pickled hook result if any
+
+A worker that fails writes its traceback to the store ("error/<w>") before it exits, so
+the trainer names it and its cause.
+"""
+from __future__ import annotations
+
+import pickle
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from rlcollect.collectors.delivery import Delivery
+from rlcollect.collectors.distributed.group import (
+    ANSWER_TAG,
+    COMMAND_TAG,
+    DATA_TAG,
+    HEADER_TAG,
+    WEIGHTS_TAG,
+    GroupSpec,
+    connect_store,
+    make_group,
+    recv_object,
+    send_object,
+)
+from rlcollect.collectors.hosted import build_hosted_collector, traj_start
+from rlcollect.collectors.options import DeliveryOptions
+from rlcollect.collectors.processes import initialize_worker
+from rlcollect.keys import POLICY_VERSION, WORKER_ID
+
+COLLECT, START, WEIGHTS, CALL, STOP = 1, 2, 3, 4, 5
+PAUSED = -1  # a header's frame count: "no batch follows" (the answer to a call made while streaming)
+CALLS = ("set_seed", "reset", "state_dict", "load_state_dict", "describe")
+
+
+@dataclass
+class WorkerSpec:
+    """What one worker is built from (pickled once, at launch)."""
+
+    index: int
+    group: GroupSpec
+    collector_class: str
+    create_env_fn: Any
+    frames_per_batch: int
+    collector_kwargs: dict = field(default_factory=dict)
+    post_collect_hook: Any = None
+    seed: int | None = None  # the worker's RNGs (rlcollect/seeding.py: its first env's seed)
+    torch_threads: int | None = 1
+
+
+def policy_tensors(policy) -> list[torch.Tensor]:
+    """The tensors weights travel as: parameters and buffers, in TensorDict.from_module order."""
+    if not isinstance(policy, torch.nn.Module):
+        return []
+    return [tensor for _, tensor in sorted(TensorDict.from_module(policy).items(True, True), key=lambda kv: str(kv[0]))]
+
+
+def batch_layout(batch) -> dict:
+    """What the trainer preallocates from: the batch size and each entry's key, shape, dtype."""
+    return {"batch_size": list(batch.batch_size),
+            "entries": [(key, list(value.shape), value.dtype) for key, value in batch.items(True, True)]}
+
+
+class Worker:
+    """The worker's loop (``run``) around its collector; see the module doc."""
+
+    def __init__(self, spec: WorkerSpec, policy) -> None:
+        self.spec, self.rank = spec, spec.index + 1
+        self.collector = build_hosted_collector(spec.collector_class, spec.create_env_fn, policy, spec.frames_per_batch,
+                                                spec.collector_kwargs, traj_start(spec.index))
+        self._weights = policy_tensors(policy)
+        self._batches = iter(self.collector)
+        self._delivery = Delivery(DeliveryOptions(post_collect_hook=spec.post_collect_hook))
+        self._layout: list | None = None  # the keys, in the order their tensors are sent
+        self.policy_version = 0
+
+    def run(self, group, store) -> None:
+        command = torch.zeros(3, dtype=torch.int64)
+        pending = group.recv([command], 0, COMMAND_TAG)
+        streaming = False  # async: batches go out back to back, commands are read between them
+        doorbell, handled = f"doorbell/{self.spec.index}", 0  # the trainer rings once per command sent
+        while True:
+            if streaming and store.add(doorbell, 0) == handled:  # (a gloo receive cannot be polled)
+                self._send_batch(group, store)
+                continue
+            pending.wait()
+            handled += 1
+            kind, version, _ = command.tolist()
+            if kind == STOP:
+                if streaming:  # the trainer drains until every worker says goodbye
+                    group.send([torch.tensor([self.spec.index, PAUSED, 0, 0])], 0, HEADER_TAG).wait()
+                return
+            if kind == COLLECT:
+                self._send_batch(group, store)
+            elif kind == START:
+                streaming = True
+            elif kind == WEIGHTS:
+                self._receive_weights(group, version)
+            elif kind == CALL:
+                if streaming:  # tell the trainer no batch of ours is in flight any more
+                    group.send([torch.tensor([self.spec.index, PAUSED, 0, 0])], 0, HEADER_TAG).wait()
+                method, args = recv_object(group, 0, COMMAND_TAG)
+                send_object(group, self._call(method, args), 0, ANSWER_TAG)
+            pending = group.recv([command], 0, COMMAND_TAG)
+
+    def _call(self, method: str, args: tuple):
+        if method not in CALLS:
+            raise ValueError(f"unknown call {method!r}")
+        if method == "describe":
+            return list(self.collector.batch_size), self.collector.frames_per_batch
+        return getattr(self.collector, method)(*args)
+
+    def _receive_weights(self, group, version: int) -> None:
+        incoming = [torch.empty_like(tensor) for tensor in self._weights]
+        for tensor in incoming:
+            group.recv([tensor], 0, WEIGHTS_TAG).wait()
+        with torch.no_grad():
+            for own, new in zip(self._weights, incoming):
+                own.copy_(new)
+        self.collector.update_policy_weights_()  # on to the collector's own copy or worker processes
+        self.policy_version = version
+
+    def _send_batch(self, group, store) -> None:
+        batch = next(self._batches)
+        batch.set(WORKER_ID, torch.full(batch.shape, self.spec.index, dtype=torch.int64))
+        batch.set(POLICY_VERSION, torch.full(batch.shape, self.policy_version, dtype=torch.int64))
+        self._delivery(batch, 0)
+        hook_result = self._delivery.last_hook_result
+        if self._layout is None:
+            layout = batch_layout(batch)
+            store.set(f"layout/{self.spec.index}", pickle.dumps(layout))
+            self._layout = [key for key, _, _ in layout["entries"]]
+        extra = b"" if hook_result is None else pickle.dumps(hook_result)
+        header = torch.tensor([self.spec.index, batch.numel(), self.policy_version, len(extra)], dtype=torch.int64)
+        group.send([header], 0, HEADER_TAG).wait()
+        for key in self._layout:
+            group.send([batch.get(key).contiguous()], 0, DATA_TAG).wait()
+        if extra:
+            group.send([torch.frombuffer(bytearray(extra), dtype=torch.uint8)], 0, DATA_TAG).wait()
+
+    def close(self) -> None:
+        self.collector.shutdown()
+
+
+def worker_main(spec: WorkerSpec, policy) -> None:
+    """Process (or job) entry point: join the group, build the collector, serve the trainer;
+    a failure leaves its traceback in the store for the trainer."""
+    initialize_worker(spec.seed, spec.torch_threads)
+    store = connect_store(spec.group)
+    group = make_group(spec.group, store, spec.index + 1)  # first: the trainer waits for every rank
+    worker = None
+    try:
+        worker = Worker(spec, policy)
+        worker.run(group, store)
+    except BaseException:
+        store.set(f"error/{spec.index}", traceback.format_exc())
+        raise
+    finally:
+        if worker is not None:
+            worker.close()

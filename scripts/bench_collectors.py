@@ -53,6 +53,9 @@ alternating collector should gain most (rlpyt: up to 2x in theory).
     p3  hand-written loop, AsyncVectorEnv of the 8 LogNormalBusyEnvs (8 env processes), as h
     p4  rlcollect MultiSyncCollector, 2 workers x GymEnv(LogNormalBusyEnv, 4), policy copies in the workers
     p5  rlcollect PoolCollector as p1, layout="per_env" ([P, T] batches, whole at every batch end)
+    x1  rlcollect DistributedCollector(sync=True), 2 worker processes x Collector(GymEnv(num_envs=4)),
+        a gloo group on loopback (the f rows' envs and seeds)
+    x2  rlcollect DistributedCollector(sync=False), as x1
     r1  rlcollect RayCollector(sync=True), 2 Ray actors x Collector(GymEnv(num_envs=4))   } scripts/bench_ray.py's
     r2  rlcollect RayCollector(sync=False), as r1                                        } rows r and ra
     s1  start-up: rlcollect MultiSyncCollector (as f), spawn
@@ -151,6 +154,7 @@ POOL_BATCH_SIZE = ENVS_PER_WORKER  # p rows: envs the pool serves per step (one 
 START_METHODS = ("fork", "spawn", "forkserver")
 TARGET_RATIO = 0.8  # rlcollect / hand-written
 TARGET_VECTOR_RATIO = 0.9  # rlcollect / hand-written, vector and torch envs
+TARGET_DISTRIBUTED_RATIO = 0.8  # DistributedCollector / the multi-process collector on one machine
 TARGET_MULTI_VS_TORCHRL = 3.0
 TARGET_COSTLY_SPEEDUP = 1.5
 TARGET_STARTUP_S = 3.0  # rlcollect MultiSync, construction to first batch
@@ -537,6 +541,37 @@ def rlcollect_multi_measure(settings: Settings, collector_cls_name: str, env_sou
     return lambda frames: time_collector(make_collector, frames, settings.frames_per_batch)
 
 
+def rlcollect_distributed_measure(settings: Settings, sync: bool) -> Measure:
+    """DistributedCollector: NUM_WORKERS worker processes (--start-method) x GymEnv(ENVS_PER_WORKER)
+    in a gloo group on loopback, the f/g rows' envs and seeds; sync batches split frames_per_batch
+    across the workers, async batches are one worker's frames_per_batch (as MultiSync/MultiAsync)."""
+    from rlcollect.collectors.distributed import DistributedCollector
+    from rlcollect.envs import GymEnv
+
+    policy = MLPSamplingPolicy(build_mlp())
+    env_fns = [functools.partial(GymEnv, ENV_ID, ENVS_PER_WORKER, seed=SEED + ENVS_PER_WORKER * worker_id)
+               for worker_id in range(NUM_WORKERS)]
+
+    def make_collector(total_frames: int):
+        return DistributedCollector(env_fns, policy, num_workers=NUM_WORKERS, sync=sync,
+                                    frames_per_batch=settings.frames_per_batch, total_frames=total_frames,
+                                    start_method=settings.start_method)
+
+    return lambda frames: time_collector(make_collector, frames, settings.frames_per_batch)
+
+
+@register("x1", f"rlcollect DistributedCollector(sync), {NUM_WORKERS} workers x GymEnv({ENVS_PER_WORKER}), gloo",
+          num_envs=NUM_ENVS)
+def rlcollect_distributed_sync(settings: Settings, worker) -> Measure:
+    return rlcollect_distributed_measure(settings, sync=True)
+
+
+@register("x2", f"rlcollect DistributedCollector(async), {NUM_WORKERS} workers x GymEnv({ENVS_PER_WORKER}), gloo",
+          num_envs=NUM_ENVS)
+def rlcollect_distributed_async(settings: Settings, worker) -> Measure:
+    return rlcollect_distributed_measure(settings, sync=False)
+
+
 def rlcollect_action_server_measure(settings: Settings, collector_cls_name: str, env_source=ENV_ID,
                                     obs_dim: int = 4, hidden: int = HIDDEN, **collector_kwargs) -> Measure:
     """NUM_WORKERS workers x ENVS_PER_WORKER envs (the seeds of the 8-env rows), the policy
@@ -783,6 +818,10 @@ COMPARISONS = (
     ("p5", "p2", "Pool per_env / ActionServer, log-normal", None),
     ("r1", "f", "RayCollector sync / MultiSync", None),
     ("r2", "g", "RayCollector async / MultiAsync", None),
+    ("x1", "f", "Distributed sync / MultiSync", TARGET_DISTRIBUTED_RATIO),
+    ("x2", "g", "Distributed async / MultiAsync", TARGET_DISTRIBUTED_RATIO),
+    ("x1", "r1", "Distributed sync / Ray sync", None),
+    ("x2", "r2", "Distributed async / Ray async", None),
 )
 STARTUP_TARGETS = {"s1": TARGET_STARTUP_S, "s2": TARGET_STARTUP_S}  # seconds, construction to first batch
 

@@ -19,6 +19,7 @@ from rlcollect.collectors.distributed.group import (
     DATA_TAG,
     HEADER_TAG,
     WEIGHTS_TAG,
+    FlatLayout,
     Rendezvous,
     make_group,
     recv_object,
@@ -214,9 +215,9 @@ class DistributedCollector(CollectorBase):
         work = self._group.send([command], index + 1, COMMAND_TAG)
         if self._streaming:
             self._outgoing.setdefault(index, []).append((self.policy_version, work, command))
+            self._rendezvous.store.add(f"doorbell/{index}", 1)  # the worker looks here between batches
         else:
             work.wait()
-        self._rendezvous.store.add(f"doorbell/{index}", 1)  # a streaming worker looks here between batches
 
     def _call_all(self, method: str, args_per_worker: list[tuple] | None = None) -> list:
         """``method(*args)`` on every worker's collector; their answers in worker order."""
@@ -268,13 +269,14 @@ class DistributedCollector(CollectorBase):
         (cloned: the next one lands there)."""
         if index not in self._buffers:
             layout = pickle.loads(self._rendezvous.store.get(f"layout/{index}"))
+            flat = FlatLayout([(shape, dtype) for _, shape, dtype in layout["entries"]])
+            data = flat.buffer()
             buffer = TensorDict({}, batch_size=layout["batch_size"])
-            for key, shape, dtype in layout["entries"]:
-                buffer.set(key, torch.zeros(shape, dtype=dtype))
-            self._buffers[index] = (buffer, [buffer.get(key) for key, _, _ in layout["entries"]])
-        buffer, leaves = self._buffers[index]
-        for leaf in leaves:
-            self._group.recv([leaf], index + 1, DATA_TAG).wait()
+            for (key, _, _), view in zip(layout["entries"], flat.views(data)):
+                buffer.set(key, view)
+            self._buffers[index] = (buffer, data)
+        buffer, data = self._buffers[index]
+        self._group.recv([data], index + 1, DATA_TAG).wait()  # the whole batch, one message
         if self._extra:
             payload = torch.empty(self._extra, dtype=torch.uint8)
             self._group.recv([payload], index + 1, DATA_TAG).wait()
@@ -322,16 +324,19 @@ class DistributedCollector(CollectorBase):
         self.policy_version += 1
         if not tensors:
             return
+        flat = FlatLayout([(list(tensor.shape), tensor.dtype) for tensor in tensors])
+        payload = flat.buffer()  # every tensor in one message (a new buffer: a streaming send may still read it)
+        with torch.no_grad():
+            for view, tensor in zip(flat.views(payload), tensors):
+                view.copy_(tensor)
         try:
             for index in range(self.num_workers):
                 self._command(index, WEIGHTS)
-                for tensor in tensors:
-                    if self._streaming:  # the worker reads them after its batch under way: never wait here
-                        payload = tensor.detach().clone()
-                        work = self._group.send([payload], index + 1, WEIGHTS_TAG)
-                        self._outgoing.setdefault(index, []).append((self.policy_version, work, payload))
-                    else:
-                        self._group.send([tensor.detach().contiguous()], index + 1, WEIGHTS_TAG).wait()
+                work = self._group.send([payload], index + 1, WEIGHTS_TAG)
+                if self._streaming:  # the worker reads them after its batch under way: never wait here
+                    self._outgoing.setdefault(index, []).append((self.policy_version, work, payload))
+                else:
+                    work.wait()
         except RuntimeError as error:
             raise self._failed(None, error) from None
 

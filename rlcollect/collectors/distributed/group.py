@@ -11,6 +11,7 @@ changes in its process.
 from __future__ import annotations
 
 import datetime
+import math
 import pickle
 import socket
 from dataclasses import dataclass
@@ -87,3 +88,28 @@ def recv_object(group, src: int, tag: int):
     if payload.numel():
         group.recv([payload], src, tag).wait()
     return pickle.loads(payload.numpy().tobytes())
+
+
+class FlatLayout:
+    """Tensors of fixed shapes and dtypes laid out in one byte buffer, so that a batch (or
+    the weights) travels as a single message: ``views(buffer)`` are the tensors, aliasing it."""
+
+    ALIGN = 16
+
+    def __init__(self, entries: list[tuple[list[int], torch.dtype]]) -> None:
+        self.entries, self.offsets, offset = list(entries), [], 0
+        for shape, dtype in self.entries:
+            self.offsets.append(offset)
+            size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+            offset += -(-size // self.ALIGN) * self.ALIGN
+        self.nbytes = offset
+
+    def buffer(self) -> torch.Tensor:
+        return torch.zeros(self.nbytes, dtype=torch.uint8)
+
+    def views(self, buffer: torch.Tensor) -> list[torch.Tensor]:
+        views = []
+        for (shape, dtype), offset in zip(self.entries, self.offsets):
+            size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+            views.append(buffer[offset:offset + size].view(dtype).view(shape))
+        return views

@@ -3,13 +3,14 @@ SLURM job), answering the trainer over the process group.
 
     trainer (rank 0) ──command──▶ worker w (rank w + 1)        [command, version, argument]
         COLLECT  one batch (sync)          START   batches until the next command is read (async)
-        WEIGHTS  the policy's tensors follow, in TensorDict.from_module order
+        WEIGHTS  the policy's tensors follow, packed in one message, in TensorDict.from_module order
         CALL     a pickled (method, args) follows; the answer goes back pickled (while
                  streaming, a PAUSED header first: no batch of this worker is in flight)
         STOP     close the collector and exit
     worker ──header──▶ trainer    [worker, frames, policy version, hook-result bytes]
-           ──data────▶ the batch's tensors, in its layout's order (the layout is published once
-                       in the store: "layout/<w>"), then the pickled hook result if any
+           ──data────▶ the batch's tensors packed in one byte buffer, in its layout's order (the
+                       layout is published once in the store: "layout/<w>"), then the pickled
+                       hook result if any
 
 A worker that fails writes its traceback to the store ("error/<w>") before it exits, so
 the trainer names it and its cause.
@@ -31,6 +32,7 @@ from rlcollect.collectors.distributed.group import (
     DATA_TAG,
     HEADER_TAG,
     WEIGHTS_TAG,
+    FlatLayout,
     GroupSpec,
     connect_store,
     make_group,
@@ -92,13 +94,13 @@ class Worker:
         command = torch.zeros(3, dtype=torch.int64)
         pending = group.recv([command], 0, COMMAND_TAG)
         streaming = False  # async: batches go out back to back, commands are read between them
-        doorbell, handled = f"doorbell/{self.spec.index}", 0  # the trainer rings once per command sent
+        doorbell, handled = f"doorbell/{self.spec.index}", 0  # rung once per command sent while streaming
         while True:
             if streaming and store.add(doorbell, 0) == handled:  # (a gloo receive cannot be polled)
                 self._send_batch(group, store)
                 continue
             pending.wait()
-            handled += 1
+            handled += streaming
             kind, version, _ = command.tolist()
             if kind == STOP:
                 if streaming:  # the trainer drains until every worker says goodbye
@@ -125,11 +127,11 @@ class Worker:
         return getattr(self.collector, method)(*args)
 
     def _receive_weights(self, group, version: int) -> None:
-        incoming = [torch.empty_like(tensor) for tensor in self._weights]
-        for tensor in incoming:
-            group.recv([tensor], 0, WEIGHTS_TAG).wait()
+        flat = FlatLayout([(list(tensor.shape), tensor.dtype) for tensor in self._weights])
+        incoming = flat.buffer()
+        group.recv([incoming], 0, WEIGHTS_TAG).wait()  # every tensor, one message
         with torch.no_grad():
-            for own, new in zip(self._weights, incoming):
+            for own, new in zip(self._weights, flat.views(incoming)):
                 own.copy_(new)
         self.collector.update_policy_weights_()  # on to the collector's own copy or worker processes
         self.policy_version = version
@@ -144,11 +146,15 @@ class Worker:
             layout = batch_layout(batch)
             store.set(f"layout/{self.spec.index}", pickle.dumps(layout))
             self._layout = [key for key, _, _ in layout["entries"]]
+            flat = FlatLayout([(shape, dtype) for _, shape, dtype in layout["entries"]])
+            self._flat = flat.buffer()
+            self._flat_views = flat.views(self._flat)
+        for key, view in zip(self._layout, self._flat_views):
+            view.copy_(batch.get(key))
         extra = b"" if hook_result is None else pickle.dumps(hook_result)
         header = torch.tensor([self.spec.index, batch.numel(), self.policy_version, len(extra)], dtype=torch.int64)
         group.send([header], 0, HEADER_TAG).wait()
-        for key in self._layout:
-            group.send([batch.get(key).contiguous()], 0, DATA_TAG).wait()
+        group.send([self._flat], 0, DATA_TAG).wait()  # the whole batch, one message
         if extra:
             group.send([torch.frombuffer(bytearray(extra), dtype=torch.uint8)], 0, DATA_TAG).wait()
 

@@ -15,6 +15,10 @@ measurement:
     pipe, tensordict   MultiProcessWeightSyncScheme(strategy="tensordict")
     none               NoWeightSyncScheme(): the floor (the call's own overhead)
 
+and, for the collectors across machines (on this one, over loopback), a RayCollector
+(2 actors, RayWeightSyncScheme: one ray.put per update, every actor pulls it) and a
+DistributedCollector (2 worker processes in a gloo group: the packed weights sent to each).
+
 One update step, for each scheme in turn: change every weight in place (``add_``, not
 timed) and set the buffer to the update's number, time ``update_policy_weights_()``, then
 collect one batch (timed on its own: "next batch ms", which includes the workers applying
@@ -61,6 +65,30 @@ def make_schemes() -> dict:
 
 
 TARGETS_MS = {"shared memory": TARGET_SHARED_MEM_MS}
+
+
+def env_fns() -> list:
+    from rlcollect.envs import GymEnv
+
+    return [functools.partial(GymEnv, ENV_ID, seed=worker_id) for worker_id in range(NUM_WORKERS)]
+
+
+def other_collectors() -> dict:
+    """The weights of the collectors across machines, on this one: a RayCollector (2 actors,
+    a local Ray on loopback, one ray.put per update) and a DistributedCollector (2 worker
+    processes in a gloo group on loopback, one message per worker per update)."""
+    def ray(policy, frames_per_batch, start_method):
+        from rlcollect.collectors.ray import RayCollector
+
+        return RayCollector(env_fns(), policy, num_collectors=NUM_WORKERS, frames_per_batch=frames_per_batch)
+
+    def distributed(policy, frames_per_batch, start_method):
+        from rlcollect.collectors.distributed import DistributedCollector
+
+        return DistributedCollector(env_fns(), policy, num_workers=NUM_WORKERS, frames_per_batch=frames_per_batch,
+                                    start_method=start_method)
+
+    return {"ray": ray, "torch.distributed": distributed}
 
 
 @dataclass
@@ -123,6 +151,15 @@ def build_runs(frames_per_batch: int, start_method: str) -> list[SchemeRun]:
                                            policy, frames_per_batch=frames_per_batch, start_method=start_method,
                                            weight_sync_schemes={"policy": scheme})
             runs.append(SchemeRun(name, collector, policy, iter(collector), synced=name != "none"))
+            next(runs[-1].batches)
+        for name, make in other_collectors().items():
+            policy = ProbedSamplingPolicy(build_mlp(OBS_DIM, HIDDEN, NUM_ACTIONS))
+            try:
+                collector = make(policy, frames_per_batch, start_method)
+            except ImportError as error:  # Ray not installed
+                print(f"skipping {name}: {error}", file=sys.stderr)
+                continue
+            runs.append(SchemeRun(name, collector, policy, iter(collector), synced=True))
             next(runs[-1].batches)
     except BaseException:
         shutdown(runs)

@@ -219,11 +219,12 @@ class DistributedCollectorConfig(CollectorTarget):
     envs_per_worker: int = 4
     collector_kwargs: HostCollectorConfig = field(default_factory=HostCollectorConfig)
     backend: str = "gloo"
-    launcher: str = "mp"  # mp: local processes | submitit: SLURM jobs (cluster=local: local jobs)
+    launcher: str = "mp"  # mp: local processes | submitit: SLURM jobs (cluster=local: local jobs) | ray: Ray tasks
     start_method: str = "spawn"  # launcher=mp
     cluster: Optional[str] = None  # launcher=submitit: null picks SLURM where sbatch exists, or "local"
     slurm_kwargs: Any = field(default_factory=dict)  # launcher=submitit: executor.update_parameters(...)
     submitit_folder: str = "submitit"  # launcher=submitit: job logs, relative to the run folder
+    ray_address: Optional[str] = None  # launcher=ray: a cluster's address; null: a local Ray on loopback
     master_addr: str = "127.0.0.1"  # where the store and the group listen: this machine only, or an address
     master_port: int = 0  # 0: a free port
     timeout: float = 60.0  # seconds any wait on the group may take (a hung worker fails the run)

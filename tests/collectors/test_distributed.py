@@ -127,7 +127,7 @@ def test_every_listener_binds_loopback(make):
 def test_arguments_are_checked_before_anything_starts():
     with pytest.raises(ValueError, match="collector_class must be one of"):
         DistributedCollector(counting((3,)), num_workers=2, frames_per_batch=8, collector_class="threads")
-    with pytest.raises(ValueError, match="launcher must be one of mp, submitit; got 'ssh'"):
+    with pytest.raises(ValueError, match="launcher must be one of mp, submitit, ray; got 'ssh'"):
         DistributedCollector(counting((3,)), num_workers=1, frames_per_batch=8, launcher="ssh")
     with pytest.raises(ValueError, match="nccl and mpi are not supported"):
         DistributedCollector(counting((3,)), num_workers=1, frames_per_batch=8, backend="nccl")
@@ -147,3 +147,17 @@ def test_submitit_s_local_executor_runs_the_workers_as_jobs(tmp_path):
     assert [tuple(batch.batch_size) for batch in batches] == [(2, 1, 4), (2, 1, 4)]
     assert batches[1]["observation"][0, 0, :, 0].tolist() == [1, 2, 0, 1]
     assert list((tmp_path / "jobs").glob("*_log.out")), "submitit wrote no job logs"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray (the ray extra)")
+def test_ray_tasks_run_the_workers_on_a_loopback_ray():
+    collector = DistributedCollector(counting((3,)), num_workers=2, frames_per_batch=8, total_frames=16, launcher="ray")
+    try:
+        import ray
+
+        assert ray.util.get_node_ip_address() == "127.0.0.1"
+        batches = list(collector)
+    finally:
+        collector.shutdown()
+    assert batches[1]["observation"][1, 0, :, 0].tolist() == [1, 2, 0, 1]
+    assert not ray.is_initialized()  # the Ray it started is stopped

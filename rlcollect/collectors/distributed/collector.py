@@ -78,9 +78,10 @@ class DistributedCollector(CollectorBase):
         collector_kwargs: the inner collector's options (device, max_frames_per_traj, ...;
             ``num_workers`` of its own processes for multisync/multiasync).
         backend: "gloo" (CPU tensors).
-        launcher: "mp" (local processes, ``start_method``) or "submitit" (``cluster``:
-            None for SLURM where available, "local" for local jobs; ``slurm_kwargs`` to
-            ``update_parameters``; logs in ``submitit_folder``).
+        launcher: "mp" (local processes, ``start_method``), "submitit" (``cluster``: None
+            for SLURM where available, "local" for local jobs; ``slurm_kwargs`` to
+            ``update_parameters``; logs in ``submitit_folder``) or "ray" (Ray tasks: on the
+            cluster at ``ray_address``, or None: a local Ray bound to loopback).
         master_addr, master_port: where the trainer's store and group listen: 127.0.0.1 (this
             machine only, the default) or an address the workers' nodes reach; port 0 picks a
             free one.
@@ -113,6 +114,7 @@ class DistributedCollector(CollectorBase):
         cluster: str | None = None,
         slurm_kwargs: dict | None = None,
         submitit_folder: str | Path = "submitit",
+        ray_address: str | None = None,
         master_addr: str = "127.0.0.1",
         master_port: int = 0,
         timeout: float = 60.0,
@@ -168,7 +170,7 @@ class DistributedCollector(CollectorBase):
                                 torch_threads=worker_torch_threads)
                      for index in range(self.num_workers)]
             self._launcher = make_launcher(launcher, start_method=start_method, folder=submitit_folder,
-                                           cluster=cluster, slurm_kwargs=slurm_kwargs)
+                                           cluster=cluster, slurm_kwargs=slurm_kwargs, ray_address=ray_address)
             self._launcher.start(worker_main, [(spec, policy) for spec in specs])
             self._group = make_group(self._rendezvous.spec, self._rendezvous.store, 0)
             self._shapes = [shape for shape, _ in self._call_all("describe")]

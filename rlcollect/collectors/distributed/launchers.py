@@ -1,7 +1,8 @@
-"""How a distributed collector's workers are started: local processes ("mp") or SLURM jobs
+"""How a distributed collector's workers are started: local processes ("mp"), SLURM jobs
 through submitit ("submitit"; ``cluster="local"`` runs them as local processes, a dry run
-of the SLURM path). A launcher starts ``worker_main(spec, policy)`` once per worker, tells
-whether each is still running, and stops them."""
+of the SLURM path) or Ray tasks ("ray": on a running Ray cluster, or a local Ray bound to
+loopback). A launcher starts ``worker_main(spec, policy)`` once per worker, tells whether
+each is still running, and stops them."""
 from __future__ import annotations
 
 import multiprocessing
@@ -9,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-LAUNCHERS = ("mp", "submitit")
+LAUNCHERS = ("mp", "submitit", "ray")
 
 
 class ProcessLauncher:
@@ -89,10 +90,56 @@ class SubmititLauncher:
         return []
 
 
+class RayLauncher:
+    """Workers as Ray tasks (one CPU each): on the cluster this process is connected to, or
+    at ``ray_address``, or (None) on a Ray started here bound to loopback, stopped at the end."""
+
+    def __init__(self, ray_address: str | None = None) -> None:
+        from rlcollect.collectors.ray.startup import import_ray, start_local_ray
+
+        self._ray = import_ray()
+        self._started = False
+        if not self._ray.is_initialized():
+            if ray_address is None:
+                start_local_ray()
+                self._started = True
+            else:
+                self._ray.init(address=ray_address)
+        self.tasks: list = []
+
+    def start(self, target: Callable, args_per_worker: list[tuple]) -> None:
+        remote = self._ray.remote(num_cpus=1, max_retries=0)(target)
+        self.tasks = [remote.remote(*args) for args in args_per_worker]
+
+    def failure(self, index: int) -> str | None:
+        ready, _ = self._ray.wait([self.tasks[index]], timeout=0)
+        if not ready:
+            return None
+        try:
+            self._ray.get(ready[0])
+            return "task ended"
+        except Exception as error:  # the task's own error, or its worker process dying
+            return f"task failed ({type(error).__name__})"
+
+    def stop(self, timeout: float) -> None:
+        if self.tasks:
+            _, running = self._ray.wait(self.tasks, num_returns=len(self.tasks), timeout=timeout)
+            for task in running:
+                self._ray.cancel(task, force=True)
+        if self._started:
+            self._ray.shutdown()
+
+    @property
+    def pids(self) -> list[int]:
+        return []
+
+
 def make_launcher(launcher: str, *, start_method: str = "spawn", folder: str | Path = "submitit",
-                  cluster: str | None = None, slurm_kwargs: dict | None = None):
+                  cluster: str | None = None, slurm_kwargs: dict | None = None, ray_address: str | None = None):
     if launcher == "mp":
         return ProcessLauncher(start_method)
     if launcher == "submitit":
         return SubmititLauncher(folder, cluster, slurm_kwargs)
+    if launcher == "ray":
+        return RayLauncher(ray_address)
     raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}; got {launcher!r}")

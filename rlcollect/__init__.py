@@ -11,7 +11,8 @@ The library, usable without the CLI (docs/README.md is the map):
   ``ActionServerCollector`` / ``AlternatingCollector`` (envs in workers, one batched
   policy forward here), ``PoolCollector`` (an asynchronous env pool: the policy here
   serves the first envs ready), ``RayCollector`` (Ray actors), ``DistributedCollector`` / ``DistributedSyncCollector``
-  (worker processes or SLURM jobs in a torch.distributed gloo group), ``EvalCollector`` (evaluation),
+  (worker processes or SLURM jobs in a torch.distributed gloo group), ``RPCCollector``
+  (workers driven over torch.distributed.rpc), ``EvalCollector`` (evaluation),
   with their option groups (``StepOptions``, ``DeviceOptions``, ``DeliveryOptions``,
   ``WorkerOptions``, ``BatchSpec``), ``WorkerError`` and ``WorkerRestart`` (a worker
   replaced under ``max_worker_restarts``).
@@ -54,6 +55,7 @@ _EXPORTS = {
     "DeviceOptions": "rlcollect.collectors.options",
     "DistributedCollector": "rlcollect.collectors.distributed.collector",
     "DistributedSyncCollector": "rlcollect.collectors.distributed.collector",
+    "RPCCollector": "rlcollect.collectors.distributed.rpc",
     "EvalCollector": "rlcollect.collectors.evaluation",
     "EvalResult": "rlcollect.collectors.evaluation",
     "MultiAsyncCollector": "rlcollect.collectors.multi",

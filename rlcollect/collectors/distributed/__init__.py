@@ -1,7 +1,9 @@
-"""Collection over torch.distributed: workers in local processes or SLURM jobs joined with
-the trainer in a gloo process group bound to one address (127.0.0.1 by default)."""
+"""Collection over torch.distributed: workers in local processes, SLURM jobs or Ray tasks
+joined with the trainer in a gloo process group bound to one address (127.0.0.1 by
+default), or driven over torch.distributed.rpc (RPCCollector, one machine, loopback)."""
 from rlcollect.collectors.distributed.collector import DistributedCollector, DistributedSyncCollector
 from rlcollect.collectors.distributed.group import Rendezvous
 from rlcollect.collectors.distributed.launchers import LAUNCHERS
+from rlcollect.collectors.distributed.rpc import RPCCollector
 
-__all__ = ["LAUNCHERS", "DistributedCollector", "DistributedSyncCollector", "Rendezvous"]
+__all__ = ["LAUNCHERS", "DistributedCollector", "DistributedSyncCollector", "RPCCollector", "Rendezvous"]

@@ -322,7 +322,7 @@ class DistributedCollector(CollectorBase):
         """Send the policy's parameters and buffers (or ``weights``: a module, a state_dict
         or a TensorDict of the same entries) to every worker, version bumped. sync=True: the
         next batch uses them; sync=False: each worker applies them after its batch under way."""
-        tensors = self._weights if weights is None else _weight_tensors(self.policy, weights)
+        tensors = self._weights if weights is None else weight_tensors(self.policy, weights)
         self.policy_version += 1
         if not tensors:
             return
@@ -397,7 +397,7 @@ class DistributedSyncCollector(DistributedCollector):
         super().__init__(create_env_fn, policy, sync=True, **kwargs)
 
 
-def _weight_tensors(policy, weights) -> list[torch.Tensor]:
+def weight_tensors(policy, weights) -> list[torch.Tensor]:
     """``weights`` (a module, a state_dict or a TensorDict of the policy's entries) as the
     tensors workers expect, in policy_tensors' order."""
     if isinstance(weights, TensorDictBase):

@@ -1,0 +1,317 @@
+"""RPCCollector: rlcollect's collectors in worker processes driven over torch.distributed.rpc
+(TensorPipe), on this machine, every listener on loopback.
+
+The rendezvous is a file (``init_method="file://..."``: no TCP store at all) and TensorPipe's
+sockets are bound to the loopback interface (``TP_SOCKET_IFNAME=lo``, its "uv" transport),
+so nothing listens on another interface. One RPC agent per process: one RPCCollector at a
+time in a process, and torch.distributed.rpc starts only once in a process: one
+RPCCollector per process.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.delivery import Delivery
+from rlcollect.collectors.distributed.launchers import ProcessLauncher
+from rlcollect.collectors.distributed.worker import policy_tensors
+from rlcollect.collectors.hosted import COLLECTOR_CLASSES, build_hosted_collector, host_env_sources, traj_start
+from rlcollect.collectors.options import DeliveryOptions, check_total_frames
+from rlcollect.collectors.processes import WorkerError, initialize_worker
+from rlcollect.keys import POLICY_VERSION, WORKER_ID
+from rlcollect.seeding import env_seed
+from rlcollect.validation import check_positive_int
+
+LOOPBACK_INTERFACE = "lo"
+_STARTED = []  # RPC agents this process started (torch.distributed.rpc does not start twice in a process)
+POLL_SECONDS = 0.0005  # sync=False: how often the futures in flight are looked at
+
+
+def _backend_options(init_file: str, timeout: float):
+    from torch.distributed import rpc
+
+    return rpc.TensorPipeRpcBackendOptions(init_method=f"file://{init_file}", rpc_timeout=timeout,
+                                           _transports=["uv"], _channels=["basic"])
+
+
+@dataclass
+class RPCWorkerSpec:
+    index: int
+    collector_class: str
+    create_env_fn: Any
+    frames_per_batch: int
+    collector_kwargs: dict = field(default_factory=dict)
+    post_collect_hook: Any = None
+    seed: int | None = None
+
+
+class RPCHost:
+    """Lives in a worker (created there by ``rpc.remote``): its collector, and the weights
+    that arrive between batches (applied at the start of the next one)."""
+
+    def __init__(self, spec: RPCWorkerSpec, policy) -> None:
+        self.index = spec.index
+        self.collector = build_hosted_collector(spec.collector_class, spec.create_env_fn, policy,
+                                                spec.frames_per_batch, spec.collector_kwargs, traj_start(spec.index))
+        self._weights = policy_tensors(policy)
+        self._pending: tuple | None = None  # (version, tensors) not applied yet
+        self._lock = threading.Lock()  # one call at a time touches the collector
+        self._batches = iter(self.collector)
+        self._delivery = Delivery(DeliveryOptions(post_collect_hook=spec.post_collect_hook))
+        self.policy_version = 0
+
+    def describe(self) -> list[int]:
+        return list(self.collector.batch_size)
+
+    def receive_weights(self, version: int, tensors: list[torch.Tensor]) -> None:
+        self._pending = (version, tensors)  # a batch under way keeps the weights it started with
+
+    def collect(self):
+        with self._lock:
+            self._apply_weights()
+            batch = next(self._batches)
+            batch.set(WORKER_ID, torch.full(batch.shape, self.index, dtype=torch.int64))
+            batch.set(POLICY_VERSION, torch.full(batch.shape, self.policy_version, dtype=torch.int64))
+            self._delivery(batch, 0)
+            return batch, self._delivery.last_hook_result
+
+    def _apply_weights(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        version, tensors = pending
+        with torch.no_grad():
+            for own, new in zip(self._weights, tensors):
+                own.copy_(new)
+        self.collector.update_policy_weights_()
+        self.policy_version = version
+
+    def call(self, method: str, args: tuple):
+        with self._lock:
+            return getattr(self.collector, method)(*args)
+
+    def close(self) -> None:
+        with self._lock:
+            self.collector.shutdown()
+
+
+def _rpc_worker_main(index: int, world_size: int, init_file: str, timeout: float, torch_threads, seed) -> None:
+    """A worker process: join the RPC group and serve until the trainer shuts it down."""
+    from torch.distributed import rpc
+
+    os.environ["TP_SOCKET_IFNAME"] = LOOPBACK_INTERFACE
+    initialize_worker(seed, torch_threads)
+    rpc.init_rpc(f"worker{index}", rank=index + 1, world_size=world_size,
+                 rpc_backend_options=_backend_options(init_file, timeout))
+    rpc.shutdown()  # returns once the trainer shuts down
+
+
+def _create_host(spec: RPCWorkerSpec, policy) -> RPCHost:
+    return RPCHost(spec, policy)
+
+
+class RPCCollector(CollectorBase):
+    """``num_workers`` worker processes, each running one of rlcollect's collectors, driven
+    by torch.distributed.rpc from this process (TensorPipe on loopback; one machine).
+
+    ``sync=True`` stacks one batch per worker (``[W, ...]``, ``frames_per_batch`` split across
+    them); ``sync=False`` yields each worker's batch first come first served, keeping one
+    request in flight per worker. ``update_policy_weights_()`` sends the policy's
+    parameters and buffers to every worker (an RPC each), applied before its next batch.
+    The other arguments are DistributedCollector's (launcher "mp" only). docs/collectors.md.
+    """
+
+    def __init__(
+        self,
+        create_env_fn,
+        policy=None,
+        *,
+        num_workers: int,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        sync: bool = True,
+        collector_class: str = "sync",
+        envs_per_worker: int | None = None,
+        seed: int | None = None,
+        env_kwargs: dict | None = None,
+        collector_kwargs: dict | None = None,
+        start_method: str = "spawn",
+        timeout: float = 60.0,
+        worker_torch_threads: int | None = 1,
+        post_collect_hook=None,
+        shutdown_timeout: float = 10.0,
+    ) -> None:
+        super().__init__(DeliveryOptions(post_collect_hook=post_collect_hook))
+        from torch.distributed import rpc
+
+        self._rpc, self._hosts, self._launcher, self._initialized = rpc, [], None, False
+        self.num_workers = check_positive_int("num_workers", num_workers)
+        if collector_class not in COLLECTOR_CLASSES:
+            raise ValueError(f"collector_class must be one of {COLLECTOR_CLASSES}, got {collector_class!r}")
+        if not rpc.is_available():
+            raise RuntimeError("RPCCollector needs torch.distributed.rpc, which this torch build lacks")
+        if _STARTED:
+            raise RuntimeError("torch.distributed.rpc starts once per process (a second init_rpc hangs): build one "
+                               "RPCCollector per process, or use DistributedCollector")
+        if start_method == "fork":
+            raise ValueError("start_method='fork' would copy this process's RPC state into the workers (after an "
+                             "RPCCollector, a forked worker cannot join a new group): use 'spawn' or 'forkserver'")
+        self.collector_class, self.sync, self.policy = collector_class, bool(sync), policy
+        self.total_frames = check_total_frames(total_frames)
+        self.timeout, self.shutdown_timeout = timeout, shutdown_timeout
+        kwargs = dict(collector_kwargs or {})
+        entries, host_kwargs = host_env_sources(create_env_fn, self.num_workers, collector_class, envs_per_worker,
+                                                seed, dict(env_kwargs or {}), kwargs, host="worker",
+                                                count_name="num_workers")
+        worker_frames = math.ceil(check_positive_int("frames_per_batch", frames_per_batch) / self.num_workers) \
+            if self.sync else frames_per_batch
+        self.frames_per_batch = worker_frames * self.num_workers if self.sync else worker_frames
+        self.policy_version = 0
+        self._weights = policy_tensors(policy)
+        self._hook_results: list = []
+        self._in_flight: dict = {}  # sync=False: worker -> its collect future
+        per_worker = (envs_per_worker or 1) * (kwargs.get("num_workers", 1) if collector_class != "sync" else 1)
+        os.environ.setdefault("TP_SOCKET_IFNAME", LOOPBACK_INTERFACE)  # this process's TensorPipe too
+        self._init_file = tempfile.mktemp(prefix="rlcollect-rpc-")
+        try:
+            world_size = self.num_workers + 1
+            self._launcher = ProcessLauncher(start_method)
+            worker_seeds = [None if seed is None else env_seed(seed, index * per_worker)
+                            for index in range(self.num_workers)]
+            self._launcher.start(_rpc_worker_main, [(index, world_size, self._init_file, timeout,
+                                                     worker_torch_threads, worker_seeds[index])
+                                                    for index in range(self.num_workers)])
+            _STARTED.append(self)
+            rpc.init_rpc("trainer", rank=0, world_size=world_size,
+                         rpc_backend_options=_backend_options(self._init_file, timeout))
+            self._initialized = True
+            specs = [RPCWorkerSpec(index, collector_class, entries[index], worker_frames,
+                                   {**kwargs, **host_kwargs[index]}, post_collect_hook, worker_seeds[index])
+                     for index in range(self.num_workers)]
+            self._hosts = [rpc.remote(f"worker{index}", _create_host, args=(spec, policy))
+                           for index, spec in enumerate(specs)]
+            shapes = self._gather([host.rpc_async(timeout=timeout).describe() for host in self._hosts])
+            self.batch_size = torch.Size([self.num_workers, *shapes[0]]) if self.sync else torch.Size(shapes[0])
+        except BaseException:
+            self.shutdown()
+            raise
+
+    # ------------------------------------------------------------------ calls
+    def _failed(self, index: int, error: BaseException) -> WorkerError:
+        reason = self._launcher.failure(index)
+        if reason is not None:
+            return WorkerError(index, reason)
+        text = "".join(traceback.format_exception_only(type(error), error)).strip()
+        return WorkerError(index, f"raised an exception:\n{text}")
+
+    def _gather(self, futures: list) -> list:
+        results = []
+        for index, future in enumerate(futures):
+            try:
+                results.append(future.wait())
+            except Exception as error:
+                raise self._failed(index, error) from None
+        return results
+
+    def _collect(self, index: int):
+        return self._hosts[index].rpc_async(timeout=self.timeout).collect()
+
+    def _keep(self, result) -> TensorDictBase:
+        batch, hook_result = result
+        if hook_result is not None:
+            self._hook_results.append(hook_result)
+        self._frames += batch.numel()
+        return batch
+
+    def _next_batch(self) -> TensorDictBase:
+        if self.sync:
+            results = self._gather([self._collect(index) for index in range(self.num_workers)])
+            return torch.stack([self._keep(result) for result in results])
+        for index in range(self.num_workers):
+            if index not in self._in_flight:
+                self._in_flight[index] = self._collect(index)
+        while True:
+            for index, future in list(self._in_flight.items()):
+                if future.done():
+                    del self._in_flight[index]
+                    try:
+                        result = future.wait()
+                    except Exception as error:
+                        raise self._failed(index, error) from None
+                    self._in_flight[index] = self._collect(index)  # keep it busy
+                    return self._keep(result)
+            time.sleep(POLL_SECONDS)
+
+    def hook_results(self) -> list:
+        results, self._hook_results = self._hook_results, []
+        return results
+
+    def update_policy_weights_(self, weights=None) -> None:
+        """Send the policy's parameters and buffers to every worker (applied before its next batch)."""
+        from rlcollect.collectors.distributed.collector import weight_tensors
+
+        tensors = self._weights if weights is None else weight_tensors(self.policy, weights)
+        self.policy_version += 1
+        if tensors:
+            payload = [tensor.detach().clone() for tensor in tensors]
+            self._gather([host.rpc_async(timeout=self.timeout).receive_weights(self.policy_version, payload)
+                          for host in self._hosts])
+
+    def _call_all(self, method: str, args_per_worker: list[tuple] | None = None) -> list:
+        args_per_worker = args_per_worker or [()] * self.num_workers
+        return self._gather([host.rpc_async(timeout=self.timeout).call(method, tuple(args))
+                             for host, args in zip(self._hosts, args_per_worker)])
+
+    def set_seed(self, seed: int) -> int:
+        per_worker = self.batch_size[1:-1].numel() if self.sync else self.batch_size[:-1].numel()
+        self._call_all("set_seed", [(env_seed(seed, index * per_worker),) for index in range(self.num_workers)])
+        return seed
+
+    def reset(self) -> None:
+        self._call_all("reset")
+
+    def state_dict(self) -> dict:
+        return {"frames": self._frames, "policy_version": self.policy_version, "workers": self._call_all("state_dict")}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._call_all("load_state_dict", [(worker,) for worker in state["workers"]])
+        self._frames, self.policy_version = int(state["frames"]), int(state.get("policy_version", 0))
+
+    # ------------------------------------------------------------------ shutdown
+    def _close(self) -> None:
+        rpc = self._rpc
+        healthy = self._launcher is not None and all(self._launcher.failure(index) is None
+                                                     for index in range(self.num_workers))
+        if self._initialized:
+            try:
+                for future in self._in_flight.values():
+                    future.wait()
+                if healthy:
+                    self._gather([host.rpc_async(timeout=self.shutdown_timeout).close() for host in self._hosts])
+            except Exception:
+                healthy = False
+            self._hosts, self._in_flight = [], {}
+            rpc.shutdown(graceful=healthy)
+            self._initialized = False
+        if self._launcher is not None:
+            self._launcher.stop(self.shutdown_timeout)
+        if os.path.exists(self._init_file):
+            os.unlink(self._init_file)
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return self._launcher.pids
+
+    def __repr__(self) -> str:
+        return (f"RPCCollector(num_workers={self.num_workers}, collector_class={self.collector_class!r}, "
+                f"sync={self.sync}, frames_per_batch={self.frames_per_batch})")

@@ -193,7 +193,7 @@ def test_help_and_a_missing_option_list_only_the_yaml_options(tmp_path):
     assert result.returncode == 0, result.stderr
     groups = dict(line.split(": ", 1) for line in result.stdout.split("== Config ==")[0].splitlines()
                   if ": " in line and not line.startswith(" "))
-    assert groups["collector"] == "action_server, alternating, multiasync, multisync, pool, ray, sync"
+    assert groups["collector"] == "action_server, alternating, distributed, multiasync, multisync, pool, ray, sync"
     assert groups["weight_sync"] == "multiprocess, none, ray, shared_mem"
     assert groups["algo"] == "dqn, ppo" and groups["logger"] == "none, wandb"
     assert groups["model"] == "actor_critic, q_network, recurrent_actor_critic"

@@ -202,7 +202,7 @@ def test_help_and_a_missing_option_list_only_the_yaml_options(tmp_path):
     missing = rlcollect(tmp_path, "train", "collector=nosuch")
     assert missing.returncode != 0 and "Could not find 'collector/nosuch'" in missing.stderr
     listed = missing.stderr.split("Available options in 'collector':")[1].split("Config search path")[0].split()
-    assert listed == ["action_server", "alternating", "multiasync", "multisync", "pool", "ray", "sync"]
+    assert listed == ["action_server", "alternating", "distributed", "multiasync", "multisync", "pool", "ray", "sync"]
 
 
 USER_COLLECTOR = '''

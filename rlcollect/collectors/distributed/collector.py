@@ -9,6 +9,7 @@ import pickle
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from tensordict import TensorDict, TensorDictBase
 
 from rlcollect.collectors.base import CollectorBase
@@ -131,8 +132,10 @@ class DistributedCollector(CollectorBase):
         self._group = self._rendezvous = self._launcher = None
         self.num_workers = check_positive_int("num_workers", num_workers)
         if backend not in BACKENDS:
-            raise ValueError(f"backend={backend!r}: batches and weights travel point to point over gloo (CPU "
-                             f"tensors); nccl and mpi are not supported by DistributedCollector yet")
+            available = {"nccl": dist.is_nccl_available(), "mpi": dist.is_mpi_available()}.get(backend)
+            built = "" if available is None else f" (this torch build has it: {available})"
+            raise ValueError(f"backend={backend!r}{built}: batches and weights travel point to point over gloo "
+                             "(CPU tensors); nccl and mpi are not supported by DistributedCollector yet")
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}; got {launcher!r}")
         if collector_class not in COLLECTOR_CLASSES:

@@ -135,7 +135,7 @@ def compare(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="rlcollect compare",
         description="Compare runs: one row per group of runs that differ only by seed (mean ± std), and interval "
-                    "estimates (IQM, median, mean, optimality gap with stratified bootstrap 95%% CIs) of the final "
+                    "estimates (IQM, median, mean, optimality gap with stratified bootstrap 95% CIs) of the final "
                     "eval score and of the area under the learning curve. Failed or interrupted runs are left out "
                     "and listed.")
     parser.add_argument("paths", nargs="*", metavar="PATH", help="run folders, sweep folders or folders of runs")

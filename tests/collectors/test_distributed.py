@@ -3,6 +3,7 @@ import functools
 import importlib.util
 import multiprocessing
 import os
+import time
 
 import pytest
 import torch
@@ -109,6 +110,20 @@ def test_a_killed_worker_is_named(make):
     with pytest.raises(WorkerError, match="collector worker 1: died"):
         for _ in range(5):
             next(batches)
+
+
+def test_a_killed_streaming_worker_is_named_and_the_others_stop(make):
+    collector = make(counting((3,)), num_workers=2, frames_per_batch=8, sync=False, shutdown_timeout=60)
+    batches = iter(collector)
+    next(batches)
+    os.kill(collector.worker_pids[1], 9)
+    deadline = time.monotonic() + 30  # the survivor keeps sending: the death shows at a liveness check (0.5 s)
+    with pytest.raises(WorkerError, match="collector worker 1: died"):
+        while time.monotonic() < deadline:
+            next(batches)
+    survivor = multiprocessing.active_children()
+    collector.shutdown()  # worker 0, streaming, is told to stop and says goodbye: not killed
+    assert [process.exitcode for process in survivor if process.pid == collector.worker_pids[0]] == [0]
 
 
 @needs_ss

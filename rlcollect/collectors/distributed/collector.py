@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import math
 import pickle
+import time
 from pathlib import Path
 
 import torch
@@ -46,6 +47,7 @@ from rlcollect.seeding import env_seed
 from rlcollect.validation import check_positive_int
 
 BACKENDS = ("gloo",)
+LIVENESS_SECONDS = 0.5
 RESERVED_COLLECTOR_KWARGS = ("frames_per_batch", "total_frames", "traj_pool", "replay_buffer", "trajs_per_batch",
                              "post_collect_hook")
 
@@ -161,6 +163,7 @@ class DistributedCollector(CollectorBase):
         self._early: list = []  # batches received while pausing the workers for a call
         self._outgoing: dict = {}  # sync=False: worker -> sends not waited for [(version, work, tensor)]
         self._hook_results: list = []
+        self._last_check = 0.0  # sync=False: when the workers' liveness was last looked at
         self._buffers: dict = {}  # worker -> (TensorDict, its leaves): where its batches land
         self._worker_frames = worker_frames
         self._weights = policy_tensors(policy)
@@ -213,6 +216,18 @@ class DistributedCollector(CollectorBase):
                 return WorkerError(worker, reason)
         return WorkerError(-1 if index is None else index, f"no answer from the process group ({error})")
 
+    def _check_workers(self) -> None:
+        """Streaming: a worker that died while the others keep sending is not seen by the
+        receives; look at the launcher every LIVENESS_SECONDS."""
+        now = time.monotonic()
+        if now - self._last_check < LIVENESS_SECONDS:
+            return
+        self._last_check = now
+        for index in range(self.num_workers):
+            reason = self._launcher.failure(index)
+            if reason is not None:
+                raise self._failed(index, RuntimeError(reason))
+
     def _command(self, index: int, kind: int, argument: int = 0) -> None:
         """Send a command. While the workers stream, never wait for it: a worker reads its
         next command only once the batch it is sending was received here."""
@@ -238,14 +253,14 @@ class DistributedCollector(CollectorBase):
         except RuntimeError as error:
             raise self._failed(None, error) from None
 
-    def _drain(self, keep) -> None:
-        """Receive until every worker sent its PAUSED header; batches on the way go to ``keep``."""
-        paused = set()
-        while len(paused) < self.num_workers:
-            index, frames = self._receive_header(None)
-            if frames == PAUSED:
-                paused.add(index)
-            else:
+    def _drain(self, keep, workers=None) -> None:
+        """Receive from each worker of ``workers`` (default: all), one after the other, until
+        it sent its PAUSED header; batches on the way go to ``keep``."""
+        for worker in range(self.num_workers) if workers is None else workers:
+            while True:
+                index, frames = self._receive_header(worker)
+                if frames == PAUSED:
+                    break
                 keep(self._receive_batch(index, frames))
 
     def _receive_header(self, index: int | None) -> tuple[int, int]:
@@ -306,6 +321,7 @@ class DistributedCollector(CollectorBase):
                 for index in range(self.num_workers):
                     self._command(index, START)
                 self._streaming = True
+            self._check_workers()
             if self._early:
                 batch = self._early.pop(0)
             else:
@@ -370,11 +386,11 @@ class DistributedCollector(CollectorBase):
     def _close(self) -> None:
         if self._group is not None:
             try:
-                for index in range(self.num_workers):
-                    if self._launcher.failure(index) is None:
-                        self._command(index, STOP)
+                running = [index for index in range(self.num_workers) if self._launcher.failure(index) is None]
+                for index in running:
+                    self._command(index, STOP)
                 if self._streaming:  # each says goodbye after the batch it is sending
-                    self._drain(lambda data: None)
+                    self._drain(lambda data: None, running)
             except (RuntimeError, WorkerError):
                 pass  # a worker already gone: the launcher stops the rest
         if self._launcher is not None:

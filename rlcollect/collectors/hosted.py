@@ -7,17 +7,23 @@ Host i owns the ids ``[i << 40, (i + 1) << 40)``; the r-th replacement of a host
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from typing import Sequence
 
 from rlcollect.envs.sources import worker_env_specs
 from rlcollect.envs.staging import StagedEnv
 from rlcollect.seeding import env_seed
 from rlcollect.trajectories import TrajectoryPool
+from rlcollect.validation import check_positive_int
 
 TRAJ_ID_SHIFT = 40  # host i owns traj ids [i << 40, (i + 1) << 40)
 LIFE_ID_SHIFT = 32  # ... and its r-th replacement starts at (i << 40) + (r << 32)
 MAX_LIVES = 1 << (TRAJ_ID_SHIFT - LIFE_ID_SHIFT)  # lives of one host's id range
 COLLECTOR_CLASSES = ("sync", "multisync", "multiasync")
+# what a driver of hosted collectors sets itself, never its collector_kwargs
+RESERVED_COLLECTOR_KWARGS = ("frames_per_batch", "total_frames", "traj_pool", "replay_buffer", "trajs_per_batch",
+                             "post_collect_hook")
 
 
 def traj_start(host_index: int, life: int = 0) -> int:
@@ -93,3 +99,44 @@ def host_env_sources(create_env_fn, num_hosts: int, collector_class: str, envs_p
                             f"each {host}: give a non-empty list of env callables, one per worker, or one env source "
                             "with envs_per_worker and collector_kwargs['num_workers']")
     return entries, host_kwargs
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """What each of a driver's hosts runs: its env source, its collector's kwargs, its RNG
+    seed (its first env's, rlcollect/seeding.py), and the frames of one host batch
+    (``host_frames``) and of a yielded batch (``frames_per_batch``)."""
+
+    env_sources: list
+    collector_kwargs: list[dict]
+    seeds: list
+    host_frames: int
+    frames_per_batch: int
+
+
+def plan_hosts(create_env_fn, num_hosts: int, *, collector_class: str, frames_per_batch: int, sync: bool,
+               envs_per_worker, seed, env_kwargs: dict | None, collector_kwargs: dict | None, owner: str,
+               host: str = "worker", count_name: str = "num_workers") -> HostPlan:
+    """Check a driver's arguments (``owner`` names it in errors) and plan its hosts: with
+    ``sync`` every yielded batch stacks one batch per host, ``frames_per_batch`` split
+    across them; else a yielded batch is one host's ``frames_per_batch`` frames."""
+    if collector_class not in COLLECTOR_CLASSES:
+        raise ValueError(f"collector_class must be one of {COLLECTOR_CLASSES}, got {collector_class!r}")
+    kwargs = dict(collector_kwargs or {})
+    reserved = sorted(set(kwargs) & set(RESERVED_COLLECTOR_KWARGS))
+    if reserved:
+        raise ValueError(f"collector_kwargs may not set {reserved}: {owner} sets them")
+    if sync and kwargs.get("split_trajs", False):
+        raise ValueError(f"split_trajs=True gives each {host} a different padded shape, which sync=True cannot "
+                         "stack: split the stacked batch with split_trajectories instead")
+    entries, host_kwargs = host_env_sources(create_env_fn, num_hosts, collector_class, envs_per_worker, seed,
+                                            dict(env_kwargs or {}), kwargs, host=host, count_name=count_name)
+    check_positive_int("frames_per_batch", frames_per_batch)
+    host_frames = math.ceil(frames_per_batch / num_hosts) if sync else frames_per_batch
+    envs_per_host = (envs_per_worker or 1) * (kwargs.get("num_workers", 1) if collector_class != "sync" else 1)
+    seeds = [None if seed is None else env_seed(seed, index * envs_per_host) for index in range(num_hosts)]
+    return HostPlan(env_sources=entries,
+                    collector_kwargs=[{**kwargs, **own} for own in host_kwargs],
+                    seeds=seeds,
+                    host_frames=host_frames,
+                    frames_per_batch=host_frames * num_hosts if sync else host_frames)

@@ -3,7 +3,6 @@ a torch.distributed (gloo) process group with the trainer; batches and weights t
 point to point over it (worker.py has the protocol)."""
 from __future__ import annotations
 
-import copy
 import math
 import pickle
 import time
@@ -37,9 +36,10 @@ from rlcollect.collectors.distributed.worker import (
     WEIGHTS,
     WorkerSpec,
     policy_tensors,
+    weight_tensors,
     worker_main,
 )
-from rlcollect.collectors.hosted import COLLECTOR_CLASSES, host_env_sources
+from rlcollect.collectors.hosted import plan_hosts
 from rlcollect.collectors.options import DeliveryOptions, check_total_frames
 from rlcollect.collectors.processes import WorkerError
 from rlcollect.keys import WORKER_ID
@@ -48,8 +48,6 @@ from rlcollect.validation import check_positive_int
 
 BACKENDS = ("gloo",)
 LIVENESS_SECONDS = 0.5
-RESERVED_COLLECTOR_KWARGS = ("frames_per_batch", "total_frames", "traj_pool", "replay_buffer", "trajs_per_batch",
-                             "post_collect_hook")
 
 
 class DistributedCollector(CollectorBase):
@@ -140,24 +138,14 @@ class DistributedCollector(CollectorBase):
                              "(CPU tensors); nccl and mpi are not supported by DistributedCollector yet")
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}; got {launcher!r}")
-        if collector_class not in COLLECTOR_CLASSES:
-            raise ValueError(f"collector_class must be one of {COLLECTOR_CLASSES}, got {collector_class!r}")
         self.collector_class, self.sync, self.policy = collector_class, bool(sync), policy
         self.total_frames = check_total_frames(total_frames)
         self.shutdown_timeout = shutdown_timeout
-        kwargs = dict(collector_kwargs or {})
-        reserved = sorted(set(kwargs) & set(RESERVED_COLLECTOR_KWARGS))
-        if reserved:
-            raise ValueError(f"collector_kwargs may not set {reserved}: DistributedCollector sets them")
-        if self.sync and kwargs.get("split_trajs", False):
-            raise ValueError("split_trajs=True gives each worker a different padded shape, which sync=True cannot "
-                             "stack: split the stacked batch with split_trajectories instead")
-        entries, host_kwargs = host_env_sources(create_env_fn, self.num_workers, collector_class, envs_per_worker,
-                                                seed, dict(env_kwargs or {}), kwargs, host="worker",
-                                                count_name="num_workers")
-        check_positive_int("frames_per_batch", frames_per_batch)
-        worker_frames = math.ceil(frames_per_batch / self.num_workers) if self.sync else frames_per_batch
-        self.frames_per_batch = worker_frames * self.num_workers if self.sync else worker_frames
+        plan = plan_hosts(create_env_fn, self.num_workers, collector_class=collector_class,
+                          frames_per_batch=frames_per_batch, sync=self.sync, envs_per_worker=envs_per_worker,
+                          seed=seed, env_kwargs=env_kwargs, collector_kwargs=collector_kwargs,
+                          owner="DistributedCollector")
+        self.frames_per_batch = plan.frames_per_batch
         self.policy_version = 0
         self._streaming = False  # sync=False: workers send batches back to back
         self._early: list = []  # batches received while pausing the workers for a call
@@ -165,15 +153,12 @@ class DistributedCollector(CollectorBase):
         self._hook_results: list = []
         self._last_check = 0.0  # sync=False: when the workers' liveness was last looked at
         self._buffers: dict = {}  # worker -> (TensorDict, its leaves): where its batches land
-        self._worker_frames = worker_frames
         self._weights = policy_tensors(policy)
         try:
             self._rendezvous = Rendezvous(master_addr, master_port, self.num_workers + 1, backend, timeout)
-            specs = [WorkerSpec(index, self._rendezvous.spec, collector_class, entries[index], worker_frames,
-                                {**kwargs, **host_kwargs[index]}, post_collect_hook,
-                                seed=None if seed is None else env_seed(seed, self._first_env(index, envs_per_worker,
-                                                                                             kwargs)),
-                                torch_threads=worker_torch_threads)
+            specs = [WorkerSpec(index, self._rendezvous.spec, collector_class, plan.env_sources[index],
+                                plan.host_frames, plan.collector_kwargs[index], post_collect_hook,
+                                seed=plan.seeds[index], torch_threads=worker_torch_threads)
                      for index in range(self.num_workers)]
             self._launcher = make_launcher(launcher, start_method=start_method, folder=submitit_folder,
                                            cluster=cluster, slurm_kwargs=slurm_kwargs, ray_address=ray_address)
@@ -185,11 +170,6 @@ class DistributedCollector(CollectorBase):
         except BaseException:
             self.shutdown()
             raise
-
-    def _first_env(self, index: int, envs_per_worker, kwargs) -> int:
-        """The run-wide index of worker ``index``'s first env (the seed rule)."""
-        per_process = envs_per_worker or 1
-        return index * per_process * (kwargs.get("num_workers", 1) if self.collector_class != "sync" else 1)
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -414,15 +394,3 @@ class DistributedSyncCollector(DistributedCollector):
         if "sync" in kwargs:
             raise TypeError("DistributedSyncCollector is always synchronous: drop sync=")
         super().__init__(create_env_fn, policy, sync=True, **kwargs)
-
-
-def weight_tensors(policy, weights) -> list[torch.Tensor]:
-    """``weights`` (a module, a state_dict or a TensorDict of the policy's entries) as the
-    tensors workers expect, in policy_tensors' order."""
-    if isinstance(weights, TensorDictBase):
-        return [value for _, value in sorted(weights.items(True, True), key=lambda kv: str(kv[0]))]
-    if not isinstance(weights, torch.nn.Module):
-        module = copy.deepcopy(policy)
-        module.load_state_dict(weights)
-        weights = module
-    return policy_tensors(weights)

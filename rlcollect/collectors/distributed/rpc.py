@@ -9,7 +9,6 @@ RPCCollector per process.
 """
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 import threading
@@ -24,8 +23,8 @@ from tensordict import TensorDictBase
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.distributed.launchers import ProcessLauncher
-from rlcollect.collectors.distributed.worker import policy_tensors
-from rlcollect.collectors.hosted import COLLECTOR_CLASSES, build_hosted_collector, host_env_sources, traj_start
+from rlcollect.collectors.distributed.worker import policy_tensors, weight_tensors
+from rlcollect.collectors.hosted import build_hosted_collector, plan_hosts, traj_start
 from rlcollect.collectors.options import DeliveryOptions, check_total_frames
 from rlcollect.collectors.processes import WorkerError, initialize_worker
 from rlcollect.keys import POLICY_VERSION, WORKER_ID
@@ -156,8 +155,6 @@ class RPCCollector(CollectorBase):
 
         self._rpc, self._hosts, self._launcher, self._initialized = rpc, [], None, False
         self.num_workers = check_positive_int("num_workers", num_workers)
-        if collector_class not in COLLECTOR_CLASSES:
-            raise ValueError(f"collector_class must be one of {COLLECTOR_CLASSES}, got {collector_class!r}")
         if not rpc.is_available():
             raise RuntimeError("RPCCollector needs torch.distributed.rpc, which this torch build lacks")
         if _STARTED:
@@ -169,34 +166,28 @@ class RPCCollector(CollectorBase):
         self.collector_class, self.sync, self.policy = collector_class, bool(sync), policy
         self.total_frames = check_total_frames(total_frames)
         self.timeout, self.shutdown_timeout = timeout, shutdown_timeout
-        kwargs = dict(collector_kwargs or {})
-        entries, host_kwargs = host_env_sources(create_env_fn, self.num_workers, collector_class, envs_per_worker,
-                                                seed, dict(env_kwargs or {}), kwargs, host="worker",
-                                                count_name="num_workers")
-        worker_frames = math.ceil(check_positive_int("frames_per_batch", frames_per_batch) / self.num_workers) \
-            if self.sync else frames_per_batch
-        self.frames_per_batch = worker_frames * self.num_workers if self.sync else worker_frames
+        plan = plan_hosts(create_env_fn, self.num_workers, collector_class=collector_class,
+                          frames_per_batch=frames_per_batch, sync=self.sync, envs_per_worker=envs_per_worker,
+                          seed=seed, env_kwargs=env_kwargs, collector_kwargs=collector_kwargs, owner="RPCCollector")
+        self.frames_per_batch = plan.frames_per_batch
         self.policy_version = 0
         self._weights = policy_tensors(policy)
         self._hook_results: list = []
         self._in_flight: dict = {}  # sync=False: worker -> its collect future
-        per_worker = (envs_per_worker or 1) * (kwargs.get("num_workers", 1) if collector_class != "sync" else 1)
         os.environ.setdefault("TP_SOCKET_IFNAME", LOOPBACK_INTERFACE)  # this process's TensorPipe too
         self._init_file = tempfile.mktemp(prefix="rlcollect-rpc-")
         try:
             world_size = self.num_workers + 1
             self._launcher = ProcessLauncher(start_method)
-            worker_seeds = [None if seed is None else env_seed(seed, index * per_worker)
-                            for index in range(self.num_workers)]
             self._launcher.start(_rpc_worker_main, [(index, world_size, self._init_file, timeout,
-                                                     worker_torch_threads, worker_seeds[index])
+                                                     worker_torch_threads, plan.seeds[index])
                                                     for index in range(self.num_workers)])
             _STARTED.append(self)
             rpc.init_rpc("trainer", rank=0, world_size=world_size,
                          rpc_backend_options=_backend_options(self._init_file, timeout))
             self._initialized = True
-            specs = [RPCWorkerSpec(index, collector_class, entries[index], worker_frames,
-                                   {**kwargs, **host_kwargs[index]}, post_collect_hook, worker_seeds[index])
+            specs = [RPCWorkerSpec(index, collector_class, plan.env_sources[index], plan.host_frames,
+                                   plan.collector_kwargs[index], post_collect_hook, plan.seeds[index])
                      for index in range(self.num_workers)]
             self._hosts = [rpc.remote(f"worker{index}", _create_host, args=(spec, policy))
                            for index, spec in enumerate(specs)]
@@ -258,8 +249,6 @@ class RPCCollector(CollectorBase):
 
     def update_policy_weights_(self, weights=None) -> None:
         """Send the policy's parameters and buffers to every worker (applied before its next batch)."""
-        from rlcollect.collectors.distributed.collector import weight_tensors
-
         tensors = self._weights if weights is None else weight_tensors(self.policy, weights)
         self.policy_version += 1
         if tensors:

@@ -17,13 +17,14 @@ the trainer names it and its cause.
 """
 from __future__ import annotations
 
+import copy
 import pickle
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from tensordict import TensorDict
+from tensordict import TensorDict, TensorDictBase
 
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.distributed.group import (
@@ -69,6 +70,18 @@ def policy_tensors(policy) -> list[torch.Tensor]:
     if not isinstance(policy, torch.nn.Module):
         return []
     return [tensor for _, tensor in sorted(TensorDict.from_module(policy).items(True, True), key=lambda kv: str(kv[0]))]
+
+
+def weight_tensors(policy, weights) -> list[torch.Tensor]:
+    """``weights`` (a module, a state_dict or a TensorDict of the policy's entries) as the
+    tensors workers expect, in policy_tensors' order."""
+    if isinstance(weights, TensorDictBase):
+        return [value for _, value in sorted(weights.items(True, True), key=lambda kv: str(kv[0]))]
+    if not isinstance(weights, torch.nn.Module):
+        module = copy.deepcopy(policy)
+        module.load_state_dict(weights)
+        weights = module
+    return policy_tensors(weights)
 
 
 def batch_layout(batch) -> dict:

@@ -1,10 +1,13 @@
-"""Device roles of a collector, resolved once at construction."""
+"""Device roles of a collector, resolved once at construction, and the policy copy on
+policy_device a collector keeps when the policy's weights live elsewhere."""
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
+from tensordict import TensorDictBase
 
 DeviceLike = str | torch.device | None
 
@@ -15,6 +18,38 @@ def policy_param_device(policy) -> torch.device | None:
         for tensor in (*policy.parameters(), *policy.buffers()):
             return tensor.device
     return None
+
+
+def policy_on_device(policy, device: torch.device) -> tuple:
+    """``(policy, source)``: the policy as is (source None), or a copy on ``device`` when its
+    weights live elsewhere (source: the original, which ``load_policy_weights`` refreshes
+    the copy from). None stays None; anything not callable is a TypeError."""
+    if policy is None:
+        return None, None
+    if not callable(policy):
+        raise TypeError(f"policy must be callable TensorDict -> TensorDict, got {type(policy).__name__}")
+    param_device = policy_param_device(policy)
+    if param_device is not None and param_device != device:
+        return copy.deepcopy(policy).to(device), policy
+    return policy, None
+
+
+def load_policy_weights(policy, source, weights=None) -> None:
+    """Load ``weights`` (an nn.Module, a state_dict, or a TensorDict of parameters) into a
+    module ``policy``; None: copy from ``source`` (a no-op without one). A policy that is
+    not a module has no weights: left alone."""
+    if not isinstance(policy, torch.nn.Module):
+        return
+    if weights is None:
+        if source is None:
+            return
+        weights = source
+    if isinstance(weights, torch.nn.Module):
+        weights = weights.state_dict()
+    if isinstance(weights, TensorDictBase):
+        weights.to_module(policy)
+    else:
+        policy.load_state_dict(weights)
 
 
 def _noop() -> None:

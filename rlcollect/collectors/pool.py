@@ -31,7 +31,6 @@ Batch layouts (``layout``):
 """
 from __future__ import annotations
 
-import copy
 import time
 from collections import deque
 from contextlib import ExitStack
@@ -44,7 +43,7 @@ from tensordict.nn import set_interaction_type
 
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.delivery import Delivery
-from rlcollect.collectors.devices import policy_param_device
+from rlcollect.collectors.devices import load_policy_weights, policy_on_device, policy_param_device
 from rlcollect.collectors.options import (
     BatchSpec,
     DeliveryOptions,
@@ -239,18 +238,10 @@ class PoolCollector(CollectorBase):
     def _setup_policy(self, policy):
         """The policy as is, or a copy on policy_device when its weights live elsewhere
         (``update_policy_weights_()`` then refreshes the copy from the original)."""
-        self._source_policy = None
-        if policy is None:
-            return None
-        if not callable(policy):
-            raise TypeError(f"policy must be callable TensorDict -> TensorDict, got {type(policy).__name__}")
-        if policy_primers(policy):
+        if policy is not None and policy_primers(policy):
             raise ValueError("PoolCollector serves envs in changing groups and keeps no hidden state per env: "
                              "recurrent policies are not supported (use ActionServerCollector)")
-        param_device = policy_param_device(policy)
-        if param_device is not None and param_device != self.policy_device:
-            self._source_policy = policy
-            policy = copy.deepcopy(policy).to(self.policy_device)
+        policy, self._source_policy = policy_on_device(policy, self.policy_device)
         return policy
 
     @staticmethod
@@ -502,18 +493,7 @@ class PoolCollector(CollectorBase):
         refreshes the copy on policy_device from the original (a no-op when there is no
         copy), or loads ``weights`` (a module, state_dict or TensorDict) into the policy."""
         self.policy_version += 1
-        if not isinstance(self.policy, torch.nn.Module):
-            return
-        if weights is None:
-            if self._source_policy is None:
-                return
-            weights = self._source_policy
-        if isinstance(weights, torch.nn.Module):
-            weights = weights.state_dict()
-        if isinstance(weights, TensorDictBase):
-            weights.to_module(self.policy)
-        else:
-            self.policy.load_state_dict(weights)
+        load_policy_weights(self.policy, self._source_policy, weights)
 
     def set_seed(self, seed: int) -> int:
         """Seed torch's RNG here and env i with ``seed + i``, then reset every env: the

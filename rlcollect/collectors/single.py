@@ -23,7 +23,6 @@ env in other processes between ``act`` and ``record``. ``collect()`` is the whol
 """
 from __future__ import annotations
 
-import copy
 import math
 from typing import Callable
 
@@ -35,7 +34,14 @@ from tensordict.nn import set_interaction_type
 from rlcollect.buffers.rollout import transition_view
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.delivery import Delivery
-from rlcollect.collectors.devices import CollectorDevices, DeviceLike, policy_param_device, sync_function
+from rlcollect.collectors.devices import (
+    CollectorDevices,
+    DeviceLike,
+    load_policy_weights,
+    policy_on_device,
+    policy_param_device,
+    sync_function,
+)
 from rlcollect.collectors.options import (
     BatchSpec,
     DeliveryOptions,
@@ -198,15 +204,7 @@ class Collector(CollectorBase):
     def _setup_policy(self, policy):
         """Use the policy as is, or a copy on policy_device when its weights live elsewhere
         (``update_policy_weights_()`` then refreshes the copy from the original)."""
-        self._source_policy = None
-        if policy is None:
-            return None
-        if not callable(policy):
-            raise TypeError(f"policy must be callable TensorDict -> TensorDict, got {type(policy).__name__}")
-        param_device = policy_param_device(policy)
-        if param_device is not None and param_device != self.devices.policy:
-            self._source_policy = policy
-            policy = copy.deepcopy(policy).to(self.devices.policy)
+        policy, self._source_policy = policy_on_device(policy, self.devices.policy)
         return policy
 
     def _make_carrier(self) -> None:
@@ -632,18 +630,7 @@ class Collector(CollectorBase):
         parameters (``TensorDict.from_module``).
         """
         self.policy_version += 1
-        if self.policy is None or not isinstance(self.policy, torch.nn.Module):
-            return
-        if weights is None:
-            if self._source_policy is None:
-                return
-            weights = self._source_policy
-        if isinstance(weights, torch.nn.Module):
-            weights = weights.state_dict()
-        if isinstance(weights, TensorDictBase):
-            weights.to_module(self.policy)
-        else:
-            self.policy.load_state_dict(weights)
+        load_policy_weights(self.policy, self._source_policy, weights)
 
     def state_dict(self) -> dict:
         """Frame count, the trajectory-id pool (ids never repeat after a reload) and the

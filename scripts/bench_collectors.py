@@ -243,6 +243,8 @@ class HandVectorLoop:
     """A gymnasium vector env of NUM_ENVS envs (same-step autoreset), one batched forward
     per step; ``vector_env_cls`` is SyncVectorEnv (b) or AsyncVectorEnv (h)."""
 
+    num_envs = NUM_ENVS
+
     def __init__(self, vector_env_cls: type, env_fns=None, obs_dim: int = 4, **vector_kwargs) -> None:
         env_fns = [lambda: gym.make(ENV_ID) for _ in range(NUM_ENVS)] if env_fns is None else env_fns
         self.env = vector_env_cls(env_fns, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP, **vector_kwargs)
@@ -253,7 +255,7 @@ class HandVectorLoop:
         env, mlp, obs = self.env, self.mlp, self.obs
         with torch.no_grad():
             start = time.perf_counter()
-            for _ in range(frames // NUM_ENVS):
+            for _ in range(frames // self.num_envs):
                 action = sample_action(mlp(torch.from_numpy(obs)))
                 obs, reward, terminated, truncated, _ = env.step(action.numpy())
             elapsed = time.perf_counter() - start
@@ -311,28 +313,16 @@ VECTOR_BATCH = VECTOR_ENVS * 16  # v rows: frames per collector batch
 VECTOR_SCALE = 16  # v rows: 16 x --frames frames per measurement (~0.3 s at 1M frames/s)
 
 
-class HandMakeVecLoop:
+class HandMakeVecLoop(HandVectorLoop):
     """gym.make_vec's CartPole vector entry point (numpy, all envs stepped at once; it
     autoresets on the step after a done, gymnasium's default), one batched forward per step."""
+
+    num_envs = VECTOR_ENVS
 
     def __init__(self) -> None:
         self.env = gym.make_vec(ENV_ID, VECTOR_ENVS, vectorization_mode="vector_entry_point")
         self.mlp = build_mlp()
         self.obs, _ = self.env.reset(seed=SEED)
-
-    def __call__(self, frames: int) -> Measurement:
-        env, mlp, obs = self.env, self.mlp, self.obs
-        with torch.no_grad():
-            start = time.perf_counter()
-            for _ in range(frames // VECTOR_ENVS):
-                action = sample_action(mlp(torch.from_numpy(obs)))
-                obs, reward, terminated, truncated, _ = env.step(action.numpy())
-            elapsed = time.perf_counter() - start
-        self.obs = obs
-        return Measurement(frames / elapsed)
-
-    def close(self) -> None:
-        self.env.close()
 
 
 @register("v1", f"hand-written loop, make_vec vector entry point({VECTOR_ENVS})", num_envs=VECTOR_ENVS,

@@ -288,7 +288,7 @@ class GymEnv:
         later resets continue each env's own RNG.
         """
         mask = np.zeros(self._backend.num_envs, bool)
-        mask[np.asarray(list(indices) if isinstance(indices, range) else indices, dtype=np.int64)] = True
+        mask[np.asarray(indices, dtype=np.int64)] = True
         self._reset_where(mask)
 
     def _reset_where(self, mask: np.ndarray) -> None:

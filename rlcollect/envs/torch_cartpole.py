@@ -149,7 +149,7 @@ class TorchCartPole:
         if isinstance(indices, np.ndarray) and indices.dtype == bool:
             return torch.from_numpy(indices).to(self.device)
         mask = torch.zeros(self.num_envs, dtype=torch.bool)
-        mask[torch.as_tensor(list(indices) if isinstance(indices, range) else indices, dtype=torch.long)] = True
+        mask[torch.as_tensor(indices, dtype=torch.long)] = True
         return mask.to(self.device)
 
     def reset(self) -> TensorDict:

@@ -48,6 +48,7 @@ from rlcollect.validation import check_positive_int
 
 BACKENDS = ("gloo",)
 LIVENESS_SECONDS = 0.5
+FAILURE_GRACE_SECONDS = 5.0
 
 
 class DistributedCollector(CollectorBase):
@@ -187,14 +188,21 @@ class DistributedCollector(CollectorBase):
         the traceback a worker left in the store, else who died, else the group's error."""
         store = self._rendezvous.store
         indices = range(self.num_workers) if index is None else [index]
-        for worker in [*indices, *range(self.num_workers)]:
-            if store.check([f"error/{worker}"]):
-                return WorkerError(worker, f"raised an exception:\n{store.get(f'error/{worker}').decode()}")
-        for worker in [*indices, *range(self.num_workers)]:
-            reason = self._launcher.failure(worker)
-            if reason is not None:
-                return WorkerError(worker, reason)
-        return WorkerError(-1 if index is None else index, f"no answer from the process group ({error})")
+        order = [*indices, *range(self.num_workers)]
+        # a peer's socket closes a moment before its process can be reaped: give the
+        # launcher FAILURE_GRACE_SECONDS to see the death before blaming the group
+        deadline = time.monotonic() + FAILURE_GRACE_SECONDS
+        while True:
+            for worker in order:
+                if store.check([f"error/{worker}"]):
+                    return WorkerError(worker, f"raised an exception:\n{store.get(f'error/{worker}').decode()}")
+            for worker in order:
+                reason = self._launcher.failure(worker)
+                if reason is not None:
+                    return WorkerError(worker, reason)
+            if time.monotonic() >= deadline:
+                return WorkerError(-1 if index is None else index, f"no answer from the process group ({error})")
+            time.sleep(0.05)
 
     def _check_workers(self) -> None:
         """Streaming: a worker that died while the others keep sending is not seen by the

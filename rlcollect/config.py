@@ -73,6 +73,7 @@ class StepLoopConfig:
     exploration_type: str = "random"
     track_traj_ids: bool = True
     set_truncated: bool = False
+    reset_policy: str = "immediate"  # immediate | wait (finished envs wait for the next batch; padding masked)
     policy_device: Optional[str] = None  # null: the top-level device
     env_device: Optional[str] = None
     storing_device: Optional[str] = None

@@ -39,6 +39,18 @@ def test_train_dqn_on_a_flat_pool(tmp_path):
 
 
 @pytest.mark.timeout(300)
+def test_train_ppo_with_wait_reset_counts_only_real_episodes(tmp_path):
+    """collector.reset_policy=wait: finished envs wait for the next batch; PPO skips the
+    padding and the logged episodes are whole ones (CartPole: mean lengths in 8..500)."""
+    result = rlcollect(tmp_path, "train", *TINY, "collector.reset_policy=wait", "logger=none", "hydra.run.dir=run")
+    assert result.returncode == 0, result.stderr
+    rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    assert [row["step"] for row in rows] == [128, 256, 384, 512]
+    lengths = [row["collect/episode_length"] for row in rows if "collect/episode_length" in row]
+    assert lengths and all(8 <= length <= 500 for length in lengths)
+
+
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("collector", [["collector=sync"],
                                        ["collector=multisync", "collector.start_method=fork",
                                         "collector.envs_per_worker=2"],
@@ -155,6 +167,11 @@ def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
     ("algo.terminal_keys=[life_lost]", "algo.terminal_keys=['life_lost']: each must also be in env.info_keys"),
     ("eval.max_time_share=1.5", "eval.max_time_share must be in (0, 1]"),
     ("env.backend=threads", "env.backend='threads': choose one of list, sync, async, vector, envpool"),
+    ("collector.reset_policy=later", "collector.reset_policy='later': choose one of immediate, wait"),
+    ("algo=dqn collector.reset_policy=wait",
+     "collector.reset_policy=wait pads batches with steps that are not transitions; algo=dqn would store them"),
+    ("collector.reset_policy=wait env.backend=sync",
+     "collector.reset_policy=wait leaves finished envs unstepped, which needs env.backend=list"),
     ("env.backend=vector env.num_envs=null", "env.backend=vector steps a batch of envs but env.num_envs is null"),
     ("env=acrobot env.backend=vector", "'Acrobot-v1' has no vector entry point: use backend='sync' or 'async'"),
     ("collector=distributed weight_sync=shared_mem",

@@ -185,7 +185,8 @@ def test_collector_ray_gets_its_node_and_the_runtime_arguments(tmp_path, monkeyp
     assert seen["remote_config"] == {"num_cpus": 1, "num_gpus": None, "memory": None}
     expected_inner = {"max_frames_per_traj": 50, "init_random_frames": 300, "reset_at_each_iter": False,
                       "reset_when_done": True, "split_trajs": False, "exploration_type": "random",
-                      "track_traj_ids": True, "set_truncated": False, "no_cuda_sync": False, "device": "cpu"}
+                      "track_traj_ids": True, "set_truncated": False, "reset_policy": "immediate",
+                      "no_cuda_sync": False, "device": "cpu"}
     if collector_class == "multisync":
         expected_inner.update(num_workers=2, start_method="fork")
     assert seen["collector_kwargs"] == expected_inner

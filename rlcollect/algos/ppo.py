@@ -10,6 +10,7 @@ from rlcollect.algos.gae import generalized_advantage_estimate
 from rlcollect.algos.reward_scaling import RewardScaler
 from rlcollect.buffers.rollout import RolloutBuffer, iterate_minibatches, iterate_sequences, transition_view
 from rlcollect.buffers.transforms import or_next_flags
+from rlcollect.keys import MASK
 from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
 
 
@@ -98,6 +99,8 @@ class PPO:
         clip = self.clip_epsilon * remaining if self.anneal_clip else self.clip_epsilon
         self.compute_advantages(buffer)
         transitions = buffer.get(flatten=not self.recurrent)
+        if not self.recurrent and MASK in transitions.keys(True):  # reset_policy="wait": drop the padding
+            transitions = transitions[transitions.get(MASK)]
         totals: dict[str, torch.Tensor] = {}
         steps = 0
         for _ in range(self.epochs):
@@ -116,14 +119,24 @@ class PPO:
 
     def _minibatch_step(self, minibatch, clip: float) -> dict[str, torch.Tensor]:
         log_prob, entropy, value = self.actor_critic.evaluate(minibatch)
+        # recurrent sequences keep their padding (reset_policy="wait"): it weighs nothing
+        valid = minibatch.get(MASK).to(value.dtype) if MASK in minibatch.keys(True) else None
+
+        def mean(values: torch.Tensor) -> torch.Tensor:
+            return values.mean() if valid is None else (values * valid).sum() / valid.sum().clamp(min=1)
+
         advantage = minibatch.get("advantage")
         if self.normalize_advantage and advantage.numel() > 1:
-            advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+            if valid is None:
+                advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+            else:
+                centred = advantage - mean(advantage)
+                advantage = centred / (mean(centred.pow(2)).sqrt() + 1e-8)
         log_ratio = log_prob - minibatch.get("action_log_prob")
         ratio = log_ratio.exp()
-        loss_policy = -torch.min(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage).mean()
-        loss_value = 0.5 * (value - minibatch.get("value_target")).pow(2).mean()
-        entropy_mean = entropy.mean()
+        loss_policy = -mean(torch.min(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage))
+        loss_value = 0.5 * mean((value - minibatch.get("value_target")).pow(2))
+        entropy_mean = mean(entropy)
         loss = loss_policy + self.value_coef * loss_value - self.entropy_coef * entropy_mean
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -131,5 +144,5 @@ class PPO:
         self.optimizer.step()
         with torch.no_grad():
             return {"loss_policy": loss_policy.detach(), "loss_value": loss_value.detach(),
-                    "entropy": entropy_mean.detach(), "approx_kl": ((ratio - 1) - log_ratio).mean(),
-                    "clip_fraction": ((ratio - 1).abs() > clip).float().mean()}
+                    "entropy": entropy_mean.detach(), "approx_kl": mean((ratio - 1) - log_ratio),
+                    "clip_fraction": mean(((ratio - 1).abs() > clip).to(ratio.dtype))}

@@ -227,7 +227,7 @@ class ActionServerCollector(CollectorBase):
         groups, envs = self._groups, self._envs
         random_steps = [collector.begin_batch() for collector in groups]
         in_flight: list[int | None] = [None] * len(groups)  # the step each group's workers are taking
-        reset_when_done = groups[0].reset_when_done
+        auto_reset = groups[0].auto_reset
 
         def finish(group: int) -> None:
             groups[group].record(in_flight[group], envs[group].receive())
@@ -247,7 +247,7 @@ class ActionServerCollector(CollectorBase):
                         for other in range(len(groups)):
                             if in_flight[other] is not None:
                                 finish(other)
-                    env.send(action, reset_when_done)
+                    env.send(action, auto_reset)
                     in_flight[group] = t
             for group in range(len(groups)):
                 if in_flight[group] is not None:

@@ -484,7 +484,10 @@ class MultiSyncCollector(_MultiCollector):
             batch = torch.stack(self._buffers, 0)
             time = torch.arange(batch.batch_size[-1])
             valid = time < torch.tensor(steps).reshape(-1, *([1] * (batch.batch_dims - 1)))
-            batch.set(MASK, valid.expand(batch.batch_size).clone())
+            valid = valid.expand(batch.batch_size)
+            if MASK in batch.keys(True):  # reset_policy="wait": the workers' padding stays masked
+                valid = valid & batch.get(MASK)
+            batch.set(MASK, valid.clone())
             return batch
         return self._combine([buffer[..., :worker_steps] for buffer, worker_steps in zip(self._buffers, steps)])
 

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 DeviceLike = str | torch.device | None
 EXPLORATION_TYPES = ("random", "deterministic")
+RESET_POLICIES = ("immediate", "wait")
 START_METHODS = ("spawn", "forkserver", "fork")
 
 
@@ -83,8 +84,16 @@ class StepOptions:
     set_truncated: bool = _doc("mark the last step of each batch truncated (and done); the next batch starts "
                                "new trajectories.", False)
     no_cuda_sync: bool = _doc("skip the explicit CUDA syncs after cross-device copies.", False)
+    reset_policy: str = _doc('"immediate": an env that finishes is reset at once; "wait": it waits, unstepped, '
+                             'until the next batch starts (its remaining steps padding, ("collector", "mask") '
+                             'False).', "immediate")
 
     def __post_init__(self) -> None:
+        if self.reset_policy not in RESET_POLICIES:
+            raise ValueError(f"reset_policy must be one of {RESET_POLICIES}, got {self.reset_policy!r}")
+        if self.reset_policy == "wait" and not self.reset_when_done:
+            raise ValueError("reset_policy='wait' resets finished envs at the next batch: it needs "
+                             "reset_when_done=True")
         check_positive_int("max_frames_per_traj", self.max_frames_per_traj, optional=True)
         check_non_negative_int("init_random_frames", self.init_random_frames)
         if self.exploration_type not in EXPLORATION_TYPES:
@@ -197,6 +206,14 @@ def check_groups(step: StepOptions, delivery: DeliveryOptions) -> None:
     """Checks that span two groups."""
     if delivery.split_trajs and not step.track_traj_ids:
         raise ValueError("split_trajs=True needs track_traj_ids=True")
+    if step.reset_policy == "wait":
+        padded = [name for name, value in (("split_trajs", delivery.split_trajs),
+                                           ("trajs_per_batch", delivery.trajs_per_batch is not None),
+                                           ("replay_buffer", delivery.replay_buffer is not None)) if value]
+        if padded:
+            raise ValueError(f"reset_policy='wait' pads batches with steps that are not transitions "
+                             f"(('collector', 'mask') False); {', '.join(padded)} would take them as real: use "
+                             "reset_policy='immediate'")
 
 
 def split_options(owner: str, options: dict, groups: Sequence[type] = OPTION_GROUPS) -> dict[type, Any]:

@@ -215,12 +215,14 @@ class PoolCollector(CollectorBase):
 
     def _setup_step(self, step: StepOptions, workers: WorkerOptions) -> None:
         unsupported = {"reset_when_done": not step.reset_when_done, "set_truncated": step.set_truncated,
+                       "reset_policy": step.reset_policy != "immediate",
                        "max_worker_restarts": workers.max_worker_restarts > 0}
         named = [name for name, given in unsupported.items() if given]
         if named:
             raise ValueError(f"PoolCollector does not support {', '.join(named)} (got reset_when_done="
-                             f"{step.reset_when_done}, set_truncated={step.set_truncated}, max_worker_restarts="
-                             f"{workers.max_worker_restarts}); use ActionServerCollector for them")
+                             f"{step.reset_when_done}, set_truncated={step.set_truncated}, reset_policy="
+                             f"{step.reset_policy!r}, max_worker_restarts={workers.max_worker_restarts}); use "
+                             "ActionServerCollector for them")
         self.step_options = step
         self.max_frames_per_traj, self.init_random_frames = step.max_frames_per_traj, step.init_random_frames
         self.reset_at_each_iter, self.exploration_type = step.reset_at_each_iter, step.exploration_type

@@ -53,7 +53,7 @@ from rlcollect.collectors.options import (
 )
 from rlcollect.envs.gym_env import NonFiniteActionError
 from rlcollect.envs.sources import EnvSource, make_env
-from rlcollect.keys import CARRIER_KEYS, POLICY_VERSION, TIME_DIM, TRAJ_IDS
+from rlcollect.keys import CARRIER_KEYS, MASK, POLICY_VERSION, TIME_DIM, TRAJ_IDS
 from rlcollect.modules.recurrent import policy_primers
 from rlcollect.trajectories import TrajectoryPool
 
@@ -110,6 +110,7 @@ class Collector(CollectorBase):
         exploration_type: str = "random",
         track_traj_ids: bool = True,
         set_truncated: bool = False,
+        reset_policy: str = "immediate",
         postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
         pre_collect_hook: Callable[[], None] | None = None,
         post_collect_hook: Callable[[TensorDictBase], None] | None = None,
@@ -127,7 +128,7 @@ class Collector(CollectorBase):
             step=StepOptions(max_frames_per_traj=max_frames_per_traj, init_random_frames=init_random_frames,
                              reset_at_each_iter=reset_at_each_iter, reset_when_done=reset_when_done,
                              exploration_type=exploration_type, track_traj_ids=track_traj_ids,
-                             set_truncated=set_truncated, no_cuda_sync=no_cuda_sync),
+                             set_truncated=set_truncated, no_cuda_sync=no_cuda_sync, reset_policy=reset_policy),
             delivery=DeliveryOptions(split_trajs=split_trajs, postproc=postproc, pre_collect_hook=pre_collect_hook,
                                      post_collect_hook=post_collect_hook, replay_buffer=replay_buffer,
                                      trajs_per_batch=trajs_per_batch, traj_format=traj_format),
@@ -165,6 +166,7 @@ class Collector(CollectorBase):
         self.reset_at_each_iter, self.reset_when_done = step.reset_at_each_iter, step.reset_when_done
         self.exploration_type, self.track_traj_ids = step.exploration_type, step.track_traj_ids
         self.set_truncated = step.set_truncated
+        self._waiting = self._setup_waiting(step.reset_policy)
         self.delivery = Delivery(delivery)
         self._traj_pool = traj_pool if traj_pool is not None else TrajectoryPool()
         self._env_batch = tuple(self.env.batch_size)
@@ -201,6 +203,17 @@ class Collector(CollectorBase):
         self._sync_storage = sync_function(resolved.storing, no_cuda_sync)
         return resolved
 
+    def _setup_waiting(self, reset_policy: str):
+        """reset_policy="wait": the env's ``waiting`` array (envs/staging.py), which the
+        loop sets where an env finished and clears at the next batch; else None."""
+        if reset_policy != "wait":
+            return None
+        waiting = getattr(self.env, "waiting", None)
+        if waiting is None:
+            raise ValueError(f"reset_policy='wait' leaves finished envs unstepped until the next batch; {self.env!r} "
+                             "cannot (it needs a GymEnv with backend='list', or the action server's workers)")
+        return waiting
+
     def _setup_policy(self, policy):
         """Use the policy as is, or a copy on policy_device when its weights live elsewhere
         (``update_policy_weights_()`` then refreshes the copy from the original)."""
@@ -211,6 +224,8 @@ class Collector(CollectorBase):
         """Reset every env and start a trajectory in each (the carrier's initial state)."""
         self.env.reset()
         self._steps_in_traj[:] = 0
+        if self._waiting is not None:
+            self._waiting[:] = False
         carrier = self.env.staged.select(*CARRIER_KEYS)
         if self.track_traj_ids:
             traj_ids = self._traj_pool.take(self._num_envs).reshape(self._env_batch).to(self.devices.env)
@@ -253,6 +268,8 @@ class Collector(CollectorBase):
         step = probe.exclude("next")
         self._policy_keys = [key for key in step.keys(True, True) if key not in self._carried_keys]
         step.set("next", self.env.staged.get("next").clone())
+        if self._waiting is not None:
+            step.set(MASK, torch.ones((), dtype=torch.bool).expand(step.batch_size).clone())
         for key in self._hidden:
             if ("next", key) not in probe.keys(True, True):
                 raise ValueError(f"the recurrent policy must write the hidden state it read, {key!r}, to "
@@ -299,6 +316,7 @@ class Collector(CollectorBase):
             _done_views=views(("next", "done")),
             _carrier_entries=[(key, self.env.staged.get(key)) for key in self._carrier_leaves],
             _staged_observation=self.env.staged.get(self._observation_leaf),
+            _mask=target.get(MASK) if self._waiting is not None else None,  # reset_policy="wait": real steps
         )
         env_keys = [*carrier_keys, *(("next", *_as_tuple(key)) for key in self.env.staged.get("next").keys(True, True))]
         storing_on_cpu = target.device is not None and target.device.type == "cpu"
@@ -345,6 +363,12 @@ class Collector(CollectorBase):
         return policy_input.update(output)
 
     @property
+    def auto_reset(self) -> bool:
+        """Whether the env resets an env at the step that finished it (the ``auto_reset``
+        of ``stage_step``): reset_when_done, unless finished envs wait (reset_policy="wait")."""
+        return self.reset_when_done and self._waiting is None
+
+    @property
     def batch(self) -> TensorDictBase:
         """The preallocated batch ``[*env_batch, T]`` each ``collect()`` fills (overwritten
         by the next one: clone what you keep)."""
@@ -387,7 +411,7 @@ class Collector(CollectorBase):
         """The loop over the current write plan's time steps (until ``stop()`` says so,
         when given: checked before every step but the first)."""
         random_steps = self.begin_batch()
-        env, reset_when_done = self.env, self.reset_when_done
+        env, auto_reset = self.env, self.auto_reset
         steps = self._time_steps
         act, record, stage_step = self.act, self.record, env.stage_step
         with torch.no_grad(), set_interaction_type(self.exploration_type):
@@ -396,7 +420,7 @@ class Collector(CollectorBase):
                     if stop is not None and t > 0 and stop():
                         steps = t
                         break
-                    record(t, stage_step(act(t, t < random_steps), reset_when_done))
+                    record(t, stage_step(act(t, t < random_steps), auto_reset))
             except NonFiniteActionError as error:
                 first, batch = self._frames + 1, self._frames // self.frames_per_batch + 1
                 raise NonFiniteActionError(f"batch {batch} (frames {first}..{first + self.frames_per_batch - 1}), "
@@ -449,6 +473,8 @@ class Collector(CollectorBase):
         if self.reset_at_each_iter and not self._carrier_is_fresh:
             self._make_carrier()
         self._carrier_is_fresh = False
+        if self._waiting is not None:
+            self._reset_waiting()
         if self._steps_on_device and self.track_traj_ids:  # one id per (step, env) slot: no count read back
             self._id_base = self._traj_pool.take_range(self._num_envs * self._time_steps)
         if self._policy_version_entry is not None:
@@ -509,6 +535,9 @@ class Collector(CollectorBase):
         if self._steps_on_device:
             self._record_on_device(t, done)
             return
+        if self._waiting is not None:
+            self._record_waiting(t, done)
+            return
         restarted = done if self.reset_when_done else None
         if self.max_frames_per_traj is not None:
             cut = self._cut_long_trajectories(t, done)
@@ -517,6 +546,36 @@ class Collector(CollectorBase):
             self._start_trajectories(restarted)
             if self._hidden:
                 self._zero_hidden(restarted)
+
+    def _record_waiting(self, t: int, done: np.ndarray | None) -> None:
+        """``record``'s bookkeeping under reset_policy="wait": an env that finished at step t
+        (done, or cut by max_frames_per_traj) waits, unstepped, for the next batch; its
+        steps after t are padding (mask False)."""
+        waiting = self._waiting
+        finished = None if done is None else done & ~waiting
+        if self.max_frames_per_traj is not None:
+            cut = self._cut_long_trajectories(t, done, reset=False)
+            finished = cut if finished is None else finished | cut
+        if finished is not None and finished.any():
+            waiting |= finished
+            if not self._env_batch:
+                self._mask[t + 1:] = False
+            else:
+                rows = torch.from_numpy(finished).reshape(self._env_batch).to(self._mask.device)
+                self._mask[rows, t + 1:] = False
+
+    def _reset_waiting(self) -> None:
+        """At the start of a batch: reset the envs that wait, each starting a trajectory;
+        every step of the new batch starts real (mask True)."""
+        waiting = self._waiting
+        if waiting.any():
+            restarted = waiting.copy()
+            self.env.reset_some(np.flatnonzero(restarted))
+            waiting[:] = False
+            self._start_trajectories(restarted)
+            if self._hidden:
+                self._zero_hidden(restarted)
+        self._mask.fill_(True)
 
     def _record_on_device(self, t: int, done: torch.Tensor) -> None:
         """``record``'s bookkeeping for a torch env, in tensor operations on its device (no
@@ -554,17 +613,21 @@ class Collector(CollectorBase):
         for key, staged in self._carrier_entries:
             self._carrier.set(key, staged)
 
-    def _cut_long_trajectories(self, t: int, done: np.ndarray | None) -> np.ndarray:
-        """Mark truncated (and reset) the envs that reached max_frames_per_traj; returns them."""
+    def _cut_long_trajectories(self, t: int, done: np.ndarray | None, reset: bool = True) -> np.ndarray:
+        """Mark truncated (and, with ``reset``, reset) the envs that reached
+        max_frames_per_traj; returns them. Envs that wait (reset_policy="wait") are not cut."""
         self._steps_in_traj += 1
         cut = self._steps_in_traj >= self.max_frames_per_traj
         if done is not None:
             cut &= ~done
+        if self._waiting is not None:
+            cut &= ~self._waiting
         if cut.any():
             cut_mask = torch.from_numpy(cut).reshape(self._env_batch).to(self.devices.storing)
             self._truncated_views[t].logical_or_(cut_mask)
             self._done_views[t].logical_or_(cut_mask)
-            self.env.reset_some(np.flatnonzero(cut))
+            if reset:
+                self.env.reset_some(np.flatnonzero(cut))
         return cut
 
     def _start_trajectories(self, restarted: np.ndarray) -> None:
@@ -594,6 +657,8 @@ class Collector(CollectorBase):
             self._start_trajectories_on_device(running, last)
             return
         running = still_running.reshape(-1).cpu().numpy()
+        if self._waiting is not None:
+            running &= ~self._waiting  # they restart at the next batch
         if running.any():
             self.env.mark_init(np.flatnonzero(running))
             self._start_trajectories(running)

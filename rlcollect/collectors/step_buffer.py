@@ -243,6 +243,12 @@ class RemoteEnv:
         return self._staging.staged
 
     @property
+    def waiting(self):
+        """The group's rows of the step buffer's ``waiting`` array (reset_policy="wait"):
+        the workers' GymEnvs leave those envs unstepped."""
+        return self._staging.arrays["waiting"]
+
+    @property
     def worker_ids(self) -> range:
         """The workers whose envs this handle drives."""
         return self._worker_ids

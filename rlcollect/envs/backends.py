@@ -53,12 +53,16 @@ class ListBackend:
         self._write = writer(self.observation_space)  # one env's observation into row i
 
     def step(self, actions: np.ndarray, arrays: dict) -> bool:
+        return self._step(enumerate(self.envs), actions, arrays)
+
+    def _step(self, envs, actions: np.ndarray, arrays: dict) -> bool:
+        """Step the ``(index, env)`` pairs of ``envs`` into their rows; whether one finished."""
         next_obs, reward = arrays["next_observation"], arrays["reward"]
         terminated, truncated, done = arrays["terminated"], arrays["truncated"], arrays["done"]
         info_arrays = arrays["info"] or None
         nested, write = self._nested, self._write
         any_done = False
-        for i, env in enumerate(self.envs):
+        for i, env in envs:
             if nested:
                 observation, reward[i], term, trunc, info = env.step(actions[i])
                 write(next_obs, i, observation)
@@ -72,6 +76,13 @@ class ListBackend:
             if finished:
                 any_done = True
         return any_done
+
+    def step_some(self, actions: np.ndarray, arrays: dict, waiting: np.ndarray) -> bool:
+        """``step`` for the sub-envs not ``waiting``; a waiting one is not stepped: its
+        reward is 0 and its other entries stay those of the step that finished it."""
+        arrays["reward"][waiting] = 0
+        self._step(((i, self.envs[i]) for i in np.flatnonzero(~waiting).tolist()), actions, arrays)
+        return True  # the waiting envs are done
 
     def reset(self, mask: np.ndarray, seed: int | None, arrays: dict) -> None:
         """Reset the sub-envs where ``mask`` is True into ``arrays["observation"]`` (env i
@@ -179,6 +190,10 @@ class VectorBackend:
         raise NotImplementedError(f"random steps per sub-env (max_decorrelation_steps) need backend='list', not "
                                   f"{self.name!r}: a vector env steps all its envs at once")
 
+    def step_some(self, actions: np.ndarray, arrays: dict, waiting: np.ndarray) -> bool:
+        raise NotImplementedError(f"reset_policy='wait' leaves finished sub-envs unstepped, which needs "
+                                  f"backend='list', not {self.name!r}: a vector env steps all its envs at once")
+
     def close(self) -> None:
         self.vector_env.close()
 
@@ -233,6 +248,10 @@ class EnvPoolBackend:
             self.pool = self._make(seed)
         observation, info = self.pool.reset(np.flatnonzero(mask).astype(np.int32))
         arrays["observation"][info["env_id"]] = observation
+
+    def step_some(self, actions: np.ndarray, arrays: dict, waiting: np.ndarray) -> bool:
+        raise NotImplementedError("reset_policy='wait' leaves finished sub-envs unstepped, which needs "
+                                  "backend='list', not 'envpool'")
 
     def random_steps(self, steps, arrays: dict) -> None:
         raise NotImplementedError("random steps per sub-env (max_decorrelation_steps) need backend='list', not "

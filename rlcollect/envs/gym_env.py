@@ -254,8 +254,9 @@ class GymEnv:
 
         ``actions``: a numpy array or tensor holding one action per sub-env. With
         ``auto_reset``, finished sub-envs are reset (``is_init`` set); the others carry the
-        next observation over. Returns the done mask (a staging array, valid until the next
-        step) when some sub-env finished, else None.
+        next observation over. Without it, the sub-envs marked in ``waiting`` are not
+        stepped (reward 0, the rest as they finished). Returns the done mask (a staging
+        array, valid until the next step) when some sub-env finished, else None.
         """
         if isinstance(actions, torch.Tensor):
             actions = actions.detach().cpu().numpy()
@@ -268,7 +269,10 @@ class GymEnv:
                                            "the policy diverged; nothing was sent to the env")
             actions = np.clip(actions, *self._action_bounds)
         arrays = self._staging.arrays
-        any_done = self._backend.step(actions, arrays)
+        if not auto_reset and arrays["waiting"].any():  # reset_policy="wait": finished envs wait
+            any_done = self._backend.step_some(actions, arrays, arrays["waiting"])
+        else:
+            any_done = self._backend.step(actions, arrays)
         done = arrays["done"]
         if self._nested:
             tree_map(np.copyto, arrays["observation"], arrays["next_observation"])
@@ -280,6 +284,12 @@ class GymEnv:
         else:
             self._staging.refresh()
         return done if any_done else None
+
+    @property
+    def waiting(self) -> np.ndarray | None:
+        """The sub-envs that finished and wait for a reset (set by a collector whose
+        reset_policy is "wait"); None when the backend cannot leave one unstepped."""
+        return self._staging.arrays["waiting"] if self._backend.name == "list" else None
 
     def reset_some(self, indices) -> None:
         """Reset the given sub-envs into the carrier slots (``observation``, ``is_init``).

@@ -7,6 +7,8 @@ action server's RemoteEnv both implement around a ``Staging``:
                            staged["observation"]    what the next step consumes: the reset
                            staged["is_init"]        observation where an env finished
     reset_some(indices)    reset those envs into the carrier slots (is_init = True)
+    waiting                a bool array, or None: envs that finished and wait for a reset;
+                           stage_step(actions, auto_reset=False) leaves them unstepped
     mark_init(indices)     make the next step of those envs a trajectory start (no reset)
 
 The arrays are numpy (gymnasium writes into them); ``staged`` holds torch tensors aliasing
@@ -24,12 +26,14 @@ from tensordict import TensorDict
 from rlcollect.envs.spaces import allocate, tree_map
 from rlcollect.keys import NEXT_KEYS
 
-ARRAY_NAMES = ("observation", "is_init", "next_observation", "reward", "terminated", "truncated", "done", "info")
+ARRAY_NAMES = ("observation", "is_init", "next_observation", "reward", "terminated", "truncated", "done", "info",
+               "waiting")
 
 
 def allocate_arrays(observation_space: gym.Space, num_envs: int, info_keys: Sequence[str] = ()) -> dict:
     """Zeroed staging arrays for ``num_envs`` envs (the observations nested as their space;
-    ``info`` holds one float32 array per info key)."""
+    ``info`` holds one float32 array per info key; ``waiting`` marks the finished envs that
+    steps leave alone until they are reset: the collector's reset_policy="wait")."""
     return {
         "info": {key: np.zeros(num_envs, np.float32) for key in info_keys},
         "observation": allocate(observation_space, (num_envs,)),
@@ -39,6 +43,7 @@ def allocate_arrays(observation_space: gym.Space, num_envs: int, info_keys: Sequ
         "terminated": np.zeros(num_envs, bool),
         "truncated": np.zeros(num_envs, bool),
         "done": np.zeros(num_envs, bool),
+        "waiting": np.zeros(num_envs, bool),
     }
 
 

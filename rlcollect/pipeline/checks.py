@@ -25,6 +25,7 @@ from rlcollect.buffers import (
 from rlcollect.collectors.action_server import ActionServerCollector, AlternatingCollector
 from rlcollect.collectors.distributed import DistributedCollector
 from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
+from rlcollect.collectors.options import RESET_POLICIES
 from rlcollect.collectors.pool import LAYOUTS, PoolCollector
 from rlcollect.collectors.ray import RayCollector
 from rlcollect.collectors.single import Collector
@@ -174,8 +175,9 @@ def check_pool(cfg: DictConfig) -> None:
                              f"num_workers x envs_per_worker={num_envs}")
     unsupported = [f"collector.{key}={value}" for key, value in
                    (("reset_when_done", node.reset_when_done), ("set_truncated", node.set_truncated),
-                    ("max_worker_restarts", node.max_worker_restarts))
-                   if value != {"reset_when_done": True, "set_truncated": False, "max_worker_restarts": 0}[key]]
+                    ("reset_policy", node.reset_policy), ("max_worker_restarts", node.max_worker_restarts))
+                   if value != {"reset_when_done": True, "set_truncated": False, "reset_policy": "immediate",
+                                "max_worker_restarts": 0}[key]]
     if unsupported:
         raise ValueError(f"collector=pool does not support {', '.join(unsupported)} (use collector=action_server)")
 
@@ -209,6 +211,7 @@ def check_values(cfg: DictConfig, collector_class: type) -> None:
     if cfg.env.backend == "vector":
         import_plugins(list(cfg.env.imports))
         check_vector_entry_point(resolve_env_id(cfg.env.id))
+    check_reset_policy(cfg)
     if "n_step" in cfg.algo:
         check_positive_int("algo.n_step", cfg.algo.n_step)
     unknown = [key for key in cfg.algo.get("terminal_keys") or [] if key not in (cfg.env.info_keys or [])]
@@ -278,3 +281,19 @@ def warn_combination(cfg: DictConfig) -> None:
 def _warn_policy_lag(what: str, advice: str) -> None:
     log.warning("%s feeds PPO on-policy updates with data collected by possibly older weights (policy lag, "
                 "see ('collector', 'policy_version')); %s for PPO", what, advice)
+
+
+def check_reset_policy(cfg: DictConfig) -> None:
+    """collector.reset_policy: "wait" pads batches (("collector", "mask") False), which PPO
+    skips and a replay buffer would store; only list-stepped gymnasium envs can wait."""
+    policy = cfg.collector.get("reset_policy", "immediate")
+    if policy not in RESET_POLICIES:
+        raise ValueError(f"collector.reset_policy={policy!r}: choose one of {', '.join(RESET_POLICIES)}")
+    if policy != "wait":
+        return
+    if cfg.algo.name != "ppo":
+        raise ValueError(f"collector.reset_policy=wait pads batches with steps that are not transitions; "
+                         f"algo={cfg.algo.name} would store them in its replay buffer: use it with algo=ppo")
+    if cfg.env.backend != "list":
+        raise ValueError(f"collector.reset_policy=wait leaves finished envs unstepped, which needs env.backend=list "
+                         f"(got env.backend={cfg.env.backend})")

@@ -108,8 +108,8 @@ def test_worker_collectors_wait_as_the_collector_does(no_leftovers):
     expected = [batch.clone() for _, batch in zip(range(3), reference)]
     for cls, extra in ((ActionServerCollector, {}), (AlternatingCollector, {"overlap": False}),
                        (MultiSyncCollector, {})):
-        collector = cls(echo, echo_policy, num_workers=2, envs_per_worker=2, frames_per_batch=20, seed=0, start_method="fork",
-                        reset_policy="wait", **extra)
+        collector = cls(echo, echo_policy, num_workers=2, envs_per_worker=2, frames_per_batch=20, seed=0,
+                        start_method="fork", reset_policy="wait", **extra)
         no_leftovers(collector)
         for want, got in zip(expected, (batch for _, batch in zip(range(3), collector))):
             got = got.reshape(4, 5) if got.batch_dims == 3 else got

@@ -26,6 +26,10 @@ The library, usable without the CLI (docs/README.md is the map):
 - Models and algorithms: ``ActorCritic``, ``RecurrentActorCritic``, ``QValuePolicy``,
   ``GRUModule`` / ``LSTMModule``, ``PPO``, ``DQN``, ``generalized_advantage_estimate``.
 - Logging: ``RunLogger`` / ``WandbLogger`` (metrics.jsonl and W&B, usable as a post-collect hook).
+- rlpyt's sampler interface over these collectors (docs/samplers.md): ``SerialSampler``,
+  ``CpuSampler``, ``GpuSampler``, ``AlternatingSampler``, ``NoOverlapAlternatingSampler``,
+  with the collector classes ``CpuResetCollector`` / ``CpuWaitResetCollector`` /
+  ``GpuResetCollector`` / ``GpuWaitResetCollector`` and the ``RandomStart`` env wrapper.
 
 The command line: ``rlcollect train [overrides]`` (README.md). Names load on first access,
 so ``rlcollect --help`` and config errors answer without importing torch, and importing
@@ -41,6 +45,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     # envs
     "GymEnv": "rlcollect.envs.gym_env",
+    "RandomStart": "rlcollect.envs.random_start",
     "StagedEnv": "rlcollect.envs.staging",
     "TorchCartPole": "rlcollect.envs.torch_cartpole",
     "make_env": "rlcollect.envs.sources",
@@ -103,6 +108,16 @@ _EXPORTS = {
     "generalized_advantage_estimate": "rlcollect.algos.gae",
     "recurrent_mode": "rlcollect.modules.recurrent",
     "set_recurrent_mode": "rlcollect.modules.recurrent",
+    # rlpyt's sampler interface (rlcollect/samplers)
+    "AlternatingSampler": "rlcollect.samplers",
+    "CpuResetCollector": "rlcollect.samplers",
+    "CpuSampler": "rlcollect.samplers",
+    "CpuWaitResetCollector": "rlcollect.samplers",
+    "GpuResetCollector": "rlcollect.samplers",
+    "GpuSampler": "rlcollect.samplers",
+    "GpuWaitResetCollector": "rlcollect.samplers",
+    "NoOverlapAlternatingSampler": "rlcollect.samplers",
+    "SerialSampler": "rlcollect.samplers",
     # logging
     "RunLogger": "rlcollect.logging.run_logger",
     "WandbLogger": "rlcollect.logging.run_logger",
@@ -126,6 +141,8 @@ __all__ = [
     "WandbLogger", "WeightSyncScheme",
     "WorkerError", "WorkerOptions", "WorkerRestart", "evaluate_episodes", "generalized_advantage_estimate",
     "iterate_minibatches", "make_env", "recurrent_mode", "set_recurrent_mode", "split_trajectories", "transition_view",
+    "AlternatingSampler", "CpuResetCollector", "CpuSampler", "CpuWaitResetCollector", "GpuResetCollector",
+    "GpuSampler", "GpuWaitResetCollector", "NoOverlapAlternatingSampler", "RandomStart", "SerialSampler",
     # aliases for migrating users (rlcollect/compat.py)
     "MultiCollector", "MultiSyncDataCollector", "MultiaSyncDataCollector", "SyncDataCollector",
     "TensorDictReplayBuffer", "aSyncDataCollector",

@@ -683,6 +683,60 @@ def rlcollect_heavy_alternating_no_overlap(settings: Settings, worker) -> Measur
                                            BUSY_OBS_DIM, HEAVY_HIDDEN, overlap=False)
 
 
+# ---------------------------------------------------------------------- q: rlpyt's sampler front
+class SamplerRun:
+    """A sampler seen as a collector of ``total_frames`` frames (time_collector's protocol):
+    each batch is one ``obtain_samples`` (time-major samples and trajectory infos)."""
+
+    def __init__(self, sampler, agent, total_frames: int) -> None:
+        sampler.initialize(agent, seed=SEED)
+        self.sampler, self.batches = sampler, total_frames // (sampler.batch_B * sampler.batch_T)
+
+    def __iter__(self):
+        for itr in range(self.batches):
+            yield self.sampler.obtain_samples(itr)[0]
+
+    def shutdown(self) -> None:
+        self.sampler.shutdown()
+
+
+def rlcollect_sampler_measure(settings: Settings, sampler_name: str) -> Measure:
+    """NUM_ENVS CartPole envs seeded SEED + i (the d, f, l rows' envs), no decorrelation
+    steps; the parallel samplers get NUM_WORKERS workers (this machine's 2 CPUs)."""
+    import rlcollect.samplers
+
+    sampler_cls = getattr(rlcollect.samplers, sampler_name)
+    policy = MLPSamplingPolicy(build_mlp())
+    options = {} if sampler_name == "SerialSampler" else {"start_method": settings.start_method}
+
+    def make_collector(total_frames: int):
+        sampler = sampler_cls(gym.make, {"id": ENV_ID}, settings.frames_per_batch // NUM_ENVS, NUM_ENVS,
+                              max_decorrelation_steps=0, collector_kwargs=options)
+        return SamplerRun(sampler, policy, total_frames)
+
+    return lambda frames: time_collector(make_collector, frames, settings.frames_per_batch)
+
+
+@register("q1", f"rlcollect SerialSampler, batch_B={NUM_ENVS}", num_envs=NUM_ENVS)
+def rlcollect_serial_sampler(settings: Settings, worker) -> Measure:
+    return rlcollect_sampler_measure(settings, "SerialSampler")
+
+
+@register("q2", f"rlcollect CpuSampler, {MULTI}", num_envs=NUM_ENVS)
+def rlcollect_cpu_sampler(settings: Settings, worker) -> Measure:
+    return rlcollect_sampler_measure(settings, "CpuSampler")
+
+
+@register("q3", f"rlcollect GpuSampler, {MULTI}", num_envs=NUM_ENVS)
+def rlcollect_gpu_sampler(settings: Settings, worker) -> Measure:
+    return rlcollect_sampler_measure(settings, "GpuSampler")
+
+
+@register("q4", f"rlcollect AlternatingSampler, {MULTI}", num_envs=NUM_ENVS)
+def rlcollect_alternating_sampler(settings: Settings, worker) -> Measure:
+    return rlcollect_sampler_measure(settings, "AlternatingSampler")
+
+
 @register("s1", f"rlcollect MultiSync, {MULTI}, spawn", num_envs=NUM_ENVS, startup=True)
 def rlcollect_startup_spawn(settings: Settings, worker) -> Measure:
     return rlcollect_startup_measure(settings, "spawn")
@@ -794,6 +848,10 @@ COMPARISONS = (
     ("h", "b", "AsyncVectorEnv / SyncVectorEnv", None),
     ("k2", "k1", "MultiSync / 1-process, BusyEnv", TARGET_COSTLY_SPEEDUP),
     ("l1", "f", "ActionServer / MultiSync", None),
+    ("q1", "d", "SerialSampler / its Collector", None),
+    ("q2", "f", "CpuSampler / its MultiSync", None),
+    ("q3", "l1", "GpuSampler / its ActionServer", None),
+    ("q4", "l2", "AlternatingSampler / its Alternating", None),
     ("l2", "l1", "Alternating / ActionServer", None),
     ("k3", "k2", "ActionServer / MultiSync, BusyEnv", None),
     ("k4", "k3", "Alternating / ActionServer, BusyEnv", None),

@@ -4,7 +4,8 @@ The library, usable without the CLI (docs/README.md is the map):
 
 - Envs: ``GymEnv`` (gymnasium envs, single or batched, speaking TensorDicts; stepped as a
   list, by gymnasium's vector envs or by an id's vector entry point), ``TorchCartPole``
-  (a batched torch env on any device, stepped with no host synchronisation), ``make_env``
+  (a batched torch env on any device, stepped with no host synchronisation), ``VmasEnv``
+  (VMAS's multi-agent scenarios, agents stacked), ``make_env``
   (any env source: a gymnasium id, a GymEnv, or a callable returning either).
 - Collectors (iterate to get ``[T]`` / ``[P, T]`` batches): ``Collector`` (in process),
   ``MultiSyncCollector`` / ``MultiAsyncCollector`` (worker processes),
@@ -48,6 +49,7 @@ _EXPORTS = {
     "RandomStart": "rlcollect.envs.random_start",
     "StagedEnv": "rlcollect.envs.staging",
     "TorchCartPole": "rlcollect.envs.torch_cartpole",
+    "VmasEnv": "rlcollect.envs.vmas",
     "make_env": "rlcollect.envs.sources",
     # collectors and their options
     "ActionServerCollector": "rlcollect.collectors.action_server",
@@ -142,7 +144,7 @@ __all__ = [
     "WorkerError", "WorkerOptions", "WorkerRestart", "evaluate_episodes", "generalized_advantage_estimate",
     "iterate_minibatches", "make_env", "recurrent_mode", "set_recurrent_mode", "split_trajectories", "transition_view",
     "AlternatingSampler", "CpuResetCollector", "CpuSampler", "CpuWaitResetCollector", "GpuResetCollector",
-    "GpuSampler", "GpuWaitResetCollector", "NoOverlapAlternatingSampler", "RandomStart", "SerialSampler",
+    "GpuSampler", "GpuWaitResetCollector", "NoOverlapAlternatingSampler", "RandomStart", "SerialSampler", "VmasEnv",
     # aliases for migrating users (rlcollect/compat.py)
     "MultiCollector", "MultiSyncDataCollector", "MultiaSyncDataCollector", "SyncDataCollector",
     "TensorDictReplayBuffer", "aSyncDataCollector",

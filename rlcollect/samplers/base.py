@@ -78,6 +78,7 @@ class BaseSampler:
 
     default_collector: type[SamplerCollector]
     agent_in_workers: bool  # the collector classes it takes: Cpu* (True) or Gpu* (False)
+    extra_example_keys: tuple = ()  # int64 entries its collector's batches add to a Collector's
 
     def __init__(self, EnvCls, env_kwargs: dict | None, batch_T: int, batch_B: int,  # noqa: N803 (the seed's names)
                  CollectorCls: type[SamplerCollector] | None = None, max_decorrelation_steps: int = 100,  # noqa: N803
@@ -273,9 +274,12 @@ class BaseSampler:
             probe = Collector(GymEnv(EnvFactory(self.EnvCls, self.env_kwargs), 1), agent, frames_per_batch=1,
                               reset_policy=self.CollectorCls.reset_policy)
             try:
-                return probe.batch[0, 0].clone().zero_()
+                examples = probe.batch[0, 0].clone().zero_()
             finally:
                 probe.shutdown()
+        for key in self.extra_example_keys:
+            examples.set(key, torch.zeros((), dtype=torch.int64))
+        return examples
 
     @torch.no_grad()
     def _value_after(self, batch: TensorDictBase) -> torch.Tensor:

@@ -6,6 +6,7 @@ from rlcollect.collectors.action_server import ActionServerCollector, Alternatin
 from rlcollect.collectors.multi import MultiSyncCollector
 from rlcollect.collectors.single import Collector
 from rlcollect.envs.gym_env import GymEnv
+from rlcollect.keys import POLICY_VERSION, WORKER_ID
 from rlcollect.samplers.base import BaseSampler, EnvFactory
 from rlcollect.samplers.collectors import CpuResetCollector, GpuResetCollector
 
@@ -29,6 +30,7 @@ class CpuSampler(BaseSampler):
     CollectorCls: CpuResetCollector (default) or CpuWaitResetCollector."""
 
     default_collector, agent_in_workers = CpuResetCollector, True
+    extra_example_keys = (WORKER_ID, POLICY_VERSION)  # MultiSync's batches name the worker and the weights
 
     def _build_collector(self, agent, factory: EnvFactory, seed, affinity: dict, options: dict):
         workers = self._num_workers(affinity)

@@ -101,6 +101,16 @@ def test_samples_are_a_time_major_view_and_examples_size_one_step(start):
     assert examples["observation"].dtype == torch.float32 and examples["action"].dtype == torch.int64
 
 
+@pytest.mark.parametrize("cls", SAMPLERS)
+def test_examples_have_every_key_and_dtype_of_the_samples(start, cls):
+    sampler = cls(gym.make, {"id": "CartPole-v1"}, 4, 4, **sampler_kwargs(cls))
+    examples = start(sampler, cartpole_agent(), seed=0)
+    samples, _ = sampler.obtain_samples(0)
+    assert {key: value.dtype for key, value in examples.items(True, True)} == \
+        {key: value.dtype for key, value in samples.items(True, True)}
+    assert all(value.shape == samples[key].shape[2:] for key, value in examples.items(True, True))
+
+
 def test_traj_infos_match_the_collected_rewards_across_batches(start):
     """EchoEnv seeded 0 + i: env i's episodes last 2 + i steps; every reward is 1."""
     sampler = SerialSampler(functools.partial(EchoEnv, (2, 3, 4, 5)), None, 3, 4, max_decorrelation_steps=0)

@@ -227,7 +227,8 @@ class BaseSampler:
 
     @staticmethod
     def _agent_device(affinity: dict) -> dict:
-        return {} if affinity.get("cuda_idx") is None else {"device": f"cuda:{affinity['cuda_idx']}"}
+        """affinity["cuda_idx"]: the agent's forward on that GPU; the samples stay on the CPU."""
+        return {} if affinity.get("cuda_idx") is None else {"policy_device": f"cuda:{affinity['cuda_idx']}"}
 
     # ------------------------------------------------------------------ helpers
     def _check_running(self, method: str) -> None:

@@ -232,3 +232,14 @@ def test_rank_offsets_the_env_seeds(start):
     start(sampler, echo_policy, seed=10, rank=1, world_size=2)
     samples, _ = sampler.obtain_samples(0)
     assert samples["observation"][0, :, 0].tolist() == [12.0, 13.0]  # EchoEnv's id is its seed
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("cls", [SerialSampler, GpuSampler])
+def test_cuda_idx_runs_the_agents_forward_on_that_gpu(start, cls):
+    agent = cartpole_agent().to("cuda:0")
+    sampler = cls(gym.make, {"id": "CartPole-v1"}, 8, 4, **sampler_kwargs(cls))
+    start(sampler, agent, seed=0, affinity={"cuda_idx": 0}, bootstrap_value=True)
+    samples, _ = sampler.obtain_samples(0)
+    assert samples["action"].device.type == "cpu" and samples["bootstrap_value"].device.type == "cuda"
+    assert sampler.collector.devices.policy == torch.device("cuda:0")

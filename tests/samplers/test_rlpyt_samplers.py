@@ -238,8 +238,10 @@ def test_rank_offsets_the_env_seeds(start):
 @pytest.mark.parametrize("cls", [SerialSampler, GpuSampler])
 def test_cuda_idx_runs_the_agents_forward_on_that_gpu(start, cls):
     agent = cartpole_agent().to("cuda:0")
+    seen = []
+    agent.register_forward_pre_hook(lambda module, args: seen.append(args[0].get("observation").device.type))
     sampler = cls(gym.make, {"id": "CartPole-v1"}, 8, 4, **sampler_kwargs(cls))
     start(sampler, agent, seed=0, affinity={"cuda_idx": 0}, bootstrap_value=True)
     samples, _ = sampler.obtain_samples(0)
     assert samples["action"].device.type == "cpu" and samples["bootstrap_value"].device.type == "cuda"
-    assert sampler.collector.devices.policy == torch.device("cuda:0")
+    assert seen and set(seen) == {"cuda"}

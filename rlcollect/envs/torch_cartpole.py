@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rlcollect.envs.spaces import random_actions
+from rlcollect.envs.torch_env import TorchEnv
 from rlcollect.validation import check_positive_int
 
 GRAVITY, MASS_CART, MASS_POLE, HALF_LENGTH, FORCE, TAU = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
@@ -33,7 +33,7 @@ X_THRESHOLD = 2.4
 RESET_BOUND = 0.05  # initial state: uniform in [-0.05, 0.05]^4
 
 
-class TorchCartPole:
+class TorchCartPole(TorchEnv):
     """``num_envs`` CartPoles as one batched env of batch size ``[num_envs]``, on ``device``.
 
     Speaks the collectors' env protocol (envs/staging.py) with the keys of a GymEnv, so
@@ -46,8 +46,6 @@ class TorchCartPole:
         seed: seeds the reset generator (at the next reset of every env).
         max_episode_steps: the time limit (a truncation), gymnasium's 500 by default.
     """
-
-    steps_on_device = True  # stage_step returns the done mask as a tensor on self.device, always
 
     def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
                  max_episode_steps: int = 500) -> None:
@@ -143,15 +141,6 @@ class TorchCartPole:
         return self._state, self._reward, self._terminated, self._truncated
 
     # ------------------------------------------------------------------ the collectors' protocol
-    def _mask(self, indices) -> torch.Tensor:
-        if isinstance(indices, torch.Tensor) and indices.dtype == torch.bool:
-            return indices.reshape(self.num_envs).to(self.device)
-        if isinstance(indices, np.ndarray) and indices.dtype == bool:
-            return torch.from_numpy(indices).to(self.device)
-        mask = torch.zeros(self.num_envs, dtype=torch.bool)
-        mask[torch.as_tensor(indices, dtype=torch.long)] = True
-        return mask.to(self.device)
-
     def reset(self) -> TensorDict:
         """Reset every env (a pending seed reseeds the generator first); returns the carrier."""
         self._reseed()
@@ -165,17 +154,6 @@ class TorchCartPole:
         mask = self._mask(indices)
         self._reset_state(mask)
         self._is_init.logical_or_(mask)
-
-    def mark_init(self, indices) -> None:
-        self._is_init.logical_or_(self._mask(indices))
-
-    def set_seed(self, seed: int | None) -> int | None:
-        """Reseed the reset generator with ``seed`` at the next reset of every env."""
-        self._seed = seed
-        return seed
-
-    def random_action(self) -> torch.Tensor:
-        return random_actions(self.action_space, (self.num_envs,), self.device)
 
     def random_steps(self, steps) -> None:
         """Take ``steps[i]`` random actions in env i (resetting it when it finishes); the
@@ -211,9 +189,6 @@ class TorchCartPole:
             self._state.copy_(state)
             self._steps.copy_(steps)
         return self
-
-    def close(self) -> None:
-        """Nothing to release."""
 
     def __repr__(self) -> str:
         return f"TorchCartPole(num_envs={self.num_envs}, device={str(self.device)!r})"

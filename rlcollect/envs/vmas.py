@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-from rlcollect.envs.spaces import random_actions
+from rlcollect.envs.torch_env import TorchEnv
 from rlcollect.validation import check_positive_int
 
 
@@ -58,7 +58,7 @@ def _stacked_space(spaces, n_agents: int, what: str, names: list[str]) -> gym.Sp
     return gym.spaces.Box(low, high, dtype=np.float32)
 
 
-class VmasEnv:
+class VmasEnv(TorchEnv):
     """``num_envs`` copies of a VMAS scenario as one batched env of batch size ``[num_envs]``.
 
     Args:
@@ -71,8 +71,6 @@ class VmasEnv:
         continuous_actions: Box actions (True) or Discrete ones per agent.
         **scenario_kwargs: passed to the scenario (e.g. ``n_agents=4``).
     """
-
-    steps_on_device = True  # stage_step returns the done mask as a tensor on self.device
 
     def __init__(self, scenario, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None,
                  max_steps: int | None = None, continuous_actions: bool = True, **scenario_kwargs) -> None:
@@ -140,15 +138,6 @@ class VmasEnv:
             self._is_init.logical_or_(mask)
 
     # ------------------------------------------------------------------ the collectors' protocol
-    def _mask(self, indices) -> torch.Tensor:
-        if isinstance(indices, torch.Tensor) and indices.dtype == torch.bool:
-            return indices.reshape(self.num_envs).to(self.device)
-        if isinstance(indices, np.ndarray) and indices.dtype == bool:
-            return torch.from_numpy(indices).to(self.device)
-        mask = torch.zeros(self.num_envs, dtype=torch.bool)
-        mask[torch.as_tensor(list(indices), dtype=torch.long)] = True
-        return mask.to(self.device)
-
     def reset(self) -> TensorDict:
         """Reset every env (with the pending seed, if any); returns the carrier."""
         observations = self._env.reset(seed=self._seed)
@@ -161,25 +150,11 @@ class VmasEnv:
         """Reset the given envs (indices, or a boolean mask); their next step starts a trajectory."""
         self._reset_where(self._mask(indices))
 
-    def mark_init(self, indices) -> None:
-        self._is_init.logical_or_(self._mask(indices))
-
-    def set_seed(self, seed: int | None) -> int | None:
-        """Seed VMAS at the next reset of every env."""
-        self._seed = seed
-        return seed
-
-    def random_action(self) -> torch.Tensor:
-        return random_actions(self.action_space, (self.num_envs,), self.device)
-
     def to(self, device) -> "VmasEnv":
         if torch.device(device) != self.device:
             raise ValueError(f"VMAS simulates on the device it was built on ({self.device}); build "
                              f"VmasEnv(..., device={str(device)!r}) instead of moving it")
         return self
-
-    def close(self) -> None:
-        """Nothing to release."""
 
     def __repr__(self) -> str:
         return (f"VmasEnv(scenario={self.scenario!r}, num_envs={self.num_envs}, n_agents={self.n_agents}, "

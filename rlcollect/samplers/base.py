@@ -40,6 +40,16 @@ AFFINITY_KEYS = ("master_cpus", "workers_cpus", "master_torch_threads", "worker_
 TRAJ_INFO_KEYS = {"discount": "gamma", "gamma": "gamma", "sum_keys": "sum_keys", "last_keys": "last_keys"}
 
 
+def _known_keys(given: dict | None, known, message: str) -> dict:
+    """``given`` as a dict; a ValueError (``message`` formatted with the unknown keys and
+    the known ones) when it has keys outside ``known``."""
+    given = dict(given or {})
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ValueError(message.format(unknown, list(known)))
+    return given
+
+
 @dataclass(frozen=True)
 class EnvFactory:
     """``EnvCls(**env_kwargs)``, wrapped in ``RandomStart`` when ``max_steps`` > 0; a
@@ -239,12 +249,8 @@ class BaseSampler:
 
     @staticmethod
     def _check_affinity(affinity: dict | None) -> dict:
-        affinity = dict(affinity or {})
-        unknown = sorted(set(affinity) - set(AFFINITY_KEYS))
-        if unknown:
-            raise ValueError(f"affinity keys {unknown} are not read by rlcollect's samplers; they read "
-                             f"{list(AFFINITY_KEYS)}")
-        return affinity
+        return _known_keys(affinity, AFFINITY_KEYS, "affinity keys {} are not read by rlcollect's samplers; they "
+                                                    "read {}")
 
     @staticmethod
     def _apply_master_affinity(affinity: dict) -> None:
@@ -255,11 +261,8 @@ class BaseSampler:
 
     @staticmethod
     def _tracker_kwargs(traj_info_kwargs: dict | None) -> dict:
-        kwargs = dict(traj_info_kwargs or {})
-        unknown = sorted(set(kwargs) - set(TRAJ_INFO_KEYS))
-        if unknown:
-            raise ValueError(f"traj_info_kwargs keys {unknown} are unknown; the trajectory info takes "
-                             f"{sorted(TRAJ_INFO_KEYS)}")
+        kwargs = _known_keys(traj_info_kwargs, sorted(TRAJ_INFO_KEYS), "traj_info_kwargs keys {} are unknown; the "
+                                                                      "trajectory info takes {}")
         return {TRAJ_INFO_KEYS[key]: value for key, value in kwargs.items()}
 
     @staticmethod

@@ -3,6 +3,7 @@ stepped again in the batch; its remaining steps are padding (("collector", "mask
 reward 0) and it resets when the next batch starts."""
 import functools
 
+import gymnasium as gym
 import pytest
 import torch
 
@@ -12,6 +13,7 @@ from rlcollect.collectors.action_server import ActionServerCollector, Alternatin
 from rlcollect.collectors.multi import MultiSyncCollector
 from rlcollect.collectors.pool import PoolCollector
 from rlcollect.envs import GymEnv, TorchCartPole
+from rlcollect.modules.actor_critic import RecurrentActorCritic
 from rlcollect.testing import CountingEnv, EchoEnv, echo_policy
 from rlcollect.trajectories import EpisodeTracker
 
@@ -118,3 +120,15 @@ def test_worker_collectors_wait_as_the_collector_does(no_leftovers):
                 assert torch.equal(want[key], got[key]), (cls.__name__, key)
         collector.shutdown()
     assert expected[0][MASK].sum(1).tolist() == [2, 3, 4, 5]
+
+
+def test_a_recurrent_policys_state_restarts_from_zero_when_a_waiting_env_resets():
+    torch.manual_seed(0)
+    policy = RecurrentActorCritic(gym.spaces.Box(0.0, 100.0, (1,)), gym.spaces.Discrete(2), hidden_size=6)
+    collector = Collector(counting(2, 5), policy, frames_per_batch=8, reset_policy="wait")
+    data = torch.cat([batch.clone() for _, batch in zip(range(3), collector)], 1)  # [2, 12]
+    state, next_state = data["recurrent_state"], data["next", "recurrent_state"]
+    assert data["is_init"][0].tolist() == [True, False, False, False] * 3  # env 0 restarts at each batch
+    assert (state[data["is_init"]] == 0).all() and (state[~data["is_init"]].abs().sum((-1, -2)) > 0).all()
+    continuing = ~data["is_init"][:, 1:]  # elsewhere each step reads the state the previous one wrote
+    assert torch.equal(state[:, 1:][continuing], next_state[:, :-1][continuing])

@@ -64,6 +64,20 @@ def _as_tuple(key) -> tuple:
     return key if isinstance(key, tuple) else (key,)
 
 
+def _row_elements(array: np.ndarray) -> np.ndarray:
+    """``array`` ``[P, *feature]`` with contiguous feature dims as ``[P]`` elements of one
+    row's bytes each (a view): numpy then copies a strided column of a batch row by row
+    (1,024 CartPole observations: 1.2 us instead of 8). Other arrays are returned as they are."""
+    if array.ndim < 2 or array.dtype.hasobject or 0 in array.shape[1:]:
+        return array
+    feature = array.shape[1:]
+    contiguous = tuple(int(np.prod(feature[i + 1:], dtype=np.int64)) * array.itemsize for i in range(len(feature)))
+    if array.strides[1:] != contiguous:  # the C-order strides of the feature dims
+        return array
+    flat = array.reshape(array.shape[0], -1)  # a view: the feature dims are contiguous
+    return flat.view(np.dtype((np.void, flat.shape[1] * array.itemsize)))[:, 0]
+
+
 @with_options_doc(DeviceOptions, StepOptions, DeliveryOptions)
 class Collector(CollectorBase):
     """Collects batches from one (possibly batched) env in the calling process.
@@ -301,10 +315,10 @@ class Collector(CollectorBase):
         def views(key):
             return target.get(key).unbind(time_dim)
 
-        def numpy_views(key) -> list:
+        def numpy_views(key, rows: bool = False) -> list:
             stored = target.get(key)
             flat = stored.numpy().reshape(self._num_envs, time_steps, *stored.shape[time_dim + 1:])
-            return [flat[:, t] for t in range(time_steps)]
+            return [_row_elements(flat[:, t]) if rows else flat[:, t] for t in range(time_steps)]
 
         carrier_keys = self._carried_keys
         plan = dict(
@@ -323,7 +337,8 @@ class Collector(CollectorBase):
         if self.devices.env.type == "cpu" and storing_on_cpu:
             # numpy writes cost a third of Tensor.copy_ for these tiny per-step slices
             plan["_copy_env_output"] = np.copyto
-            sources = [(self._env_source(key).numpy(), numpy_views(key)) for key in env_keys]
+            # each env's entry as one element: a strided copy of P rows, not of P x feature values
+            sources = [(_row_elements(self._env_source(key).numpy()), numpy_views(key, rows=True)) for key in env_keys]
             plan["_action_numpy_views"] = numpy_views("action") if self.devices.policy.type == "cpu" else None
         else:
             plan["_action_numpy_views"] = None

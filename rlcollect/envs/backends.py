@@ -134,6 +134,7 @@ class VectorBackend:
         self._finished = np.zeros(self.num_envs, bool)  # done and not reset yet
         self._unreset = False  # _finished.any()
         self._reset_observation = None  # SAME_STEP: the reset observations of the last step
+        self._reset_rows = getattr(vector_env, "reset_rows", None)  # PartialResetCartPole's fast partial reset
 
     def _as_tree(self, batched):
         """A batched observation as staging arrays are nested (gymnasium batches a Tuple
@@ -172,7 +173,7 @@ class VectorBackend:
     def reset(self, mask: np.ndarray, seed: int | None, arrays: dict) -> None:
         """Reset the sub-envs where ``mask`` is True into ``arrays["observation"]``."""
         if self._unreset:
-            already = mask & self._finished
+            already = mask & self._finished if self.same_step else None
             np.logical_and(self._finished, ~mask, out=self._finished)
             self._unreset = bool(self._finished.any())
             if self.same_step:  # those the env reset in the last step: their observation is known
@@ -180,6 +181,11 @@ class VectorBackend:
                 mask = mask & ~already
         if seed is not None and mask.all():
             observation, _ = self.vector_env.reset(seed=seed)
+        elif self._reset_rows is not None:  # only the reset envs' observations come back
+            rows = np.flatnonzero(mask)
+            if rows.size:
+                arrays["observation"][rows] = self._reset_rows(rows)
+            return
         elif mask.any():
             observation, _ = self.vector_env.reset(options={"reset_mask": mask})
         else:
@@ -313,9 +319,16 @@ class PartialResetCartPole(CartPoleVectorEnv):
             return super().reset(seed=seed, options=options)
         if seed is not None:
             super(CartPoleVectorEnv, self).reset(seed=seed)  # VectorEnv.reset: seeds np_random
-        self.state[:, mask] = self.np_random.uniform(low=self.low, high=self.high, size=(4, int(mask.sum())))
-        self.steps[mask] = 0
+        self.reset_rows(np.flatnonzero(mask))
         return self.state.T.astype(np.float32), {}
+
+    def reset_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Reset the envs ``rows`` (indices, in order) and return their observations only,
+        ``[len(rows), 4]`` float32: what ``reset(reset_mask)`` draws, without the others'."""
+        fresh = self.np_random.uniform(low=self.low, high=self.high, size=(4, rows.size))
+        self.state[:, rows] = fresh
+        self.steps[rows] = 0
+        return fresh.T.astype(np.float32)
 
 
 # vector entry points that autoreset on the next step, and their partial-reset twins

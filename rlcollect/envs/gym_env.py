@@ -303,7 +303,7 @@ class GymEnv:
 
     def _reset_where(self, mask: np.ndarray) -> None:
         """``reset_some`` with a boolean mask over the sub-envs (the done mask of a step)."""
-        seed = self._seed if mask.all() else None
+        seed = self._seed if self._seed is not None and mask.all() else None
         self._backend.reset(mask, seed, self._staging.arrays)
         if seed is not None:
             self._seed = None

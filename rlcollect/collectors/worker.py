@@ -65,10 +65,10 @@ def resolve_model(owner, model_id: str) -> torch.nn.Module:
     return target
 
 
-def stamp_worker_keys(batch, worker_id: int):
+def stamp_worker_keys(batch, worker_id: int, policy_version: int = 0):
     """Add ("collector", "worker_id") and ("collector", "policy_version") to a worker's batch."""
     batch.set(WORKER_ID, torch.full(batch.shape, worker_id, dtype=torch.int64, device=batch.device))
-    batch.set(POLICY_VERSION, torch.zeros(batch.shape, dtype=torch.int64, device=batch.device))
+    batch.set(POLICY_VERSION, torch.full(batch.shape, policy_version, dtype=torch.int64, device=batch.device))
     return batch
 
 

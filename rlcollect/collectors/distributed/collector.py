@@ -157,9 +157,9 @@ class DistributedCollector(CollectorBase):
         self._weights = policy_tensors(policy)
         try:
             self._rendezvous = Rendezvous(master_addr, master_port, self.num_workers + 1, backend, timeout)
-            specs = [WorkerSpec(index, self._rendezvous.spec, collector_class, plan.env_sources[index],
-                                plan.host_frames, plan.collector_kwargs[index], post_collect_hook,
-                                seed=plan.seeds[index], torch_threads=worker_torch_threads)
+            specs = [WorkerSpec(index, collector_class, plan.env_sources[index], plan.host_frames,
+                                plan.collector_kwargs[index], post_collect_hook, seed=plan.seeds[index],
+                                group=self._rendezvous.spec, torch_threads=worker_torch_threads)
                      for index in range(self.num_workers)]
             self._launcher = make_launcher(launcher, start_method=start_method, folder=submitit_folder,
                                            cluster=cluster, slurm_kwargs=slurm_kwargs, ray_address=ray_address)

@@ -14,20 +14,16 @@ import tempfile
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 from tensordict import TensorDictBase
 
 from rlcollect.collectors.base import CollectorBase
-from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.distributed.launchers import ProcessLauncher
-from rlcollect.collectors.distributed.worker import policy_tensors, weight_tensors
-from rlcollect.collectors.hosted import build_hosted_collector, plan_hosts, traj_start
+from rlcollect.collectors.distributed.worker import Host, HostSpec, policy_tensors, weight_tensors
+from rlcollect.collectors.hosted import plan_hosts
 from rlcollect.collectors.options import DeliveryOptions, check_total_frames
 from rlcollect.collectors.processes import WorkerError, initialize_worker
-from rlcollect.keys import POLICY_VERSION, WORKER_ID
 from rlcollect.seeding import env_seed
 from rlcollect.validation import check_positive_int
 
@@ -43,31 +39,14 @@ def _backend_options(init_file: str, timeout: float):
                                            _transports=["uv"], _channels=["basic"])
 
 
-@dataclass
-class RPCWorkerSpec:
-    index: int
-    collector_class: str
-    create_env_fn: Any
-    frames_per_batch: int
-    collector_kwargs: dict = field(default_factory=dict)
-    post_collect_hook: Any = None
-    seed: int | None = None
-
-
-class RPCHost:
+class RPCHost(Host):
     """Lives in a worker (created there by ``rpc.remote``): its collector, and the weights
     that arrive between batches (applied at the start of the next one)."""
 
-    def __init__(self, spec: RPCWorkerSpec, policy) -> None:
-        self.index = spec.index
-        self.collector = build_hosted_collector(spec.collector_class, spec.create_env_fn, policy,
-                                                spec.frames_per_batch, spec.collector_kwargs, traj_start(spec.index))
-        self._weights = policy_tensors(policy)
+    def __init__(self, spec: HostSpec, policy) -> None:
+        super().__init__(spec, policy)
         self._pending: tuple | None = None  # (version, tensors) not applied yet
         self._lock = threading.Lock()  # one call at a time touches the collector
-        self._batches = iter(self.collector)
-        self._delivery = Delivery(DeliveryOptions(post_collect_hook=spec.post_collect_hook))
-        self.policy_version = 0
 
     def describe(self) -> list[int]:
         return list(self.collector.batch_size)
@@ -77,23 +56,10 @@ class RPCHost:
 
     def collect(self):
         with self._lock:
-            self._apply_weights()
-            batch = next(self._batches)
-            batch.set(WORKER_ID, torch.full(batch.shape, self.index, dtype=torch.int64))
-            batch.set(POLICY_VERSION, torch.full(batch.shape, self.policy_version, dtype=torch.int64))
-            self._delivery(batch, 0)
-            return batch, self._delivery.last_hook_result
-
-    def _apply_weights(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        version, tensors = pending
-        with torch.no_grad():
-            for own, new in zip(self._weights, tensors):
-                own.copy_(new)
-        self.collector.update_policy_weights_()
-        self.policy_version = version
+            pending, self._pending = self._pending, None
+            if pending is not None:
+                self.load_weights(*pending)
+            return self.next_batch()
 
     def call(self, method: str, args: tuple):
         with self._lock:
@@ -115,7 +81,7 @@ def _rpc_worker_main(index: int, world_size: int, init_file: str, timeout: float
     rpc.shutdown()  # returns once the trainer shuts down
 
 
-def _create_host(spec: RPCWorkerSpec, policy) -> RPCHost:
+def _create_host(spec: HostSpec, policy) -> RPCHost:
     return RPCHost(spec, policy)
 
 
@@ -186,8 +152,8 @@ class RPCCollector(CollectorBase):
             rpc.init_rpc("trainer", rank=0, world_size=world_size,
                          rpc_backend_options=_backend_options(self._init_file, timeout))
             self._initialized = True
-            specs = [RPCWorkerSpec(index, collector_class, plan.env_sources[index], plan.host_frames,
-                                   plan.collector_kwargs[index], post_collect_hook, plan.seeds[index])
+            specs = [HostSpec(index, collector_class, plan.env_sources[index], plan.host_frames,
+                              plan.collector_kwargs[index], post_collect_hook, plan.seeds[index])
                      for index in range(self.num_workers)]
             self._hosts = [rpc.remote(f"worker{index}", _create_host, args=(spec, policy))
                            for index, spec in enumerate(specs)]

@@ -43,7 +43,7 @@ from rlcollect.collectors.distributed.group import (
 from rlcollect.collectors.hosted import build_hosted_collector, traj_start
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.processes import initialize_worker
-from rlcollect.keys import POLICY_VERSION, WORKER_ID
+from rlcollect.collectors.worker import stamp_worker_keys
 
 COLLECT, START, WEIGHTS, CALL, STOP = 1, 2, 3, 4, 5
 PAUSED = -1  # a header's frame count: "no batch follows" (the answer to a call made while streaming)
@@ -51,17 +51,23 @@ CALLS = ("set_seed", "reset", "state_dict", "load_state_dict", "describe")
 
 
 @dataclass
-class WorkerSpec:
-    """What one worker is built from (pickled once, at launch)."""
+class HostSpec:
+    """What one worker's collector is built from (pickled once, at launch)."""
 
     index: int
-    group: GroupSpec
     collector_class: str
     create_env_fn: Any
     frames_per_batch: int
     collector_kwargs: dict = field(default_factory=dict)
     post_collect_hook: Any = None
     seed: int | None = None  # the worker's RNGs (rlcollect/seeding.py: its first env's seed)
+
+
+@dataclass
+class WorkerSpec(HostSpec):
+    """A process-group worker's HostSpec, with the group to join."""
+
+    group: GroupSpec | None = None
     torch_threads: int | None = 1
 
 
@@ -90,18 +96,42 @@ def batch_layout(batch) -> dict:
             "entries": [(key, list(value.shape), value.dtype) for key, value in batch.items(True, True)]}
 
 
-class Worker:
-    """The worker's loop (``run``) around its collector; see the module doc."""
+class Host:
+    """A worker's collector, as the distributed and RPC collectors drive it: its batches
+    stamped with the worker and the weights version, and weights loaded from tensors."""
 
-    def __init__(self, spec: WorkerSpec, policy) -> None:
-        self.spec, self.rank = spec, spec.index + 1
+    def __init__(self, spec: HostSpec, policy) -> None:
+        self.spec = spec
         self.collector = build_hosted_collector(spec.collector_class, spec.create_env_fn, policy, spec.frames_per_batch,
                                                 spec.collector_kwargs, traj_start(spec.index))
         self._weights = policy_tensors(policy)
         self._batches = iter(self.collector)
         self._delivery = Delivery(DeliveryOptions(post_collect_hook=spec.post_collect_hook))
-        self._layout: list | None = None  # the keys, in the order their tensors are sent
         self.policy_version = 0
+
+    def next_batch(self) -> tuple[TensorDictBase, Any]:
+        """The collector's next batch, stamped and through the post-collect hook; and the
+        hook's result."""
+        batch = stamp_worker_keys(next(self._batches), self.spec.index, self.policy_version)
+        self._delivery(batch, 0)
+        return batch, self._delivery.last_hook_result
+
+    def load_weights(self, version: int, tensors) -> None:
+        """Copy ``tensors`` (in policy_tensors' order) into the policy, on to the
+        collector's own copy or worker processes; batches then carry ``version``."""
+        with torch.no_grad():
+            for own, new in zip(self._weights, tensors):
+                own.copy_(new)
+        self.collector.update_policy_weights_()
+        self.policy_version = version
+
+
+class Worker(Host):
+    """The worker's loop (``run``) around its collector; see the module doc."""
+
+    def __init__(self, spec: WorkerSpec, policy) -> None:
+        super().__init__(spec, policy)
+        self._layout: list | None = None  # the keys, in the order their tensors are sent
 
     def run(self, group, store) -> None:
         command = torch.zeros(3, dtype=torch.int64)
@@ -143,18 +173,10 @@ class Worker:
         flat = FlatLayout([(list(tensor.shape), tensor.dtype) for tensor in self._weights])
         incoming = flat.buffer()
         group.recv([incoming], 0, WEIGHTS_TAG).wait()  # every tensor, one message
-        with torch.no_grad():
-            for own, new in zip(self._weights, flat.views(incoming)):
-                own.copy_(new)
-        self.collector.update_policy_weights_()  # on to the collector's own copy or worker processes
-        self.policy_version = version
+        self.load_weights(version, flat.views(incoming))
 
     def _send_batch(self, group, store) -> None:
-        batch = next(self._batches)
-        batch.set(WORKER_ID, torch.full(batch.shape, self.spec.index, dtype=torch.int64))
-        batch.set(POLICY_VERSION, torch.full(batch.shape, self.policy_version, dtype=torch.int64))
-        self._delivery(batch, 0)
-        hook_result = self._delivery.last_hook_result
+        batch, hook_result = self.next_batch()
         if self._layout is None:
             layout = batch_layout(batch)
             store.set(f"layout/{self.spec.index}", pickle.dumps(layout))

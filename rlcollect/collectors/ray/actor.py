@@ -4,16 +4,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.hosted import MAX_LIVES, TRAJ_ID_SHIFT, build_hosted_collector, traj_start
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.processes import seed_rngs
 from rlcollect.collectors.ray.replay_buffer import RayReplayBuffer
 from rlcollect.collectors.ray.wire import batch_to_wire
-from rlcollect.collectors.worker import resolve_model
-from rlcollect.keys import POLICY_VERSION, WORKER_ID
+from rlcollect.collectors.worker import resolve_model, stamp_worker_keys
+from rlcollect.keys import WORKER_ID
 
 
 @dataclass
@@ -83,8 +81,7 @@ class CollectorActor:
         batch = next(self._batches)
         # the inner worker (before restamping): rows of one worker are the same envs from batch to batch
         source = int(batch.get(WORKER_ID).reshape(-1)[0]) if self._multi and self._trajs_per_batch else 0
-        batch.set(WORKER_ID, torch.full(batch.shape, self.index, dtype=torch.int64, device=batch.device))
-        batch.set(POLICY_VERSION, torch.full(batch.shape, self.policy_version, dtype=torch.int64, device=batch.device))
+        stamp_worker_keys(batch, self.index, self.policy_version)
         delivered = self._delivery(batch, source)  # the hook, then the write into the Ray-held buffer
         hook_result = self._delivery.last_hook_result
         if delivered is not None:

@@ -202,6 +202,7 @@ class Row:
     startup: bool = False  # a start-up row: measures construction to first batch, no frames/s
     batch_frames: int = 0  # rows with many envs: their own frames_per_batch (0: --frames-per-batch)
     frames_scale: int = 1  # ... and frames_scale x --frames frames per measurement
+    needs_cuda: bool = False  # skipped, with a note, where torch sees no CUDA device
 
 
 ROWS: dict[str, Row] = {}
@@ -382,19 +383,36 @@ def hand_torch(settings: Settings, worker) -> Measure:
     return HandTorchLoop()
 
 
-@register("t2", f"rlcollect Collector, TorchCartPole({TORCH_ENVS}), cpu", num_envs=TORCH_ENVS,
-          batch_frames=TORCH_BATCH, frames_scale=VECTOR_SCALE)
-def rlcollect_torch(settings: Settings, worker) -> Measure:
+def rlcollect_torch_measure(device: str) -> Measure:
+    """Collector over TorchCartPole(TORCH_ENVS) with env, policy and storage on ``device``."""
     from rlcollect.collectors import Collector
     from rlcollect.envs import TorchCartPole
 
-    policy = MLPSamplingPolicy(build_mlp())
+    policy = MLPSamplingPolicy(build_mlp()).to(device)
 
     def make_collector(total_frames: int):
-        return Collector(TorchCartPole(TORCH_ENVS, seed=SEED), policy, frames_per_batch=TORCH_BATCH,
-                         total_frames=total_frames)
+        return Collector(TorchCartPole(TORCH_ENVS, device=device, seed=SEED), policy, frames_per_batch=TORCH_BATCH,
+                         total_frames=total_frames, device=device)
 
     return lambda frames: time_collector(make_collector, frames, TORCH_BATCH)
+
+
+@register("t2", f"rlcollect Collector, TorchCartPole({TORCH_ENVS}), cpu", num_envs=TORCH_ENVS,
+          batch_frames=TORCH_BATCH, frames_scale=VECTOR_SCALE)
+def rlcollect_torch(settings: Settings, worker) -> Measure:
+    return rlcollect_torch_measure("cpu")
+
+
+@register("t3", f"hand-written loop, TorchCartPole({TORCH_ENVS}), cuda", num_envs=TORCH_ENVS,
+          batch_frames=TORCH_BATCH, frames_scale=VECTOR_SCALE, needs_cuda=True)
+def hand_torch_cuda(settings: Settings, worker) -> Measure:
+    return HandTorchLoop("cuda")
+
+
+@register("t4", f"rlcollect Collector, TorchCartPole({TORCH_ENVS}), cuda", num_envs=TORCH_ENVS,
+          batch_frames=TORCH_BATCH, frames_scale=VECTOR_SCALE, needs_cuda=True)
+def rlcollect_torch_cuda(settings: Settings, worker) -> Measure:
+    return rlcollect_torch_measure("cuda")
 
 
 # ---------------------------------------------------------------------- n: a recurrent policy
@@ -835,6 +853,7 @@ COMPARISONS = (
     ("n2", "n1", f"rlcollect / hand-written, GRU, {NUM_ENVS} envs", TARGET_RATIO),
     ("v2", "v1", f"rlcollect / make_vec loop, {VECTOR_ENVS} envs", TARGET_VECTOR_RATIO),
     ("t2", "t1", f"rlcollect / torch loop, {TORCH_ENVS} envs", TARGET_VECTOR_RATIO),
+    ("t4", "t3", f"rlcollect / torch loop, {TORCH_ENVS} envs, cuda", TARGET_VECTOR_RATIO),
     ("v3", "v1", "rlcollect on EnvPool / make_vec loop", None),
     ("e1", "a", "torchrl / hand-written, 1 env", None),
     ("e2", "b", f"torchrl / hand-written, {NUM_ENVS} envs", None),
@@ -1104,6 +1123,10 @@ def main(argv: list[str] | None = None) -> None:
     worker, torchrl_skipped = start_torchrl_worker(rows)
     if torchrl_skipped:
         rows = [row for row in rows if not row.needs_torchrl]
+    if any(row.needs_cuda for row in rows) and not torch.cuda.is_available():
+        print(f"rows {','.join(row.key for row in rows if row.needs_cuda)} skipped: torch sees no CUDA device",
+              file=sys.stderr)
+        rows = [row for row in rows if not row.needs_cuda]
     ray_version, ray_skipped = start_ray(rows)
     if ray_skipped:
         rows = [row for row in rows if not row.needs_ray]

@@ -2,6 +2,7 @@
 measurement of a collector, built fresh for it. Importable from both venvs (time only)."""
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -15,6 +16,14 @@ class Measurement:
     shutdown_ms: float | None = None  # start-up rows: shutdown() after the first batch
 
 
+def wait_for_device() -> None:
+    """Block until queued CUDA work is done, where torch has started CUDA: a batch on the GPU
+    is yielded before its kernels have run."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
 def time_collector(make_collector: Callable[[int], Iterable], frames: int, frames_per_batch: int) -> Measurement:
     """Build a collector of ``frames_per_batch + frames`` total frames (``make_collector``
     gets that total), time construction to first batch, then the remaining ``frames``."""
@@ -24,10 +33,12 @@ def time_collector(make_collector: Callable[[int], Iterable], frames: int, frame
         constructed = time.perf_counter()
         batches = iter(collector)
         next(batches)
+        wait_for_device()
         first_batch = time.perf_counter()
         collected = 0
         for batch in batches:
             collected += batch.numel()
+        wait_for_device()
         end = time.perf_counter()
     finally:
         collector.shutdown()

@@ -192,7 +192,7 @@ class Collector(CollectorBase):
             self._env_index = torch.arange(self._num_envs, device=self.devices.env)
         else:
             self._steps_in_traj = np.zeros(self._num_envs, np.int64)
-        self._id_base = 0  # torch env: the first of the trajectory ids reserved for this batch
+        self._slot_ids: tuple = ()  # torch env: per step t, the trajectory ids of the batch's (t, env) slots
         self._traj_ids: torch.Tensor | None = None
         self._primers = policy_primers(policy)
         self._hidden: dict = {}  # hidden-state key -> its persistent carrier tensor [*env_batch, L, H]
@@ -491,7 +491,10 @@ class Collector(CollectorBase):
         if self._waiting is not None:
             self._reset_waiting()
         if self._steps_on_device and self.track_traj_ids:  # one id per (step, env) slot: no count read back
-            self._id_base = self._traj_pool.take_range(self._num_envs * self._time_steps)
+            slots = self._num_envs * self._time_steps
+            first = self._traj_pool.take_range(slots)
+            self._slot_ids = torch.arange(first, first + slots, device=self.devices.env).view(
+                self._time_steps, *self._env_batch).unbind(0)
         if self._policy_version_entry is not None:
             self._policy_version_entry.fill_(self.policy_version)
         if self.policy is None:
@@ -609,12 +612,12 @@ class Collector(CollectorBase):
             self._zero_hidden(restarted)
 
     def _start_trajectories_on_device(self, restarted: torch.Tensor, t: int) -> None:
-        """Envs where ``restarted`` is True start a trajectory after step t: step count 0 and
-        the id of their (step, env) slot in the batch's block, ``_id_base + t * P + i``."""
-        self._steps_in_traj.masked_fill_(restarted, 0)
+        """Envs where ``restarted`` is True start a trajectory after step t: the id of their
+        (step, env) slot in the batch's block (``_slot_ids[t]``), step count 0."""
+        if self.max_frames_per_traj is not None:
+            self._steps_in_traj.masked_fill_(restarted, 0)
         if self.track_traj_ids:
-            new_ids = (self._env_index + (self._id_base + t * self._num_envs)).reshape(self._env_batch)
-            torch.where(restarted.reshape(self._env_batch), new_ids, self._traj_ids, out=self._traj_ids)
+            torch.where(restarted.reshape(self._env_batch), self._slot_ids[t], self._traj_ids, out=self._traj_ids)
 
     def _zero_hidden(self, restarted) -> None:
         """Envs that were reset start from a zero hidden state (a numpy mask, or a tensor one)."""

@@ -126,11 +126,13 @@ def improvement_figure(comparison: Comparison):
     for row, item in enumerate(comparison.improvements):
         value, (low, high) = item.probability.value, item.probability.ci
         ax.barh(row, high - low, left=low, height=0.5, alpha=0.35, color="C0")
-        ax.plot([value, value], [row - 0.25, row + 0.25], color="C0", linewidth=2)
+        ax.plot([value], [row], marker="o", color="C0")  # seen even where the interval has no width
+        ax.annotate(f"{value:.3f} [{low:.3f}, {high:.3f}]", (value, row), xytext=(0, 10), textcoords="offset points",
+                    ha="right" if value > 0.8 else "left" if value < 0.2 else "center", fontsize="small")
     ax.axvline(0.5, color="grey", linestyle="--", linewidth=1)
     ax.set_yticks(range(len(comparison.improvements)),
                   [f"P({item.x}\n  > {item.y})" for item in comparison.improvements], fontsize="small")
-    ax.set(xlim=(0, 1), xlabel="P(X > Y), final score (95% CI)", title="probability of improvement")
+    ax.set(xlim=(-0.02, 1.02), xlabel="P(X > Y), final score (95% CI)", title="probability of improvement")
     ax.invert_yaxis()
     return figure
 

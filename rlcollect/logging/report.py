@@ -62,7 +62,7 @@ def render_comparison(comparison: Comparison, fmt: str = "table") -> str:
                      + "\n".join(("- " if markdown else "") + _improvement_line(item, comparison)
                                  for item in comparison.improvements))
     if comparison.excluded:
-        parts.append(_heading(f"left out ({len(comparison.excluded)} runs)", markdown) + "\n"
+        parts.append(_heading(f"left out ({_runs(len(comparison.excluded))})", markdown) + "\n"
                      + "\n".join(f"{'- ' if markdown else '  '}{item.path}: {item.reason}"
                                  for item in comparison.excluded))
     if comparison.notes:
@@ -97,6 +97,11 @@ def _stats_cells(comparison: Comparison, what: str) -> list[list[str]]:
     lines = [[row.group, _runs_text(row), *(_interval_text(getattr(row, what)[name], spec) for name in st.AGGREGATES)]
              for row in comparison.stats]
     return [header, *lines]
+
+
+def _runs(count: int) -> str:
+    """``1 run``, ``2 runs``."""
+    return f"{count} run" if count == 1 else f"{count} runs"
 
 
 def _runs_text(row: GroupStats) -> str:
@@ -211,7 +216,7 @@ def _html(comparison: Comparison) -> str:
                  *(f"<li>{html.escape(_improvement_line(item, comparison))}</li>" for item in comparison.improvements),
                  "</ul>"]
     if comparison.excluded:
-        body += [f"<h2>left out ({len(comparison.excluded)} runs)</h2><ul>",
+        body += [f"<h2>left out ({_runs(len(comparison.excluded))})</h2><ul>",
                  *(f"<li><code>{html.escape(str(item.path))}</code>: {html.escape(item.reason)}</li>"
                    for item in comparison.excluded), "</ul>"]
     body += [f"<p>note: {html.escape(note)}</p>" for note in comparison.notes]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import signal
 import sys
 import threading
@@ -85,6 +86,11 @@ def train(cfg: DictConfig) -> float | None:
             raise RuntimeError(f"{what}: {error}") from None
         print(f"rlcollect train: {what}: {error}", file=sys.stderr)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:  # Ctrl-C while the envs, workers or logger start: one line, no traceback
+        if not cfg.resume:  # a resumed run's record is its earlier part's: keep it
+            (Path(run_dir) / pipeline.SUMMARY_FILE).write_text(json.dumps({"status": "interrupted", "frames": 0}))
+        print("rlcollect train: interrupted while starting, before the first batch", file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT) from None
     with stop_on_signals() as stop:
         try:
             summary = pipeline.run(built, stop=stop)

@@ -425,6 +425,36 @@ def test_a_users_own_env_module_trains_with_wrappers_and_info_keys_from_the_conf
     assert evaluations and all(value == 14.0 for value in evaluations)
 
 
+INTERRUPTING_ENV = """
+import os
+import signal
+
+import gymnasium as gym
+from rlcollect.testing import CountingEnv
+
+
+class Interrupted(CountingEnv):
+    def __init__(self):
+        os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C while the envs are being made
+        super().__init__(episode_length=5)
+
+
+gym.register("Interrupted-v0", entry_point=Interrupted)
+"""
+
+
+def test_ctrl_c_while_starting_exits_130_with_one_line_and_records_the_run_as_interrupted(tmp_path):
+    (tmp_path / "my_interrupted_envs.py").write_text(INTERRUPTING_ENV)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "rlcollect.cli", "train", *TINY, "hydra.run.dir=run", "logger=none",
+         "env.id=my_interrupted_envs:Interrupted-v0", "env.solved_return=null"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 130
+    assert result.stderr.strip().splitlines() == ["rlcollect train: interrupted while starting, before the first batch"]
+    assert json.loads((tmp_path / "run" / "summary.json").read_text()) == {"status": "interrupted", "frames": 0}
+
+
 CRASHING_ENV = """
 import gymnasium as gym
 from rlcollect.testing import CountingEnv

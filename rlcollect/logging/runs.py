@@ -28,6 +28,7 @@ METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
 OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
 HYDRA_FILE = Path(".hydra") / "hydra.yaml"
+HYDRA_CONFIG_FILE = Path(".hydra") / "config.yaml"  # the composed config, written before the run starts
 SUMMARY_FILE = "summary.json"
 INCLUDED_STATUSES = ("finished", "solved", None)  # runs that count in a comparison (None: unknown)
 EVAL_RETURN = "eval/episode_return"
@@ -141,8 +142,9 @@ def wall_clock(history: list[dict[str, Any]]) -> list[float | None]:
 
 
 def find_run_dirs(path: str | os.PathLike[str]) -> list[Path]:
-    """Every run folder at or below ``path`` (a folder holding metrics.jsonl and config.yaml),
-    sorted. ``.hydra`` and ``wandb`` folders and symlinked folders are not searched.
+    """Every run folder at or below ``path`` (a folder holding metrics.jsonl and config.yaml,
+    or summary.json alone: a run interrupted while it started), sorted. ``.hydra`` and
+    ``wandb`` folders and symlinked folders are not searched.
 
     Raises:
         CompareError: if ``path`` does not exist.
@@ -153,7 +155,7 @@ def find_run_dirs(path: str | os.PathLike[str]) -> list[Path]:
     found = []
     for folder, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(name for name in dirnames if name not in _SKIPPED_DIRS)
-        if METRICS_FILE in filenames and CONFIG_FILE in filenames:
+        if (METRICS_FILE in filenames and CONFIG_FILE in filenames) or SUMMARY_FILE in filenames:
             found.append(Path(folder))
     return sorted(found)
 
@@ -175,11 +177,14 @@ def load_runs(paths: list[str | os.PathLike[str]]) -> list[RunRecord]:
 
 def load_run_dir(run_dir: Path) -> RunRecord:
     """Read one run folder: config.yaml, metrics.jsonl and, if present, .hydra/overrides.yaml,
-    .hydra/hydra.yaml (the group choices) and summary.json (the status)."""
-    config = _load_yaml(run_dir / CONFIG_FILE)
+    .hydra/hydra.yaml (the group choices) and summary.json (the status). A run stopped before
+    it wrote config.yaml and metrics.jsonl has Hydra's composed config and no rows."""
+    config_file = run_dir / CONFIG_FILE if (run_dir / CONFIG_FILE).is_file() else run_dir / HYDRA_CONFIG_FILE
+    config = _load_yaml(config_file) if config_file.is_file() else {}
     if not isinstance(config, dict):
-        raise CompareError(f"{run_dir / CONFIG_FILE} is not a mapping")
-    history, _ = split_events(_read_jsonl(run_dir / METRICS_FILE))
+        raise CompareError(f"{config_file} is not a mapping")
+    metrics_file = run_dir / METRICS_FILE
+    history, _ = split_events(_read_jsonl(metrics_file)) if metrics_file.is_file() else ([], [])
     overrides_file = run_dir / OVERRIDES_FILE
     overrides = [str(item) for item in _load_yaml(overrides_file) or []] if overrides_file.is_file() else None
     return RunRecord(path=run_dir, overrides=overrides, config=config,

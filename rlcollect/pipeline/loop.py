@@ -18,11 +18,11 @@ from rlcollect.buffers.rollout import transition_view
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.single import Collector
 from rlcollect.config import eval_every_frames
+from rlcollect.logging.runs import SUMMARY_FILE
 
 if TYPE_CHECKING:
     from rlcollect.pipeline.lifecycle import Pipeline
 
-SUMMARY_FILE = "summary.json"
 log = logging.getLogger(__name__)
 
 

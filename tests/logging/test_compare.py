@@ -347,6 +347,22 @@ def test_interval_estimates_of_final_scores_and_areas_with_failed_runs_left_out(
         assert interval.ci[0] <= interval.value <= interval.ci[1]
 
 
+def test_a_run_interrupted_while_starting_is_listed_apart(four_seeds):
+    """`rlcollect train` stopped before its first batch leaves summary.json and Hydra's files only."""
+    from rlcollect.logging.compare import compare
+
+    started = four_seeds / "e_starting"
+    (started / ".hydra").mkdir(parents=True)
+    (started / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"seed": 5, "algo": {"lr": 0.001}}))
+    (started / "summary.json").write_text(json.dumps({"status": "interrupted", "frames": 0}))
+    comparison = compare(load_runs([four_seeds]))
+    assert [(item.path.name, item.reason) for item in comparison.excluded] == [
+        ("c_failed", "failed"), ("d_stopped", "interrupted"), ("e_starting", "interrupted")]
+    assert [group.label for group in comparison.groups] == ["algo.lr=0.0003", "algo.lr=0.001"]
+    with pytest.raises(CompareError, match="every run failed or was interrupted"):
+        compare(load_runs([started]))
+
+
 def test_json_report_has_the_issues_shape_and_is_the_same_every_time(four_seeds, capsys):
     assert cli.main(["compare", str(four_seeds), "--format", "json", "--reps", "500"]) == 0
     first = capsys.readouterr().out

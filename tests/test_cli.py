@@ -435,7 +435,10 @@ from rlcollect.testing import CountingEnv
 
 class Interrupted(CountingEnv):
     def __init__(self):
-        os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C while the envs are being made
+        # as Ctrl-C while the envs are being made (Python's own handler: a background job's
+        # shell starts it with SIGINT ignored)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.kill(os.getpid(), signal.SIGINT)
         super().__init__(episode_length=5)
 
 

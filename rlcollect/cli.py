@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import json
+import os
 import signal
 import sys
 import threading
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.config import register_configs
@@ -64,6 +67,11 @@ def stop_on_signals():
             signal.signal(number, handler)
 
 
+class SweepJobError(RuntimeError):
+    """A sweep job that failed, in one line (Hydra reports it with the job's overrides and
+    runs the other jobs)."""
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def train(cfg: DictConfig) -> float | None:
     """One training job: build the pipeline from ``cfg`` and run it in the Hydra run folder."""
@@ -83,7 +91,7 @@ def train(cfg: DictConfig) -> float | None:
     except (ValueError, TypeError, FileNotFoundError, ImportError) as error:
         what = "missing dependency" if isinstance(error, ImportError) else "invalid configuration"
         if multirun:  # Hydra reports the job with its overrides and runs the others
-            raise RuntimeError(f"{what}: {error}") from None
+            raise SweepJobError(f"{what}: {error}") from None
         print(f"rlcollect train: {what}: {error}", file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:  # Ctrl-C while the envs, workers or logger start: one line, no traceback
@@ -100,7 +108,7 @@ def train(cfg: DictConfig) -> float | None:
             print(f"rlcollect train: the run failed: {pipeline.one_line(error)}\n"
                   f"  full traceback: {log}\n  run status: failed (summary.json)", file=sys.stderr)
             if multirun:
-                raise RuntimeError(pipeline.one_line(error)) from None
+                raise SweepJobError(pipeline.one_line(error)) from None
             raise SystemExit(1) from None
     if summary["status"] == "interrupted":
         print(f"rlcollect train: interrupted at frame {summary['frames']}; continue with "
@@ -183,6 +191,69 @@ def compare(argv: list[str]) -> int:
     return 0
 
 
+def run_train(args: list[str]) -> int:
+    """``rlcollect train``: Hydra composes the config and runs :func:`train`. An override
+    Hydra cannot apply (an unknown key, a value of the wrong type, a missing option, bad
+    syntax) is told in one line, exit 2, unless HYDRA_FULL_ERROR=1 asks for Hydra's own report."""
+    sys.argv = ["rlcollect train", *in_resumed_run_folder(args)]
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        train()
+        return 0
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing its multi-line report
+    try:
+        train()
+    except (ConfigCompositionException, OverrideParseException) as error:
+        print(f"rlcollect train: {override_error_line(error)}", file=sys.stderr)
+        return 2
+    except SweepJobError as error:  # Hydra has logged the job's overrides
+        print(f"rlcollect train: a sweep job failed: {error}", file=sys.stderr)
+        return 1
+    finally:
+        del os.environ["HYDRA_FULL_ERROR"]
+    return 0
+
+
+def override_error_line(error: Exception) -> str:
+    """One line for an override Hydra could not apply, naming it, with the options or the
+    closest keys where there are some."""
+    if isinstance(error, MissingConfigException):
+        first = str(error).splitlines()[0].split(": ", 1)[-1]  # "In 'train': Could not find 'collector/x'"
+        return f"invalid override: {first}" + (f" (options: {', '.join(error.options)})" if error.options else "")
+    if isinstance(error, OverrideParseException):
+        return f"invalid override {error.override!r}: {str(error).splitlines()[0]}"
+    cause = error.__cause__
+    full_key = getattr(cause, "full_key", None)
+    if cause is None or full_key is None:
+        return f"invalid override: {' '.join(str(error).split())}"
+    line = f"invalid override {full_key}: {str(cause).splitlines()[0]}"
+    if "not in" not in line:
+        return line
+    similar = similar_keys(getattr(cause, "parent_node", None), full_key)  # an unknown key: what it may have meant
+    hint = f"did you mean {' or '.join(similar)}?" if similar else "`rlcollect train --cfg job` lists the keys"
+    return f"{line} ({hint})"
+
+
+def similar_keys(node, full_key: str) -> list[str]:
+    """Keys of the config ``node`` belongs to that ``full_key`` may have meant: the same name
+    elsewhere in the config, else close spellings beside it."""
+    if not isinstance(node, DictConfig):
+        return []
+    root = node._get_root() if hasattr(node, "_get_root") else node  # omegaconf 2.3 gives no public accessor
+    paths = []
+
+    def walk(config: dict, prefix: str) -> None:
+        for key, value in config.items():
+            paths.append(f"{prefix}{key}")
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+
+    walk({key: value for key, value in OmegaConf.to_container(root, resolve=False).items() if key != "hydra"}, "")
+    parent, _, name = full_key.rpartition(".")
+    same_name = [path for path in paths if path.rpartition(".")[2] == name]
+    siblings = {path.rpartition(".")[2]: path for path in paths if path.rpartition(".")[0] == parent}
+    return same_name[:2] or [siblings[key] for key in difflib.get_close_matches(name, siblings, n=2, cutoff=0.6)]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
@@ -190,9 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "train":
-        sys.argv = ["rlcollect train", *in_resumed_run_folder(rest)]
-        train()
-        return 0
+        return run_train(rest)
     if command == "compare":
         return compare(rest)
     print(f"rlcollect: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)

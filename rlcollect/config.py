@@ -86,10 +86,11 @@ class SyncCollectorConfig(StepLoopConfig, CollectorTarget):
     (frames_per_batch is rounded up to a multiple of them)."""
 
     _target_: str = "rlcollect.Collector"
+    cudagraph_policy: bool = False  # replay the policy's forward as a CUDA graph (device=cuda)
 
 
 @dataclass
-class WorkerProcessesConfig(SyncCollectorConfig):
+class WorkerProcessesConfig(StepLoopConfig, CollectorTarget):
     """Collectors with worker processes: num_workers x envs_per_worker envs, env i seeded
     seed + i (env.num_envs is not used)."""
 

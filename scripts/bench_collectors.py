@@ -383,7 +383,7 @@ def hand_torch(settings: Settings, worker) -> Measure:
     return HandTorchLoop()
 
 
-def rlcollect_torch_measure(device: str) -> Measure:
+def rlcollect_torch_measure(device: str, cudagraph_policy: bool = False) -> Measure:
     """Collector over TorchCartPole(TORCH_ENVS) with env, policy and storage on ``device``."""
     from rlcollect.collectors import Collector
     from rlcollect.envs import TorchCartPole
@@ -392,7 +392,7 @@ def rlcollect_torch_measure(device: str) -> Measure:
 
     def make_collector(total_frames: int):
         return Collector(TorchCartPole(TORCH_ENVS, device=device, seed=SEED), policy, frames_per_batch=TORCH_BATCH,
-                         total_frames=total_frames, device=device)
+                         total_frames=total_frames, device=device, cudagraph_policy=cudagraph_policy)
 
     return lambda frames: time_collector(make_collector, frames, TORCH_BATCH)
 
@@ -413,6 +413,12 @@ def hand_torch_cuda(settings: Settings, worker) -> Measure:
           batch_frames=TORCH_BATCH, frames_scale=VECTOR_SCALE, needs_cuda=True)
 def rlcollect_torch_cuda(settings: Settings, worker) -> Measure:
     return rlcollect_torch_measure("cuda")
+
+
+@register("t5", f"rlcollect Collector, TorchCartPole({TORCH_ENVS}), cuda, cudagraph_policy", num_envs=TORCH_ENVS,
+          batch_frames=TORCH_BATCH, frames_scale=VECTOR_SCALE, needs_cuda=True)
+def rlcollect_torch_cudagraph(settings: Settings, worker) -> Measure:
+    return rlcollect_torch_measure("cuda", cudagraph_policy=True)
 
 
 # ---------------------------------------------------------------------- n: a recurrent policy
@@ -854,6 +860,8 @@ COMPARISONS = (
     ("v2", "v1", f"rlcollect / make_vec loop, {VECTOR_ENVS} envs", TARGET_VECTOR_RATIO),
     ("t2", "t1", f"rlcollect / torch loop, {TORCH_ENVS} envs", TARGET_VECTOR_RATIO),
     ("t4", "t3", f"rlcollect / torch loop, {TORCH_ENVS} envs, cuda", TARGET_VECTOR_RATIO),
+    ("t5", "t3", "the same, the policy replayed as a CUDA graph", None),
+    ("t5", "t4", "cudagraph_policy / eager policy, cuda", None),
     ("v3", "v1", "rlcollect on EnvPool / make_vec loop", None),
     ("e1", "a", "torchrl / hand-written, 1 env", None),
     ("e2", "b", f"torchrl / hand-written, {NUM_ENVS} envs", None),

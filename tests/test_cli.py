@@ -160,6 +160,9 @@ def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
      "collector=pool does not support collector.max_worker_restarts=1"),
     ("collector=multisync collector.envs_per_worker=-1", "collector.envs_per_worker must be a positive int, got -1"),
     ("device=cuda", "device=cuda: this machine or this torch build has no CUDA"),
+    ("collector.cudagraph_policy=true",
+     "collector.cudagraph_policy=true replays the policy as a CUDA graph: it needs the policy on cuda (device=cuda "
+     "or collector.policy_device=cuda), not cpu"),
     ("algo=dqn buffer.storage.ndim=5", "buffer.storage.ndim=5: the collector's batches have 2 batch dims"),
     ("collector.frames_per_batch=0", "frames_per_batch must be a positive int, got 0"),
     ("algo=dqn algo.n_step=0", "algo.n_step must be a positive int, got 0"),

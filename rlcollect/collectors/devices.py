@@ -12,6 +12,15 @@ from tensordict import TensorDictBase
 DeviceLike = str | torch.device | None
 
 
+def as_device(value: str | torch.device) -> torch.device:
+    """``value`` as a torch.device; "cuda" as the current CUDA device ("cuda:0"), the device
+    that tensors put on "cuda" report, so that the two compare equal."""
+    device = torch.device(value)
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
 def policy_param_device(policy) -> torch.device | None:
     """The device of a module policy's first parameter or buffer (None: no tensors, or not a module)."""
     if isinstance(policy, torch.nn.Module):
@@ -34,10 +43,11 @@ def policy_on_device(policy, device: torch.device) -> tuple:
     return policy, None
 
 
-def load_policy_weights(policy, source, weights=None) -> None:
+def load_policy_weights(policy, source, weights=None, inplace: bool = False) -> None:
     """Load ``weights`` (an nn.Module, a state_dict, or a TensorDict of parameters) into a
     module ``policy``; None: copy from ``source`` (a no-op without one). A policy that is
-    not a module has no weights: left alone."""
+    not a module has no weights: left alone. A TensorDict's tensors become the policy's
+    parameters, unless ``inplace`` (they are copied into the existing ones)."""
     if not isinstance(policy, torch.nn.Module):
         return
     if weights is None:
@@ -47,7 +57,7 @@ def load_policy_weights(policy, source, weights=None) -> None:
     if isinstance(weights, torch.nn.Module):
         weights = weights.state_dict()
     if isinstance(weights, TensorDictBase):
-        weights.to_module(policy)
+        weights.to_module(policy, inplace=inplace)
     else:
         policy.load_state_dict(weights)
 
@@ -88,7 +98,7 @@ class CollectorDevices:
         env_own_device: torch.device,
     ) -> "CollectorDevices":
         def pick(*candidates) -> torch.device:
-            return torch.device(next(c for c in candidates if c is not None))
+            return as_device(next(c for c in candidates if c is not None))
 
         env = pick(env_device, device, env_own_device)
         return cls(

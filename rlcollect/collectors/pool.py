@@ -43,7 +43,7 @@ from tensordict.nn import set_interaction_type
 
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.delivery import Delivery
-from rlcollect.collectors.devices import load_policy_weights, policy_on_device, policy_param_device
+from rlcollect.collectors.devices import as_device, load_policy_weights, policy_on_device, policy_param_device
 from rlcollect.collectors.options import (
     BatchSpec,
     DeliveryOptions,
@@ -235,7 +235,7 @@ class PoolCollector(CollectorBase):
             raise ValueError(f"env_device: the envs live in worker processes, on the CPU (got "
                              f"{devices.env_device!r}); set policy_device and storing_device instead")
         policy_device = devices.policy_device or devices.device or policy_param_device(policy) or "cpu"
-        return torch.device(policy_device), torch.device(devices.storing_device or devices.device or "cpu")
+        return as_device(policy_device), as_device(devices.storing_device or devices.device or "cpu")
 
     def _setup_policy(self, policy):
         """The policy as is, or a copy on policy_device when its weights live elsewhere

@@ -33,6 +33,7 @@ from tensordict.nn import set_interaction_type
 
 from rlcollect.buffers.rollout import transition_view
 from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.cudagraph import GraphedPolicy, graphed_policy
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import (
     CollectorDevices,
@@ -97,6 +98,9 @@ class Collector(CollectorBase):
             multi-process collectors always do).
         traj_pool: where trajectory ids come from (shared by the workers of a multi-process
             collector); default: a pool of its own.
+        cudagraph_policy: replay the policy's forward as a CUDA graph, captured at the second
+            step (policy_device cuda; a TensorDict module whose out_keys name all it writes;
+            collectors/cudagraph.py).
 
     The other keyword arguments are the options of collectors/options.py, listed below by
     group (``Collector.from_options`` takes the groups themselves). With ``replay_buffer``
@@ -134,6 +138,7 @@ class Collector(CollectorBase):
         traj_format: str = "cat",
         track_policy_version: bool = False,
         traj_pool: TrajectoryPool | None = None,
+        cudagraph_policy: bool = False,
     ) -> None:
         self._build(
             create_env_fn, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
@@ -151,6 +156,13 @@ class Collector(CollectorBase):
         if track_policy_version:
             self._policy_version_entry = torch.zeros(self.batch_size, dtype=torch.int64, device=self.devices.storing)
             self._batch.set(POLICY_VERSION, self._policy_version_entry)
+        if cudagraph_policy:
+            written = [*self._policy_keys, *(("next", key) for key in self._hidden)]
+            try:
+                self._graphed = graphed_policy(self.policy, self.devices.policy, written)
+            except ValueError:
+                self.shutdown()
+                raise
 
     @classmethod
     def from_options(cls, create_env_fn: EnvSource, policy: Policy | None = None, *, frames_per_batch: int,
@@ -199,6 +211,7 @@ class Collector(CollectorBase):
         self.policy_version = 0  # update_policy_weights_() calls so far
         self.steps_collected = 0  # steps per env in the last batch (fewer than T when stopped early)
         self._policy_version_entry: torch.Tensor | None = None  # track_policy_version's batch entry
+        self._graphed: GraphedPolicy | None = None  # cudagraph_policy: the forward replayed as a CUDA graph
         self._make_carrier()
         self._allocate_batch()
 
@@ -370,7 +383,7 @@ class Collector(CollectorBase):
             self._sync_policy()
         else:
             policy_input = carrier
-        output = self.policy(policy_input)
+        output = self.policy(policy_input) if self._graphed is None else self._graphed(policy_input)
         if output is None or output is policy_input:
             return policy_input
         # An out-of-place policy returned a new TensorDict: its entries join the input's, so the
@@ -713,7 +726,8 @@ class Collector(CollectorBase):
         parameters (``TensorDict.from_module``).
         """
         self.policy_version += 1
-        load_policy_weights(self.policy, self._source_policy, weights)
+        # a captured graph reads the parameters where they are: copy into them, never swap them
+        load_policy_weights(self.policy, self._source_policy, weights, inplace=self._graphed is not None)
 
     def state_dict(self) -> dict:
         """Frame count, the trajectory-id pool (ids never repeat after a reload) and the

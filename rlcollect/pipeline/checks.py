@@ -232,6 +232,10 @@ def check_values(cfg: DictConfig, collector_class: type) -> None:
     for key, device in devices.items():
         if device is not None:
             check_device(key, device)
+    policy_device = cfg.collector.get("policy_device") or cfg.device
+    if cfg.collector.get("cudagraph_policy") and torch.device(policy_device or "cpu").type != "cuda":
+        raise ValueError(f"collector.cudagraph_policy=true replays the policy as a CUDA graph: it needs the policy "
+                         f"on cuda (device=cuda or collector.policy_device=cuda), not {policy_device or 'cpu'}")
     storage = cfg.buffer.get("storage")
     sampler = cfg.buffer.get("sampler")
     if cfg.algo.get("prioritized") and sampler is not None and not issubclass(

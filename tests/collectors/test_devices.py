@@ -1,6 +1,7 @@
+import pytest
 import torch
 
-from rlcollect.collectors.devices import CollectorDevices, sync_function
+from rlcollect.collectors.devices import CollectorDevices, policy_on_device, sync_function
 
 
 def resolve(**kwargs):
@@ -27,3 +28,12 @@ def test_sync_only_for_cuda_destinations_unless_disabled():
     assert sync_function(torch.device("cpu"), no_cuda_sync=False)() is None
     assert sync_function(torch.device("cuda:0"), no_cuda_sync=True).__name__ == "_noop"
     assert sync_function(torch.device("cuda:0"), no_cuda_sync=False).__name__ == "<lambda>"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_without_an_index_is_the_device_its_tensors_report():
+    """device="cuda" and a policy whose parameters report cuda:0 are one device: no copy."""
+    policy = torch.nn.Linear(2, 2).to("cuda")
+    devices = resolve(device="cuda", policy_param_device=next(policy.parameters()).device)
+    assert devices.policy == devices.env == devices.storing == torch.device("cuda", torch.cuda.current_device())
+    assert policy_on_device(policy, devices.policy) == (policy, None)

@@ -293,6 +293,8 @@ def test_a_killed_actor_is_replaced_with_the_current_weights_and_fresh_ids(make)
     collector.update_policy_weights_()
     killed = collector.actor_names[0]
     ray.kill(ray.get_actor(killed))
+    # ray.kill returns before the actor is dead: a batch asked for sooner could still be served by it
+    assert wait_until(lambda: not actor_exists(killed))
     second, third = next(batches), next(batches)  # the replacement completes the sync batch
     assert collector.frames == 24 and next(batches, None) is None
     [restart] = collector.pop_worker_restarts()

@@ -662,8 +662,10 @@ class Collector(CollectorBase):
         return cut
 
     def _start_trajectories(self, restarted: np.ndarray) -> None:
-        """Envs that were reset start a trajectory: step count 0 and a fresh id."""
-        self._steps_in_traj[restarted] = 0
+        """Envs that were reset start a trajectory: step count 0 (max_frames_per_traj counts
+        them) and a fresh id."""
+        if self.max_frames_per_traj is not None:
+            self._steps_in_traj[restarted] = 0
         if not self.track_traj_ids:
             return
         count = int(np.count_nonzero(restarted))

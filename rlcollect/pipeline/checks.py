@@ -8,6 +8,7 @@ such a class for messages and for the W&B job type.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 from typing import Iterator, Sequence
 
@@ -90,10 +91,13 @@ def check_keys(cfg: DictConfig) -> None:
         if "_target_" in node:
             accepted = named_arguments(target_class(node, path)) - RUNTIME_ARGUMENTS.get(path, frozenset())
             where = f", nor an argument of {node._target_} left to the config"
+        prefix = f"{path}." if path else ""
         for key in extra:
             if key not in accepted:
-                raise ValueError(f"Key '{key}' not in '{schema.__name__}' ({path + '.' if path else ''}{key} is not "
-                                 f"a key of its schema{where})")
+                close = difflib.get_close_matches(key, sorted(known | accepted), n=1, cutoff=0.6)
+                hint = f"; did you mean {prefix}{close[0]}?" if close else ""
+                raise ValueError(f"Key '{key}' not in '{schema.__name__}' ({prefix}{key} is not a key of its "
+                                 f"schema{where}{hint})")
 
 
 def _schema_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig]]:

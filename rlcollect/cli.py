@@ -199,6 +199,7 @@ def run_train(args: list[str]) -> int:
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
         train()
         return 0
+    previous = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing its multi-line report
     try:
         train()
@@ -209,7 +210,10 @@ def run_train(args: list[str]) -> int:
         print(f"rlcollect train: a sweep job failed: {error}", file=sys.stderr)
         return 1
     finally:
-        del os.environ["HYDRA_FULL_ERROR"]
+        if previous is None:
+            del os.environ["HYDRA_FULL_ERROR"]
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = previous
     return 0
 
 

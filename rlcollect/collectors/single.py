@@ -201,7 +201,6 @@ class Collector(CollectorBase):
         self._steps_on_device = bool(getattr(self.env, "steps_on_device", False))
         if self._steps_on_device:
             self._steps_in_traj = torch.zeros(self._num_envs, dtype=torch.int64, device=self.devices.env)
-            self._env_index = torch.arange(self._num_envs, device=self.devices.env)
         else:
             self._steps_in_traj = np.zeros(self._num_envs, np.int64)
         self._slot_ids: tuple = ()  # torch env: per step t, the trajectory ids of the batch's (t, env) slots

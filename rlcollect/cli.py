@@ -196,10 +196,10 @@ def run_train(args: list[str]) -> int:
     Hydra cannot apply (an unknown key, a value of the wrong type, a missing option, bad
     syntax) is told in one line, exit 2, unless HYDRA_FULL_ERROR=1 asks for Hydra's own report."""
     sys.argv = ["rlcollect train", *in_resumed_run_folder(args)]
-    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+    previous = os.environ.get("HYDRA_FULL_ERROR")
+    if previous == "1":
         train()
         return 0
-    previous = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing its multi-line report
     try:
         train()

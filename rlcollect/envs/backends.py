@@ -309,8 +309,36 @@ class PartialResetCartPole(CartPoleVectorEnv):
     metadata = {**CartPoleVectorEnv.metadata, "autoreset_mode": AutoresetMode.DISABLED}
 
     def step(self, action):
-        self.prev_done[:] = False  # the parent resets the envs done at the last step: never here
-        return super().step(action)
+        """The parent's step without its reset of the envs done at the last step (here
+        they were reset at once, by ``reset_rows``): the same arithmetic, in the same
+        order, so every env moves exactly as in gymnasium's CartPoleVectorEnv."""
+        assert self.action_space.contains(action), f"{action!r} ({type(action)}) invalid"
+        assert self.state is not None, "Call reset before using step method."
+        x, x_dot, theta, theta_dot = self.state
+        force = np.sign(action - 0.5) * self.force_mag
+        cos, sin = np.cos(theta), np.sin(theta)
+        temp = (force + self.polemass_length * np.square(theta_dot) * sin) / self.total_mass
+        theta_acc = (self.gravity * sin - cos * temp) / (
+            self.length * (4.0 / 3.0 - self.masspole * np.square(cos) / self.total_mass))
+        x_acc = temp - self.polemass_length * theta_acc * cos / self.total_mass
+        if self.kinematics_integrator == "euler":
+            x, x_dot = x + self.tau * x_dot, x_dot + self.tau * x_acc
+            theta, theta_dot = theta + self.tau * theta_dot, theta_dot + self.tau * theta_acc
+        else:  # semi-implicit Euler: the velocities first
+            x_dot = x_dot + self.tau * x_acc
+            x = x + self.tau * x_dot
+            theta_dot = theta_dot + self.tau * theta_acc
+            theta = theta + self.tau * theta_dot
+        self.state = np.stack((x, x_dot, theta, theta_dot))
+        terminated = ((x < -self.x_threshold) | (x > self.x_threshold)
+                      | (theta < -self.theta_threshold_radians) | (theta > self.theta_threshold_radians))
+        self.steps += 1
+        truncated = self.steps >= self.max_episode_steps
+        if self._sutton_barto_reward:
+            reward = -np.array(terminated, dtype=np.float32)
+        else:
+            reward = np.ones_like(terminated, dtype=np.float32)
+        return self.state.T.astype(np.float32), reward, terminated, truncated, {}
 
     def reset(self, *, seed=None, options=None):
         options = dict(options or {})

@@ -7,6 +7,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 
 from rlcollect.collectors import Collector
 from rlcollect.envs import GymEnv
@@ -115,6 +116,20 @@ def test_partial_reset_cartpole_has_gymnasium_s_dynamics():
         observation, _, single_terminated, _, _ = single.step(action)
         np.testing.assert_allclose(batched[1], observation, rtol=1e-6, atol=1e-6)
         assert terminated[1] == single_terminated
+
+
+@pytest.mark.parametrize("integrator", ["euler", "semi-implicit euler"])
+def test_partial_reset_cartpole_steps_bit_for_bit_as_gymnasium_s_vector_cartpole(integrator):
+    # its own step (no reset of the envs done at the last step) is the parent's arithmetic
+    ours, theirs = PartialResetCartPole(num_envs=16), CartPoleVectorEnv(num_envs=16)
+    ours.kinematics_integrator = theirs.kinematics_integrator = integrator
+    ours.reset(seed=4)
+    theirs.reset(seed=4)
+    actions = np.random.default_rng(0).integers(0, 2, (8, 16))
+    for action in actions:  # no env finishes within 8 steps of a reset
+        for got, expected in zip(ours.step(action)[:4], theirs.step(action)[:4]):
+            assert got.dtype == expected.dtype and np.array_equal(got, expected)
+    assert np.array_equal(ours.state, theirs.state) and ours.steps.tolist() == [8] * 16
 
 
 def test_partial_reset_cartpole_resets_only_the_masked_envs():

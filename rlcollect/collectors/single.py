@@ -568,11 +568,13 @@ class Collector(CollectorBase):
         if self._waiting is not None:
             self._record_waiting(t, done)
             return
-        restarted = done if self.reset_when_done else None
+        restarted = done if self.reset_when_done else None  # a done mask comes only when some env finished
         if self.max_frames_per_traj is not None:
             cut = self._cut_long_trajectories(t, done)
             restarted = cut if restarted is None else restarted | cut
-        if restarted is not None and restarted.any():
+            if not restarted.any():
+                return
+        if restarted is not None:
             self._start_trajectories(restarted)
             if self._hidden:
                 self._zero_hidden(restarted)

@@ -172,7 +172,9 @@ class VectorBackend:
 
     def reset(self, mask: np.ndarray, seed: int | None, arrays: dict) -> None:
         """Reset the sub-envs where ``mask`` is True into ``arrays["observation"]``."""
-        if self._unreset:
+        if self._unreset and mask is arrays["done"] and not self.same_step:
+            self._unreset = False  # the envs the last step finished, every one of them (the common case)
+        elif self._unreset:
             already = mask & self._finished if self.same_step else None
             np.logical_and(self._finished, ~mask, out=self._finished)
             self._unreset = bool(self._finished.any())

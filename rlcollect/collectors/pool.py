@@ -274,6 +274,7 @@ class PoolCollector(CollectorBase):
         self._action_shape = sample_shape(self.action_space)
         arrays = tree_map(lambda tensor: tensor.numpy(), buffer.staging)
         self._staged = Staging(arrays, batched=True, device=torch.device("cpu")).staged
+        self._env_ids = np.arange(self.num_envs)  # indexed by what _envs_of returns: the ids
         self._worker_envs = [np.arange(w * self.envs_per_worker, (w + 1) * self.envs_per_worker)
                              for w in range(self.num_workers)]
         self._in_flight: set[int] = set()  # workers ordered a command not answered yet
@@ -398,19 +399,23 @@ class PoolCollector(CollectorBase):
         if not worker_ids:
             return
         envs = self._envs_of(worker_ids)
+        count = len(worker_ids) * self.envs_per_worker
         carrier = self.pool.carrier(envs)
         random = self.policy is None or self._frames_acted < self.init_random_frames
         output = self._policy_output(carrier, random)
-        action = output.get("action").numpy().reshape(len(envs), *self._action_shape)
+        action = output.get("action").numpy().reshape(count, *self._action_shape)
         self.pool.keep_output(envs, None if random else output, self.policy_version)
         self.pool.keep_action(envs, action)
         self._actions[envs] = action
-        self._frames_acted += len(envs)
+        self._frames_acted += count
         self._order(worker_ids, STEP)
 
-    def _envs_of(self, worker_ids: list[int]) -> np.ndarray:
-        if len(worker_ids) == 1:
-            return self._worker_envs[worker_ids[0]]
+    def _envs_of(self, worker_ids: list[int]) -> np.ndarray | slice:
+        """The envs of ``worker_ids``: a slice when the workers are consecutive (one worker
+        always is), else their ids in the workers' order."""
+        first, last = worker_ids[0], worker_ids[-1]
+        if last - first == len(worker_ids) - 1 and all(a < b for a, b in zip(worker_ids, worker_ids[1:])):
+            return slice(first * self.envs_per_worker, (last + 1) * self.envs_per_worker)
         return np.concatenate([self._worker_envs[w] for w in worker_ids])
 
     def _record(self, worker_ids: list[int], rows: np.ndarray) -> None:
@@ -424,7 +429,7 @@ class PoolCollector(CollectorBase):
         while filled < self.frames_per_batch:
             self._act(self._to_act)
             group = [self._take() for _ in range(workers_per_step)]
-            rows = np.arange(filled, filled + self.envs_per_step)
+            rows = slice(filled, filled + self.envs_per_step)
             self._record(group, rows)
             self._to_act = group
             filled += self.envs_per_step
@@ -440,7 +445,7 @@ class PoolCollector(CollectorBase):
                 self._to_act = parked
                 return
             group = [self._take() for _ in range(min(workers_per_step, len(self._in_flight) + len(self._ready)))]
-            envs = self._envs_of(group)
+            envs = self._env_ids[self._envs_of(group)]
             self._record(group, envs * time_steps + np.repeat(steps[group], self.envs_per_worker))
             steps[group] += 1
             self._to_act = parked + group

@@ -64,6 +64,8 @@ class PoolBatch:
                           [(key, policy_output.get(key)) for key in self.policy_keys]
         self._pending = {key: np.zeros_like(value.numpy()) for key, value in pending_entries}
         self._pending_version = np.zeros(self.num_envs, np.int64)
+        self._env_range = np.arange(self.num_envs)  # env ids, indexed as the envs are: an index's ids
+        self._block_carriers: dict = {}  # (start, stop) -> (carrier over those staging rows, its tensors)
         self.traj_ids = np.zeros(self.num_envs, np.int64)  # each env's current trajectory
         self.steps_in_traj = np.zeros(self.num_envs, np.int64)
         self._traj_pool: TrajectoryPool | None = None
@@ -97,15 +99,34 @@ class PoolBatch:
         self.steps_in_traj[:] = 0
 
     # ------------------------------------------------------------------ the two halves of a step
-    def carrier(self, envs: np.ndarray) -> TensorDict:
-        """The policy's input for ``envs``: their observation and is_init, copied (the
-        envs' staging rows change while they step) and kept as their pending step."""
+    def carrier(self, envs: np.ndarray | slice) -> TensorDict:
+        """The policy's input for ``envs``: their observation and is_init, kept as their
+        pending step. ``envs``: env ids, or a slice (a block of consecutive envs, such as
+        one worker's), whose carrier is built once over their staging rows (they change
+        only when the envs step, after the policy ran): its rows are then copied to the
+        pending step and nothing else is allocated."""
+        if isinstance(envs, slice):
+            return self._block_carrier(envs)
         pairs = []
         for key, staged in self._carrier:
             values = staged[envs]
             self._pending[key][envs] = values
             pairs.append((key, torch.from_numpy(values)))
         return _nested(pairs, [len(envs)])
+
+    def _block_carrier(self, envs: slice) -> TensorDict:
+        found = self._block_carriers.get((envs.start, envs.stop))
+        if found is None:
+            tensors = [(key, torch.from_numpy(staged[envs])) for key, staged in self._carrier]
+            found = self._block_carriers[(envs.start, envs.stop)] = (_nested(tensors, [envs.stop - envs.start]),
+                                                                      tensors)
+        carrier, tensors = found
+        for key, staged in self._carrier:
+            self._pending[key][envs] = staged[envs]
+        for key, tensor in tensors:
+            if carrier.get(key) is not tensor:  # the policy replaced it: back to the staging rows
+                carrier.set(key, tensor)
+        return carrier
 
     def keep_output(self, envs: np.ndarray, output: TensorDictBase | None, policy_version: int) -> None:
         """The policy's output for ``envs`` (None: random actions, kept by ``keep_action``;
@@ -120,15 +141,17 @@ class PoolBatch:
     def keep_action(self, envs: np.ndarray, action: np.ndarray) -> None:
         self._pending["action"][envs] = action
 
-    def record(self, envs: np.ndarray, rows: np.ndarray) -> np.ndarray | None:
-        """Write the step ``envs`` just took into ``rows`` of the batch; returns the envs
-        cut by max_frames_per_traj (marked truncated and done: the caller resets them), or
-        None. Envs that finished or were cut start a trajectory (fresh traj id)."""
+    def record(self, envs: np.ndarray | slice, rows: np.ndarray | slice) -> np.ndarray | None:
+        """Write the step ``envs`` (env ids, or a slice of them) just took into ``rows``
+        of the batch (indices, or a slice); returns the env ids cut by max_frames_per_traj
+        (marked truncated and done: the caller resets them), or None. Envs that finished or
+        were cut start a trajectory (fresh traj id)."""
         for destination, pending in self._rows_from_pending:
             destination[rows] = pending[envs]
         for destination, staged in self._rows_from_staging:
             destination[rows] = staged[envs]
-        self._env_ids[rows] = envs
+        ids = self._env_range[envs]  # a view for a slice
+        self._env_ids[rows] = ids
         self._versions[rows] = self._pending_version[envs]
         if self._traj_rows is not None:
             self._traj_rows[rows] = self.traj_ids[envs]
@@ -138,12 +161,13 @@ class PoolBatch:
             self.steps_in_traj[envs] += 1
             reached = (self.steps_in_traj[envs] >= self.max_frames_per_traj) & ~restarted
             if reached.any():
-                self._truncated_rows[rows[reached]] = True
-                self._done_rows[rows[reached]] = True
-                cut = envs[reached]
+                cut_rows = np.arange(len(self._env_ids))[rows][reached]
+                self._truncated_rows[cut_rows] = True
+                self._done_rows[cut_rows] = True
+                cut = ids[reached]
                 restarted = restarted | reached
         if restarted.any():
-            ended = envs[restarted]
+            ended = ids[restarted]
             self.steps_in_traj[ended] = 0
             if self.track_traj_ids:
                 first = self._traj_pool.take_range(len(ended))

@@ -74,6 +74,20 @@ def test_flat_batches_are_exact_per_env(no_leftovers):
     assert sum(map(len, ids_seen)) == len(set().union(*ids_seen)), "a traj id was used by two envs"
 
 
+def test_a_policy_that_replaces_the_observation_sees_each_step_s_own(no_leftovers):
+    # one worker's carrier is built once over its staging rows: an entry the policy replaced
+    # (a normalised observation, say) is pointed back at those rows before the next call
+    def scaling_policy(td):
+        td.set("observation", td.get("observation") * 2)
+        return value_policy(td)
+
+    batches = list(make(no_leftovers, policy=scaling_policy, frames_per_batch=12, total_frames=36))
+    for env, steps in enumerate(per_env_steps(batches)):
+        count = steps["observation"][0, :, 0]  # stored as the env gave it, not scaled
+        assert count.tolist() == expected_counts(steps.shape[1], LENGTHS[env // 2][env % 2])
+        assert torch.equal(steps["state_value"][0], 20 * count)  # the policy read this step's observation
+
+
 def test_max_frames_per_traj_cuts_and_reset_at_each_iter_restarts(no_leftovers):
     collector = make(no_leftovers, frames_per_batch=24, total_frames=48, max_frames_per_traj=4, batch_size=4)
     batches = list(collector)

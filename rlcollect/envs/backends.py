@@ -135,6 +135,9 @@ class VectorBackend:
         self._unreset = False  # _finished.any()
         self._reset_observation = None  # SAME_STEP: the reset observations of the last step
         self._reset_rows = getattr(vector_env, "reset_rows", None)  # PartialResetCartPole's fast partial reset
+        # PartialResetCartPole's step straight into the staging arrays (autoreset disabled, flat observations)
+        step_into = getattr(vector_env, "step_into", None)
+        self._step_into = step_into if mode == AutoresetMode.DISABLED and not self._nested else None
 
     def _as_tree(self, batched):
         """A batched observation as staging arrays are nested (gymnasium batches a Tuple
@@ -148,18 +151,21 @@ class VectorBackend:
             raise RuntimeError(f"sub-env(s) {np.flatnonzero(self._finished).tolist()} finished and were not reset: "
                                f"backend {self.name!r} cannot step a finished env (reset_when_done=False needs "
                                "backend='list')")
-        observation, reward, terminated, truncated, info = self.vector_env.step(actions)
-        if self._nested:
-            tree_map(np.copyto, arrays["next_observation"], self._as_tree(observation))
-        else:
-            np.copyto(arrays["next_observation"], observation)
         done = arrays["done"]
-        np.copyto(arrays["reward"], reward, casting="unsafe")
-        np.copyto(arrays["terminated"], terminated)
-        np.copyto(arrays["truncated"], truncated)
-        np.logical_or(terminated, truncated, out=done)
-        for key, values in arrays["info"].items():
-            _copy_info(values, info, key)
+        if self._step_into is not None and not arrays["info"]:
+            self._step_into(actions, arrays)
+        else:
+            observation, reward, terminated, truncated, info = self.vector_env.step(actions)
+            if self._nested:
+                tree_map(np.copyto, arrays["next_observation"], self._as_tree(observation))
+            else:
+                np.copyto(arrays["next_observation"], observation)
+            np.copyto(arrays["reward"], reward, casting="unsafe")
+            np.copyto(arrays["terminated"], terminated)
+            np.copyto(arrays["truncated"], truncated)
+            np.logical_or(terminated, truncated, out=done)
+            for key, values in arrays["info"].items():
+                _copy_info(values, info, key)
         if not done.any():
             return False
         np.copyto(self._finished, done)
@@ -314,6 +320,16 @@ class PartialResetCartPole(CartPoleVectorEnv):
         """The parent's step without its reset of the envs done at the last step (here
         they were reset at once, by ``reset_rows``): the same arithmetic, in the same
         order, so every env moves exactly as in gymnasium's CartPoleVectorEnv."""
+        P = self.num_envs
+        out = {"next_observation": np.empty((P, 4), np.float32), "reward": np.empty(P, np.float32),
+               "terminated": np.empty(P, bool), "truncated": np.empty(P, bool), "done": np.empty(P, bool)}
+        self.step_into(action, out)
+        return out["next_observation"], out["reward"], out["terminated"], out["truncated"], {}
+
+    def step_into(self, action, arrays: dict) -> None:
+        """``step``, written into staging arrays (``next_observation``, ``reward``,
+        ``terminated``, ``truncated``, ``done``) instead of new ones: VectorBackend's path
+        for a vector env that has it."""
         assert self.action_space.contains(action), f"{action!r} ({type(action)}) invalid"
         assert self.state is not None, "Call reset before using step method."
         x, x_dot, theta, theta_dot = self.state
@@ -332,15 +348,20 @@ class PartialResetCartPole(CartPoleVectorEnv):
             theta_dot = theta_dot + self.tau * theta_acc
             theta = theta + self.tau * theta_dot
         self.state = np.stack((x, x_dot, theta, theta_dot))
-        terminated = ((x < -self.x_threshold) | (x > self.x_threshold)
-                      | (theta < -self.theta_threshold_radians) | (theta > self.theta_threshold_radians))
+        np.copyto(arrays["next_observation"], self.state.T, casting="same_kind")  # float32, as the parent's astype
+        terminated, truncated, reward = arrays["terminated"], arrays["truncated"], arrays["reward"]
+        np.less(x, -self.x_threshold, out=terminated)
+        terminated |= x > self.x_threshold
+        terminated |= theta < -self.theta_threshold_radians
+        terminated |= theta > self.theta_threshold_radians
         self.steps += 1
-        truncated = self.steps >= self.max_episode_steps
-        if self._sutton_barto_reward:
-            reward = -np.array(terminated, dtype=np.float32)
+        np.greater_equal(self.steps, self.max_episode_steps, out=truncated)
+        np.logical_or(terminated, truncated, out=arrays["done"])
+        if self._sutton_barto_reward:  # -1 where terminated
+            np.copyto(reward, terminated)
+            np.negative(reward, out=reward)
         else:
-            reward = np.ones_like(terminated, dtype=np.float32)
-        return self.state.T.astype(np.float32), reward, terminated, truncated, {}
+            reward.fill(1.0)
 
     def reset(self, *, seed=None, options=None):
         options = dict(options or {})

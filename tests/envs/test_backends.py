@@ -118,10 +118,12 @@ def test_partial_reset_cartpole_has_gymnasium_s_dynamics():
         assert terminated[1] == single_terminated
 
 
-@pytest.mark.parametrize("integrator", ["euler", "semi-implicit euler"])
-def test_partial_reset_cartpole_steps_bit_for_bit_as_gymnasium_s_vector_cartpole(integrator):
+@pytest.mark.parametrize("integrator, sutton_barto", [("euler", False), ("semi-implicit euler", False),
+                                                      ("euler", True)])
+def test_partial_reset_cartpole_steps_bit_for_bit_as_gymnasium_s_vector_cartpole(integrator, sutton_barto):
     # its own step (no reset of the envs done at the last step) is the parent's arithmetic
-    ours, theirs = PartialResetCartPole(num_envs=16), CartPoleVectorEnv(num_envs=16)
+    ours = PartialResetCartPole(num_envs=16, sutton_barto_reward=sutton_barto)
+    theirs = CartPoleVectorEnv(num_envs=16, sutton_barto_reward=sutton_barto)
     ours.kinematics_integrator = theirs.kinematics_integrator = integrator
     ours.reset(seed=4)
     theirs.reset(seed=4)
@@ -130,6 +132,17 @@ def test_partial_reset_cartpole_steps_bit_for_bit_as_gymnasium_s_vector_cartpole
         for got, expected in zip(ours.step(action)[:4], theirs.step(action)[:4]):
             assert got.dtype == expected.dtype and np.array_equal(got, expected)
     assert np.array_equal(ours.state, theirs.state) and ours.steps.tolist() == [8] * 16
+    # the vector backend's path: the same step written into staging arrays
+    arrays = {"next_observation": np.zeros((16, 4), np.float32), "reward": np.zeros(16, np.float32),
+              "terminated": np.ones(16, bool), "truncated": np.ones(16, bool), "done": np.ones(16, bool)}
+    for action in np.random.default_rng(1).integers(0, 2, (30, 16)):  # past the first terminations
+        theirs.prev_done[:] = False  # gymnasium resets the envs done at its last step; neither does here
+        expected = theirs.step(action)
+        ours.step_into(action, arrays)
+        assert np.array_equal(arrays["next_observation"], expected[0]) and np.array_equal(arrays["reward"], expected[1])
+        assert np.array_equal(arrays["terminated"], expected[2]) and np.array_equal(arrays["truncated"], expected[3])
+        assert np.array_equal(arrays["done"], expected[2] | expected[3])
+    assert arrays["terminated"].any()
 
 
 def test_partial_reset_cartpole_resets_only_the_masked_envs():

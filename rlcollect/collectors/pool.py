@@ -274,7 +274,6 @@ class PoolCollector(CollectorBase):
         self._action_shape = sample_shape(self.action_space)
         arrays = tree_map(lambda tensor: tensor.numpy(), buffer.staging)
         self._staged = Staging(arrays, batched=True, device=torch.device("cpu")).staged
-        self._env_ids = np.arange(self.num_envs)  # indexed by what _envs_of returns: the ids
         self._worker_envs = [np.arange(w * self.envs_per_worker, (w + 1) * self.envs_per_worker)
                              for w in range(self.num_workers)]
         self._in_flight: set[int] = set()  # workers ordered a command not answered yet
@@ -445,7 +444,7 @@ class PoolCollector(CollectorBase):
                 self._to_act = parked
                 return
             group = [self._take() for _ in range(min(workers_per_step, len(self._in_flight) + len(self._ready)))]
-            envs = self._env_ids[self._envs_of(group)]
+            envs = self.pool.env_ids(self._envs_of(group))
             self._record(group, envs * time_steps + np.repeat(steps[group], self.envs_per_worker))
             steps[group] += 1
             self._to_act = parked + group

@@ -64,7 +64,7 @@ class PoolBatch:
                           [(key, policy_output.get(key)) for key in self.policy_keys]
         self._pending = {key: np.zeros_like(value.numpy()) for key, value in pending_entries}
         self._pending_version = np.zeros(self.num_envs, np.int64)
-        self._env_range = np.arange(self.num_envs)  # env ids, indexed as the envs are: an index's ids
+        self._env_range = np.arange(self.num_envs)  # env_ids: indexed as the envs are
         self._block_carriers: dict = {}  # (start, stop) -> (carrier over those staging rows, its tensors)
         self.traj_ids = np.zeros(self.num_envs, np.int64)  # each env's current trajectory
         self.steps_in_traj = np.zeros(self.num_envs, np.int64)
@@ -97,6 +97,10 @@ class PoolBatch:
         self._traj_pool = traj_pool
         self.traj_ids[:] = traj_pool.take(self.num_envs).numpy() if self.track_traj_ids else 0
         self.steps_in_traj[:] = 0
+
+    def env_ids(self, envs: np.ndarray | slice) -> np.ndarray:
+        """The env ids an index of envs (ids, or a slice of them) selects: a view for a slice."""
+        return self._env_range[envs]
 
     # ------------------------------------------------------------------ the two halves of a step
     def carrier(self, envs: np.ndarray | slice) -> TensorDict:
@@ -150,7 +154,7 @@ class PoolBatch:
             destination[rows] = pending[envs]
         for destination, staged in self._rows_from_staging:
             destination[rows] = staged[envs]
-        ids = self._env_range[envs]  # a view for a slice
+        ids = self.env_ids(envs)
         self._env_ids[rows] = ids
         self._versions[rows] = self._pending_version[envs]
         if self._traj_rows is not None:

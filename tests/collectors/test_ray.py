@@ -4,7 +4,8 @@ The head runs as ``ray start --head --block`` under ``loopback_ray_env()``, in i
 session and temp dir (so teardown stops exactly its processes, never another Ray on the
 machine); collectors join it by address, and its workers import this module by name
 (PYTHONPATH). One test lets a RayCollector start (and stop) a local Ray itself, in a
-subprocess with none of those settings. Every collector is shut down by the ``make``
+subprocess with none of those settings; another SIGKILLs a process that started one and
+waits for every process of that Ray to end. Every collector is shut down by the ``make``
 fixture, so the head's 2 CPUs are free for the next test. Nothing leaves loopback: the
 listener tests check every socket Ray opens for listening.
 """
@@ -30,7 +31,7 @@ from checks import check_weights_reach_every_worker, is_loopback, listeners, nee
 
 from rlcollect.buffers import LazyTensorStorage, ReplayBuffer  # noqa: E402
 from rlcollect.collectors.multi import WorkerError  # noqa: E402
-from rlcollect.collectors.ray import TRAJ_ID_SHIFT, RayCollector, loopback_ray_env  # noqa: E402
+from rlcollect.collectors.ray import TRAJ_ID_SHIFT, RayCollector, loopback_ray_env, watchdog  # noqa: E402
 from rlcollect.envs import GymEnv  # noqa: E402
 from rlcollect.testing import CountingEnv, ErrorAfterEnv, WeightProbe  # noqa: E402
 from rlcollect.testing import worker_id_envs as worker_envs  # noqa: E402
@@ -428,6 +429,124 @@ def test_a_collector_that_starts_ray_binds_loopback_and_stops_it(tmp_path):
     assert any("gcs_server" in line for line in ours) and any("ray::CollectorA" in line for line in ours), report["ss"]
     exposed = [line for line in ours if not is_loopback(line.split()[4].rsplit(":", 1)[0].strip("[]"))]
     assert not exposed, "Ray listeners outside loopback:\n" + "\n".join(exposed)
+
+
+KILLED_DRIVER_SCRIPT = """
+import os, sys, time
+from pathlib import Path
+import ray
+from rlcollect.collectors.ray import start_local_ray
+
+{descendants}
+
+def title(pid):
+    try:
+        return Path(f"/proc/{{pid}}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+@ray.remote
+def worker_pid():
+    return os.getpid()
+
+start_local_ray(num_cpus=1)
+assert ray.get(worker_pid.remote()) != os.getpid()  # a worker process is up
+deadline = time.monotonic() + 120
+while not all(any(title(pid).startswith(agent) for pid in descendants(os.getpid()))
+              for agent in (b"ray::DashboardAgent", b"ray::RuntimeEnvAgent")):  # the raylet starts them on its own
+    if time.monotonic() > deadline:
+        sys.exit("the raylet's agents never started: " + repr(sorted(map(title, descendants(os.getpid())))))
+    time.sleep(0.1)
+print("READY " + ray._private.worker._global_node.get_session_dir_path(), flush=True)
+sys.stdin.read()  # until it is killed (or the test is gone)
+"""
+
+
+def process_state(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time in clock ticks) of ``pid``, None when there is no such process."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return fields[0], int(fields[19])
+
+
+def process_title(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def still_running(processes: dict[int, tuple[int, str]]) -> list[int]:
+    """The pids of ``processes`` ({pid: (start time, title)}) that run yet: neither gone nor a
+    zombie, and not taken by a new process."""
+    running = []
+    for pid, (started, _) in processes.items():
+        state = process_state(pid)
+        if state is not None and state[0] not in "ZX" and state[1] == started:
+            running.append(pid)
+    return running
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_driver_takes_its_local_ray_down_with_it(tmp_path):
+    """SIGKILL of a process that started Ray (start_local_ray): every process of that Ray
+    ends within seconds, the raylet's agents included (they stayed up for 60 s before)."""
+    env = {name: value for name, value in os.environ.items()
+           if name not in loopback_ray_env() and not name.startswith("RAY_")}  # start_local_ray sets them
+    env["TMPDIR"] = tempfile.mkdtemp(prefix="rlc-", dir="/tmp")  # ray.init's session dir, removed below
+    script = tmp_path / "killed_driver.py"
+    script.write_text(KILLED_DRIVER_SCRIPT.format(descendants=inspect.getsource(descendants)))
+    errors = tmp_path / "driver.err"
+    session: dict[int, tuple[int, str]] = {}
+    with open(errors, "w") as error_file:
+        driver = subprocess.Popen([sys.executable, str(script)], env=env, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=error_file, text=True, start_new_session=True)
+    try:
+        while (line := driver.stdout.readline()) and not line.startswith("READY "):
+            pass
+        assert line, f"the driver ended before Ray was up: {errors.read_text()[-3000:]}"
+        session_dir = line.split(" ", 1)[1].strip()
+        for pid in descendants(driver.pid):  # what the driver started: Ray's processes (and the watchdog)
+            state = process_state(pid)
+            if state is not None:
+                session[pid] = (state[1], process_title(pid))
+        titles = [title for _, title in session.values()]
+        for name in ("gcs_server", "raylet", "ray::DashboardAgent", "ray::RuntimeEnvAgent"):
+            assert any(name in title for title in titles), f"no {name} among {titles}"
+        # a process titled ray::... may have overwritten the token in its environment with the
+        # title (the agents do, or not, by the length of their command line): the watchdog
+        # finds those by the session directory alone
+        titled = {pid: process for pid, process in session.items() if process[1].startswith("ray::")}
+        found = set(watchdog.session_processes("not-this-session", session_dir))
+        missed = [pid for pid in still_running(titled) if pid not in found]  # not one that ended meanwhile
+        assert not missed, f"not found by the session directory: {[session[pid] for pid in missed]}"
+        if shutil.which("ss"):
+            ours = [(host, line) for host, pid, line in listeners() if pid in session or pid == driver.pid]
+            assert any("gcs_server" in line for _, line in ours), "the instance's listeners were not found"
+            exposed = [line for host, line in ours if not is_loopback(host)]
+            assert not exposed, "Ray listeners outside loopback:\n" + "\n".join(exposed)
+        driver.kill()
+        driver.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while survivors := still_running(session):
+            if time.monotonic() > deadline:
+                pytest.fail("alive 30 s after the driver's SIGKILL:\n" +
+                            "\n".join(f"{pid} {session[pid][1][:100]}" for pid in survivors))
+            time.sleep(0.1)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait(timeout=30)
+        driver.stdout.close()
+        driver.stdin.close()
+        for pid in still_running(session):  # after a failure: leave nothing behind
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        shutil.rmtree(env["TMPDIR"], ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------- the CLI

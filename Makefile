@@ -13,7 +13,7 @@ setup: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --disable-pip-version-check -q $(TORCH)
-	$(BIN)/pip install --disable-pip-version-check -q -e '.[dev,ray,envs,envpool,vmas,sweep,slurm]'
+	$(BIN)/pip install --disable-pip-version-check -q -e '.[dev,ray,envs,envpool,vmas,sweep,slurm,tune,export]'
 	touch $@
 
 train: setup

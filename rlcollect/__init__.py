@@ -27,6 +27,8 @@ The library, usable without the CLI (docs/README.md is the map):
 - Models and algorithms: ``ActorCritic``, ``RecurrentActorCritic``, ``QValuePolicy``,
   ``GRUModule`` / ``LSTMModule``, ``PPO``, ``DQN``, ``generalized_advantage_estimate``.
 - Logging: ``RunLogger`` / ``WandbLogger`` (metrics.jsonl and W&B, usable as a post-collect hook).
+- Trained runs: ``load_policy`` (a run's policy from its folder and checkpoint); errors:
+  ``ConfigError`` (a user's mistake, one line) and ``MissingDependencyError``.
 - rlpyt's sampler interface over these collectors (docs/samplers.md): ``SerialSampler``,
   ``CpuSampler``, ``GpuSampler``, ``AlternatingSampler``, ``NoOverlapAlternatingSampler``,
   with the collector classes ``CpuResetCollector`` / ``CpuWaitResetCollector`` /
@@ -123,6 +125,10 @@ _EXPORTS = {
     # logging
     "RunLogger": "rlcollect.logging.run_logger",
     "WandbLogger": "rlcollect.logging.run_logger",
+    # trained runs and errors
+    "ConfigError": "rlcollect.errors",
+    "MissingDependencyError": "rlcollect.errors",
+    "load_policy": "rlcollect.pipeline.saved",
     # the seed's and TorchRL's names, for users who migrate (rlcollect/compat.py)
     "MultiCollector": "rlcollect.compat",
     "MultiSyncDataCollector": "rlcollect.compat",
@@ -145,6 +151,7 @@ __all__ = [
     "iterate_minibatches", "make_env", "recurrent_mode", "set_recurrent_mode", "split_trajectories", "transition_view",
     "AlternatingSampler", "CpuResetCollector", "CpuSampler", "CpuWaitResetCollector", "GpuResetCollector",
     "GpuSampler", "GpuWaitResetCollector", "NoOverlapAlternatingSampler", "RandomStart", "SerialSampler", "VmasEnv",
+    "ConfigError", "MissingDependencyError", "load_policy",
     # aliases for migrating users (rlcollect/compat.py)
     "MultiCollector", "MultiSyncDataCollector", "MultiaSyncDataCollector", "SyncDataCollector",
     "TensorDictReplayBuffer", "aSyncDataCollector",
@@ -192,10 +199,12 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load
     from rlcollect.envs.gym_env import GymEnv  # noqa: F401
     from rlcollect.envs.sources import make_env  # noqa: F401
     from rlcollect.envs.staging import StagedEnv  # noqa: F401
+    from rlcollect.errors import ConfigError, MissingDependencyError  # noqa: F401
     from rlcollect.logging.run_logger import RunLogger, WandbLogger  # noqa: F401
     from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic  # noqa: F401
     from rlcollect.modules.q_network import QValuePolicy  # noqa: F401
     from rlcollect.modules.recurrent import GRUModule, LSTMModule, recurrent_mode, set_recurrent_mode  # noqa: F401
+    from rlcollect.pipeline.saved import load_policy  # noqa: F401
     from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo, TrajectoryPool, split_trajectories  # noqa: F401
     from rlcollect.weight_sync.pipes import MultiProcessWeightSyncScheme  # noqa: F401
     from rlcollect.weight_sync.ray import RayWeightSyncScheme  # noqa: F401

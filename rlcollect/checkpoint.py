@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 CHECKPOINT_FILE = "checkpoint.pt"
+BEST_FILE = "best.pt"  # the policy of a run's best evaluation, with its frames and eval_return
 PREVIOUS_SUFFIX = ".prev"  # checkpoint.pt.prev: the one before, kept until a new one is written and verified
 
 log = logging.getLogger(__name__)
@@ -28,22 +29,23 @@ def previous_path(path: Path) -> Path:
     return path.with_name(path.name + PREVIOUS_SUFFIX)
 
 
-def save_checkpoint(path: str | Path, state: dict) -> None:
+def save_checkpoint(path: str | Path, state: dict, *, keep_previous: bool = True) -> None:
     """Write ``state`` to ``path`` and keep the previous checkpoint as ``path.prev`` until
-    the new one is complete and verified (read back with weights_only=True): a crash at any
-    moment leaves a checkpoint that loads."""
+    the new one is complete and verified (read back with weights_only=True): a crash or a
+    Ctrl-C at any moment leaves a checkpoint that loads (the half-written file is removed).
+    ``keep_previous=False``: the previous one is replaced, atomically, without a ``.prev``."""
     path = Path(path)
     partial = path.with_name(path.name + ".partial")
-    with open(partial, "wb") as file:
-        torch.save(state, file)
-        file.flush()
-        os.fsync(file.fileno())
     try:
+        with open(partial, "wb") as file:
+            torch.save(state, file)
+            file.flush()
+            os.fsync(file.fileno())
         _load(partial)
-    except CheckpointError:
+    except BaseException:
         partial.unlink(missing_ok=True)
         raise
-    if path.exists():
+    if keep_previous and path.exists():
         os.replace(path, previous_path(path))
     os.replace(partial, path)
 

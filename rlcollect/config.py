@@ -18,13 +18,27 @@ options.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, OmegaConf
 
 from rlcollect.logging.runs import for_env_id
+from rlcollect.validation import Range
+
+RANGE = "range"  # a numeric field's metadata: the Range its value (each value, for a list) must be in
+
+
+def ranged(default: Any, spec: str) -> Any:
+    """A numeric field (or a list of numbers) with ``default`` whose values must be in the
+    range ``spec`` (validation.Range: ``">= 1"``, ``"(0, 1]"``, ``"any"``...); checked by
+    the pipeline before a run starts (pipeline/checks.py, ``check_ranges``)."""
+    metadata = {RANGE: Range.parse(spec)}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 # ---------------------------------------------------------------------------- env
@@ -34,10 +48,10 @@ class EnvConfig:
     (the collectors with worker processes build ``envs_per_worker`` of them per worker)."""
 
     id: str = MISSING  # a registered gymnasium id
-    num_envs: Optional[int] = 8  # collector=sync: None is a single env, batch_size []
+    num_envs: Optional[int] = ranged(8, ">= 1")  # collector=sync: None is a single env, batch_size []
     # how the envs are stepped: list | sync | async | vector (envs/backends.py)
     backend: str = "list"
-    max_episode_steps: Optional[int] = None  # None: the env's own limit
+    max_episode_steps: Optional[int] = ranged(None, ">= 1")  # None: the env's own limit
     # training stops once evaluation reaches it: a number, or {env id: number} (the presets:
     # a threshold belongs to its env id, so env.id=<another> has none unless given)
     solved_return: Any = None
@@ -58,15 +72,15 @@ class CollectorTarget:
 
     _target_: str = MISSING
     _partial_: bool = True
-    frames_per_batch: int = 256
+    frames_per_batch: int = ranged(256, ">= 1")
 
 
 @dataclass
 class StepLoopConfig:
     """The per-step loop and the devices (StepOptions, DeviceOptions), taken by every collector."""
 
-    max_frames_per_traj: Optional[int] = None
-    init_random_frames: int = 0  # the pipeline raises it to algo.learning_starts (DQN)
+    max_frames_per_traj: Optional[int] = ranged(None, ">= 1")
+    init_random_frames: int = ranged(0, ">= 0")  # the pipeline raises it to algo.learning_starts (DQN)
     reset_at_each_iter: bool = False
     reset_when_done: bool = True
     split_trajs: bool = False
@@ -94,14 +108,14 @@ class WorkerProcessesConfig(StepLoopConfig, CollectorTarget):
     """Collectors with worker processes: num_workers x envs_per_worker envs, env i seeded
     seed + i (env.num_envs is not used)."""
 
-    num_workers: int = 2
-    envs_per_worker: int = 4
+    num_workers: int = ranged(2, ">= 1")
+    envs_per_worker: int = ranged(4, ">= 1")
     start_method: str = "spawn"  # spawn | forkserver | fork
-    worker_torch_threads: Optional[int] = 1
+    worker_torch_threads: Optional[int] = ranged(1, ">= 1")
     worker_cpu_affinity: Optional[List[List[int]]] = None  # one list of CPU ids per worker
-    batch_timeout: Optional[float] = None  # seconds; None waits as long as the workers are alive
-    shutdown_timeout: float = 5.0
-    max_worker_restarts: int = 0  # workers replaced when one dies or hangs (0: the run fails)
+    batch_timeout: Optional[float] = ranged(None, "> 0")  # seconds; None waits as long as the workers are alive
+    shutdown_timeout: float = ranged(5.0, "> 0")
+    max_worker_restarts: int = ranged(0, ">= 0")  # workers replaced when one dies or hangs (0: the run fails)
     restart_on_env_error: bool = False  # also replace a worker whose env or policy raised
 
 
@@ -128,7 +142,7 @@ class MultiAsyncCollectorConfig(MultiCollectorConfig):
     collected with older weights (see policy_version)."""
 
     _target_: str = "rlcollect.MultiAsyncCollector"
-    frames_per_batch: int = 128  # per batch, i.e. per worker batch
+    frames_per_batch: int = ranged(128, ">= 1")  # per batch, i.e. per worker batch
 
 
 @dataclass
@@ -139,7 +153,7 @@ class ActionServerCollectorConfig(WorkerProcessesConfig):
     workers, on the CPU)."""
 
     _target_: str = "rlcollect.ActionServerCollector"
-    max_decorrelation_steps: int = 0  # after a reset, each env takes 0..this many random steps
+    max_decorrelation_steps: int = ranged(0, ">= 0")  # after a reset, each env takes 0..this many random steps
 
 
 @dataclass
@@ -160,18 +174,18 @@ class PoolCollectorConfig(WorkerProcessesConfig):
     fast envs contributing more (DQN only). env_device must stay null."""
 
     _target_: str = "rlcollect.PoolCollector"
-    batch_size: Optional[int] = None  # envs served per pool step, a multiple of envs_per_worker; null: half the envs
+    batch_size: Optional[int] = ranged(None, ">= 1")  # envs served per pool step, a multiple of envs_per_worker
     layout: str = "per_env"  # per_env | flat
-    max_decorrelation_steps: int = 0  # after a reset, each env takes 0..this many random steps
+    max_decorrelation_steps: int = ranged(0, ">= 0")  # after a reset, each env takes 0..this many random steps
 
 
 @dataclass
 class RayRemoteConfig:
     """Ray resources of each actor (None: Ray's default)."""
 
-    num_cpus: Optional[float] = 1
-    num_gpus: Optional[float] = None
-    memory: Optional[int] = None  # bytes
+    num_cpus: Optional[float] = ranged(1, ">= 0")
+    num_gpus: Optional[float] = ranged(None, ">= 0")
+    memory: Optional[int] = ranged(None, ">= 1")  # bytes
 
 
 @dataclass
@@ -180,12 +194,12 @@ class HostCollectorConfig(StepLoopConfig):
     collector each actor or worker runs. The worker keys apply to collector_class
     multisync/multiasync only; null: not passed (that collector's default)."""
 
-    num_workers: Optional[int] = None  # multisync/multiasync actors: worker processes per actor (required)
+    num_workers: Optional[int] = ranged(None, ">= 1")  # multisync/multiasync actors: worker processes per actor
     start_method: Optional[str] = None
-    worker_torch_threads: Optional[int] = None
+    worker_torch_threads: Optional[int] = ranged(None, ">= 1")
     worker_cpu_affinity: Optional[List[List[int]]] = None
-    batch_timeout: Optional[float] = None
-    shutdown_timeout: Optional[float] = None
+    batch_timeout: Optional[float] = ranged(None, "> 0")
+    shutdown_timeout: Optional[float] = ranged(None, "> 0")
 
 
 @dataclass
@@ -194,16 +208,16 @@ class RayCollectorConfig(CollectorTarget):
     (envs_per_worker per actor, per worker process for multi*), env i seeded seed + i."""
 
     _target_: str = "rlcollect.RayCollector"
-    num_collectors: int = 2
+    num_collectors: int = ranged(2, ">= 1")
     sync: bool = True  # true: one batch from every actor, stacked; false: first come first served
     collector_class: str = "sync"  # sync | multisync | multiasync
-    envs_per_worker: int = 4
+    envs_per_worker: int = ranged(4, ">= 1")
     collector_kwargs: HostCollectorConfig = field(default_factory=HostCollectorConfig)
     remote_config: RayRemoteConfig = field(default_factory=RayRemoteConfig)
     ray_address: Optional[str] = None  # None: a local Ray on loopback; "auto" or host:port: join a cluster
-    batch_timeout: Optional[float] = None  # seconds; None waits as long as the actors are alive
-    shutdown_timeout: float = 5.0
-    max_worker_restarts: int = 0  # actors replaced when one dies or hangs (0: the run fails)
+    batch_timeout: Optional[float] = ranged(None, "> 0")  # seconds; None waits as long as the actors are alive
+    shutdown_timeout: float = ranged(5.0, "> 0")
+    max_worker_restarts: int = ranged(0, ">= 0")  # actors replaced when one dies or hangs (0: the run fails)
     restart_on_env_error: bool = False  # also replace an actor whose env or policy raised
 
 
@@ -215,10 +229,10 @@ class DistributedCollectorConfig(CollectorTarget):
     weights travel over the group (weight_sync=none: no other scheme)."""
 
     _target_: str = "rlcollect.DistributedCollector"
-    num_workers: int = 2
+    num_workers: int = ranged(2, ">= 1")
     sync: bool = True  # true: one batch from every worker, stacked; false: first come first served
     collector_class: str = "sync"  # sync | multisync | multiasync
-    envs_per_worker: int = 4
+    envs_per_worker: int = ranged(4, ">= 1")
     collector_kwargs: HostCollectorConfig = field(default_factory=HostCollectorConfig)
     backend: str = "gloo"
     launcher: str = "mp"  # mp: local processes | submitit: SLURM jobs (cluster=local: local jobs) | ray: Ray tasks
@@ -228,10 +242,10 @@ class DistributedCollectorConfig(CollectorTarget):
     submitit_folder: str = "submitit"  # launcher=submitit: job logs, relative to the run folder
     ray_address: Optional[str] = None  # launcher=ray: a cluster's address; null: a local Ray on loopback
     master_addr: str = "127.0.0.1"  # where the store and the group listen: this machine only, or an address
-    master_port: int = 0  # 0: a free port
-    timeout: float = 60.0  # seconds any wait on the group may take (a hung worker fails the run)
-    worker_torch_threads: Optional[int] = 1
-    shutdown_timeout: float = 10.0
+    master_port: int = ranged(0, "[0, 65535]")  # 0: a free port
+    timeout: float = ranged(60.0, "> 0")  # seconds any wait on the group may take (a hung worker fails the run)
+    worker_torch_threads: Optional[int] = ranged(1, ">= 1")
+    shutdown_timeout: float = ranged(10.0, "> 0")
 
 
 # ---------------------------------------------------------------------------- weight sync
@@ -248,7 +262,7 @@ class MultiProcessWeightSyncConfig:
 
     _target_: str = "rlcollect.MultiProcessWeightSyncScheme"
     strategy: str = "tensordict"  # tensordict | state_dict
-    ack_timeout: float = 120.0
+    ack_timeout: float = ranged(120.0, "> 0")
 
 
 @dataclass
@@ -272,19 +286,20 @@ class PPOConfig:
     """Clipped PPO, tuned for CartPole (close to rl-zoo's: 8 envs x 32 steps, lambda 0.8)."""
 
     name: str = "ppo"
-    lr: float = 0.001
-    gamma: float = 0.98
-    gae_lambda: float = 0.8
-    clip_epsilon: float = 0.2
-    epochs: int = 20
-    minibatch_size: int = 256
-    value_coef: float = 0.5
-    entropy_coef: float = 0.0
-    max_grad_norm: float = 0.5
+    lr: float = ranged(0.001, "> 0")
+    gamma: float = ranged(0.98, "(0, 1]")
+    gae_lambda: float = ranged(0.8, "[0, 1]")
+    clip_epsilon: float = ranged(0.2, "> 0")
+    epochs: int = ranged(20, ">= 1")
+    minibatch_size: int = ranged(256, ">= 1")  # at most the frames of a batch (collector.frames_per_batch)
+    value_coef: float = ranged(0.5, ">= 0")
+    entropy_coef: float = ranged(0.0, ">= 0")
+    max_grad_norm: float = ranged(0.5, "> 0")
     normalize_advantage: bool = True
     anneal_lr: bool = True
     anneal_clip: bool = True
-    sequence_length: Optional[int] = None  # recurrent models: steps per minibatch sequence (None: whole rollout rows)
+    # recurrent models: steps per minibatch sequence (None: whole rollout rows)
+    sequence_length: Optional[int] = ranged(None, ">= 1")
     normalize_reward: bool = False  # train on rewards / running std of the discounted return (logged ones unchanged)
     terminal_keys: List[str] = field(default_factory=list)  # ("next", key) flags ending value targets: [life_lost]
 
@@ -294,21 +309,23 @@ class DQNConfig:
     """DQN (double, target network, epsilon-greedy) from a replay buffer."""
 
     name: str = "dqn"
-    lr: float = 1e-3
-    gamma: float = 0.99
-    batch_size: int = 64  # transitions per gradient step
-    gradient_steps_per_batch: int = 128  # per collected batch (background collection: per frames_per_batch frames)
-    learning_starts: int = 1000  # frames collected with random actions before training
+    lr: float = ranged(1e-3, "> 0")
+    gamma: float = ranged(0.99, "(0, 1]")
+    batch_size: int = ranged(64, ">= 1")  # transitions per gradient step
+    # per collected batch (background collection: per frames_per_batch frames)
+    gradient_steps_per_batch: int = ranged(128, ">= 1")
+    learning_starts: int = ranged(1000, ">= 0")  # frames collected with random actions before training
     target_update: str = "periodic"  # periodic | polyak
-    target_update_period: int = 128  # gradient steps: one target refresh per collected batch
-    tau: float = 0.005
+    target_update_period: int = ranged(128, ">= 1")  # gradient steps: one target refresh per collected batch
+    tau: float = ranged(0.005, "(0, 1]")
     double_dqn: bool = True
     loss: str = "huber"
-    max_grad_norm: float = 10.0
-    eps_start: float = 1.0
-    eps_end: float = 0.04
-    eps_decay_frames: int = 8000
-    n_step: int = 1  # >1: n-step transitions (MultiStep on the buffer's writes), bootstrapped gamma**m ahead
+    max_grad_norm: float = ranged(10.0, "> 0")
+    eps_start: float = ranged(1.0, "[0, 1]")
+    eps_end: float = ranged(0.04, "[0, 1]")
+    eps_decay_frames: int = ranged(8000, ">= 0")
+    # >1: n-step transitions (MultiStep on the buffer's writes), bootstrapped gamma**m ahead
+    n_step: int = ranged(1, ">= 1")
     prioritized: bool = False  # prioritized replay: buffer/sampler=prioritized with its defaults (or choose that)
     terminal_keys: List[str] = field(default_factory=list)  # ("next", key) flags ending the bootstrap: [life_lost]
     background: bool = False  # collector.start(): collect while training
@@ -321,9 +338,9 @@ class ActorCriticConfig:
 
     _target_: str = "rlcollect.ActorCritic"
     _partial_: bool = True  # the pipeline passes the env's spaces
-    hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
+    hidden_sizes: List[int] = ranged([64, 64], ">= 1")
     activation: str = "tanh"
-    log_std_init: float = 0.0
+    log_std_init: float = ranged(0.0, "any")
     encoder: str = "auto"  # auto (from the observation space) | mlp | cnn (images) | multi_input (Dict/Tuple)
     normalize_observation: bool = False  # running mean/std of the observations, inside the policy
 
@@ -336,11 +353,11 @@ class RecurrentActorCriticConfig:
     _target_: str = "rlcollect.RecurrentActorCritic"
     _partial_: bool = True
     rnn: str = "gru"  # gru | lstm
-    hidden_size: int = 64
-    num_layers: int = 1
-    hidden_sizes: List[int] = field(default_factory=lambda: [64, 64])
+    hidden_size: int = ranged(64, ">= 1")
+    num_layers: int = ranged(1, ">= 1")
+    hidden_sizes: List[int] = ranged([64, 64], ">= 1")
     activation: str = "tanh"
-    log_std_init: float = 0.0
+    log_std_init: float = ranged(0.0, "any")
 
 
 @dataclass
@@ -349,9 +366,10 @@ class QValuePolicyConfig:
 
     _target_: str = "rlcollect.QValuePolicy"
     _partial_: bool = True
-    hidden_sizes: List[int] = field(default_factory=lambda: [256, 256])
+    hidden_sizes: List[int] = ranged([256, 256], ">= 1")
     activation: str = "relu"
-    epsilon: float = 1.0  # the first batches'; DQN then follows algo.eps_* (conf/model/q_network.yaml links them)
+    # the first batches'; DQN then follows algo.eps_* (conf/model/q_network.yaml links them)
+    epsilon: float = ranged(1.0, "[0, 1]")
     encoder: str = "auto"  # auto (from the observation space) | mlp | cnn (images) | multi_input (Dict/Tuple)
     normalize_observation: bool = False  # running mean/std of the observations, inside the policy
 
@@ -374,7 +392,7 @@ class ReplayBufferConfig:
     _target_: str = "rlcollect.ReplayBuffer"
     storage: Any = MISSING  # buffer/storage: memory | memmap
     sampler: Any = MISSING  # buffer/sampler: random | slice
-    trajs_per_batch: Optional[int] = None  # collectors write only complete trajectories, at least this many
+    trajs_per_batch: Optional[int] = ranged(None, ">= 1")  # collectors write only complete trajectories, this many
 
 
 @dataclass
@@ -382,8 +400,8 @@ class LazyTensorStorageConfig:
     """LazyTensorStorage: a ring buffer in memory."""
 
     _target_: str = "rlcollect.LazyTensorStorage"
-    max_size: int = 100_000
-    ndim: int = 1  # 1: flat, safe with every collector; 2/3 keep env rows (docs/data-layout.md)
+    max_size: int = ranged(100_000, ">= 1")
+    ndim: int = ranged(1, ">= 1")  # 1: flat, safe with every collector; 2/3 keep env rows (docs/data-layout.md)
     device: Optional[str] = None  # None: the training device
 
 
@@ -392,8 +410,8 @@ class LazyMemmapStorageConfig:
     """LazyMemmapStorage: a ring buffer in memory-mapped files (a resumed run re-opens them)."""
 
     _target_: str = "rlcollect.LazyMemmapStorage"
-    max_size: int = 100_000
-    ndim: int = 1
+    max_size: int = ranged(100_000, ">= 1")
+    ndim: int = ranged(1, ">= 1")
     scratch_dir: Optional[str] = None  # None: <run folder>/replay
 
 
@@ -407,8 +425,8 @@ class SliceSamplerConfig:
     """SliceSampler: contiguous slices of trajectories (exactly one of slice_len, num_slices)."""
 
     _target_: str = "rlcollect.SliceSampler"
-    slice_len: Optional[int] = 32
-    num_slices: Optional[int] = None
+    slice_len: Optional[int] = ranged(32, ">= 1")
+    num_slices: Optional[int] = ranged(None, ">= 1")
     strict_length: bool = False
     pad_output: bool = False
 
@@ -427,9 +445,9 @@ class PrioritizedSamplerConfig:
     their TD errors as priorities (max_capacity: the storage's max_size, set by the pipeline)."""
 
     _target_: str = "rlcollect.PrioritizedSampler"
-    alpha: float = 0.6
-    beta: float = 0.4
-    eps: float = 1e-6
+    alpha: float = ranged(0.6, ">= 0")
+    beta: float = ranged(0.4, "[0, 1]")
+    eps: float = ranged(1e-6, "> 0")
 
 
 # ---------------------------------------------------------------------------- logger
@@ -466,10 +484,13 @@ def eval_every_frames(cfg) -> int:
 @dataclass
 class EvalConfig:
     every_frames: Any = None  # cadence in collected frames, or {env id: frames}; null: total_frames / 20
-    max_time_share: Optional[float] = 0.25  # runs with no solved_return: skip evaluations above this time share
-    episodes: int = 10  # eval envs stepped together, one episode each (the unbiased estimate)
-    max_steps: Optional[int] = None  # step budget over all eval envs; an episode cut by it is not counted (eval/cut)
-    max_trajectories: Optional[int] = None  # None: one episode per eval env; else episodes back to back until this many
+    # runs with no solved_return: skip evaluations above this time share
+    max_time_share: Optional[float] = ranged(0.25, "(0, 1]")
+    episodes: int = ranged(10, ">= 1")  # eval envs stepped together, one episode each (the unbiased estimate)
+    # step budget over all eval envs (at least eval.episodes); an episode cut by it is not counted (eval/cut)
+    max_steps: Optional[int] = ranged(None, ">= 1")
+    # None: one episode per eval env; else episodes back to back until this many
+    max_trajectories: Optional[int] = ranged(None, ">= 1")
     video: bool = False  # record one evaluation episode (rgb_array) to videos/eval_<frames>.mp4 and W&B
 
 
@@ -483,13 +504,17 @@ class TrainConfig:
     buffer: Any = MISSING
     logger: Any = MISSING
     eval: EvalConfig = field(default_factory=EvalConfig)
-    seed: int = 0  # env i of the run is seeded seed + i (rlcollect/seeding.py)
-    total_frames: int = 100_000
+    seed: int = ranged(0, ">= 0")  # env i of the run is seeded seed + i (rlcollect/seeding.py)
+    total_frames: int = ranged(100_000, ">= 1")
     device: str = "cpu"  # training device; also the collector's default device
-    torch_threads: int = 1  # small MLPs run fastest on one thread; more threads only add overhead
+    torch_threads: int = ranged(1, ">= 1")  # small MLPs run fastest on one thread; more threads only add overhead
     progress: bool = True
-    checkpoint_every_frames: Optional[int] = 20_000  # checkpoint.pt in the run folder; None: none
+    # checkpoint.pt in the run folder every this many frames (None: only the final one)
+    checkpoint_every_frames: Optional[int] = ranged(20_000, ">= 1")
     resume: Optional[str] = None  # a run folder: `rlcollect train resume=<folder>` continues it
+    # what `train` returns (a tuning sweep's objective, docs/tuning.md): final_eval_return | best_eval_return |
+    # eval_auc (mean eval return over the run's frames) | frames_to_solve (to minimise)
+    objective: str = "final_eval_return"
 
 
 # (group, option) -> schema; YAML options refer to them as /<group>_<option>_schema
@@ -524,6 +549,33 @@ SCHEMAS: dict[tuple[str, str], type] = {
 }
 
 
+# objective -> the direction a tuning sweep optimises it in (conf/hydra/sweeper/*.yaml read it
+# as ${objective_direction:${objective}})
+OBJECTIVES = {"final_eval_return": "maximize", "best_eval_return": "maximize", "eval_auc": "maximize",
+              "frames_to_solve": "minimize"}
+
+
+def objective_direction(objective: str) -> str:
+    """The direction a tuning sweep optimises ``objective`` in ("maximize" for unknown ones:
+    the run refuses them itself, naming the choices)."""
+    return OBJECTIVES.get(objective, "maximize")
+
+
+JOB_DIRNAME_BYTES = 200  # a sweep job folder's name, within the file systems' 255 bytes
+
+
+def job_dirname(override_dirname: str) -> str:
+    """A sweep job's folder name from its overrides (``hydra.job.override_dirname``), cut to
+    JOB_DIRNAME_BYTES with a digest of the whole appended where it is longer (a tuning
+    trial's sampled values run past what a file system takes); .hydra/overrides.yaml keeps
+    them all."""
+    encoded = override_dirname.encode()
+    if len(encoded) <= JOB_DIRNAME_BYTES:
+        return override_dirname
+    digest = hashlib.sha1(encoded).hexdigest()[:8]
+    return encoded[:JOB_DIRNAME_BYTES - 9].decode(errors="ignore") + "-" + digest
+
+
 def schema_name(group: str, option: str) -> str:
     return f"{group}_{option}_schema"
 
@@ -531,6 +583,9 @@ def schema_name(group: str, option: str) -> str:
 def register_configs() -> None:
     """Register every schema at the root of the ConfigStore (not in a group: ``--help``
     lists only the YAML options); YAML options refer to them as ``/<name>@_here_``."""
+    for name, resolver in (("objective_direction", objective_direction), ("job_dirname", job_dirname)):
+        if not OmegaConf.has_resolver(name):
+            OmegaConf.register_new_resolver(name, resolver)
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
     store.store(name="env_schema", node=EnvConfig)

@@ -131,7 +131,9 @@ def test_the_runs_cover_every_option_of_every_group():
     one of the runs above, or, for Ray's, by the Ray tests below and in test_ray.py."""
     shipped = {(group, name) for group in GROUPS for name in options(group, ray=True)}
     assert {group for group, _ in shipped} == set(GROUPS)  # no group folder left out of GROUPS
-    assert {p.parent.relative_to(CONF).as_posix() for p in CONF.rglob("*.yaml") if p.parent != CONF} == set(GROUPS)
+    folders = {p.parent.relative_to(CONF).as_posix() for p in CONF.rglob("*.yaml") if p.parent != CONF}
+    assert folders - {"hydra/sweeper"} == set(GROUPS)  # Hydra's own group: tune_ppo runs in test_tuning.py
+    assert sorted(p.name for p in (CONF / "hydra" / "sweeper").glob("*.yaml")) == ["tune_ppo.yaml"]
     picked = {("collector", "ray"), ("weight_sync", "ray")}
     for run in RUNS:
         overrides = run.values[0] if hasattr(run, "values") else run  # a preset's pytest.param
@@ -204,7 +206,7 @@ def test_defaults_are_ppo_on_batched_cartpole_with_offline_wandb():
 
 
 def test_the_defaults_that_run_are_the_schemas():
-    """The values README's results were measured with live in the schemas, and the YAML
+    """The values docs/benchmarks.md's results were measured with live in the schemas, and the YAML
     options pick them (conf/train.yaml, conf/algo/ppo.yaml set no value)."""
     ppo, dqn = PPOConfig(), DQNConfig()
     assert (ppo.lr, ppo.gamma, ppo.gae_lambda, ppo.epochs, ppo.minibatch_size, ppo.anneal_clip) == \
@@ -275,6 +277,7 @@ def test_wheel_ships_a_config_tree_hydra_can_compose(tmp_path):
     shipped = {name for name in zipfile.ZipFile(wheel).namelist() if name.startswith("rlcollect/conf/")}
     expected = {f"rlcollect/{p.relative_to(CONF.parent)}" for p in CONF.rglob("*.yaml")}
     assert expected <= shipped and "rlcollect/conf/__init__.py" in shipped
+    assert "rlcollect/py.typed" in zipfile.ZipFile(wheel).namelist()  # type checkers read the package's hints
     unpacked = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(unpacked)
     probe = ("import rlcollect, sys; from hydra import compose, initialize_config_module;"
@@ -297,3 +300,69 @@ def test_a_stopping_threshold_belongs_to_its_env_id():
     assert solved_threshold(other.env.id, other.env.solved_return) is None
     given = compose_train(["env.id=Acrobot-v1", "env.solved_return=-90"])  # a number set for this run applies
     assert solved_threshold(given.env.id, given.env.solved_return) == -90.0
+
+
+# ---------------------------------------------------------------------------- value ranges
+RANGE_COMPOSITIONS = [[], ["algo=dqn"], ["algo=dqn", "buffer/storage=memmap", "buffer/sampler=slice"],
+                      ["algo=dqn", "buffer/sampler=prioritized"], ["model=recurrent_actor_critic"],
+                      *[[f"collector={name}"] for name in options("collector", ray=True)],
+                      ["weight_sync=multiprocess"]]
+
+
+def numeric_kind(schema_field) -> str | None:
+    """"int", "float", "int list" or None, from a schema field's annotation."""
+    annotation = str(schema_field.type)
+    if annotation.startswith(("List[int]", "Optional[List[int]]")):
+        return "int list"
+    if "List" in annotation or annotation.startswith(("str", "bool", "Any")) or "Optional[str]" in annotation:
+        return None
+    return "float" if "float" in annotation else "int" if "int" in annotation else None
+
+
+def out_of_range(allowed, kind: str) -> list:
+    """Values just outside ``allowed`` (a Range) for a field of ``kind``."""
+    step = 1 if kind.startswith("int") else 0.5
+    values = []
+    if allowed.low is not None:
+        values.append(allowed.low if allowed.open_low else allowed.low - step)
+    if allowed.high is not None:
+        values.append(allowed.high if allowed.open_high else allowed.high + step)
+    if kind == "float":
+        values.append(float("inf"))
+    return [int(value) if kind.startswith("int") else float(value) for value in values]
+
+
+def test_every_numeric_option_declares_its_range_and_an_out_of_range_value_is_one_line_naming_it():
+    """Each int / float option of every schema says the range it takes (config.ranged); each
+    value just outside it (and an infinite float) is refused before anything is built, with
+    one line naming the key and the range."""
+    from omegaconf import OmegaConf
+
+    from rlcollect.config import RANGE
+    from rlcollect.errors import ConfigError
+    from rlcollect.pipeline.checks import check_config, schema_nodes
+
+    checked = set()
+    for composition in RANGE_COMPOSITIONS:
+        cfg = compose_train(composition)
+        for path, node in schema_nodes(cfg, ""):
+            schema = OmegaConf.get_type(node)
+            for schema_field in dataclasses.fields(schema):
+                kind = numeric_kind(schema_field)
+                if kind is None:
+                    continue
+                key = f"{path}.{schema_field.name}" if path else schema_field.name
+                allowed = schema_field.metadata.get(RANGE)
+                assert allowed is not None, f"{schema.__name__}.{schema_field.name} declares no range"
+                for value in out_of_range(allowed, kind):
+                    bad = cfg.copy()
+                    OmegaConf.update(bad, key, [1, value] if kind == "int list" else value)
+                    with pytest.raises(ConfigError) as refused:
+                        check_config(bad)
+                    message = str(refused.value)
+                    assert message.startswith(f"{key}=") and "\n" not in message, message
+                    assert str(allowed) in message
+                    checked.add((schema.__name__, schema_field.name))
+    assert {("PPOConfig", "epochs"), ("PPOConfig", "gamma"), ("TrainConfig", "seed"), ("EvalConfig", "episodes"),
+            ("ActorCriticConfig", "hidden_sizes"), ("RayRemoteConfig", "num_cpus")} <= checked
+    assert len(checked) > 80

@@ -58,9 +58,9 @@ def test_an_eval_video_decodes_to_the_episodes_frames(tmp_path):
         cfg = compose("train", overrides=["env.id=rlcollect-test/Painted-v0", "eval.video=true", "logger=none"])
     env = pipeline.make_env(cfg, num_envs=None, seed=0)
     policy = pipeline.make_policy(cfg, env.observation_space, env.action_space)
-    video = EvalVideo(cfg, policy, tmp_path)
+    video = EvalVideo(cfg, policy, tmp_path / "videos")
     try:
-        path = video.record(frames=100)
+        path = video.record("eval_100")
     finally:
         video.shutdown()
     assert path == tmp_path / "videos" / "eval_100.mp4"
@@ -86,3 +86,43 @@ def test_train_with_eval_video_writes_mp4s_and_logs_them_to_wandb(tmp_path):
               if "eval/video" in row]
     assert logged == [(256, "video-file"), (512, "video-file")]
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "finished"
+
+
+def test_without_a_display_mujoco_renders_through_egl_unless_a_backend_was_chosen(monkeypatch):
+    from rlcollect.envs.video import headless_rendering
+
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL"):
+        monkeypatch.delenv(name, raising=False)
+    headless_rendering()
+    assert os.environ["MUJOCO_GL"] == "egl"
+    monkeypatch.setenv("MUJOCO_GL", "osmesa")
+    headless_rendering()
+    assert os.environ["MUJOCO_GL"] == "osmesa"  # the user's choice stays
+    monkeypatch.delenv("MUJOCO_GL")
+    monkeypatch.setenv("DISPLAY", ":0")
+    headless_rendering()
+    assert "MUJOCO_GL" not in os.environ  # a display: MuJoCo's own default
+
+
+@pytest.mark.timeout(300)
+def test_a_mujoco_run_renders_its_eval_video_on_a_machine_without_a_display(tmp_path):
+    """eval.video and eval --video with MuJoCo and no DISPLAY (MUJOCO_GL chosen here, no user setting);
+    HalfCheetah never ends early: the video has exactly the steps asked for."""
+    pytest.importorskip("mujoco")
+    env = {key: value for key, value in os.environ.items() if key not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL")}
+    env.update(WANDB_MODE="offline", WANDB_SILENT="true")
+    train = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", "env=halfcheetah", "env.num_envs=1",
+                            "total_frames=256", "collector.frames_per_batch=128", "algo.minibatch_size=64",
+                            "algo.epochs=1", "eval.every_frames=256", "eval.episodes=1", "eval.max_steps=30",
+                            "eval.video=true", "logger=none", "progress=false", "hydra.run.dir=run"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert train.returncode == 0, train.stderr
+    assert [path.name for path in (tmp_path / "run" / "videos").iterdir()] == ["eval_256.mp4"]
+    evaluated = subprocess.run([sys.executable, "-m", "rlcollect.cli", "eval", "run", "--episodes", "1", "--video",
+                                "env.max_episode_steps=20"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                               timeout=240)
+    assert evaluated.returncode == 0, evaluated.stderr
+    import imageio.v2 as imageio
+
+    frames = [frame for frame in imageio.get_reader(tmp_path / "run" / "videos" / "eval_last.mp4")]
+    assert len(frames) == 21 and frames[0].shape[2] == 3  # the reset's frame and one per step

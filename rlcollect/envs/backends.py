@@ -33,6 +33,7 @@ from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 from gymnasium.vector import AutoresetMode
 
 from rlcollect.envs.spaces import is_nested, subspaces, tree_map, writer
+from rlcollect.errors import MissingDependencyError
 
 BACKENDS = ("list", "sync", "async", "vector", "envpool")
 
@@ -227,7 +228,7 @@ class EnvPoolBackend:
         try:
             import envpool
         except ImportError:
-            raise ImportError("backend='envpool' needs EnvPool: pip install 'rlcollect[envpool]'") from None
+            raise MissingDependencyError("backend='envpool' needs EnvPool: pip install 'rlcollect[envpool]'") from None
         if env_id not in envpool.list_all_envs():
             raise ValueError(f"backend='envpool': EnvPool has no task {env_id!r} (envpool.list_all_envs() lists them)")
         if max_episode_steps is not None:

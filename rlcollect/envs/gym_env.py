@@ -26,6 +26,7 @@ from tensordict import TensorDict
 from rlcollect.envs.backends import BACKENDS, VectorBackend, make_backend
 from rlcollect.envs.spaces import check_supported, is_nested, random_actions, sample_shape, tree_map
 from rlcollect.envs.staging import Staging, allocate_arrays
+from rlcollect.errors import ConfigError, MissingDependencyError
 from rlcollect.validation import check_positive_int
 
 EnvSource = Union[str, Callable[[], gym.Env]]
@@ -37,7 +38,7 @@ def import_plugins(modules: Sequence[str]) -> None:
         try:
             module = importlib.import_module(name)
         except ImportError as error:
-            raise ImportError(f"env imports: cannot import {name!r} ({error})") from error
+            raise MissingDependencyError(f"env imports: cannot import {name!r} ({error})") from error
         if name == "ale_py":  # gymnasium 1.x: ALE ids are registered on request
             gym.register_envs(module)
 
@@ -45,7 +46,7 @@ def import_plugins(modules: Sequence[str]) -> None:
 def resolve_env_id(env_id: str) -> str:
     """The registered id ``env_id`` names: gymnasium's ``module:EnvId`` imports the module
     first; an ``ALE/`` id imports ale_py (gymnasium 1.x registers ALE envs on request).
-    An unknown id is a ValueError naming it, with close matches."""
+    An unknown id is a ConfigError naming it, with close matches."""
     if ":" in env_id:
         module, env_id = env_id.split(":", 1)
         import_plugins([module])
@@ -53,11 +54,12 @@ def resolve_env_id(env_id: str) -> str:
         try:
             import_plugins(["ale_py"])
         except ImportError:
-            raise ValueError(f"{env_id!r} is an Atari env: install ale-py (pip install 'rlcollect[envs]')") from None
+            raise MissingDependencyError(f"{env_id!r} is an Atari env: install ale-py (pip install "
+                                         "'rlcollect[envs]')") from None
     if env_id not in gym.registry:
         close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.6)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
-        raise ValueError(f"Unknown gymnasium env id {env_id!r}.{hint}")
+        raise ConfigError(f"Unknown gymnasium env id {env_id!r}.{hint}")
     return env_id
 
 
@@ -66,7 +68,11 @@ def make_gym_env(env: EnvSource, max_episode_steps: int | None = None, *, wrappe
     """gym.make for a gymnasium id (``resolve_env_id``), or call a zero-argument factory;
     then apply ``wrappers`` in order (each a callable env -> env; the first wraps the raw env)."""
     if isinstance(env, str):
-        instance = gym.make(resolve_env_id(env), max_episode_steps=max_episode_steps, **make_kwargs)
+        env_id = resolve_env_id(env)
+        try:
+            instance = gym.make(env_id, max_episode_steps=max_episode_steps, **make_kwargs)
+        except gym.error.DependencyNotInstalled as error:  # e.g. Box2D, mujoco: one line naming what to install
+            raise MissingDependencyError(f"{env_id}: {' '.join(str(error).split())}") from None
     else:
         if not callable(env):
             raise TypeError(f"env must be a gymnasium id or a zero-argument callable, got {env!r}")

@@ -1,10 +1,20 @@
 """Evaluation videos: the frames of one episode (``render_mode="rgb_array"``) to an mp4."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
+
+from rlcollect.errors import MissingDependencyError
+
+
+def headless_rendering() -> None:
+    """On a machine without a display, MuJoCo renders through EGL (``MUJOCO_GL=egl``)
+    unless the user chose a backend: set it before the first MuJoCo env renders."""
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        os.environ.setdefault("MUJOCO_GL", "egl")
 
 
 class FrameRecorder(gym.Wrapper):
@@ -54,7 +64,8 @@ def write_mp4(frames: list[np.ndarray], path: str | Path, fps: int) -> Path:
     try:
         import imageio.v2 as imageio
     except ImportError as error:
-        raise ImportError("eval.video needs imageio and imageio-ffmpeg: pip install -e '.[envs]'") from error
+        raise MissingDependencyError("videos need imageio and imageio-ffmpeg: pip install 'rlcollect[envs]'"
+                                     ) from error
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     imageio.mimwrite(path, frames, fps=fps, codec="libx264", macro_block_size=1)

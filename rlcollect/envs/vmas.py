@@ -27,6 +27,7 @@ import torch
 from tensordict import TensorDict
 
 from rlcollect.envs.torch_env import TorchEnv
+from rlcollect.errors import MissingDependencyError
 from rlcollect.validation import check_positive_int
 
 
@@ -34,7 +35,7 @@ def _import_vmas():
     try:
         import vmas
     except ImportError as error:
-        raise ImportError("VmasEnv needs VMAS: pip install 'rlcollect[vmas]'") from error
+        raise MissingDependencyError("VmasEnv needs VMAS: pip install 'rlcollect[vmas]'") from error
     return vmas
 
 

@@ -48,6 +48,16 @@ __all__ = ["CompareError", "Comparison", "Excluded", "Group", "GroupStats", "Imp
            "score_ranges", "split_runs"]
 
 SEED_KEY = "seed"
+# keys that change how a run is run or recorded, never its result: left out of group labels
+# (unless --group-by names them); a key names itself and everything under it
+NOT_RESULT_KEYS = ("progress", "logger", "checkpoint_every_frames", "torch_threads", "resume", "objective",
+                   "eval.video", "collector.batch_timeout", "collector.shutdown_timeout",
+                   "collector.worker_cpu_affinity", "collector.worker_torch_threads", "collector.start_method")
+
+
+def changes_results(key: str) -> bool:
+    """Whether the setting ``key`` can change a run's result (see NOT_RESULT_KEYS)."""
+    return key != SEED_KEY and not any(key == other or key.startswith(other + ".") for other in NOT_RESULT_KEYS)
 DEFAULT_LABEL = "default"
 UNSET_VALUE = "-"  # a key a run neither sets nor holds in its config
 FORMATS = ("table", "markdown", "csv", "json", "html")
@@ -182,8 +192,9 @@ def split_runs(runs: Sequence[RunRecord]) -> tuple[list[RunRecord], list[Exclude
         if run.status in INCLUDED_STATUSES:
             counted.append(run)
         else:
-            excluded.append(Excluded(path=run.path, reason=run.status or "unknown status"))
-    return counted, excluded
+            reason = run.status or "unknown status"
+            excluded.append(Excluded(path=run.path, reason=f"{reason} ({run.error})" if run.error else reason))
+    return counted, sorted(excluded, key=lambda run: run.reason.split(" ", 1)[0])  # by status
 
 
 def group_runs(runs: Sequence[RunRecord], group_by: Sequence[str] | None = None) -> list[Group]:
@@ -520,7 +531,7 @@ def _settings_of(runs: Sequence[RunRecord]) -> list[dict[str, str]]:
 def _collapse(flat: list[dict[str, str]], runs: Sequence[RunRecord]) -> list[str]:
     """The flattened config keys that differ across runs, a top-level node whose
     ``_target_`` or ``name`` differs standing for all of its keys."""
-    keys = sorted({key for settings in flat for key in settings} - {SEED_KEY})
+    keys = sorted(key for key in {key for settings in flat for key in settings} if changes_results(key))
     differing = [key for key in keys if len({settings.get(key) for settings in flat}) > 1]
     nodes = {key.split(".", 1)[0] for key in differing if key.rsplit(".", 1)[-1] in ("_target_", "name")
              and key.count(".") == 1}
@@ -576,7 +587,7 @@ def _override_settings(run: RunRecord) -> dict[str, str]:
     for item in run.overrides or []:
         key, sep, value = item.partition("=")
         key = key.lstrip("+~")
-        if key != SEED_KEY:
+        if changes_results(key):
             settings[key] = (_config_value(run.config, key) or value) if sep else "<deleted>"
     return settings
 

@@ -36,6 +36,10 @@ def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
 class RunLogger:
     """Writes one JSON line per step to ``<run_dir>/metrics.jsonl``.
 
+    Building a logger touches no file: ``open()`` (called by the training loop as the run
+    starts, or by the first row written) creates the run folder's files, so a run refused
+    while it is being built leaves none behind.
+
     Args:
         run_dir: the run folder (metrics.jsonl is appended to, so a resumed run continues it).
         start_frames: frames already counted before this logger (a resumed run).
@@ -45,8 +49,8 @@ class RunLogger:
     def __init__(self, run_dir: str | Path, *, start_frames: int = 0, gamma: float = 0.99,
                  info_keys: Sequence[str] = ()) -> None:
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.run_dir / METRICS_FILE, "a", encoding="utf-8")
+        self._file = None  # metrics.jsonl, from open() on
+        self._closed = False
         self.gamma = gamma
         self.info_keys = tuple(info_keys)
         self._episodes = episode_tracker(gamma, self.info_keys)
@@ -63,6 +67,12 @@ class RunLogger:
     @property
     def frames(self) -> int:
         return self._frames
+
+    def open(self) -> None:
+        """Create the run folder's files (metrics.jsonl, appended to); idempotent."""
+        if self._file is None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.run_dir / METRICS_FILE, "a", encoding="utf-8")
 
     @property
     def run_id(self) -> str | None:
@@ -150,16 +160,20 @@ class RunLogger:
         self._pending_step, self._pending = None, {}
 
     def _write(self, row: dict[str, Any]) -> None:
+        self.open()
         self._file.write(json.dumps(row) + "\n")
         self._file.flush()
 
     def close(self, exit_code: int = 0) -> None:
         """Flush and close; idempotent. ``exit_code``: how the run ended (0: finished;
-        non-zero: failed or interrupted), recorded by the loggers that keep it (W&B)."""
-        if self._file.closed:
+        non-zero: failed or interrupted), recorded by the loggers that keep it (W&B). A
+        logger never opened writes nothing."""
+        if self._closed:
             return
-        self.flush()
-        self._file.close()
+        self.flush()  # a row still pending opens the files to be written
+        if self._file is not None:
+            self._file.close()
+        self._closed = True
         if self._worker_queue is not None:
             self._worker_queue.close()
             self._worker_queue = None
@@ -176,24 +190,29 @@ class WandbLogger(RunLogger):
                  group: str | None = None, job_type: str | None = None, config: dict | None = None,
                  mode: str = "offline", entity: str | None = None, run_id: str | None = None,
                  start_frames: int = 0, gamma: float = 0.99, info_keys: Sequence[str] = ()) -> None:
-        import wandb
-
         if mode not in ("offline", "online", "disabled"):
             raise ValueError(f"wandb mode must be 'offline', 'online' or 'disabled', got {mode!r}")
         if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _has_netrc_login()):
             raise ValueError("logger.mode=online needs a W&B login: run `wandb login` or set WANDB_API_KEY "
                                "(or keep the default logger.mode=offline and `wandb sync` later)")
         super().__init__(run_dir, start_frames=start_frames, gamma=gamma, info_keys=info_keys)
-        self._run = wandb.init(
-            project=project, entity=entity, name=name, group=group, job_type=job_type, config=config,
-            dir=str(self.run_dir), mode=mode, id=run_id, resume="allow" if run_id else None,
-            settings=wandb.Settings(console="off", save_code=False, disable_git=True,
-                                    x_disable_stats=True, init_timeout=60, silent=True),
-        )
+        self._init = dict(project=project, entity=entity, name=name, group=group, job_type=job_type, config=config,
+                          dir=str(self.run_dir), mode=mode, id=run_id, resume="allow" if run_id else None)
+        self._run = None  # from open() on
+
+    def open(self) -> None:
+        """metrics.jsonl and the W&B run (its files in ``<run_dir>/wandb``); idempotent."""
+        import wandb
+
+        super().open()
+        if self._run is None:
+            self._run = wandb.init(**self._init, settings=wandb.Settings(
+                console="off", save_code=False, disable_git=True, x_disable_stats=True, init_timeout=60, silent=True))
 
     @property
-    def run_id(self) -> str:
-        return self._run.id
+    def run_id(self) -> str | None:
+        """The W&B run's id (None before the run is opened)."""
+        return self._run.id if self._run is not None else self._init["id"]
 
     def _write(self, row: dict[str, Any]) -> None:
         super()._write(row)
@@ -201,6 +220,7 @@ class WandbLogger(RunLogger):
         self._run.log({key: value for key, value in row.items() if key != "step"}, step=step)
 
     def _log_event_count(self, name: str, count: int, step: int) -> None:
+        self.open()
         self._run.log({f"event/{name}": count}, step=step)
 
     def log_video(self, name: str, path: str | Path, step: int) -> None:
@@ -208,13 +228,15 @@ class WandbLogger(RunLogger):
 
         if self._pending_step is not None and self._pending_step < step:
             self.flush()  # W&B steps only go forward
+        self.open()
         self._run.log({name: wandb.Video(str(path), format="mp4")}, step=step)
 
     def close(self, exit_code: int = 0) -> None:
-        if self._file.closed:
+        if self._closed:
             return
         super().close()
-        self._run.finish(exit_code=exit_code)  # non-zero: the W&B run shows as failed
+        if self._run is not None:
+            self._run.finish(exit_code=exit_code)  # non-zero: the W&B run shows as failed
 
 
 def episode_tracker(gamma: float, info_keys: Sequence[str]) -> EpisodeTracker:

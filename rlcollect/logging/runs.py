@@ -59,6 +59,7 @@ class RunRecord:
             (no summary.json, no exit record: still running, or killed).
         choices: the config group choices Hydra made (``{"collector": "multisync", ...}``,
             from ``.hydra/hydra.yaml``; for a W&B run without it, the collector from its job type).
+        error: why a run failed or was refused (summary.json's ``error``), else None.
     """
 
     path: Path
@@ -68,6 +69,7 @@ class RunRecord:
     history: list[dict[str, Any]]
     status: str | None = None
     choices: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
 
     @property
     def task(self) -> str | None:
@@ -189,7 +191,7 @@ def load_run_dir(run_dir: Path) -> RunRecord:
     overrides = [str(item) for item in _load_yaml(overrides_file) or []] if overrides_file.is_file() else None
     return RunRecord(path=run_dir, overrides=overrides, config=config,
                      summary=summarize_history(history, solved_return_of(config)), history=history,
-                     status=_summary_status(run_dir), choices=hydra_choices(run_dir))
+                     status=_summary_status(run_dir), choices=hydra_choices(run_dir), error=_summary_error(run_dir))
 
 
 def hydra_choices(run_dir: Path) -> dict[str, str]:
@@ -212,12 +214,21 @@ def _exit_status(exit_code: int | None) -> str | None:
 
 def _summary_status(run_dir: Path) -> str | None:
     """summary.json's ``status``, or None without the file (or the key)."""
+    return _summary_entry(run_dir, "status")
+
+
+def _summary_error(run_dir: Path) -> str | None:
+    """summary.json's ``error`` (a failed or refused run's one line), or None."""
+    return _summary_entry(run_dir, "error")
+
+
+def _summary_entry(run_dir: Path, key: str) -> str | None:
     try:
         summary = json.loads((run_dir / SUMMARY_FILE).read_text())
     except (OSError, ValueError):
         return None
-    status = summary.get("status") if isinstance(summary, dict) else None
-    return str(status) if status is not None else None
+    value = summary.get(key) if isinstance(summary, dict) else None
+    return str(value) if value is not None else None
 
 
 def load_wandb_runs(root: str | os.PathLike[str]) -> list[RunRecord]:
@@ -253,7 +264,7 @@ def load_wandb_runs(root: str | os.PathLike[str]) -> list[RunRecord]:
         choices = hydra_choices(folder) or ({"collector": first.job_type} if first.job_type else {})
         runs.append(RunRecord(path=folder, overrides=parse_override_dirname(first.name), config=config,
                               summary=summarize_history(history, solved_return_of(config)), history=history,
-                              status=status, choices=choices))
+                              status=status, choices=choices, error=_summary_error(folder)))
     return sorted(runs, key=lambda run: run.path)
 
 

@@ -5,9 +5,12 @@ takes explicit arguments. One job per module:
 
     targets     `_target_` nodes: the class a node names, the object built from it
     builders    config nodes to objects, with the runtime arguments the pipeline supplies
-    checks      key and option-combination checks, before anything is built
+    checks      key, value-range and option-combination checks, before anything is built
     lifecycle   Pipeline, build(), resume(), the checkpoint state
     loop        run(): collect, learn, evaluate, checkpoint; Progress
+    saved       a trained run read back: its config, checkpoints, policy (load_policy)
+    eval_run    a trained run evaluated again (rlcollect eval)
+    export_run  a trained run's policy as a standalone file (rlcollect export)
 """
 from rlcollect.pipeline.builders import (
     AlgoCollection,
@@ -23,17 +26,27 @@ from rlcollect.pipeline.builders import (
     make_rollout_buffer,
     make_storage,
     make_weight_sync_scheme,
+    probe_spaces,
 )
-from rlcollect.pipeline.checks import check_combination, check_keys, collector_name, option_name, warn_combination
+from rlcollect.pipeline.checks import (
+    check_combination,
+    check_config,
+    check_keys,
+    check_ranges,
+    collector_name,
+    option_name,
+    warn_combination,
+)
 from rlcollect.pipeline.lifecycle import CONFIG_FILE, Pipeline, build, resume
 from rlcollect.pipeline.loop import SUMMARY_FILE, Progress, evaluate, one_line, run
+from rlcollect.pipeline.saved import load_policy, load_run_config
 from rlcollect.pipeline.targets import RUNTIME_ARGUMENTS, build_node, target_class
 
 __all__ = [
     "AlgoCollection", "CONFIG_FILE", "Pipeline", "Progress", "RUNTIME_ARGUMENTS", "SUMMARY_FILE", "algo_collection",
-    "build", "build_node", "check_combination", "check_keys", "collector_name", "env_factory", "env_kwargs", "evaluate",
-    "make_collector", "make_env", "make_learner", "make_logger", "make_policy", "make_replay_buffer",
-    "make_rollout_buffer", "make_storage", "make_weight_sync_scheme", "one_line", "option_name", "resume", "run",
-    "target_class",
+    "build", "build_node", "check_combination", "check_config", "check_keys", "check_ranges", "collector_name",
+    "env_factory", "env_kwargs", "evaluate", "load_policy", "load_run_config", "make_collector", "make_env",
+    "make_learner", "make_logger", "make_policy", "make_replay_buffer", "make_rollout_buffer", "make_storage",
+    "make_weight_sync_scheme", "one_line", "option_name", "probe_spaces", "resume", "run", "target_class",
     "warn_combination",
 ]

@@ -73,6 +73,16 @@ def make_env(cfg: DictConfig, *, num_envs: int | None, seed: int) -> StagedEnv:
     return env_factory(cfg, num_envs=num_envs, seed=seed)()
 
 
+def probe_spaces(cfg: DictConfig) -> tuple:
+    """``(observation_space, action_space)`` of the configured env, from one env made and
+    closed again (an unknown id or a missing package fails here, before any part is built)."""
+    probe = make_env(cfg, num_envs=None, seed=cfg.seed)
+    try:
+        return probe.observation_space, probe.action_space
+    finally:
+        probe.close()
+
+
 def env_factory(cfg: DictConfig, *, num_envs: int | None, seed: int) -> functools.partial:
     """A picklable zero-argument env factory: ``num_envs`` envs, env i seeded ``seed + i``
     (a GymEnv, or the task's torch env with ``env.backend=torch``; a single env,

@@ -13,7 +13,7 @@ import logging
 from typing import Iterator, Sequence
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from rlcollect.buffers import (
     PrioritizedSampler,
@@ -30,9 +30,11 @@ from rlcollect.collectors.options import RESET_POLICIES
 from rlcollect.collectors.pool import LAYOUTS, PoolCollector
 from rlcollect.collectors.ray import RayCollector
 from rlcollect.collectors.single import Collector
+from rlcollect.config import OBJECTIVES, RANGE
 from rlcollect.envs.backends import BACKENDS, check_vector_entry_point
 from rlcollect.envs.gym_env import import_plugins, resolve_env_id
 from rlcollect.envs.sources import TORCH_ENVS
+from rlcollect.errors import ConfigError
 from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
 from rlcollect.modules.q_network import QValuePolicy
 from rlcollect.pipeline.targets import RUNTIME_ARGUMENTS, named_arguments, target_class
@@ -80,7 +82,7 @@ def check_keys(cfg: DictConfig) -> None:
     it composes, but not those added with ``+``. A key outside the schema is accepted only
     on a ``_target_`` node, when it is a named argument of that class (one of your own
     taking more arguments) that the pipeline does not supply itself."""
-    for path, node in _schema_nodes(cfg, ""):
+    for path, node in schema_nodes(cfg, ""):
         schema = OmegaConf.get_type(node)
         known = {f.name for f in dataclasses.fields(schema)}
         extra = [key for key in node.keys() if key not in known]
@@ -96,11 +98,38 @@ def check_keys(cfg: DictConfig) -> None:
             if key not in accepted:
                 close = difflib.get_close_matches(key, sorted(known | accepted), n=1, cutoff=0.6)
                 hint = f"; did you mean {prefix}{close[0]}?" if close else ""
-                raise ValueError(f"Key '{key}' not in '{schema.__name__}' ({prefix}{key} is not a key of its "
-                                 f"schema{where}{hint})")
+                raise ConfigError(f"Key '{key}' not in '{schema.__name__}' ({prefix}{key} is not a key of its "
+                                  f"schema{where}{hint})")
 
 
-def _schema_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig]]:
+def check_ranges(cfg: DictConfig) -> None:
+    """Every numeric option in the range its schema declares (``config.ranged``), each
+    entry of a list of numbers too: a ConfigError naming the key and the range."""
+    for path, node in schema_nodes(cfg, ""):
+        prefix = f"{path}." if path else ""
+        for schema_field in dataclasses.fields(OmegaConf.get_type(node)):
+            allowed = schema_field.metadata.get(RANGE)
+            if allowed is None or schema_field.name not in node or OmegaConf.is_missing(node, schema_field.name):
+                continue
+            value = node[schema_field.name]
+            if isinstance(value, ListConfig):
+                if any(entry not in allowed for entry in value):
+                    raise ConfigError(f"{prefix}{schema_field.name}={list(value)}: every entry must be {allowed}")
+            else:
+                allowed.check(f"{prefix}{schema_field.name}", value)
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Everything about ``cfg`` that can be known before a part is built: its keys, the
+    ranges of its values and the combinations of its options (ConfigError otherwise)."""
+    check_keys(cfg)
+    check_ranges(cfg)
+    if cfg.get("objective", "final_eval_return") not in OBJECTIVES:
+        raise ConfigError(f"objective={cfg.objective}: choose one of {', '.join(OBJECTIVES)}")
+    check_combination(cfg)
+
+
+def schema_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig]]:
     """``(path, node)`` for ``node`` and the nodes under it that are typed by a schema."""
     if dataclasses.is_dataclass(OmegaConf.get_type(node)):
         yield path, node
@@ -109,7 +138,7 @@ def _schema_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig
             continue
         child = node.get(key)
         if isinstance(child, DictConfig):
-            yield from _schema_nodes(child, f"{path}.{key}" if path else str(key))
+            yield from schema_nodes(child, f"{path}.{key}" if path else str(key))
 
 
 # ---------------------------------------------------------------------------- combinations
@@ -118,39 +147,39 @@ def check_combination(cfg: DictConfig) -> None:
     algo = cfg.algo.name
     buffer = option_name(target_class(cfg.buffer, "buffer"), BUFFER_NAMES)
     if (algo, buffer) not in (("ppo", "rollout"), ("dqn", "replay")):
-        raise ValueError(f"algo={algo} trains from buffer={'rollout' if algo == 'ppo' else 'replay'}, "
-                         f"not buffer={buffer}")
+        raise ConfigError(f"algo={algo} trains from buffer={'rollout' if algo == 'ppo' else 'replay'}, "
+                          f"not buffer={buffer}")
     model_class = target_class(cfg.model, "model")
     other_algos_model = (ActorCritic, RecurrentActorCritic) if algo == "dqn" else (QValuePolicy,)
     if issubclass(model_class, other_algos_model):
         wanted = "q_network" if algo == "dqn" else "actor_critic or recurrent_actor_critic"
-        raise ValueError(f"algo={algo} trains model={wanted}, not model={option_name(model_class, MODEL_NAMES)}")
+        raise ConfigError(f"algo={algo} trains model={wanted}, not model={option_name(model_class, MODEL_NAMES)}")
     collector_class = target_class(cfg.collector, "collector")
     collector = option_name(collector_class, COLLECTOR_NAMES)
     is_ray = issubclass(collector_class, RayCollector)
     is_distributed = issubclass(collector_class, DistributedCollector)
     step = cfg.collector.collector_kwargs if is_ray or is_distributed else cfg.collector
     if step.get("split_trajs"):
-        raise ValueError("collector.split_trajs=true gives padded batches; the learners need the collector "
-                         "layout: keep split_trajs=false")
+        raise ConfigError("collector.split_trajs=true gives padded batches; the learners need the collector "
+                          "layout: keep split_trajs=false")
     weights_class = target_class(cfg.weight_sync, "weight_sync")
     weights = option_name(weights_class, WEIGHT_SYNC_NAMES)
     if is_ray and not issubclass(weights_class, (RayWeightSyncScheme, NoWeightSyncScheme)):
-        raise ValueError(f"collector=ray shares no memory with its actors: use weight_sync=ray (or none), not "
-                         f"weight_sync={weights}")
+        raise ConfigError(f"collector=ray shares no memory with its actors: use weight_sync=ray (or none), not "
+                          f"weight_sync={weights}")
     if is_distributed and not issubclass(weights_class, NoWeightSyncScheme):
-        raise ValueError(f"collector=distributed sends the weights over its process group itself: use "
-                         f"weight_sync=none (what it selects), not weight_sync={weights}")
+        raise ConfigError(f"collector=distributed sends the weights over its process group itself: use "
+                          f"weight_sync=none (what it selects), not weight_sync={weights}")
     if issubclass(weights_class, RayWeightSyncScheme) and not is_ray:
-        raise ValueError(f"weight_sync=ray needs collector=ray (got collector={collector})")
+        raise ConfigError(f"weight_sync=ray needs collector=ray (got collector={collector})")
     if issubclass(collector_class, (ActionServerCollector, PoolCollector)) and \
             cfg.collector.get("env_device") is not None:
-        raise ValueError(f"collector.env_device={cfg.collector.env_device}: collector={collector} steps its "
-                         "envs in worker processes, on the CPU; leave collector.env_device=null and set "
-                         "collector.policy_device / collector.storing_device instead")
+        raise ConfigError(f"collector.env_device={cfg.collector.env_device}: collector={collector} steps its "
+                          "envs in worker processes, on the CPU; leave collector.env_device=null and set "
+                          "collector.policy_device / collector.storing_device instead")
     if algo == "ppo" and issubclass(collector_class, MultiSyncCollector) and cfg.collector.get("cat_results") == -1:
-        raise ValueError("collector.cat_results=-1 concatenates workers along time; PPO's rollout buffer "
-                         "needs one row per env: use cat_results=stack or 0")
+        raise ConfigError("collector.cat_results=-1 concatenates workers along time; PPO's rollout buffer "
+                          "needs one row per env: use cat_results=stack or 0")
     if issubclass(collector_class, PoolCollector):
         check_pool(cfg)
     check_values(cfg, collector_class)
@@ -161,76 +190,68 @@ def check_pool(cfg: DictConfig) -> None:
     supports, and for PPO batches with one row per env."""
     node = cfg.collector
     if node.layout not in LAYOUTS:
-        raise ValueError(f"collector.layout={node.layout}: choose one of {', '.join(LAYOUTS)}")
+        raise ConfigError(f"collector.layout={node.layout}: choose one of {', '.join(LAYOUTS)}")
     if cfg.algo.name == "ppo" and node.layout != "per_env":
-        raise ValueError("collector=pool with collector.layout=flat yields steps grouped by env, in unequal numbers; "
-                         "PPO's rollout buffer needs one row per env: use collector.layout=per_env")
+        raise ConfigError("collector=pool with collector.layout=flat yields steps grouped by env, in unequal numbers; "
+                          "PPO's rollout buffer needs one row per env: use collector.layout=per_env")
     if node.layout == "flat" and cfg.buffer.get("trajs_per_batch") is not None:
-        raise ValueError("buffer.trajs_per_batch collects whole trajectories per env row: with collector=pool use "
-                         "collector.layout=per_env")
-    for key in ("num_workers", "envs_per_worker"):
-        check_positive_int(f"collector.{key}", node[key])
+        raise ConfigError("buffer.trajs_per_batch collects whole trajectories per env row: with collector=pool use "
+                          "collector.layout=per_env")
     if node.batch_size is not None:
-        check_positive_int("collector.batch_size", node.batch_size)
         num_envs = node.num_workers * node.envs_per_worker
         if node.batch_size % node.envs_per_worker or node.batch_size > num_envs:
-            raise ValueError(f"collector.batch_size={node.batch_size}: collector=pool serves whole workers, so it "
-                             f"must be a multiple of collector.envs_per_worker={node.envs_per_worker} and at most "
-                             f"num_workers x envs_per_worker={num_envs}")
+            raise ConfigError(f"collector.batch_size={node.batch_size}: collector=pool serves whole workers, so it "
+                              f"must be a multiple of collector.envs_per_worker={node.envs_per_worker} and at most "
+                              f"num_workers x envs_per_worker={num_envs}")
     unsupported = [f"collector.{key}={value}" for key, value in
                    (("reset_when_done", node.reset_when_done), ("set_truncated", node.set_truncated),
                     ("reset_policy", node.reset_policy), ("max_worker_restarts", node.max_worker_restarts))
                    if value != {"reset_when_done": True, "set_truncated": False, "reset_policy": "immediate",
                                 "max_worker_restarts": 0}[key]]
     if unsupported:
-        raise ValueError(f"collector=pool does not support {', '.join(unsupported)} (use collector=action_server)")
+        raise ConfigError(f"collector=pool does not support {', '.join(unsupported)} (use collector=action_server)")
 
 
 def check_values(cfg: DictConfig, collector_class: type) -> None:
     """Values that would fail later (after W&B starts, or after workers spawn), checked now:
     worker and env counts, devices this torch build has, a storage ndim the batches have."""
-    for key in ("frames_per_batch", "num_workers", "envs_per_worker", "num_collectors"):
-        if key in cfg.collector and isinstance(cfg.collector[key], (int, float, str)):
-            check_positive_int(f"collector.{key}", cfg.collector[key])
+    if cfg.algo.name == "ppo" and cfg.algo.minibatch_size > cfg.collector.frames_per_batch:
+        raise ConfigError(f"algo.minibatch_size={cfg.algo.minibatch_size}: must be at most the frames of a batch "
+                          f"(collector.frames_per_batch={cfg.collector.frames_per_batch})")
+    if cfg.eval.max_steps is not None and cfg.eval.max_steps < cfg.eval.episodes:
+        raise ConfigError(f"eval.max_steps={cfg.eval.max_steps}: must be at least one step of each of the "
+                          f"eval.episodes={cfg.eval.episodes} eval envs")
     if issubclass(collector_class, AlternatingCollector) and cfg.collector.num_workers % 2:
-        raise ValueError(f"collector.num_workers={cfg.collector.num_workers}: collector=alternating splits its workers "
-                         "into 2 groups of equal size: num_workers must be a multiple of 2")
-    if cfg.env.num_envs is not None:
-        check_positive_int("env.num_envs", cfg.env.num_envs)
+        raise ConfigError(f"collector.num_workers={cfg.collector.num_workers}: collector=alternating splits its "
+                          "workers into 2 groups of equal size: num_workers must be a multiple of 2")
     if cfg.env.backend not in (*BACKENDS, "torch"):
-        raise ValueError(f"env.backend={cfg.env.backend!r}: choose one of {', '.join(BACKENDS)} (envs/backends.py) "
-                         "or torch (the task's torch env)")
+        raise ConfigError(f"env.backend={cfg.env.backend!r}: choose one of {', '.join(BACKENDS)} (envs/backends.py) "
+                          "or torch (the task's torch env)")
     if cfg.env.backend == "torch":
         given = [key for key in ("wrappers", "imports", "info_keys", "make_kwargs") if cfg.env[key]]
         if cfg.env.id not in TORCH_ENVS or given:
-            raise ValueError(f"env.backend=torch steps rlcollect's torch env of the task ({', '.join(TORCH_ENVS)}), "
-                             f"with no gymnasium wrappers, imports, info keys or make kwargs: got env.id={cfg.env.id}"
-                             + (f" and env.{', env.'.join(given)}" if given else ""))
+            raise ConfigError(f"env.backend=torch steps rlcollect's torch env of the task ({', '.join(TORCH_ENVS)}), "
+                              f"with no gymnasium wrappers, imports, info keys or make kwargs: got env.id={cfg.env.id}"
+                              + (f" and env.{', env.'.join(given)}" if given else ""))
     if cfg.env.backend != "list" and cfg.env.num_envs is None and issubclass(collector_class, Collector):
-        raise ValueError(f"env.backend={cfg.env.backend} steps a batch of envs but env.num_envs is null (a single "
-                         "env): set env.num_envs or env.backend=list")
+        raise ConfigError(f"env.backend={cfg.env.backend} steps a batch of envs but env.num_envs is null (a single "
+                          "env): set env.num_envs or env.backend=list")
     if cfg.env.backend in ("vector", "envpool") and cfg.env.wrappers:
-        raise ValueError(f"env.backend={cfg.env.backend} steps one native vector env, which takes no per-env "
-                         "wrappers: use env.backend=sync or async with env.wrappers")
+        raise ConfigError(f"env.backend={cfg.env.backend} steps one native vector env, which takes no per-env "
+                          "wrappers: use env.backend=sync or async with env.wrappers")
     if cfg.env.backend == "vector":
         import_plugins(list(cfg.env.imports))
         check_vector_entry_point(resolve_env_id(cfg.env.id))
     check_reset_policy(cfg)
-    if "n_step" in cfg.algo:
-        check_positive_int("algo.n_step", cfg.algo.n_step)
     unknown = [key for key in cfg.algo.get("terminal_keys") or [] if key not in (cfg.env.info_keys or [])]
     if unknown:
-        raise ValueError(f"algo.terminal_keys={unknown}: each must also be in env.info_keys (the flag is read "
-                         "from ('next', key) of the batch), e.g. env.info_keys=[life_lost] with "
-                         "rlcollect.envs.atari.LifeLoss")
+        raise ConfigError(f"algo.terminal_keys={unknown}: each must also be in env.info_keys (the flag is read "
+                          "from ('next', key) of the batch), e.g. env.info_keys=[life_lost] with "
+                          "rlcollect.envs.atari.LifeLoss")
     every = cfg.eval.every_frames
     for env_id, frames in (every.items() if hasattr(every, "items") else [(None, every)]):
         if frames is not None:
             check_positive_int("eval.every_frames" + (f".{env_id}" if env_id else ""), frames)
-    share = cfg.eval.get("max_time_share")
-    if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1):
-        raise ValueError(f"eval.max_time_share must be in (0, 1] (the most of the run's wall-clock time evaluation "
-                         f"may take) or null, got {share!r}")
     devices = {"device": cfg.device, **{f"collector.{key}": cfg.collector.get(key)
                                         for key in ("policy_device", "env_device", "storing_device")}}
     for key, device in devices.items():
@@ -238,26 +259,26 @@ def check_values(cfg: DictConfig, collector_class: type) -> None:
             check_device(key, device)
     policy_device = cfg.collector.get("policy_device") or cfg.device
     if cfg.collector.get("cudagraph_policy") and torch.device(policy_device or "cpu").type != "cuda":
-        raise ValueError(f"collector.cudagraph_policy=true replays the policy as a CUDA graph: it needs the policy "
-                         f"on cuda (device=cuda or collector.policy_device=cuda), not {policy_device or 'cpu'}")
+        raise ConfigError(f"collector.cudagraph_policy=true replays the policy as a CUDA graph: it needs the policy "
+                          f"on cuda (device=cuda or collector.policy_device=cuda), not {policy_device or 'cpu'}")
     storage = cfg.buffer.get("storage")
     sampler = cfg.buffer.get("sampler")
     if cfg.algo.get("prioritized") and sampler is not None and not issubclass(
             target_class(sampler, "buffer.sampler"), (RandomSampler, PrioritizedSampler)):
         chosen = option_name(target_class(sampler, "buffer.sampler"), SAMPLER_NAMES)
-        raise ValueError(f"algo.prioritized=true draws single transitions in proportion to their priorities: it "
-                         f"replaces buffer/sampler=random, not buffer/sampler={chosen}")
+        raise ConfigError(f"algo.prioritized=true draws single transitions in proportion to their priorities: it "
+                          f"replaces buffer/sampler=random, not buffer/sampler={chosen}")
     prioritized = cfg.algo.get("prioritized") or (
         sampler is not None and issubclass(target_class(sampler, "buffer.sampler"), PrioritizedSampler))
     if storage is not None and storage.get("ndim", 1) > 1 and prioritized:
-        raise ValueError(f"buffer/sampler=prioritized keeps one priority per stored transition: it needs "
-                         f"buffer.storage.ndim=1, not {storage.ndim}")
+        raise ConfigError(f"buffer/sampler=prioritized keeps one priority per stored transition: it needs "
+                          f"buffer.storage.ndim=1, not {storage.ndim}")
     if storage is not None and storage.get("ndim", 1) > 1:
         # a storage of ndim > 1 keeps env rows: only the single-process Collector is one writer of known shape
         dims = 1 if cfg.env.num_envs is None else 2
         if issubclass(collector_class, Collector) and storage.ndim > dims:
-            raise ValueError(f"buffer.storage.ndim={storage.ndim}: the collector's batches have {dims} batch dims "
-                             f"(env.num_envs={cfg.env.num_envs}): use ndim <= {dims}")
+            raise ConfigError(f"buffer.storage.ndim={storage.ndim}: the collector's batches have {dims} batch dims "
+                              f"(env.num_envs={cfg.env.num_envs}): use ndim <= {dims}")
 
 
 def check_device(key: str, device) -> None:
@@ -265,13 +286,13 @@ def check_device(key: str, device) -> None:
     try:
         device = torch.device(device)
     except RuntimeError as error:
-        raise ValueError(f"{key}={device}: not a device ({error})") from None
+        raise ConfigError(f"{key}={device}: not a device ({error})") from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ValueError(f"{key}={device}: this machine or this torch build has no CUDA "
-                             f"(torch.cuda.is_available() is False); use {key}=cpu")
+            raise ConfigError(f"{key}={device}: this machine or this torch build has no CUDA "
+                              f"(torch.cuda.is_available() is False); use {key}=cpu")
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ValueError(f"{key}={device}: there are {torch.cuda.device_count()} CUDA devices")
+            raise ConfigError(f"{key}={device}: there are {torch.cuda.device_count()} CUDA devices")
 
 
 def warn_combination(cfg: DictConfig) -> None:
@@ -296,12 +317,12 @@ def check_reset_policy(cfg: DictConfig) -> None:
     skips and a replay buffer would store; only list-stepped gymnasium envs can wait."""
     policy = cfg.collector.get("reset_policy", "immediate")
     if policy not in RESET_POLICIES:
-        raise ValueError(f"collector.reset_policy={policy!r}: choose one of {', '.join(RESET_POLICIES)}")
+        raise ConfigError(f"collector.reset_policy={policy!r}: choose one of {', '.join(RESET_POLICIES)}")
     if policy != "wait":
         return
     if cfg.algo.name != "ppo":
-        raise ValueError(f"collector.reset_policy=wait pads batches with steps that are not transitions; "
-                         f"algo={cfg.algo.name} would store them in its replay buffer: use it with algo=ppo")
+        raise ConfigError(f"collector.reset_policy=wait pads batches with steps that are not transitions; "
+                          f"algo={cfg.algo.name} would store them in its replay buffer: use it with algo=ppo")
     if cfg.env.backend != "list":
-        raise ValueError(f"collector.reset_policy=wait leaves finished envs unstepped, which needs env.backend=list "
-                         f"(got env.backend={cfg.env.backend})")
+        raise ConfigError(f"collector.reset_policy=wait leaves finished envs unstepped, which needs env.backend=list "
+                          f"(got env.backend={cfg.env.backend})")

@@ -1,22 +1,39 @@
 """A run's objects (``Pipeline``): built from a config (``build``), continued from its
-checkpoint (``resume``), and the checkpoint state itself."""
+checkpoint (``resume``), and the checkpoint state itself.
+
+Building touches no file of the run folder: every check, every part and, for a resumed
+run, the whole checkpoint state loaded into the new parts come first; ``Pipeline.open()``
+then writes config.yaml and opens the logger (metrics.jsonl, the W&B run). A run refused
+at any point before that, or a resume that fails, leaves the folder as it found it.
+"""
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.algos.learners import Learner
-from rlcollect.checkpoint import CHECKPOINT_FILE, load_checkpoint, rng_state, save_checkpoint, set_rng_state
+from rlcollect.checkpoint import (
+    BEST_FILE,
+    CHECKPOINT_FILE,
+    CheckpointError,
+    load_checkpoint,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.collectors.ray import RayCollector
 from rlcollect.config import eval_every_frames
+from rlcollect.errors import ConfigError
 from rlcollect.logging.run_logger import RunLogger, truncate_metrics
-from rlcollect.logging.runs import solved_threshold
+from rlcollect.logging.runs import SUMMARY_FILE, solved_threshold
 from rlcollect.pipeline.builders import (
     algo_collection,
     make_collector,
@@ -25,10 +42,11 @@ from rlcollect.pipeline.builders import (
     make_logger,
     make_policy,
     make_replay_buffer,
+    probe_spaces,
 )
-from rlcollect.pipeline.checks import check_combination, check_keys, warn_combination
+from rlcollect.pipeline.checks import check_config, warn_combination
 from rlcollect.pipeline.loop import Progress
-from rlcollect.pipeline.video import EvalVideo
+from rlcollect.pipeline.video import VIDEO_DIR, EvalVideo
 from rlcollect.seeding import eval_seed
 
 log = logging.getLogger(__name__)
@@ -37,6 +55,7 @@ CONFIG_FILE = "config.yaml"
 # What a resumed run may change (`rlcollect train resume=<run> total_frames=N`): everything
 # else was built into its checkpoint (weights, buffers, collector state, seeds).
 RESUME_OVERRIDES = ("total_frames", "checkpoint_every_frames", "progress", "torch_threads")
+ENDED_STATUSES = ("finished", "solved")  # a resume extends these only with a larger total_frames
 
 
 @dataclass
@@ -52,6 +71,9 @@ class Pipeline:
     background: bool = False  # collector.start(): the loop trains as frames arrive
     names: dict | None = None  # the W&B run's name, group and job_type, kept for a resumed run
     video: EvalVideo | None = None  # eval.video: an evaluation episode recorded at each evaluation
+    resumed_frames: int | None = None  # a resumed run: the frames of the checkpoint it continues from
+    checkpoint_frames: int | None = None  # the frames of the run's last complete checkpoint.pt
+    opened: bool = False  # open() ran: the run writes to its folder
 
     def state_dict(self, seconds: float) -> dict:
         """Everything needed to continue this run (all weights_only-loadable)."""
@@ -69,9 +91,31 @@ class Pipeline:
         self.collector.update_policy_weights_()
         self.progress = Progress.from_state_dict(state["progress"])
         set_rng_state(state["rng"])
+        self.checkpoint_frames = int(state["frames"])
+
+    def open(self) -> None:
+        """Start writing to the run folder: a resumed run's metrics.jsonl cut back to its
+        checkpoint (and a best.pt evaluated past it dropped), config.yaml, then the logger's
+        files (metrics.jsonl, the W&B run)."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.resumed_frames is not None:
+            truncate_metrics(self.run_dir, last_step=self.resumed_frames)
+            best = self.run_dir / BEST_FILE
+            if best.is_file() and best_frames(best) > self.resumed_frames:
+                best.unlink()  # evaluated in the part the resumed run replays
+        (self.run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
+        self.opened = True
+        self.logger.open()
 
     def save_checkpoint(self, seconds: float) -> None:
+        self.logger.flush()  # metrics.jsonl holds every row the checkpoint counts
         save_checkpoint(self.run_dir / CHECKPOINT_FILE, self.state_dict(seconds))
+        self.checkpoint_frames = self.collector.frames
+
+    def save_best(self, frames: int, eval_return: float) -> None:
+        """best.pt: the policy of the best evaluation so far, with its frame and return."""
+        save_checkpoint(self.run_dir / BEST_FILE, {"frames": frames, "eval_return": eval_return,
+                                                    "policy": self.policy.state_dict()}, keep_previous=False)
 
     def close(self, exit_code: int = 0) -> None:
         """Shut the collector and the evaluator down, close the logger with ``exit_code``."""
@@ -82,22 +126,25 @@ class Pipeline:
         self.logger.close(exit_code)
 
 
+def best_frames(path: Path) -> int:
+    """The frame count a best.pt was evaluated at (-1 when it cannot be read)."""
+    try:
+        return int(load_checkpoint(path)["frames"])
+    except (CheckpointError, FileNotFoundError, KeyError):
+        return -1
+
+
 def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, group: str | None = None,
           job_type: str | None = None, checkpoint: dict | None = None) -> Pipeline:
     """Check the config, seed, then build the policy, logger, collector, learner (algorithm +
-    buffer) and eval env; with ``checkpoint`` (see ``resume``), continue that run where it
-    stopped."""
-    check_keys(cfg)
-    check_combination(cfg)
+    buffer) and eval env; with ``checkpoint`` (see ``resume``), load that run's state into
+    them. No file is written: ``Pipeline.open()`` (the training loop's first step) does."""
+    check_config(cfg)
     run_dir = Path(run_dir)
     torch.set_num_threads(cfg.torch_threads)
     torch.manual_seed(cfg.seed)
-    probe = make_env(cfg, num_envs=None, seed=cfg.seed)  # an unknown env id fails here, before anything is written
-    observation_space, action_space = probe.observation_space, probe.action_space
-    probe.close()
+    observation_space, action_space = probe_spaces(cfg)  # an unknown env id fails here, before any part
     policy = make_policy(cfg, observation_space, action_space)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(cfg, resolve=True))
     warn_combination(cfg)
     resumed_frames = int(checkpoint["frames"]) if checkpoint else 0
     if checkpoint is not None:  # the resumed W&B run keeps its name, group and job type
@@ -106,61 +153,101 @@ def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, grou
     names = {"name": name, "group": group, "job_type": job_type}
     logger = make_logger(cfg, run_dir, name=name, group=group, job_type=job_type,
                          run_id=checkpoint["wandb_run_id"] or None if checkpoint else None, start_frames=resumed_frames)
+    built: list = []  # the parts that hold processes, threads or envs, shut down if a later step fails
     try:
         replay_buffer = None
         if cfg.algo.name == "dqn":
             replay_buffer = make_replay_buffer(cfg, run_dir, reopen=checkpoint is not None)
         collector = make_collector(cfg, policy, logger, replay_buffer)
+        built.append(collector)
         if isinstance(collector, RayCollector) and replay_buffer is not None:
             replay_buffer = collector.replay_buffer  # the buffer now lives in a Ray actor
         learner = make_learner(cfg, policy, collector, observation_space, action_space, replay_buffer)
+        evaluator = EvalCollector(make_env(cfg, num_envs=cfg.eval.episodes, seed=eval_seed(cfg.seed)), policy,
+                                  eval_max_steps=cfg.eval.max_steps, eval_max_trajectories=cfg.eval.max_trajectories,
+                                  gamma=cfg.algo.gamma)
+        built.append(evaluator)
+        video = EvalVideo(cfg, policy, run_dir / VIDEO_DIR) if cfg.eval.get("video") else None
+        if video is not None:
+            built.append(video)
+        progress = Progress.start(env_id=cfg.env.id,
+                                  solved_return=solved_threshold(cfg.env.id, cfg.env.solved_return),
+                                  eval_every_frames=eval_every_frames(cfg),
+                                  checkpoint_every_frames=cfg.checkpoint_every_frames)
+        pipeline = Pipeline(cfg, run_dir, policy, collector, learner, evaluator, logger, progress,
+                            background=algo_collection(cfg).background, names=names, video=video)
+        if checkpoint is not None:
+            load_resumed_state(pipeline, checkpoint)
     except BaseException:
-        if "collector" in locals():
-            collector.shutdown()
+        for part in reversed(built):
+            part.shutdown()
         logger.close(exit_code=1)
         raise
-    evaluator = EvalCollector(make_env(cfg, num_envs=cfg.eval.episodes, seed=eval_seed(cfg.seed)), policy,
-                              eval_max_steps=cfg.eval.max_steps, eval_max_trajectories=cfg.eval.max_trajectories,
-                              gamma=cfg.algo.gamma)
-    progress = Progress.start(env_id=cfg.env.id, solved_return=solved_threshold(cfg.env.id, cfg.env.solved_return),
-                              eval_every_frames=eval_every_frames(cfg),
-                              checkpoint_every_frames=cfg.checkpoint_every_frames)
-    pipeline = Pipeline(cfg, run_dir, policy, collector, learner, evaluator, logger, progress,
-                        background=algo_collection(cfg).background, names=names,
-                        video=EvalVideo(cfg, policy, run_dir) if cfg.eval.get("video") else None)
-    if checkpoint is not None:
-        pipeline.load_state_dict(checkpoint)
     return pipeline
+
+
+def load_resumed_state(pipeline: Pipeline, checkpoint: dict) -> None:
+    """Load a checkpoint into freshly built parts; one that does not fit them (another env,
+    another model size, a foreign file) is a ConfigError in one line."""
+    try:
+        pipeline.load_state_dict(checkpoint)
+    except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as error:
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        detail = next((line for line in lines if line.startswith(("size mismatch", "Missing key", "Unexpected key"))),
+                      lines[0] if lines else type(error).__name__)
+        raise ConfigError(f"resume={pipeline.run_dir}: its {CHECKPOINT_FILE} does not fit the run its "
+                          f"{CONFIG_FILE} builds ({type(error).__name__}: {detail.rstrip('.')})") from None
+    pipeline.resumed_frames = int(checkpoint["frames"])
 
 
 def resume(run_dir: str | Path, overrides: dict | None = None, **build_kwargs) -> Pipeline:
     """Continue the run in ``run_dir`` from its last checkpoint: same config, same W&B run
-    (id, name, group, job type), metrics.jsonl cut back to the checkpoint's frame count so no
-    row is written twice. ``overrides``: ``{config key: value}`` for the keys a resumed run
-    may change (``RESUME_OVERRIDES``; ``total_frames`` beyond the frames it has); any other
-    key is a ValueError naming it."""
+    (id, name, group, job type), metrics.jsonl cut back to the checkpoint's frame count (by
+    ``Pipeline.open``) so no row is written twice. ``overrides``: ``{config key: value}``
+    for the keys a resumed run may change (``RESUME_OVERRIDES``; ``total_frames`` beyond the
+    frames it has); a run that finished or was solved continues only with a larger
+    ``total_frames``. Everything is checked, and the checkpoint loaded into the new parts,
+    before any file of the run changes: any refusal is a ConfigError."""
     run_dir = Path(run_dir)
     overrides = dict(overrides or {})
     if not (run_dir / CONFIG_FILE).is_file():
-        raise ValueError(f"resume={run_dir}: not a run folder (no {CONFIG_FILE})")
-    if not (run_dir / CHECKPOINT_FILE).is_file():
-        raise ValueError(f"resume={run_dir}: no {CHECKPOINT_FILE} (checkpoint_every_frames was too large, or the "
-                         "run stopped before its first checkpoint)")
+        raise ConfigError(f"resume={run_dir}: not a run folder (no {CONFIG_FILE})")
+    if not (run_dir / CHECKPOINT_FILE).is_file() and not (run_dir / (CHECKPOINT_FILE + ".prev")).is_file():
+        raise ConfigError(f"resume={run_dir}: no {CHECKPOINT_FILE} (the run stopped before its first batch)")
     refused = [key for key in overrides if key not in RESUME_OVERRIDES]
     if refused:
-        raise ValueError(f"resume={run_dir}: {', '.join(refused)} cannot change on resume (the run's config is "
-                         f"built into its checkpoint); a resumed run takes only {', '.join(RESUME_OVERRIDES)}")
-    cfg = OmegaConf.load(run_dir / CONFIG_FILE)
+        raise ConfigError(f"resume={run_dir}: {', '.join(refused)} cannot change on resume (the run's config is "
+                          f"built into its checkpoint); a resumed run takes only {', '.join(RESUME_OVERRIDES)}")
+    try:
+        cfg = OmegaConf.load(run_dir / CONFIG_FILE)
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"resume={run_dir}: cannot read its {CONFIG_FILE} ({' '.join(str(error).split())})"
+                          ) from None
     if "_target_" not in cfg.get("collector", {}):
-        raise ValueError(f"resume={run_dir}: its {CONFIG_FILE} was written by an rlcollect without `_target_` "
-                         "configs; rerun it with this version")
-    checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE)
+        raise ConfigError(f"resume={run_dir}: its {CONFIG_FILE} was written by an rlcollect without `_target_` "
+                          "configs; rerun it with this version")
+    try:
+        checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE)
+    except CheckpointError as error:
+        raise ConfigError(f"resume={run_dir}: {error}") from None
     frames = int(checkpoint["frames"])
+    status = run_status(run_dir)
+    if status in ENDED_STATUSES and "total_frames" not in overrides:
+        raise ConfigError(f"resume={run_dir}: the run {status} at {frames} frames; to train it on, resume it with "
+                          f"total_frames > {frames}")
     if "total_frames" in overrides and overrides["total_frames"] <= frames:
-        raise ValueError(f"total_frames={overrides['total_frames']}: the run in {run_dir} has {frames} frames "
-                         f"already; resume it with total_frames > {frames}")
+        raise ConfigError(f"total_frames={overrides['total_frames']}: the run in {run_dir} has {frames} frames "
+                          f"already; resume it with total_frames > {frames}")
     for key, value in overrides.items():
         OmegaConf.update(cfg, key, value)
-    truncate_metrics(run_dir, last_step=frames)
-    log.info("resuming %s at frame %d", run_dir, checkpoint["frames"])
-    return build(cfg, run_dir, checkpoint=checkpoint, **build_kwargs)
+    pipeline = build(cfg, run_dir, checkpoint=checkpoint, **build_kwargs)
+    log.info("resuming %s at frame %d", run_dir, frames)
+    return pipeline
+
+
+def run_status(run_dir: Path) -> str | None:
+    """summary.json's ``status`` (None without one)."""
+    try:
+        return json.loads((run_dir / SUMMARY_FILE).read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None

@@ -14,10 +14,11 @@ from tensordict import TensorDictBase
 from tqdm import tqdm
 
 from rlcollect.algos.learners import PPOLearner
-from rlcollect.buffers.rollout import transition_view
+from rlcollect.buffers.rollout import ROLLOUT_DIM, transition_view
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.single import Collector
 from rlcollect.config import eval_every_frames
+from rlcollect.errors import one_line
 from rlcollect.logging.runs import SUMMARY_FILE
 
 if TYPE_CHECKING:
@@ -107,7 +108,6 @@ def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
     p, cfg = pipeline, pipeline.cfg
     progress, summary = p.progress, p.progress.summary
     start = time.perf_counter()
-    p.logger.start_clock(progress.seconds_before)  # metrics' "time" and the summary share one clock
 
     def seconds() -> float:
         return progress.seconds_before + time.perf_counter() - start
@@ -115,14 +115,21 @@ def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
     bar = tqdm(total=cfg.total_frames, initial=p.collector.frames, unit="frame", disable=not cfg.progress,
                dynamic_ncols=True)
     status = "finished"
+    error: BaseException | None = None
     phases = Phases(start_frames=p.collector.frames, concurrent=p.background)
     try:
+        p.open()  # the run folder's files and the W&B run: the clock starts after them
+        start = time.perf_counter()
+        p.logger.start_clock(progress.seconds_before)  # metrics' "time" and the summary share one clock
+        phases = Phases(start_frames=p.collector.frames, concurrent=p.background)
         for batch, frames in collected(p):
             phases.end("collect")
             if getattr(p.collector, "post_collect_hook", None) is not p.logger:  # the hooks ran elsewhere
                 p.logger.drain_worker_hooks(frames, p.collector.hook_results())
             for restart in p.collector.pop_worker_restarts():  # workers replaced during this batch
                 p.logger.log_event(restart.as_event(), step=frames)
+            if batch is not None:  # what the env returned, before anything learns from it
+                check_env_values(batch if batch.names[-1] != ROLLOUT_DIM else transition_view(batch), frames)
             metrics = p.learner.learn(batch, frames)
             p.logger.log({f"train/{k}": v for k, v in metrics.items()}, step=frames)
             check_finite(p, metrics, frames, batch)  # before any checkpoint of this batch: none is poisoned
@@ -140,7 +147,10 @@ def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
                 if not last and summary["solved_return"] is None and phases.over_share("eval", cfg.eval.max_time_share):
                     skip_evaluation(summary, phases, cfg.eval.max_time_share)
                 else:
+                    best = summary["best_eval_return"]
                     eval_return = evaluate(p, frames)
+                    if math.isfinite(eval_return) and (best is None or eval_return > best):
+                        p.save_best(frames, eval_return)
                     phases.end("eval")
                     postfix["eval"] = f"{eval_return:.1f}"
                     threshold = summary["solved_return"]  # the env id's own (logging.runs.solved_threshold)
@@ -149,31 +159,29 @@ def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
                         summary["frames_to_solve"], summary["seconds_to_solve"] = frames, seconds()
             bar.set_postfix(postfix)
             p.logger.log(phases.metrics(frames), step=frames)
-            if progress.next_checkpoint is not None and (frames >= progress.next_checkpoint or solved):
+            if progress.next_checkpoint is not None and frames >= progress.next_checkpoint:
                 progress.next_checkpoint = frames + cfg.checkpoint_every_frames
-                p.logger.flush()
                 p.save_checkpoint(seconds())
             if solved:
                 status = "solved"
                 break
             if stop is not None and stop.is_set():  # SIGINT / SIGTERM: this batch is the last
                 status = "interrupted"
-                if progress.next_checkpoint is not None:
-                    progress.next_checkpoint = frames + cfg.checkpoint_every_frames
-                    p.logger.flush()
-                    p.save_checkpoint(seconds())
                 break
-    except KeyboardInterrupt:
-        status = "interrupted"
+    except KeyboardInterrupt as interrupt:  # a second Ctrl-C: stop now, the last complete checkpoint stays
+        status, error = "interrupted", interrupt
         raise
-    except BaseException as error:
-        status = "failed"
-        summary["error"] = one_line(error)
+    except BaseException as failure:
+        status, error = "failed", failure
+        summary["error"] = one_line(failure)
         raise
     finally:
         bar.close()
+        if keeps_final_checkpoint(p, error):
+            save_final_checkpoint(p, seconds())
         summary["status"] = status
         summary["frames"] = p.collector.frames
+        summary["checkpoint_frames"] = p.checkpoint_frames
         summary["seconds"] = seconds()
         summary["frames_per_second"] = summary["frames"] / max(summary["seconds"], 1e-9)
         summary.update({f"seconds_{name}": value for name, value in phases.seconds.items()})
@@ -219,8 +227,62 @@ def skip_evaluation(summary: dict, phases: Phases, share: float) -> None:
     summary["evaluations_skipped"] = summary.get("evaluations_skipped", 0) + 1
 
 
+def keeps_final_checkpoint(p: Pipeline, error: BaseException | None) -> bool:
+    """Whether a run that ends with ``error`` (None: it finished, was solved or stopped on a
+    signal) gets a checkpoint at its final frame: every run that collected frames past its
+    last checkpoint, except one that diverged (its weights are not finite: the last
+    checkpoint stays the last good one) or was stopped at once by a second Ctrl-C."""
+    if isinstance(error, (DivergedError, KeyboardInterrupt)) or not p.opened:
+        return False
+    return p.collector.frames > 0 and p.checkpoint_frames != p.collector.frames
+
+
+def save_final_checkpoint(p: Pipeline, seconds: float) -> None:
+    """The checkpoint at the run's final frame; a failure to write it is logged, not raised
+    (the run's own error, if any, is the one to report)."""
+    try:
+        p.save_checkpoint(seconds)
+    except KeyboardInterrupt:
+        log.warning("interrupted while writing the final checkpoint: the last complete one (frame %s) stays",
+                    p.checkpoint_frames)
+    except Exception as failure:  # e.g. a collector whose workers died cannot report its state
+        log.warning("could not write the final checkpoint (%s): the last complete one (frame %s) stays",
+                    one_line(failure), p.checkpoint_frames)
+
+
 class DivergedError(FloatingPointError):
     """Training produced a non-finite loss, gradient norm or parameter."""
+
+
+class NonFiniteEnvError(FloatingPointError):
+    """The env returned a non-finite observation or reward."""
+
+
+ENV_VALUES = ("observation", ("next", "reward"))  # what an env writes into a batch that must be finite
+
+
+def check_env_values(transitions: TensorDictBase, frames: int) -> None:
+    """A NonFiniteEnvError naming the entry, the frame and the env index where the env
+    returned a NaN or infinite observation or reward (floating entries; nested
+    observations included): a batch ``[*envs, T]`` (or ``[T]``) that ends at ``frames``."""
+    for key in ENV_VALUES:
+        value = transitions.get(key, None)
+        entries = value.items(True, True) if isinstance(value, TensorDictBase) else [((), value)]
+        for name, entry in entries:
+            if not isinstance(entry, torch.Tensor) or not entry.is_floating_point():
+                continue
+            finite = torch.isfinite(entry.reshape(*transitions.batch_size, -1)).all(-1)
+            if bool(finite.all()):
+                continue
+            where = (~finite).nonzero()[0].tolist()  # the first bad step: (env, time) or (time,)
+            env, time = (where[0], where[-1]) if len(where) > 1 else (0, where[0])
+            envs = transitions.batch_size[:-1].numel() if len(where) > 1 else 1
+            frame = frames - transitions.numel() + time * envs + env + 1
+            label = key if isinstance(key, str) else "/".join(key)
+            label += "".join(f"/{part}" for part in (name if isinstance(name, tuple) else (name,)))
+            raise NonFiniteEnvError(f"the env returned a non-finite {label} ({entry[tuple(where)].flatten()[0]}) at "
+                                    f"frame {frame}, env index {env}: check the env (a reward or observation "
+                                    "wrapper can clip or replace such values)")
 
 
 def check_finite(p: Pipeline, metrics: dict, frames: int, batch: TensorDictBase | None) -> None:
@@ -234,8 +296,10 @@ def check_finite(p: Pipeline, metrics: dict, frames: int, batch: TensorDictBase 
     if not bad and batch is not None and not policy_outputs_finite(p.policy, batch):
         bad = ["the updated policy's output"]
     if bad:
+        lr = p.cfg.algo.get("lr")
         raise DivergedError(f"training diverged at frame {frames}: {', '.join(bad)} is not finite; the last "
-                            "checkpoint (if any) is from before, resume from it with a smaller learning rate")
+                            f"checkpoint (if any) is from before; train again with a smaller algo.lr"
+                            + (f" than {lr} (e.g. algo.lr={lr / 2:g})" if lr else ""))
 
 
 @torch.no_grad()
@@ -255,12 +319,6 @@ def policy_outputs_finite(policy, batch: TensorDictBase, steps: int = 8) -> bool
                if isinstance(value, torch.Tensor) and value.is_floating_point())
 
 
-def one_line(error: BaseException) -> str:
-    """An error as one line: its type and the first line of its message."""
-    message = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {message[0]}" if message else type(error).__name__
-
-
 def strict_json(summary: dict) -> str:
     """JSON with null where a number is not finite (json's NaN and Infinity are not JSON)."""
     def plain(value):
@@ -278,7 +336,7 @@ def evaluate(p: Pipeline, frames: int) -> float:
     p.logger.log({"eval/episode_return": eval_return, "eval/episodes": len(result.returns), "eval/cut": result.cut},
                  step=frames)
     if p.video is not None:  # eval.video: one more episode, rendered
-        p.logger.log_video("eval/video", p.video.record(frames), step=frames)
+        p.logger.log_video("eval/video", p.video.record(f"eval_{frames}"), step=frames)
     summary = p.progress.summary
     summary["final_eval_return"] = eval_return
     best = summary["best_eval_return"]

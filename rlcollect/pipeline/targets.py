@@ -11,6 +11,8 @@ from typing import Any
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from rlcollect.errors import ConfigError
+
 # Constructor arguments the pipeline supplies, per node (docs/configuration.md): a config
 # key of the same name would be overridden, so checks.check_keys refuses one added with `+`.
 RUNTIME_ARGUMENTS: dict[str, frozenset[str]] = {
@@ -28,12 +30,12 @@ def target_class(node: DictConfig, path: str) -> type:
     """The class named by ``node._target_`` (``path`` names the node in errors)."""
     target = node.get("_target_") if isinstance(node, DictConfig) else None
     if not target:
-        raise ValueError(f"{path} has no _target_ (the class to build)")
+        raise ConfigError(f"{path} has no _target_ (the class to build)")
     try:
         return get_class(target)
     except Exception as error:  # Hydra's message spans lines: keep the first
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(f"{path}._target_={target}: not an importable class ({reason})") from None
+        raise ConfigError(f"{path}._target_={target}: not an importable class ({reason})") from None
 
 
 def build_node(node: DictConfig, path: str, *args: Any, drop: tuple[str, ...] = (), **runtime: Any) -> Any:

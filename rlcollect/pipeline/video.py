@@ -7,7 +7,8 @@ from omegaconf import DictConfig
 
 from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.envs.gym_env import GymEnv
-from rlcollect.envs.video import Recorders, write_mp4
+from rlcollect.envs.video import Recorders, headless_rendering, write_mp4
+from rlcollect.errors import ConfigError
 from rlcollect.pipeline.builders import env_kwargs
 from rlcollect.seeding import eval_seed
 
@@ -16,24 +17,34 @@ VIDEO_DIR = "videos"
 
 class EvalVideo:
     """A single eval env of its own, made with ``render_mode="rgb_array"`` and recorded; each
-    ``record(frames)`` runs one deterministic episode (within ``eval.max_steps``) with the
-    current policy and writes it as an mp4 at the env's ``render_fps``."""
+    ``record(name)`` runs one episode (within ``eval.max_steps``; deterministic unless
+    ``exploration_type="random"``) with the current policy and writes it as
+    ``<folder>/<name>.mp4`` at the env's ``render_fps``. Without a display, MuJoCo renders
+    through EGL (``headless_rendering``)."""
 
-    def __init__(self, cfg: DictConfig, policy, run_dir: Path) -> None:
+    def __init__(self, cfg: DictConfig, policy, folder: Path, *, seed: int | None = None,
+                 exploration_type: str = "deterministic") -> None:
+        if cfg.env.backend == "torch":
+            raise ConfigError(f"videos need an env that renders: env.backend=torch ({cfg.env.id} as torch "
+                              "tensors) has no render_mode; use env.backend=list")
+        headless_rendering()
         self.recorders = Recorders()
         kwargs = env_kwargs(cfg)
+        kwargs.pop("backend", None)  # one env, stepped here
         kwargs["wrappers"] = [*kwargs.get("wrappers", []), self.recorders]
-        env = GymEnv(cfg.env.id, None, seed=eval_seed(cfg.seed), render_mode="rgb_array", **kwargs)
+        env = GymEnv(cfg.env.id, None, seed=eval_seed(cfg.seed) if seed is None else seed, render_mode="rgb_array",
+                     **kwargs)
         [self.recorder] = self.recorders.made
         self.fps = int(self.recorder.metadata.get("render_fps") or 30)
-        self.evaluator = EvalCollector(env, policy, eval_max_steps=cfg.eval.max_steps, gamma=cfg.algo.gamma)
-        self.folder = Path(run_dir) / VIDEO_DIR
+        self.evaluator = EvalCollector(env, policy, eval_max_steps=cfg.eval.max_steps, gamma=cfg.algo.gamma,
+                                       exploration_type=exploration_type)
+        self.folder = Path(folder)
 
-    def record(self, frames: int) -> Path:
+    def record(self, name: str) -> Path:
         self.recorder.clear()
         self.evaluator.evaluate()
         episode = self.recorder.finished[-1] if self.recorder.finished else self.recorder.frames  # or the cut one
-        return write_mp4(episode, self.folder / f"eval_{frames}.mp4", self.fps)
+        return write_mp4(episode, self.folder / f"{name}.mp4", self.fps)
 
     def shutdown(self) -> None:
         self.evaluator.shutdown()

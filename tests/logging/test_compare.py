@@ -32,8 +32,8 @@ from rlcollect.logging.runs import parse_override_dirname, summarize_history, wa
 LEARNING_RATES = ("0.001", "0.0003")
 SOLVED_RETURN = 50.0  # low enough that some tiny runs may reach it (and stop early)
 SWEEP = ["train", "--multirun", "seed=0,1", f"algo.lr={','.join(LEARNING_RATES)}", "collector.frames_per_batch=128",
-         "env.num_envs=4", "total_frames=512", "eval.every_frames=256", "eval.episodes=2", "algo.epochs=1",
-         "progress=false", f"env.solved_return={SOLVED_RETURN}", "hydra.sweep.dir=sweep"]
+         "algo.minibatch_size=64", "env.num_envs=4", "total_frames=512", "eval.every_frames=256", "eval.episodes=2",
+         "algo.epochs=1", "progress=false", f"env.solved_return={SOLVED_RETURN}", "hydra.sweep.dir=sweep"]
 COLUMNS = ("final_eval_return", "best_eval_return", "frames_per_second", "frames_to_solve", "seconds_to_solve")
 
 

@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from rlcollect.errors import MissingDependencyError
+
 LAUNCHERS = ("mp", "submitit", "ray")
 
 
@@ -59,7 +61,7 @@ class SubmititLauncher:
         try:
             import submitit
         except ImportError:
-            raise ImportError("launcher='submitit' needs submitit: pip install 'rlcollect[slurm]'") from None
+            raise MissingDependencyError("launcher='submitit' needs submitit: pip install 'rlcollect[slurm]'") from None
         self._executor = submitit.AutoExecutor(folder=str(folder), cluster=cluster)
         self._executor.update_parameters(**dict(slurm_kwargs or {}))
         self.jobs: list = []

@@ -1,0 +1,434 @@
+"""`rlcollect train [overrides]`: Hydra composes the config, :func:`train` runs one job.
+
+How a job ends, and what it leaves (docs/errors.md):
+
+    a user's mistake (ConfigError)   one line, exit 2; a single run's folder is removed (nothing
+                                     is left), a sweep job's holds only summary.json {refused}
+    an error while building the run  "error while building the run: <Type>: <message>", the
+                                     traceback in <run>/error.log, exit 1
+    a failure while training         one short block, the traceback in <run>/error.log, exit 1
+    Ctrl-C / SIGTERM                 stops after the batch, checkpoints, exit 130 / 143
+
+In a sweep no job stops the others: each failed or refused job is listed at the end with
+its overrides (``SweepReport``, a Hydra callback), and the command exits 1.
+"""
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+import logging
+import math
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig, OmegaConf
+
+from rlcollect.config import register_configs
+from rlcollect.errors import ConfigError, MissingDependencyError, one_line
+
+register_configs()
+ERROR_LOG = "error.log"
+SUMMARY_FILE = "summary.json"  # the run record's name (logging/runs.py), here without importing torch
+FAILED = None  # what a sweep job that failed or was refused returns (Optuna records a failed trial, goes on)
+log = logging.getLogger(__name__)
+
+
+class StopRequest(threading.Event):
+    """Set by SIGINT or SIGTERM: the training loop finishes its batch, checkpoints and stops."""
+
+    signal_number = signal.SIGINT
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """The first SIGINT (Ctrl-C) or SIGTERM asks the loop to stop after its batch; a second
+    one stops at once (the default handlers are back)."""
+    stop = StopRequest()
+    previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+
+    def request(number, frame) -> None:
+        stop.signal_number = number
+        stop.set()
+        for restored, handler in previous.items():
+            signal.signal(restored, handler)
+        print(f"\nrlcollect train: {signal.Signals(number).name}: stopping after this batch (again to stop now)",
+              file=sys.stderr)
+
+    for number in previous:
+        signal.signal(number, request)
+    try:
+        yield stop
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+@dataclass
+class Job:
+    """One ``rlcollect train`` job as Hydra started it."""
+
+    run_dir: Path
+    multirun: bool
+    overrides: list[str]
+    hydra_files: list[Path]  # what Hydra wrote into run_dir before the job started
+    resume: str | None = None
+
+    @classmethod
+    def current(cls, cfg: DictConfig) -> "Job":
+        hydra_cfg = HydraConfig.get()
+        run_dir = Path(cfg.resume) if cfg.resume else Path(hydra_cfg.runtime.output_dir)
+        hydra_files = [run_dir / f"{hydra_cfg.job.name}.log"]
+        if hydra_cfg.output_subdir is not None:
+            hydra_files.append(run_dir / hydra_cfg.output_subdir)
+        return cls(run_dir, hydra_cfg.mode.name == "MULTIRUN", list(hydra_cfg.overrides.task), hydra_files,
+                   cfg.resume)
+
+    @property
+    def label(self) -> str:
+        return ",".join(self.overrides) or "(no overrides)"
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
+def train(cfg: DictConfig) -> float | None:
+    """One training job: build the pipeline from ``cfg`` and run it in the Hydra run folder.
+    Returns the run's ``objective`` (what a tuning sweep optimises); None for a job of a
+    sweep that failed or was refused, or a run without that value (a failed trial)."""
+    from rlcollect import pipeline
+
+    job = Job.current(cfg)
+    hydra_cfg = HydraConfig.get()
+    try:
+        if job.resume:
+            built = pipeline.resume(job.resume, overrides=resume_overrides(hydra_cfg.overrides.task, cfg))
+            keep_log_in(job.run_dir, hydra_cfg.job.name)
+        else:
+            built = pipeline.build(cfg, job.run_dir, name=hydra_cfg.job.override_dirname or None,
+                                   group=sweep_group(hydra_cfg) if job.multirun else None,
+                                   job_type=pipeline.collector_name(cfg))
+    except ConfigError as error:
+        return refused(job, error)
+    except KeyboardInterrupt:  # Ctrl-C while the envs, workers or logger start: one line, no traceback
+        if not job.resume:  # a resumed run's record is its earlier part's: keep it
+            (job.run_dir / SUMMARY_FILE).write_text(json.dumps({"status": "interrupted", "frames": 0}))
+        print("rlcollect train: interrupted while starting, before the first batch", file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT) from None
+    except Exception as error:  # our bug, or one in user code the run calls (an env constructor ...)
+        return failed_to_build(job, error)
+    with stop_on_signals() as stop:
+        try:
+            summary = pipeline.run(built, stop=stop)
+        except KeyboardInterrupt:  # a second Ctrl-C: the run stopped at once
+            print(interrupted_line(job, built.collector.frames, built.checkpoint_frames), file=sys.stderr)
+            raise SystemExit(128 + stop.signal_number) from None
+        except Exception as error:  # a worker, env or policy failed: one short block, the traceback in a file
+            log_file = job.run_dir / ERROR_LOG
+            log_file.write_text(traceback.format_exc())
+            print(f"rlcollect train: the run failed: {one_line(error)}\n"
+                  f"  full traceback: {log_file}\n  run status: failed (summary.json)", file=sys.stderr)
+            if job.multirun:
+                return FAILED
+            raise SystemExit(1) from None
+    if summary["status"] == "interrupted":
+        print(interrupted_line(job, summary["frames"], summary.get("checkpoint_frames")), file=sys.stderr)
+        raise SystemExit(128 + stop.signal_number)
+    threshold = summary.get("solved_return")
+    target = (f"eval return >= {threshold} on {summary.get('env_id')}" if threshold is not None
+              else f"no threshold for {summary.get('env_id')}")
+    print(f"run folder: {job.run_dir}\n"
+          f"frames: {summary['frames']}  seconds: {summary['seconds']:.1f}  "
+          f"final eval return: {summary['final_eval_return']}  "
+          f"frames to solve: {summary['frames_to_solve']} ({target})  seconds to solve: "
+          f"{'-' if summary['seconds_to_solve'] is None else format(summary['seconds_to_solve'], '.1f')}")
+    return objective_value(cfg, summary, job.run_dir)
+
+
+def objective_value(cfg: DictConfig, summary: dict, run_dir: Path) -> float | None:
+    """The run's ``objective``: its final or best eval return, the mean of its eval returns
+    over the frames up to total_frames (eval_auc: the area under its eval curve, held at
+    its last value after a solved run stopped), or its frames to solve (infinite when it
+    was not solved: the worst value to minimise). None where the run has no such value."""
+    if cfg.objective == "frames_to_solve":
+        return float(summary["frames_to_solve"]) if summary.get("frames_to_solve") is not None else math.inf
+    if cfg.objective == "eval_auc":
+        from rlcollect.logging.runs import EVAL_RETURN, load_run_dir
+        from rlcollect.logging.stats import area_under_curve
+
+        evaluations = [(row["step"], row[EVAL_RETURN]) for row in load_run_dir(run_dir).history
+                       if row.get(EVAL_RETURN) is not None]
+        if not evaluations:
+            return None
+        frames, returns = zip(*evaluations)
+        return area_under_curve(list(frames), list(returns), frames[0], max(cfg.total_frames, frames[-1]))
+    value = summary.get(cfg.objective)
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def interrupted_line(job: Job, frames: int, checkpoint_frames: int | None) -> str:
+    """What an interrupted run says: where it stopped, its checkpoint when that is older (a
+    second Ctrl-C stopped the one being written), and how to continue."""
+    if checkpoint_frames is None:
+        return f"rlcollect train: interrupted at frame {frames}, before its first checkpoint"
+    behind = f" (its last complete checkpoint is at frame {checkpoint_frames})" if checkpoint_frames != frames else ""
+    return (f"rlcollect train: interrupted at frame {frames}{behind}; continue with "
+            f"`rlcollect train resume={job.resume or job_dir_label(job)}`")
+
+
+def job_dir_label(job: Job) -> str:
+    """The job's folder as a user types it: relative to the working folder when inside it."""
+    cwd = Path.cwd().resolve()
+    folder = job.run_dir.resolve()
+    return str(folder.relative_to(cwd)) if cwd in folder.parents else str(folder)
+
+
+def sweep_group(hydra_cfg) -> str:
+    """A sweep's W&B group: its folder's name."""
+    return hydra_cfg.sweep.dir.rstrip("/").split("/")[-1]
+
+
+def refused(job: Job, error: ConfigError) -> float:
+    """A user's mistake: one line. A single run leaves nothing behind (the folder Hydra made
+    for it is removed); a sweep job's folder keeps only its summary.json (status
+    ``refused``, the message) and the sweep goes on."""
+    what = "missing dependency" if isinstance(error, MissingDependencyError) else "invalid configuration"
+    print(f"rlcollect train: {what}: {error}", file=sys.stderr)
+    if job.resume:  # the resumed run's folder is as it was
+        raise SystemExit(2) from None
+    remove_hydra_files(job)
+    if not job.multirun:
+        remove_if_empty(job.run_dir)
+        raise SystemExit(2) from None
+    (job.run_dir / SUMMARY_FILE).write_text(json.dumps(
+        {"status": "refused", "error": f"{what}: {error}", "overrides": job.overrides}, indent=2))
+    return FAILED
+
+
+def failed_to_build(job: Job, error: Exception) -> float:
+    """Not a user's mistake: said as what it is, the traceback kept (in the run folder, or,
+    for a resumed run, whose files stay as they were, in a file of its own)."""
+    trace = traceback.format_exc()
+    if job.resume:
+        handle, name = tempfile.mkstemp(prefix="rlcollect-resume-", suffix=".log")
+        with os.fdopen(handle, "w") as file:
+            file.write(trace)
+        log_file = Path(name)
+    else:
+        log_file = job.run_dir / ERROR_LOG
+        log_file.write_text(trace)
+        (job.run_dir / SUMMARY_FILE).write_text(json.dumps(
+            {"status": "failed", "frames": 0, "error": f"error while building the run: {one_line(error)}"}, indent=2))
+    if FULL_ERROR.get("asked"):
+        print(trace, file=sys.stderr, end="")
+    print(f"rlcollect train: error while building the run: {one_line(error)} (traceback in {log_file})",
+          file=sys.stderr)
+    if job.multirun:
+        return FAILED
+    raise SystemExit(1) from None
+
+
+def remove_hydra_files(job: Job) -> None:
+    """What Hydra wrote into a job's folder before the job started (its job log, .hydra/)."""
+    for path in job.hydra_files:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def remove_if_empty(folder: Path) -> None:
+    """Remove ``folder`` if it is empty, then each parent left empty (up to the working folder)."""
+    folder, stop = folder.resolve(), Path.cwd().resolve()
+    while folder != stop and stop in folder.parents and folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+
+
+def keep_log_in(run_dir: Path, job_name: str) -> None:
+    """A resumed run logs to stdout until it is known to start (its folder stays untouched
+    by a resume that fails), then to its folder's job log too, as Hydra's default does."""
+    handler = logging.FileHandler(run_dir / f"{job_name}.log")
+    handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
+    logging.getLogger().addHandler(handler)
+
+
+def resume_overrides(task_overrides, cfg: DictConfig) -> dict:
+    """``{key: value}`` of the config keys given on a ``resume=`` command line (besides
+    ``resume`` and Hydra's own), their values as composed."""
+    keys = [override.split("=", 1)[0].lstrip("+~") for override in task_overrides]
+    return {key: OmegaConf.select(cfg, key) for key in keys if key != "resume" and not key.startswith("hydra.")}
+
+
+def quoted(value: str) -> str:
+    """``value`` as a quoted Hydra override value (a path holding ``=`` or ``,``, as a
+    sweep member's folder does, is then one string, not a sweep)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def unquoted(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1].replace("\\" + value[0], value[0]).replace("\\\\", "\\")
+    return value
+
+
+def in_resumed_run_folder(args: list[str]) -> list[str]:
+    """A ``resume=<run>`` command line runs in that run folder, not a new outputs/<date>/<time>/,
+    leaving its .hydra/ as the first part wrote it and logging to its job log only once the
+    resume is known to start (``keep_log_in``). The folder is passed quoted, so any folder
+    name works (a sweep member's ``multirun/.../algo.lr=0.001,seed=1`` included)."""
+    resume = [index for index, arg in enumerate(args) if arg.startswith("resume=")]
+    if not resume:
+        return args
+    folder = unquoted(args[resume[-1]].split("=", 1)[1])
+    args = [*args[:resume[-1]], f"resume={quoted(folder)}", *args[resume[-1] + 1:]]
+    if any(arg.startswith("hydra.run.dir=") for arg in args):
+        return args
+    return [*args, f"hydra.run.dir={quoted(folder)}", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
+
+
+# ---------------------------------------------------------------------------- sweeps
+@dataclass
+class SweepOutcome:
+    """The jobs of the last sweep that did not finish: ``(status, overrides, message, folder)``."""
+
+    jobs: int = 0
+    not_finished: list[tuple[str, str, str, Path]] = field(default_factory=list)
+
+
+SWEEP = SweepOutcome()
+
+
+class SweepReport(Callback):
+    """A Hydra callback (conf/train.yaml): at the end of a sweep, whatever its launcher, it
+    reads every job folder's summary.json and keeps those that failed or were refused, with
+    their overrides, for ``run_train`` to list."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        SWEEP.jobs, SWEEP.not_finished = 0, []
+        for summary_file in sorted(sweep_dir.glob(f"*/{SUMMARY_FILE}"), key=job_number):
+            SWEEP.jobs += 1
+            try:
+                summary = json.loads(summary_file.read_text())
+            except (OSError, ValueError):
+                continue
+            if summary.get("status") in ("failed", "refused"):
+                overrides = summary.get("overrides") or read_overrides(summary_file.parent)
+                SWEEP.not_finished.append((summary["status"], ",".join(overrides) or "(no overrides)",
+                                           summary.get("error") or "", summary_file.parent))
+
+
+def job_number(summary_file: Path) -> tuple[int, str]:
+    """Sweep job folders in launch order (``<num>_<overrides>``)."""
+    number = summary_file.parent.name.split("_", 1)[0]
+    return (int(number) if number.isdigit() else 1 << 30, summary_file.parent.name)
+
+
+def read_overrides(job_dir: Path) -> list[str]:
+    import yaml
+
+    path = job_dir / ".hydra" / "overrides.yaml"
+    try:
+        return [str(item) for item in yaml.safe_load(path.read_text()) or []]
+    except (OSError, yaml.YAMLError):
+        return []
+
+
+def sweep_report() -> list[str]:
+    """The lines listing the last sweep's failed and refused jobs (none when all finished)."""
+    if not SWEEP.not_finished:
+        return []
+    sweep_dir = SWEEP.not_finished[0][3].parent
+    lines = [f"rlcollect train: {len(SWEEP.not_finished)} of {SWEEP.jobs} sweep jobs did not finish "
+             f"(job folders in {sweep_dir}):"]
+    for status, overrides, message, folder in SWEEP.not_finished:
+        lines.append(f"  {status:<8} job {folder.name.split('_', 1)[0]} ({overrides}): {message}")
+    return lines
+
+
+# ---------------------------------------------------------------------------- the command
+FULL_ERROR: dict[str, bool] = {}  # whether the user asked for full tracebacks (HYDRA_FULL_ERROR=1)
+
+
+def run_train(args: list[str]) -> int:
+    """``rlcollect train``: Hydra composes the config and runs :func:`train`. An override
+    Hydra cannot apply (an unknown key, a value of the wrong type, a missing option, bad
+    syntax) is told in one line, exit 2, unless HYDRA_FULL_ERROR=1 asks for Hydra's own report."""
+    sys.argv = ["rlcollect train", *in_resumed_run_folder(args)]
+    previous = os.environ.get("HYDRA_FULL_ERROR")
+    FULL_ERROR["asked"] = previous == "1"
+    SWEEP.jobs, SWEEP.not_finished = 0, []
+    if previous == "1":
+        train()
+        return report_sweep()
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing its multi-line report
+    try:
+        train()
+    except (ConfigCompositionException, OverrideParseException) as error:
+        print(f"rlcollect train: {override_error_line(error)}", file=sys.stderr)
+        return 2
+    finally:
+        if previous is None:
+            del os.environ["HYDRA_FULL_ERROR"]
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = previous
+    return report_sweep()
+
+
+def report_sweep() -> int:
+    lines = sweep_report()
+    for line in lines:
+        print(line, file=sys.stderr)
+    return 1 if lines else 0
+
+
+def override_error_line(error: Exception) -> str:
+    """One line for an override Hydra could not apply, naming it, with the options or the
+    closest keys where there are some."""
+    if isinstance(error, MissingConfigException):
+        first = str(error).splitlines()[0].split(": ", 1)[-1]  # "In 'train': Could not find 'collector/x'"
+        return f"invalid override: {first}" + (f" (options: {', '.join(error.options)})" if error.options else "")
+    if isinstance(error, OverrideParseException):
+        return f"invalid override {error.override!r}: {str(error).splitlines()[0]}"
+    cause = error.__cause__
+    full_key = getattr(cause, "full_key", None)
+    if cause is None or full_key is None:
+        return f"invalid override: {' '.join(str(error).split())}"
+    line = f"invalid override {full_key}: {str(cause).splitlines()[0]}"
+    if "not in" not in line:
+        return line
+    similar = similar_keys(getattr(cause, "parent_node", None), full_key)  # an unknown key: what it may have meant
+    hint = f"did you mean {' or '.join(similar)}?" if similar else "`rlcollect train --cfg job` lists the keys"
+    return f"{line} ({hint})"
+
+
+def similar_keys(node, full_key: str) -> list[str]:
+    """Keys of the config ``node`` belongs to that ``full_key`` may have meant: the same name
+    elsewhere in the config, else close spellings beside it."""
+    if not isinstance(node, DictConfig):
+        return []
+    root = node._get_root() if hasattr(node, "_get_root") else node  # omegaconf 2.3 gives no public accessor
+    paths = []
+
+    def walk(config: dict, prefix: str) -> None:
+        for key, value in config.items():
+            paths.append(f"{prefix}{key}")
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+
+    walk({key: value for key, value in OmegaConf.to_container(root, resolve=False).items() if key != "hydra"}, "")
+    parent, _, name = full_key.rpartition(".")
+    same_name = [path for path in paths if path.rpartition(".")[2] == name]
+    siblings = {path.rpartition(".")[2]: path for path in paths if path.rpartition(".")[0] == parent}
+    return same_name[:2] or [siblings[key] for key in difflib.get_close_matches(name, siblings, n=2, cutoff=0.6)]
+

@@ -1,0 +1,48 @@
+"""A trained run's policy written as a standalone file (``rlcollect export``): the policy
+rebuilt from the run's config and checkpoint (pipeline/saved.py), an example batch from
+its env, then rlcollect.export."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from tensordict import TensorDictBase
+
+from rlcollect.export import export_policy
+from rlcollect.pipeline.builders import make_env
+from rlcollect.pipeline.saved import checkpoint_file, load_run_config, read_checkpoint, rebuild_policy
+
+SUFFIXES = {"torchscript": ".pt", "onnx": ".onnx"}
+EXAMPLE_ENVS = 2  # the example batch an export traces and checks with
+
+
+def example_observation(cfg) -> torch.Tensor | dict[str, torch.Tensor]:
+    """A batch of observations of the run's env, as its policy receives them (a dict of
+    entries for a Dict / Tuple observation)."""
+    env = make_env(cfg, num_envs=EXAMPLE_ENVS, seed=cfg.seed)
+    try:
+        observation = env.reset().get("observation")
+    finally:
+        env.close()
+    if isinstance(observation, TensorDictBase):
+        return {name: value for name, value in observation.items()}
+    return observation
+
+
+def export_run(run_dir: str | Path, format: str, *, out: str | Path | None = None, checkpoint: str = "last") -> Path:
+    """Write the policy of ``checkpoint`` of the run in ``run_dir`` as ``format``
+    ("torchscript" | "onnx") to ``out`` (default: ``<run>/policy.pt`` / ``<run>/policy.onnx``),
+    atomically: a failed export leaves any earlier file as it was."""
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    source = checkpoint_file(run_dir, checkpoint)
+    policy = rebuild_policy(cfg, read_checkpoint(source), source=source)
+    out = Path(out) if out is not None else run_dir / f"policy{SUFFIXES.get(format, '')}"
+    partial = out.with_name(out.name + ".partial")
+    try:
+        export_policy(policy, partial, format, example_observation(cfg))
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
+    return out

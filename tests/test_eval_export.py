@@ -1,0 +1,161 @@
+"""`rlcollect eval`, `rlcollect export` and `rlcollect.load_policy` on real trained runs."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import InteractionType, set_interaction_type
+
+import rlcollect
+from rlcollect.checkpoint import load_checkpoint
+
+TINY = ["total_frames=512", "collector.frames_per_batch=128", "env.num_envs=4", "eval.every_frames=256",
+        "eval.episodes=2", "progress=false", "logger=none", "env.solved_return=null"]
+PPO = ["algo.minibatch_size=64", "algo.epochs=1"]
+KINDS = {
+    "dqn": ["algo=dqn", "algo.learning_starts=128", "algo.gradient_steps_per_batch=2"],
+    "recurrent": ["experiment=cartpole_novel_gru", *PPO],
+    "torch_env": ["env=cartpole_torch", *PPO],
+}
+
+
+def cli(cwd, *args, timeout=240):
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, "-m", "rlcollect.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def train(cwd, folder, *overrides):
+    result = cli(cwd, "train", *TINY, *overrides, f"hydra.run.dir={folder}")
+    assert result.returncode == 0, result.stderr
+    return cwd / folder
+
+
+@pytest.mark.timeout(300)
+def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_policy_and_seed(tmp_path):
+    from rlcollect import EvalCollector
+    from rlcollect.pipeline import make_env
+    from rlcollect.pipeline.saved import load_run_config
+    from rlcollect.seeding import eval_seed
+
+    run = train(tmp_path, "run", *PPO)
+    result = cli(tmp_path, "eval", "run", "--episodes", "3", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    [row] = json.loads(result.stdout)
+    policy = rlcollect.load_policy(run)  # the documented way, in Python
+    expected = EvalCollector(make_env(load_run_config(run), num_envs=3, seed=eval_seed(0)), policy).evaluate()
+    assert (row["returns"], row["lengths"], row["episodes"]) == (expected.returns, expected.lengths, 3)
+    assert (row["frames"], row["checkpoint"], row["seed"], row["deterministic"]) == (512, "last", eval_seed(0), True)
+    assert row["return_mean"] == pytest.approx(float(np.mean(expected.returns)))
+    assert row["return_std"] == pytest.approx(float(np.std(expected.returns)))
+    assert json.loads((run / "eval_last.json").read_text()) == row  # the result kept in the run folder
+
+    best = cli(tmp_path, "eval", "run", "--checkpoint", "best", "--episodes", "2", "--seed", "7", "--format", "json")
+    assert best.returncode == 0, best.stderr
+    [best_row] = json.loads(best.stdout)
+    assert best_row["frames"] == int(load_checkpoint(run / "best.pt")["frames"]) and best_row["seed"] == 7
+    table = cli(tmp_path, "eval", "run", "--episodes", "2", "env.max_episode_steps=20")
+    assert table.returncode == 0, table.stderr
+    header, line = table.stdout.splitlines()
+    assert header.split() == ["run", "checkpoint", "frames", "episodes", "return", "length"]
+    assert line.split()[:4] == ["run", "last", "512", "2"] and float(line.split()[6]) <= 20  # the override held
+
+    missing = cli(tmp_path, "eval", "run", "--checkpoint", "nothing.pt")
+    assert missing.returncode == 2
+    assert missing.stderr.splitlines() == ["rlcollect eval: run: no nothing.pt (no such file)"]
+    not_a_run = cli(tmp_path, "eval", str(tmp_path / "user"))
+    assert not_a_run.returncode == 2 and len(not_a_run.stderr.splitlines()) == 1
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("kind", ["dqn", "recurrent", "torch_env"])
+def test_eval_and_export_work_for_every_kind_of_run(tmp_path, kind):
+    run = train(tmp_path, "run", *KINDS[kind])
+    result = cli(tmp_path, "eval", "run", "--episodes", "2", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    [row] = json.loads(result.stdout)
+    assert row["episodes"] + row["cut"] == 2 and row["frames"] == 512
+    exported = cli(tmp_path, "export", "run", "--format", "torchscript")
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout.strip() == str(Path("run") / "policy.pt")
+    module = torch.jit.load(run / "policy.pt")
+    if kind == "recurrent":  # state in, state out
+        action, head, next_state = module(torch.zeros(3, 2), torch.zeros(3, 1, 64))
+        assert next_state.shape == (3, 1, 64)
+    else:
+        action, head = module(torch.zeros(3, 4))
+    assert action.shape == (3,) and action.dtype == torch.int64 and head.shape == (3, 2)
+
+
+@pytest.mark.timeout(300)
+def test_eval_of_a_sweep_gives_a_row_per_run_and_a_video(tmp_path):
+    pytest.importorskip("imageio")
+    sweep = cli(tmp_path, "train", "--multirun", "seed=0,1", *TINY, *PPO, "total_frames=256", "hydra.sweep.dir=sweep")
+    assert sweep.returncode == 0, sweep.stderr
+    result = cli(tmp_path, "eval", "sweep", "--episodes", "1", "--video", "--out", "evals.json")
+    assert result.returncode == 0, result.stderr
+    assert len(result.stdout.splitlines()) == 3  # the header and one row per run
+    rows = json.loads((tmp_path / "evals.json").read_text())
+    assert [Path(row["run"]).name.split("_")[0] for row in rows] == ["0", "1"]
+    import imageio.v2 as imageio
+
+    for row in rows:  # paths as given, relative to the folder the command ran in
+        frames = [frame for frame in imageio.get_reader(tmp_path / row["video"])]  # its length is unknown
+        assert Path(row["video"]).name == "eval_last.mp4" and len(frames) == row["lengths"][0] + 1
+        assert not (tmp_path / row["run"] / "eval_last.json").exists()  # --out: the results went there
+
+
+OBSERVATIONS = 1000
+
+
+def library_actions(policy, observations: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad(), set_interaction_type(InteractionType.DETERMINISTIC):
+        return policy(TensorDict({"observation": observations}, batch_size=[len(observations)]))["action"]
+
+
+def observations(seed: int = 0) -> torch.Tensor:
+    """CartPole-like observations spread over the range a policy sees."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(OBSERVATIONS, 4, generator=generator) * torch.tensor([1.0, 1.0, 0.1, 1.0])
+
+
+@pytest.mark.timeout(300)
+def test_exported_files_run_without_rlcollect_and_act_as_the_policy(tmp_path):
+    run = train(tmp_path, "run", *PPO, "model.normalize_observation=true")
+    policy = rlcollect.load_policy(run)
+    inputs = observations()
+    expected = library_actions(policy, inputs)
+    np.save(tmp_path / "observations.npy", inputs.numpy())
+    assert cli(tmp_path, "export", "run", "--format", "torchscript", "--out", "policy.pt").returncode == 0
+    script = ("import sys, numpy, torch\n"
+              "module = torch.jit.load('policy.pt')\n"
+              "action, head = module(torch.from_numpy(numpy.load('observations.npy')))\n"
+              "numpy.save('torchscript_actions.npy', action.numpy())\n"
+              "assert 'rlcollect' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", script], cwd=tmp_path, check=True, timeout=120)
+    assert torch.equal(torch.from_numpy(np.load(tmp_path / "torchscript_actions.npy")), expected)
+
+    pytest.importorskip("onnxruntime")
+    result = cli(tmp_path, "export", "run", "--format", "onnx", "--out", "policy.onnx")
+    assert result.returncode == 0, result.stderr
+    script = ("import sys, numpy, onnxruntime\n"
+              "session = onnxruntime.InferenceSession('policy.onnx')\n"
+              "action, head = session.run(None, {'observation': numpy.load('observations.npy')})\n"
+              "numpy.save('onnx_actions.npy', action); numpy.save('onnx_head.npy', head)\n"
+              "assert 'rlcollect' not in sys.modules and 'torch' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", script], cwd=tmp_path, check=True, timeout=120)
+    with torch.no_grad():
+        logits = policy.actor(policy.features(inputs))
+    assert np.abs(np.load(tmp_path / "onnx_head.npy") - logits.numpy()).max() < 1e-5
+    assert np.array_equal(np.load(tmp_path / "onnx_actions.npy"), expected.numpy())
+
+    before = (tmp_path / "policy.pt").read_bytes()
+    no_run = cli(tmp_path, "export", "nowhere", "--format", "torchscript", "--out", "policy.pt")
+    assert no_run.returncode == 2 and no_run.stderr.splitlines() == [
+        "rlcollect export: nowhere: not a run folder (no config.yaml)"]
+    assert (tmp_path / "policy.pt").read_bytes() == before

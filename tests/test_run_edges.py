@@ -1,0 +1,346 @@
+"""A run's edges, as a user meets them: the policy every run keeps, resumes that fail without
+touching the run, errors said as whose they are, sweeps that list every job that did not finish."""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlcollect.checkpoint import load_checkpoint
+
+TINY = ["total_frames=512", "collector.frames_per_batch=128", "algo.minibatch_size=64", "env.num_envs=4",
+        "eval.every_frames=256", "eval.episodes=2", "algo.epochs=1", "progress=false"]
+
+USER_ENVS = '''
+import math
+
+import gymnasium as gym
+from rlcollect.testing import CountingEnv
+
+
+class Seven(CountingEnv):
+    """Episodes of 7 steps."""
+
+    def __init__(self):
+        super().__init__(episode_length=7)
+
+
+class NaNReward(CountingEnv):
+    """The env seeded 2 (env index 2 of a run seeded 0) returns a NaN reward at its third step."""
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.seed_given = seed
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = super().step(action)
+        if getattr(self, "seed_given", None) == 2 and self.count == 3:
+            reward = math.nan
+        return observation, reward, terminated, truncated, info
+
+
+class Broken(CountingEnv):
+    """An env whose constructor has a bug."""
+
+    def __init__(self):
+        super().__init__(episode_length="seven" + 7)
+
+
+gym.register("MySeven-v0", entry_point=Seven)
+gym.register("NaNReward-v0", entry_point=NaNReward)
+gym.register("Broken-v0", entry_point=Broken)
+'''
+
+
+def cli(cwd, *args, pythonpath=None, env=None, timeout=240):
+    environment = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0",
+                   **(env or {})}
+    if pythonpath is not None:
+        environment["PYTHONPATH"] = str(pythonpath)
+    return subprocess.run([sys.executable, "-m", "rlcollect.cli", *args], cwd=cwd, env=environment,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in Path(path).read_text().splitlines()]
+
+
+def hashes(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (W&B's included), by its path, with its content's hash."""
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+@pytest.fixture
+def user_envs(tmp_path):
+    (tmp_path / "user").mkdir()
+    (tmp_path / "user" / "my_envs.py").write_text(USER_ENVS)
+    return tmp_path / "user"
+
+
+# ---------------------------------------------------------------------------- every run keeps its policy
+@pytest.mark.timeout(300)
+def test_a_finished_run_keeps_its_final_checkpoint_and_its_best_policy(tmp_path):
+    """512 frames, far below checkpoint_every_frames: checkpoint.pt still holds the final
+    frame, and best.pt the policy of the best evaluation, with its frame and return."""
+    result = cli(tmp_path, "train", *TINY, "env.solved_return=null", "logger=none", "hydra.run.dir=run")
+    assert result.returncode == 0, result.stderr
+    run = tmp_path / "run"
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["status"], summary["frames"], summary["checkpoint_frames"]) == ("finished", 512, 512)
+    assert int(load_checkpoint(run / "checkpoint.pt")["frames"]) == 512
+    evaluations = [(row["step"], row["eval/episode_return"]) for row in read_jsonl(run / "metrics.jsonl")
+                   if "eval/episode_return" in row]
+    assert [step for step, _ in evaluations] == [256, 512]
+    best_step, best_return = max(evaluations, key=lambda evaluation: evaluation[1])  # the first of the best
+    best = load_checkpoint(run / "best.pt")
+    assert (int(best["frames"]), float(best["eval_return"])) == (best_step, best_return)
+    assert summary["best_eval_return"] == best_return
+    assert set(best) == {"frames", "eval_return", "policy"}
+
+
+@pytest.mark.timeout(300)
+def test_a_run_whose_env_fails_keeps_a_checkpoint_at_its_last_frame(tmp_path):
+    crashing = tmp_path / "crashing_envs.py"
+    crashing.write_text("import gymnasium as gym\nfrom rlcollect.testing import ErrorAfterEnv\n"
+                        "gym.register('Crash-v0', entry_point=ErrorAfterEnv, kwargs={'error_after': 300})\n")
+    result = cli(tmp_path, "train", *TINY, "env.id=crashing_envs:Crash-v0", "env.num_envs=1",
+                 "env.solved_return=null", "logger=none", "hydra.run.dir=run", pythonpath=tmp_path)
+    assert result.returncode == 1
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["frames"] == 256  # two batches of 128 before step 301
+    assert summary["checkpoint_frames"] == 256
+    assert int(load_checkpoint(tmp_path / "run" / "checkpoint.pt")["frames"]) == 256
+
+
+# ---------------------------------------------------------------------------- a failed resume changes nothing
+@pytest.mark.timeout(600)
+def test_a_failed_resume_leaves_every_file_of_the_run_byte_identical(tmp_path, user_envs):
+    """Four ways a resume cannot work, each found before a file of the run (metrics.jsonl,
+    summary.json, checkpoints, the W&B run) changes: one line, exit 2, every hash as before."""
+    base = cli(tmp_path, "train", *TINY, "env.id=my_envs:MySeven-v0", "env.solved_return=null",
+               "hydra.run.dir=base", pythonpath=user_envs)
+    assert base.returncode == 0, base.stderr
+    foreign = cli(tmp_path, "train", *TINY, "logger=none", "hydra.run.dir=cartpole")
+    assert foreign.returncode == 0, foreign.stderr
+    assert list((tmp_path / "base" / "wandb").rglob("*.wandb"))
+
+    def foreign_checkpoint(run):
+        shutil.copy(tmp_path / "cartpole" / "checkpoint.pt", run / "checkpoint.pt")
+
+    def corrupt_checkpoint(run):
+        (run / "checkpoint.pt").write_bytes(os.urandom(4096))
+        (run / "checkpoint.pt.prev").unlink(missing_ok=True)
+
+    def larger_model(run):
+        config = (run / "config.yaml").read_text()
+        assert "hidden_sizes:\n  - 64\n  - 64\n" in config
+        (run / "config.yaml").write_text(config.replace("hidden_sizes:\n  - 64\n  - 64\n",
+                                                        "hidden_sizes:\n  - 128\n  - 64\n"))
+
+    cases = {"foreign checkpoint": (foreign_checkpoint, user_envs, "does not fit the run its config.yaml builds"),
+             "missing user module": (lambda run: None, tmp_path, "cannot import 'my_envs'"),
+             "corrupt checkpoint": (corrupt_checkpoint, user_envs, "is corrupt or incomplete"),
+             "larger model": (larger_model, user_envs, "size mismatch")}
+    for name, (breaks, pythonpath, message) in cases.items():
+        run = tmp_path / name.replace(" ", "_")
+        shutil.copytree(tmp_path / "base", run)
+        breaks(run)
+        before = hashes(run)
+        result = cli(tmp_path, "train", f"resume={run}", "total_frames=1024", pythonpath=pythonpath)
+        assert result.returncode == 2, (name, result.stderr)
+        [line] = result.stderr.splitlines()
+        assert line.startswith("rlcollect train: ") and message in line, (name, line)
+        assert hashes(run) == before, name
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
+        ["base", "cartpole", "user", *(name.replace(" ", "_") for name in cases)])  # no other folder made
+
+
+@pytest.mark.timeout(300)
+def test_resuming_a_finished_run_needs_a_larger_total_frames_and_a_sweep_member_resumes_by_its_folder(tmp_path):
+    sweep = cli(tmp_path, "train", "--multirun", "seed=0", *TINY, "total_frames=256", "logger=none",
+                "env.solved_return=null", "hydra.sweep.dir=sweep")
+    assert sweep.returncode == 0, sweep.stderr
+    [member] = [path for path in (tmp_path / "sweep").iterdir() if path.is_dir()]
+    assert "=" in member.name and "," in member.name  # 0_algo.epochs=1,algo.minibatch_size=64,...
+    before = hashes(member)
+    refused = cli(tmp_path, "train", f"resume={member}")
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        f"rlcollect train: invalid configuration: resume={member}: the run finished at 256 frames; to train it on, "
+        "resume it with total_frames > 256"]
+    assert hashes(member) == before
+    resumed = cli(tmp_path, "train", f"resume={member}", "total_frames=512")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [row["step"] for row in read_jsonl(member / "metrics.jsonl")] == [128, 256, 384, 512]
+    assert json.loads((member / "summary.json").read_text())["frames"] == 512
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["sweep"]  # no stray outputs/
+
+
+# ---------------------------------------------------------------------------- errors said as whose they are
+@pytest.mark.timeout(300)
+def test_an_error_while_building_is_reported_as_what_it_is_with_its_traceback_kept(tmp_path, user_envs):
+    result = cli(tmp_path, "train", *TINY, "env.id=my_envs:Broken-v0", "env.solved_return=null", "logger=none",
+                 "hydra.run.dir=run", pythonpath=user_envs)
+    assert result.returncode == 1
+    log = tmp_path / "run" / "error.log"
+    assert result.stderr.splitlines()[-1] == (
+        "rlcollect train: error while building the run: TypeError: can only concatenate str (not \"int\") to str "
+        f"was raised from the environment creator for Broken-v0 with kwargs ({{}}) (traceback in {log})")
+    assert "invalid configuration" not in result.stderr and "Traceback" not in result.stderr
+    assert 'episode_length="seven" + 7' in log.read_text()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"].startswith("error while building the run: TypeError")
+    full = cli(tmp_path, "train", *TINY, "env.id=my_envs:Broken-v0", "env.solved_return=null", "logger=none",
+               "hydra.run.dir=run2", pythonpath=user_envs, env={"HYDRA_FULL_ERROR": "1"})
+    assert full.returncode == 1 and "Traceback (most recent call last)" in full.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_non_finite_reward_is_named_as_the_env_s_with_its_frame_and_env_index(tmp_path, user_envs):
+    result = cli(tmp_path, "train", *TINY, "env.id=my_envs:NaNReward-v0", "env.solved_return=null", "logger=none",
+                 "hydra.run.dir=run", pythonpath=user_envs)
+    assert result.returncode == 1
+    assert ("the run failed: NonFiniteEnvError: the env returned a non-finite next/reward (nan) at frame 11, "
+            "env index 2") in result.stderr
+    assert "diverged" not in result.stderr
+
+
+def test_a_missing_optional_package_is_one_line_naming_what_to_install(tmp_path):
+    pytest.importorskip("gymnasium")
+    try:
+        import Box2D  # noqa: F401
+        pytest.skip("Box2D is installed")
+    except ImportError:
+        pass
+    result = cli(tmp_path, "train", "env.id=LunarLander-v3", "env.solved_return=null", "logger=none",
+                 "hydra.run.dir=run")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "rlcollect train: missing dependency: LunarLander-v3: Box2D is not installed, you can install it by run "
+        '`pip install swig` followed by `pip install "gymnasium[box2d]"`']
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("override, line", [
+    ("algo.epochs=0", "algo.epochs=0: must be >= 1"),
+    ("algo.gamma=1.5", "algo.gamma=1.5: must be in (0, 1]"),
+    ("algo.clip_epsilon=-1", "algo.clip_epsilon=-1.0: must be > 0"),
+    ("algo.minibatch_size=512", "algo.minibatch_size=512: must be at most the frames of a batch "
+                                "(collector.frames_per_batch=256)"),
+    ("seed=-1", "seed=-1: must be >= 0"),
+    ("torch_threads=0", "torch_threads=0: must be >= 1"),
+    ("model.hidden_sizes=[64,-1]", "model.hidden_sizes=[64, -1]: every entry must be >= 1"),
+    ("eval.episodes=0", "eval.episodes=0: must be >= 1"),
+])
+def test_a_value_out_of_range_is_one_line_naming_the_key_and_leaves_no_folder(tmp_path, override, line):
+    result = cli(tmp_path, "train", override, "logger=none", "progress=false")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"rlcollect train: invalid configuration: {line}"]
+    assert list(tmp_path.iterdir()) == []  # no outputs/<date>/<time>/ left behind
+
+
+# ---------------------------------------------------------------------------- sweeps
+@pytest.mark.timeout(300)
+def test_a_sweep_runs_every_job_and_lists_each_one_that_did_not_finish(tmp_path):
+    result = cli(tmp_path, "train", "--multirun", "algo.lr=-1,0.001", "seed=0,1", *TINY, "total_frames=256",
+                 "logger=none", "env.solved_return=null", "hydra.sweep.dir=sweep")
+    assert result.returncode == 1
+    sweep = tmp_path / "sweep"
+    jobs = sorted((path for path in sweep.iterdir() if path.is_dir()), key=lambda path: int(path.name.split("_")[0]))
+    assert len(jobs) == 4
+    for refused in jobs[:2]:  # algo.lr=-1: a user's mistake, one summary.json and nothing else
+        assert [path.name for path in refused.iterdir()] == ["summary.json"]
+        summary = json.loads((refused / "summary.json").read_text())
+        assert summary["status"] == "refused"
+        assert summary["error"] == "invalid configuration: algo.lr=-1.0: must be > 0"
+        assert "algo.lr=-1" in summary["overrides"]
+    for finished in jobs[2:]:
+        assert json.loads((finished / "summary.json").read_text())["status"] == "finished"
+    report = result.stderr.splitlines()[-3:]
+    assert report[0] == "rlcollect train: 2 of 4 sweep jobs did not finish (job folders in sweep):"
+    assert report[1].startswith("  refused  job 0 (algo.lr=-1,seed=0,") and report[2].startswith(
+        "  refused  job 1 (algo.lr=-1,seed=1,")
+    assert all(line.endswith(": invalid configuration: algo.lr=-1.0: must be > 0") for line in report[1:])
+    compared = cli(tmp_path, "compare", "sweep")
+    assert compared.returncode == 0, compared.stderr
+    table, _, left_out = compared.stdout.partition("left out")
+    assert "refused" not in table and table.count("\n") == 4  # header, rule, the one group of 2 runs, blank
+    assert left_out.count(": refused") == 2
+
+
+SECOND_CTRL_C = '''
+import os
+import signal
+
+import gymnasium as gym
+import torch
+from rlcollect.testing import CountingEnv
+
+SENT = []
+save = torch.save
+
+
+def interrupted_save(state, file, *args, **kwargs):
+    """Ctrl-C again while the final checkpoint is being written, half-way through."""
+    if SENT and str(getattr(file, "name", file)).endswith("checkpoint.pt.partial") and state["frames"] == 384:
+        file.write(b"half a checkpoint")
+        os.kill(os.getpid(), signal.SIGINT)
+    return save(state, file, *args, **kwargs)
+
+
+torch.save = interrupted_save
+
+
+class CtrlC(CountingEnv):
+    """The trainer gets a Ctrl-C at the 300th step of the first env (frames 1197..1200)."""
+
+    def __init__(self):
+        super().__init__(episode_length=20)
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == 75 and not SENT:
+            SENT.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+        return super().step(action)
+
+
+gym.register("CtrlC-v0", entry_point=CtrlC)
+'''
+
+
+@pytest.mark.timeout(300)
+def test_a_second_ctrl_c_during_the_checkpoint_save_is_one_line_and_keeps_the_last_complete_one(tmp_path):
+    """The first Ctrl-C stops after the batch (frame 384), whose checkpoint a second Ctrl-C
+    interrupts half-way: the one at frame 256 stays whole, and the run resumes from it."""
+    (tmp_path / "ctrl_c_envs.py").write_text(SECOND_CTRL_C)
+    script = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+              "from rlcollect.cli import main; sys.exit(main())")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0"}
+    result = subprocess.run(
+        [sys.executable, "-c", script, "train", *TINY, "total_frames=4096", "checkpoint_every_frames=128",
+         "env.id=ctrl_c_envs:CtrlC-v0", "env.solved_return=null", "logger=none", "hydra.run.dir=run"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 130, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines()[-1] == ("rlcollect train: interrupted at frame 384 (its last complete "
+                                              "checkpoint is at frame 256); continue with "
+                                              "`rlcollect train resume=run`")
+    run = tmp_path / "run"
+    assert int(load_checkpoint(run / "checkpoint.pt")["frames"]) == 256
+    assert not (run / "checkpoint.pt.partial").exists()
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["status"], summary["frames"], summary["checkpoint_frames"]) == ("interrupted", 384, 256)
+    # resumed from frame 256 (its env sends one Ctrl-C again, 300 steps in): every batch once
+    resumed = cli(tmp_path, "train", "resume=run", pythonpath=tmp_path)
+    assert resumed.returncode == 130, resumed.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["checkpoint_frames"] == summary["frames"] == 640  # frame 256 + 75 steps x 4 envs, to the batch end
+    assert [row["step"] for row in read_jsonl(run / "metrics.jsonl")] == [128, 256, 384, 512, 640]

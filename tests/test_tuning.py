@@ -1,0 +1,98 @@
+"""Tuning sweeps (hydra/sweeper=tune_ppo: Hydra's Optuna sweeper, the tune extra) and the
+objective a run returns."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+TINY = ["total_frames=256", "collector.frames_per_batch=128", "algo.minibatch_size=64", "env.num_envs=4",
+        "eval.every_frames=128", "eval.episodes=2", "progress=false", "logger=none", "env.solved_return=null"]
+
+
+def cli(cwd, *args, timeout=300):
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, "-m", "rlcollect.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(600)
+def test_a_tuning_study_tells_failed_trials_goes_on_persists_and_resumes(tmp_path):
+    """algo.lr=-1 is refused: its trials are told to the study as failed, the others complete;
+    the study lives in sqlite, and the same command again adds trials to it; compare reads
+    the sweep folder, the refused trials listed apart."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    import optuna
+
+    def tune(sweep_dir):
+        return cli(tmp_path, "train", "--multirun", "hydra/sweeper=tune_ppo", "hydra.sweeper.n_trials=3",
+                   "hydra/sweeper/sampler=random", "hydra.sweeper.sampler.seed=3", "algo.lr=choice(-1,0.001)",
+                   "algo.epochs=choice(1,2)", f"hydra.sweeper.storage=sqlite:///{tmp_path / 'study.db'}",
+                   "hydra.sweeper.study_name=tiny", *TINY, f"hydra.sweep.dir={sweep_dir}")
+
+    first = tune("sweep1")
+    assert first.returncode == 1  # some trials were refused: listed, and the command says so
+    study = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'study.db'}")
+    assert study.direction == optuna.study.StudyDirection.MAXIMIZE  # objective=final_eval_return
+    states = [(trial.params["algo.lr"], trial.state.name) for trial in study.trials]
+    assert len(states) == 3 and {state for _, state in states} == {"COMPLETE", "FAIL"}
+    assert all((lr == -1) == (state == "FAIL") for lr, state in states)
+    refused = [path for path in (tmp_path / "sweep1").glob("*/summary.json")
+               if json.loads(path.read_text())["status"] == "refused"]
+    assert len(refused) == sum(lr == -1 for lr, _ in states)
+    for trial in study.trials:
+        if trial.state.name == "COMPLETE":  # the value told is what the run returned: its final eval return
+            [summary] = [json.loads(path.read_text()) for path in (tmp_path / "sweep1").glob(
+                f"{trial.number}_*/summary.json")]
+            assert trial.value == summary["final_eval_return"]
+
+    second = tune("sweep2")
+    assert second.returncode in (0, 1), second.stderr
+    assert "Using an existing study with name 'tiny'" in second.stdout + second.stderr
+    assert len(optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'study.db'}").trials) == 6
+
+    compared = cli(tmp_path, "compare", "sweep1")
+    assert compared.returncode == 0, compared.stderr
+    assert compared.stdout.count(": refused") == len(refused)
+
+
+def test_the_objective_picks_what_a_run_returns_and_its_direction(tmp_path):
+    from omegaconf import OmegaConf
+
+    from rlcollect.commands.train import objective_value
+    from rlcollect.config import objective_direction
+
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in [
+        {"step": 100, "eval/episode_return": 10.0}, {"step": 200}, {"step": 300, "eval/episode_return": 30.0}]))
+    summary = {"final_eval_return": 30.0, "best_eval_return": 30.0, "frames_to_solve": None}
+
+    def value(objective, **summary_changes):
+        cfg = OmegaConf.create({"objective": objective, "total_frames": 500})
+        return objective_value(cfg, {**summary, **summary_changes}, tmp_path)
+
+    assert value("final_eval_return") == 30.0 and value("final_eval_return", final_eval_return=None) is None
+    # the eval curve 10 -> 30 over frames 100..300, held at 30 to total_frames: (2 * 20 + 2 * 30) / 4
+    assert value("eval_auc") == pytest.approx(25.0)
+    assert value("frames_to_solve") == float("inf") and value("frames_to_solve", frames_to_solve=300) == 300.0
+    assert [objective_direction(name) for name in ("final_eval_return", "eval_auc", "frames_to_solve")] == [
+        "maximize", "maximize", "minimize"]
+
+
+@pytest.mark.timeout(400)
+def test_the_ray_launcher_runs_a_sweep_s_jobs_on_a_local_ray_bound_to_loopback(tmp_path):
+    """hydra/launcher=ray (the raylauncher extra, not in `make setup`): each job a Ray task on
+    a Ray instance the launcher starts on 127.0.0.1."""
+    pytest.importorskip("hydra_plugins.hydra_ray_launcher")
+    from rlcollect.collectors.ray import loopback_ray_env
+
+    env = {**os.environ, **loopback_ray_env(), "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0"}
+    result = subprocess.run(
+        [sys.executable, "-m", "rlcollect.cli", "train", "--multirun", "hydra/launcher=ray", "seed=0,1", *TINY,
+         "algo.epochs=1", "+hydra.launcher.ray.init._node_ip_address=127.0.0.1",
+         "+hydra.launcher.ray.init.include_dashboard=false", "+hydra.launcher.ray.remote.num_cpus=1",
+         "hydra.sweep.dir=sweep"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=360)
+    assert result.returncode == 0, result.stderr
+    summaries = sorted((tmp_path / "sweep").glob("*/summary.json"))
+    assert [json.loads(path.read_text())["frames"] for path in summaries] == [256, 256]
+    assert "'_node_ip_address': '127.0.0.1'" in result.stdout + result.stderr

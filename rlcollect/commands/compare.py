@@ -7,8 +7,8 @@ import sys
 
 def compare(argv: list[str]) -> int:
     """`rlcollect compare PATH... [options]`: print the comparison of the runs."""
-    from rlcollect.logging.compare import FORMATS, STATS_MIN_RUNS, CompareError, compare_runs
-    from rlcollect.logging.stats import DEFAULT_REPS
+    from rlcollect.analysis.compare import FORMATS, STATS_MIN_RUNS, CompareError, compare_runs
+    from rlcollect.analysis.stats import DEFAULT_REPS
 
     parser = argparse.ArgumentParser(
         prog="rlcollect compare",

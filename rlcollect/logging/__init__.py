@@ -1,6 +1,8 @@
-"""Run records: metrics.jsonl, Weights & Biases, reading offline W&B runs back, comparing runs.
+"""Run records: writing them (run_logger.py: metrics.jsonl and Weights & Biases) and reading
+run folders back (runs.py). Comparing runs is rlcollect.analysis, which reads these; nothing
+here imports it.
 
-Names load on first access, so `rlcollect compare` does not import torch.
+Names load on first access, so `rlcollect compare` (which imports logging.runs) does not import torch.
 """
 from rlcollect.lazy_exports import lazy_getattr
 

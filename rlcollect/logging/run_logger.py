@@ -1,9 +1,12 @@
 """Per-run metrics: metrics.jsonl in the run folder, and Weights & Biases when asked.
 
-A logger is also the collector's post-collect hook: called with each batch, it logs the
-frames, the throughput and the trajectory info (return, length, discounted return) of the
-trajectories completed in it: exact means over those trajectories, not batch estimates.
-Metrics logged for the same step are merged into one row, written once to every sink.
+``log_collection(frames, infos)`` logs a batch's row: the frames, the throughput and the
+trajectory info (return, length, discounted return) of the trajectories it completed, exact
+means over those trajectories, not batch estimates; the infos come from an
+``EpisodeStatsHook``, the collector's post-collect hook, through ``collector.hook_results()``
+wherever the hook ran. A RunLogger is itself a post-collect hook of an in-process collector,
+for library use. Metrics logged for the same step are merged into one row, written once to
+every sink.
 """
 from __future__ import annotations
 
@@ -61,7 +64,6 @@ class RunLogger:
         self._pending_step: int | None = None
         self._pending: dict[str, Any] = {}
         self.recent_episode_return: float | None = None
-        self._worker_queue = None
         self._events: dict[str, int] = {}  # how many events of each name were logged
 
     @property
@@ -92,21 +94,6 @@ class RunLogger:
     def __call__(self, batch: TensorDictBase) -> None:
         """Post-collect hook (in-process collectors): log what this batch holds."""
         self.log_collection(self._frames + batch.numel(), self._episodes.infos(batch))
-
-    def worker_hook(self, mp_context) -> "WorkerEpisodeHook":
-        """A post-collect hook for multi-process collectors: it runs inside each worker
-        and sends the worker's episode statistics here; ``drain_worker_hooks`` logs them."""
-        if self._worker_queue is None:
-            self._worker_queue = mp_context.SimpleQueue()
-        return WorkerEpisodeHook(self._worker_queue, gamma=self.gamma, info_keys=self.info_keys)
-
-    def drain_worker_hooks(self, frames: int, reports: list | tuple = ()) -> None:
-        """Log, at ``frames``, the episodes the worker hooks reported since the last call,
-        plus ``reports`` (what EpisodeStatsHook copies returned elsewhere, e.g. in Ray actors)."""
-        infos = [info for report in reports for info in report]
-        while self._worker_queue is not None and not self._worker_queue.empty():
-            infos += self._worker_queue.get()
-        self.log_collection(frames, infos)
 
     def log_collection(self, frames: int, infos: list[TrajectoryInfo]) -> None:
         """Log the collection row of ``frames``: throughput and the completed trajectories."""
@@ -174,16 +161,13 @@ class RunLogger:
         if self._file is not None:
             self._file.close()
         self._closed = True
-        if self._worker_queue is not None:
-            self._worker_queue.close()
-            self._worker_queue = None
 
 
 class WandbLogger(RunLogger):
     """A RunLogger that also logs every row to a W&B run (offline unless ``mode="online"``).
 
     Offline runs need no account and no network; read them back with
-    ``rlcollect.logging.wandb_offline.read_offline_run``.
+    ``rlcollect.analysis.wandb_offline.read_offline_run``.
     """
 
     def __init__(self, run_dir: str | Path, *, project: str, name: str | None = None,
@@ -254,18 +238,6 @@ class EpisodeStatsHook:
 
     def __call__(self, batch: TensorDictBase) -> list[TrajectoryInfo]:
         return self._episodes.infos(batch)
-
-
-class WorkerEpisodeHook(EpisodeStatsHook):
-    """Runs in a collector worker: sends the TrajectoryInfo of the trajectories each batch
-    completes to the main process's logger through ``queue``."""
-
-    def __init__(self, queue, gamma: float = 0.99, info_keys: Sequence[str] = ()) -> None:
-        super().__init__(gamma, info_keys)
-        self._queue = queue
-
-    def __call__(self, batch: TensorDictBase) -> None:
-        self._queue.put(super().__call__(batch))
 
 
 def _has_netrc_login() -> bool:

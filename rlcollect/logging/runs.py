@@ -1,10 +1,11 @@
-"""Load finished runs for comparison: from run folders or from W&B offline runs.
+"""Read run folders back: the runs ``rlcollect train`` wrote, as :class:`RunRecord`.
 
 A run folder (written by ``rlcollect train``) holds ``config.yaml``, ``metrics.jsonl``,
 ``summary.json`` and ``.hydra/overrides.yaml``; its W&B offline run (default logger) holds
-the same config and the same metric rows. Both sources become a :class:`RunRecord` whose
-``summary`` is computed from the metric rows by :func:`summarize_history`, the same way
-for both, so a comparison read from either source gives the same numbers.
+the same config and the same metric rows (read by :mod:`rlcollect.analysis.wandb_runs`).
+Both sources become a :class:`RunRecord` whose ``summary`` is computed from the metric rows
+by :func:`summarize_history`, the same way for both, so a comparison read from either
+source gives the same numbers.
 
 Why not summary.json: its ``seconds``, ``seconds_to_solve`` and ``frames_per_second`` use
 the training loop's clock, which starts after the environments, the collector and the
@@ -16,13 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CompareError", "INCLUDED_STATUSES", "RunRecord", "find_run_dirs", "hydra_choices", "load_runs",
-           "load_wandb_runs", "summarize_history", "wall_clock"]
+__all__ = ["CompareError", "RunRecord", "find_run_dirs", "for_env_id", "hydra_choices", "load_run_dir", "load_runs",
+           "solved_return_of", "solved_threshold", "split_events", "summarize_history", "summary_error",
+           "summary_status", "wall_clock"]
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
@@ -30,12 +31,8 @@ OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
 HYDRA_FILE = Path(".hydra") / "hydra.yaml"
 HYDRA_CONFIG_FILE = Path(".hydra") / "config.yaml"  # the composed config, written before the run starts
 SUMMARY_FILE = "summary.json"
-INCLUDED_STATUSES = ("finished", "solved", None)  # runs that count in a comparison (None: unknown)
 EVAL_RETURN = "eval/episode_return"
 _SKIPPED_DIRS = {".hydra", "wandb", "__pycache__"}
-# override_dirname joins "key=value" items with ","; a value may hold commas ("[1,2]"),
-# so split only at a comma that starts the next "key=".
-_OVERRIDE_SPLIT = re.compile(r",(?=[+~]{0,2}[A-Za-z_][\w.@/-]*=)")
 
 
 class CompareError(ValueError):
@@ -76,21 +73,6 @@ class RunRecord:
         """The env id the run trained on (its config's ``env.id``)."""
         env = self.config.get("env")
         return env.get("id") if isinstance(env, dict) else None
-
-
-@dataclass
-class Group:
-    """Runs that differ only by seed (and, compared over several envs, by env).
-
-    Attributes:
-        label: the settings that differ across the compared runs, ``"k=v, k=v"``, or "default".
-        settings: those settings as a mapping.
-        runs: the group's runs, sorted by path.
-    """
-
-    label: str
-    settings: dict[str, str]
-    runs: list[RunRecord] = field(default_factory=list)
 
 
 def summarize_history(history: list[dict[str, Any]], solved_return: float | None) -> dict[str, Any]:
@@ -191,7 +173,7 @@ def load_run_dir(run_dir: Path) -> RunRecord:
     overrides = [str(item) for item in _load_yaml(overrides_file) or []] if overrides_file.is_file() else None
     return RunRecord(path=run_dir, overrides=overrides, config=config,
                      summary=summarize_history(history, solved_return_of(config)), history=history,
-                     status=_summary_status(run_dir), choices=hydra_choices(run_dir), error=_summary_error(run_dir))
+                     status=summary_status(run_dir), choices=hydra_choices(run_dir), error=summary_error(run_dir))
 
 
 def hydra_choices(run_dir: Path) -> dict[str, str]:
@@ -206,18 +188,12 @@ def hydra_choices(run_dir: Path) -> dict[str, str]:
             and value is not None}
 
 
-def _exit_status(exit_code: int | None) -> str | None:
-    """A W&B run's status from its exit code: ``finished`` (0), ``failed or interrupted``
-    (rlcollect ends both with 1), None without an exit record."""
-    return None if exit_code is None else "finished" if exit_code == 0 else "failed or interrupted"
-
-
-def _summary_status(run_dir: Path) -> str | None:
+def summary_status(run_dir: Path) -> str | None:
     """summary.json's ``status``, or None without the file (or the key)."""
     return _summary_entry(run_dir, "status")
 
 
-def _summary_error(run_dir: Path) -> str | None:
+def summary_error(run_dir: Path) -> str | None:
     """summary.json's ``error`` (a failed or refused run's one line), or None."""
     return _summary_entry(run_dir, "error")
 
@@ -231,68 +207,10 @@ def _summary_entry(run_dir: Path, key: str) -> str | None:
     return str(value) if value is not None else None
 
 
-def load_wandb_runs(root: str | os.PathLike[str]) -> list[RunRecord]:
-    """Load every W&B offline run below ``root`` (``run-*.wandb`` files).
-
-    The overrides are parsed from the run's name (Hydra's ``override_dirname``,
-    ``"key=value,key=value"``); history rows get ``"step"`` from W&B's ``"_step"``.
-
-    Raises:
-        CompareError: if ``root`` does not exist or holds no W&B run.
-    """
-    from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run
-
-    try:
-        run_files = find_offline_runs(root)
-    except FileNotFoundError:
-        raise CompareError(f"no such file or directory: {root}") from None
-    if not run_files:
-        raise CompareError(f"no W&B offline runs (run-*.wandb) under {root}")
-    parts: dict[tuple[Path, str], list] = {}  # a resumed run: one file per part, the same run id
-    for run_file in run_files:
-        try:
-            offline = read_offline_run(run_file)
-        except ValueError as error:
-            raise CompareError(f"cannot read W&B run {run_file}: {error}") from None
-        parts.setdefault((_run_folder_of(run_file), offline.run_id), []).append(offline)
-    runs = []
-    for (folder, _), offline_parts in parts.items():  # files in chronological order (find_offline_runs)
-        first, last = offline_parts[0], offline_parts[-1]
-        history = [_wandb_row(row) for row in resumed_history([part.history for part in offline_parts])]
-        config = last.config
-        status = _summary_status(folder) or _exit_status(last.exit_code)
-        choices = hydra_choices(folder) or ({"collector": first.job_type} if first.job_type else {})
-        runs.append(RunRecord(path=folder, overrides=parse_override_dirname(first.name), config=config,
-                              summary=summarize_history(history, solved_return_of(config)), history=history,
-                              status=status, choices=choices, error=_summary_error(folder)))
-    return sorted(runs, key=lambda run: run.path)
-
-
 def split_events(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(metric rows, event rows)`` of a metrics.jsonl: event rows (``"event"``, e.g. a
     worker restart) are not metrics of a step."""
     return [row for row in rows if "event" not in row], [row for row in rows if "event" in row]
-
-
-def resumed_history(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One history from the parts of a resumed W&B run (in the order they ran): each part
-    replaces the rows of the earlier ones from its first ``_step`` on, as the run folder's
-    metrics.jsonl is cut back to the checkpoint on resume, so no step counts twice."""
-    history: list[dict[str, Any]] = []
-    for part in parts:
-        if part:
-            first = part[0].get("_step")
-            history = [row for row in history if first is None or (row.get("_step") or 0) < first]
-        history.extend(part)
-    return history
-
-
-def parse_override_dirname(name: str | None) -> list[str] | None:
-    """``"a=1,b=[1,2]"`` -> ``["a=1", "b=[1,2]"]``; None (unknown) for a missing or
-    non-override name. An empty name cannot be told from a missing one (W&B drops it)."""
-    if not name or "=" not in name:
-        return None
-    return _OVERRIDE_SPLIT.split(name)
 
 
 def for_env_id(env_id: str | None, value: Any) -> Any:
@@ -314,17 +232,6 @@ def solved_return_of(config: dict[str, Any]) -> float | None:
     """The config's stopping threshold for its env id (None if absent)."""
     env = config.get("env")
     return solved_threshold(env.get("id"), env.get("solved_return")) if isinstance(env, dict) else None
-
-
-def _wandb_row(row: dict[str, Any]) -> dict[str, Any]:
-    """A W&B history row in metrics.jsonl form: ``"_step"`` becomes ``"step"``, first."""
-    return {"step": row.get("_step"), **{key: value for key, value in row.items() if key != "_step"}}
-
-
-def _run_folder_of(run_file: Path) -> Path:
-    """``<run>/wandb/offline-run-*/run-*.wandb`` -> ``<run>``; else the offline-run folder."""
-    offline_dir = run_file.parent
-    return (offline_dir.parent.parent if offline_dir.parent.name == "wandb" else offline_dir).resolve()
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:

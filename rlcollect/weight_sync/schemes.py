@@ -10,7 +10,8 @@ the worker at start-up) from which the worker builds its ``WeightReceiver``.
       sender.send(weights) ── transport ──▶  receiver.poll()  (at each batch start)
 
 Every ``send`` bumps the sender's version; a receiver's version tells which update its
-model holds, and is what batches carry as ("collector", "policy_version").
+model holds, and is what batches carry as ("collector", "policy_version"). The concrete
+schemes import this module and it imports none of them; backends.py builds one by name.
 """
 from __future__ import annotations
 
@@ -65,21 +66,6 @@ class WeightSyncScheme(ABC):
     @abstractmethod
     def make_sender(self, model: nn.Module, num_workers: int, mp_context) -> WeightSender:
         """Create the transport for ``num_workers`` workers and the main-process sender."""
-
-    @staticmethod
-    def from_backend(backend: str, **kwargs) -> "WeightSyncScheme":
-        """The scheme of a backend by name (as TorchRL's): "shared" (SharedMemWeightSyncScheme),
-        "process" (MultiProcessWeightSyncScheme, kwargs: strategy, ack_timeout), "ray"
-        (RayWeightSyncScheme), "none" (NoWeightSyncScheme)."""
-        from rlcollect.weight_sync.pipes import MultiProcessWeightSyncScheme
-        from rlcollect.weight_sync.ray import RayWeightSyncScheme
-        from rlcollect.weight_sync.shared_mem import SharedMemWeightSyncScheme
-
-        schemes = {"shared": SharedMemWeightSyncScheme, "process": MultiProcessWeightSyncScheme,
-                   "ray": RayWeightSyncScheme, "none": NoWeightSyncScheme}
-        if backend not in schemes:
-            raise ValueError(f"weight-sync backend must be one of {sorted(schemes)}, got {backend!r}")
-        return schemes[backend](**kwargs)
 
 
 # ---------------------------------------------------------------------------- none

@@ -185,7 +185,8 @@ def test_frames_per_batch_per_worker_and_cat_results_none(no_leftovers):
 
 
 def test_policy_version_is_tracked_and_in_every_state_dict(no_leftovers):
-    from rlcollect import NoWeightSyncScheme, WeightSyncScheme
+    from rlcollect import NoWeightSyncScheme
+    from rlcollect.weight_sync import scheme_from_backend
 
     policy = WeightProbe()
     single = Collector(counting_factory(5)(), policy, frames_per_batch=4, track_policy_version=True)
@@ -198,7 +199,7 @@ def test_policy_version_is_tracked_and_in_every_state_dict(no_leftovers):
     assert ("collector", "policy_version") not in next(iter(untracked)).keys(True, True)
 
     multi = MultiSyncCollector([counting_factory(5)] * 2, policy, frames_per_batch=8, start_method="fork",
-                               weight_sync_schemes={"policy": WeightSyncScheme.from_backend("process")})
+                               weight_sync_schemes={"policy": scheme_from_backend("process")})
     no_leftovers(multi)
     next(iter(multi))
     with torch.no_grad():
@@ -208,9 +209,9 @@ def test_policy_version_is_tracked_and_in_every_state_dict(no_leftovers):
     assert state["policy_version"] == 1 and state["frames"] == 8
     assert [state[f"worker{i}"]["policy_version"] for i in range(2)] == [1, 1]
     assert [float(state[f"worker{i}"]["policy"]["weight"]) for i in range(2)] == [2.0, 2.0]
-    assert isinstance(WeightSyncScheme.from_backend("none"), NoWeightSyncScheme)
+    assert isinstance(scheme_from_backend("none"), NoWeightSyncScheme)
     with pytest.raises(ValueError, match="weight-sync backend must be one of"):
-        WeightSyncScheme.from_backend("nccl")
+        scheme_from_backend("nccl")
 
 
 def heterogeneous_env():

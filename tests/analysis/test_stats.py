@@ -1,8 +1,8 @@
-"""rlcollect.logging.stats: the aggregates by hand, and the bootstrap intervals against rliable's."""
+"""rlcollect.analysis.stats: the aggregates by hand, and the bootstrap intervals against rliable's."""
 import numpy as np
 import pytest
 
-from rlcollect.logging import stats
+from rlcollect.analysis import stats
 
 
 def test_aggregates_of_one_task_by_hand_where_the_iqm_is_not_the_mean():

@@ -1,25 +1,18 @@
-"""Compare runs side by side: ``rlcollect compare PATH... [--stats] [--normalize] [--format] [--plot] [--wandb]``.
+"""The comparison of runs, as numbers: ``compare(runs)`` gives a :class:`Comparison`.
 
-Runs are grouped by their settings with seeds pooled (:func:`group_runs`); runs that failed
-or were interrupted are left out and listed apart (:func:`split_runs`). Each group becomes
-one row of mean ± std over its runs (:func:`compare_table`) and, for its final evaluation
-return and its area under the learning curve, interval estimates over its runs: IQM,
-median, mean and optimality gap with stratified bootstrap confidence intervals
-(:func:`interval_table`, numbers from :mod:`rlcollect.logging.stats`). Over several envs,
-scores are normalised per env (``(score - random) / (max - random)``) and aggregated over
-the envs as tasks::
-
-    comparison = compare(load_runs(["multirun/2026-01-01/12-00-00"]), bootstrap=True)
-    print(render_comparison(comparison, "markdown"))     # or "table", "csv", "json", "html"
-    plot_report(comparison, "curves.png")                 # curves, profile (PNG and SVG)
+Runs that failed or were interrupted are left out and listed apart (:func:`split_runs`);
+the others are grouped by their settings with seeds pooled
+(:func:`rlcollect.analysis.grouping.group_runs`). Each group becomes one row of mean ± std
+over its runs (:func:`compare_table`) and, for its final evaluation return and its area
+under the learning curve, interval estimates over its runs: IQM, median, mean and
+optimality gap with stratified bootstrap confidence intervals (:func:`interval_table`,
+numbers from :mod:`rlcollect.analysis.stats`). Over several envs, scores are normalised per
+env (``(score - random) / (max - random)``) and aggregated over the envs as tasks.
+Text and figures of a Comparison: :mod:`rlcollect.analysis.report`, :mod:`rlcollect.analysis.plots`.
 """
 from __future__ import annotations
 
-import csv
-import io
-import json
 import math
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -28,40 +21,16 @@ from typing import Any
 
 import numpy as np
 
-from rlcollect.logging import stats as st
-from rlcollect.logging.plots import plot_curves, score_curve
-from rlcollect.logging.runs import (
-    EVAL_RETURN,
-    INCLUDED_STATUSES,
-    CompareError,
-    Group,
-    RunRecord,
-    for_env_id,
-    load_runs,
-    load_wandb_runs,
-    solved_return_of,
-)
+from rlcollect.analysis import stats as st
+from rlcollect.analysis.grouping import Group, group_runs
+from rlcollect.logging.runs import EVAL_RETURN, CompareError, RunRecord, for_env_id, solved_return_of, wall_clock
 
-__all__ = ["CompareError", "Comparison", "Excluded", "Group", "GroupStats", "Improvement", "Row", "RunRecord",
-           "Stat", "FORMATS", "SUMMARY_COLUMNS", "compare", "compare_runs", "compare_table", "final_scores",
-           "group_runs", "interval_table", "load_runs", "load_wandb_runs", "parse_normalize", "plot_curves", "render",
-           "score_ranges", "split_runs"]
+__all__ = ["Comparison", "Excluded", "GroupStats", "INCLUDED_STATUSES", "Improvement", "Row", "STATS_MIN_RUNS",
+           "SUMMARY_COLUMNS", "Stat", "TO_THRESHOLD", "compare", "compare_table", "eval_curve", "final_scores",
+           "improvement", "interval_table", "parse_normalize", "reference_scores_of", "score_curve", "score_ranges",
+           "split_runs"]
 
-SEED_KEY = "seed"
-# keys that change how a run is run or recorded, never its result: left out of group labels
-# (unless --group-by names them); a key names itself and everything under it
-NOT_RESULT_KEYS = ("progress", "logger", "checkpoint_every_frames", "torch_threads", "resume", "objective",
-                   "eval.video", "collector.batch_timeout", "collector.shutdown_timeout",
-                   "collector.worker_cpu_affinity", "collector.worker_torch_threads", "collector.start_method")
-
-
-def changes_results(key: str) -> bool:
-    """Whether the setting ``key`` can change a run's result (see NOT_RESULT_KEYS)."""
-    return key != SEED_KEY and not any(key == other or key.startswith(other + ".") for other in NOT_RESULT_KEYS)
-DEFAULT_LABEL = "default"
-UNSET_VALUE = "-"  # a key a run neither sets nor holds in its config
-FORMATS = ("table", "markdown", "csv", "json", "html")
-TABLE_FORMATS = ("table", "markdown", "csv", "json")  # render()'s: the mean ± std table alone
+INCLUDED_STATUSES = ("finished", "solved", None)  # runs that count in a comparison (None: unknown)
 # Built-in columns, from RunRecord.summary, with their titles and number formats.
 SUMMARY_COLUMNS = {
     "final_eval_return": ("final eval return", ".1f"),
@@ -71,7 +40,6 @@ SUMMARY_COLUMNS = {
     "seconds_to_solve": ("seconds to solve", ".2f"),
 }
 TO_THRESHOLD = ("frames_to_solve", "seconds_to_solve")
-METRIC_FORMAT = ".4g"
 SCORE_COLUMN = "final_eval_return"  # the score the interval estimates are of
 STATS_MIN_RUNS = 3  # --stats defaults to on when a group has this many runs
 ScoreRange = tuple[float, float]  # (random, max) reference scores of one env
@@ -119,7 +87,7 @@ class Excluded:
 
 @dataclass
 class GroupStats:
-    """A group's interval estimates (:data:`rlcollect.logging.stats.AGGREGATES` each).
+    """A group's interval estimates (:data:`rlcollect.analysis.stats.AGGREGATES` each).
 
     Attributes:
         group, settings: as the Group's label and settings.
@@ -197,42 +165,6 @@ def split_runs(runs: Sequence[RunRecord]) -> tuple[list[RunRecord], list[Exclude
     return counted, sorted(excluded, key=lambda run: run.reason.split(" ", 1)[0])  # by status
 
 
-def group_runs(runs: Sequence[RunRecord], group_by: Sequence[str] | None = None) -> list[Group]:
-    """Group ``runs`` by their settings with ``seed`` removed, in order of first appearance.
-
-    The settings are the runs' overrides; a run without known overrides (no
-    .hydra/overrides.yaml, no W&B run name) adds the config keys in which it differs from the
-    others, a node whose ``_target_`` or ``name`` differs standing for its whole subtree
-    (``collector=multisync``). A key one run sets and another does not takes, for the other,
-    its config's value or, for a config group (``collector``), the group choice Hydra made
-    (see :attr:`RunRecord.choices`). An overridden value is compared as the config holds it,
-    so ``algo.lr=3e-4`` and ``algo.lr=0.0003`` are one setting. When the runs span several
-    envs, the keys that only name the env (``env``, ``env.*``, ``eval.*`` that follow the
-    env id) are left out: each group pools its runs over the envs (the tasks).
-
-    The label holds only the keys whose value differs across groups, group choices first:
-    ``collector=multisync, algo.lr=0.0003`` ("default" when none differs). ``group_by``
-    names the keys to group by instead (all of them in the label).
-    """
-    if group_by:
-        keys = list(dict.fromkeys(group_by))
-        per_run = [{key: _run_value(run, key, _override_settings(run)) for key in keys} for run in runs]
-        chosen_keys = keys
-    else:
-        per_run = _settings_of(runs)
-        chosen_keys = [key for key in _label_order({key for settings in per_run for key in settings})
-                       if len({settings.get(key) for settings in per_run}) > 1]
-    groups: dict[tuple[str | None, ...], Group] = {}
-    for run, settings in zip(runs, per_run):
-        chosen = {key: settings.get(key, UNSET_VALUE) for key in chosen_keys}
-        group_key = tuple(chosen.values())
-        if group_key not in groups:
-            label = ", ".join(f"{key}={value}" for key, value in chosen.items()) or DEFAULT_LABEL
-            groups[group_key] = Group(label=label, settings=chosen)
-        groups[group_key].runs.append(run)
-    return list(groups.values())
-
-
 def compare_table(groups: Sequence[Group], metrics: Sequence[str] = (),
                   sort: str = "final_eval_return") -> list[Row]:
     """One Row per group with the SUMMARY_COLUMNS and the final value of each of ``metrics``
@@ -266,31 +198,6 @@ def compare_table(groups: Sequence[Group], metrics: Sequence[str] = (),
             stats.update({metric: _stat([_final_value(run, metric) for run in runs]) for metric in metrics})
             rows.append(Row(group=group.label, settings=group.settings, runs=len(runs), stats=stats, task=task))
     return sorted(rows, key=lambda row: (tasks.index(row.task) if row.task else 0, *_sort_key(row, sort)))
-
-
-def render(rows: Sequence[Row], fmt: str = "table") -> str:
-    """The rows as an aligned text table, a markdown pipe table, CSV (with a header) or JSON
-    (a list of group dicts: group, settings, runs and per column mean, std, n).
-
-    Raises:
-        CompareError: for an unknown ``fmt``.
-    """
-    if fmt not in TABLE_FORMATS:
-        raise CompareError(f"unknown format {fmt!r}: choose one of {', '.join(TABLE_FORMATS)}")
-    columns = list(rows[0].stats) if rows else list(SUMMARY_COLUMNS)
-    if fmt == "json":
-        return json.dumps([_row_dict(row, columns) for row in rows], indent=2)
-    if fmt == "csv":
-        return _render_csv(rows, columns)
-    header, *cells = table_cells(rows)
-    if fmt == "markdown":
-        lines = [header, ["---", *["---:"] * (len(header) - 1)], *cells]
-        return "\n".join("| " + " | ".join(cell.replace("|", "\\|") for cell in line) + " |" for line in lines)
-    widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
-    lines = [header, ["-" * width for width in widths], *cells]
-    return "\n".join("  ".join(cell.ljust(width) if i == 0 else cell.rjust(width)
-                               for i, (cell, width) in enumerate(zip(line, widths))).rstrip()
-                     for line in lines)
 
 
 def parse_normalize(specs: Sequence[str]) -> dict[str | None, ScoreRange]:
@@ -343,6 +250,25 @@ def reference_scores_of(config: dict[str, Any]) -> ScoreRange | None:
         return None
     random, best = float(value["random"]), float(value["max"])
     return None if random == best else (random, best)
+
+
+def eval_curve(run: RunRecord, x_key: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(x, eval return)`` of the run's evaluation rows (those with a non-null return);
+    x is the row's ``"step"`` or, for ``"time"``, its :func:`~rlcollect.logging.runs.wall_clock` seconds."""
+    xs = wall_clock(run.history) if x_key == "time" else [row.get(x_key) for row in run.history]
+    points = [(x, row[EVAL_RETURN]) for row, x in zip(run.history, xs)
+              if row.get(EVAL_RETURN) is not None and x is not None]
+    x, y = zip(*points) if points else ((), ())
+    return np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+
+
+def score_curve(run: RunRecord, ranges: dict[Any, ScoreRange | None] | None,
+                x_key: str = "step") -> tuple[np.ndarray, np.ndarray]:
+    """The run's :func:`eval_curve`, its scores normalised when ``ranges`` has its env's
+    reference scores ``(random, max)``."""
+    x, y = eval_curve(run, x_key)
+    score_range = (ranges or {}).get(run.task)
+    return (x, y) if score_range is None else (x, st.normalize(y, *score_range))
 
 
 def interval_table(groups: Sequence[Group], ranges: dict[str, ScoreRange | None], *, bootstrap: bool = True,
@@ -454,43 +380,6 @@ def compare(runs: Sequence[RunRecord], *, metrics: Sequence[str] = (), sort: str
                       ranges=ranges, spans=spans, gamma=gamma, bootstrap=want, reps=reps, seed=seed, notes=notes)
 
 
-def table_cells(rows: Sequence[Row]) -> list[list[str]]:
-    """The mean ± std table as text cells: a header line, then one line per row."""
-    columns = list(rows[0].stats) if rows else list(SUMMARY_COLUMNS)
-    header = ["group", "runs", *(SUMMARY_COLUMNS.get(column, (column,))[0] for column in columns)]
-    return [header, *([row.label, str(row.runs), *(_cell(column, row.stats[column]) for column in columns)]
-                      for row in rows)]
-
-
-def compare_runs(paths: Sequence[str | os.PathLike[str]] = (), *, wandb_dir: str | os.PathLike[str] | None = None,
-                 metrics: Sequence[str] = (), sort: str = "final_eval_return", fmt: str = "table",
-                 plot: str | os.PathLike[str] | None = None, group_by: Sequence[str] | None = None,
-                 bootstrap: bool | None = None, normalize: Sequence[str] = (),
-                 versus: Sequence[tuple[str, str]] = (), reps: int = st.DEFAULT_REPS) -> str:
-    """What ``rlcollect compare`` prints: load (run folders, or W&B runs under ``wandb_dir``),
-    :func:`compare`, render; with ``plot``, also write the figures there (PNG and SVG).
-
-    Raises:
-        CompareError: for no source or both, no runs, an unknown metric, sort, format or group.
-    """
-    from rlcollect.logging.report import render_comparison
-
-    if bool(paths) == (wandb_dir is not None):
-        raise CompareError("give run folders (PATH...) or --wandb DIR, not both" if paths
-                           else "give at least one run folder (PATH...) or --wandb DIR")
-    if fmt not in FORMATS:
-        raise CompareError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    runs = load_wandb_runs(wandb_dir) if wandb_dir is not None else load_runs(list(paths))
-    comparison = compare(runs, metrics=metrics, sort=sort, group_by=group_by, bootstrap=bootstrap,
-                         normalize=parse_normalize(normalize), versus=versus, reps=reps)
-    text = render_comparison(comparison, fmt)
-    if plot is not None:
-        from rlcollect.logging.plots import plot_report
-
-        plot_report(comparison, plot)
-    return text
-
-
 def _estimates(scores: list[np.ndarray], gamma: float | None, bootstrap: bool, reps: int,
                seed: int) -> dict[str, st.Interval]:
     """The interval estimates of per-env scores (points only without ``bootstrap``; None without scores)."""
@@ -510,134 +399,6 @@ def _find_group(groups: Sequence[Group], name: str) -> Group:
         raise CompareError(f"--versus {name!r} names {'no group' if not found else 'several groups'} "
                            f"(groups: {labels})")
     return found[0]
-
-
-def _settings_of(runs: Sequence[RunRecord]) -> list[dict[str, str]]:
-    """Each run's settings (see :func:`group_runs`), without seed and, over several envs, the env keys."""
-    overridden = [_override_settings(run) for run in runs]
-    keys = {key for settings in overridden for key in settings}
-    if any(run.overrides is None for run in runs):
-        flat = [_flatten(run.config) for run in runs]
-        keys |= {key for key in _collapse(flat, runs) if not any(_covers(known, key) for known in keys)}
-    per_run = [{key: _run_value(run, key, settings) for key in keys} for run, settings in zip(runs, overridden)]
-    tasks = [run.task for run in runs]
-    if len(set(tasks)) > 1:
-        for key in [key for key in keys if _names_the_task(key, per_run, tasks)]:
-            for settings in per_run:
-                del settings[key]
-    return per_run
-
-
-def _collapse(flat: list[dict[str, str]], runs: Sequence[RunRecord]) -> list[str]:
-    """The flattened config keys that differ across runs, a top-level node whose
-    ``_target_`` or ``name`` differs standing for all of its keys."""
-    keys = sorted(key for key in {key for settings in flat for key in settings} if changes_results(key))
-    differing = [key for key in keys if len({settings.get(key) for settings in flat}) > 1]
-    nodes = {key.split(".", 1)[0] for key in differing if key.rsplit(".", 1)[-1] in ("_target_", "name")
-             and key.count(".") == 1}
-    return sorted(nodes | {key for key in differing if key.split(".", 1)[0] not in nodes})
-
-
-def _covers(known: str, key: str) -> bool:
-    """Whether override key ``known`` already holds config key ``key`` (the same key, or a node above or below)."""
-    return key == known or key.startswith(known + ".") or known.startswith(key + ".")
-
-
-def _names_the_task(key: str, per_run: list[dict[str, str]], tasks: list[str | None]) -> bool:
-    """An env or eval key whose value follows the env id (one value per env id)."""
-    if not (key == "env" or key.startswith(("env.", "eval."))):
-        return False
-    values: dict[str | None, set[str | None]] = {}
-    for settings, task in zip(per_run, tasks):
-        values.setdefault(task, set()).add(settings.get(key))
-    return all(len(seen) == 1 for seen in values.values())
-
-
-def _label_order(keys: set[str]) -> list[str]:
-    """Config group choices (no dot) first, then dotted keys, each sorted."""
-    return sorted(keys, key=lambda key: ("." in key, key))
-
-
-def _run_value(run: RunRecord, key: str, overridden: dict[str, str]) -> str:
-    """The run's value of ``key``: as overridden, else its config's value (a per-env mapping's
-    entry for its env id), else its group choice (from Hydra, or the node's ``name`` /
-    ``_target_`` class), else "-"."""
-    if key in overridden:
-        return overridden[key]
-    value = _config_value(run.config, key)
-    if value is not None:
-        return value
-    if key in run.choices:
-        return run.choices[key]
-    node = _config_node(run.config, key)
-    if isinstance(node, dict) and run.task in node:  # a per-env setting of the presets: {env id: value}
-        return _format_value(node[run.task])
-    if isinstance(node, dict):
-        if node.get("name") is not None:
-            return _format_value(node["name"])
-        if node.get("_target_"):
-            return str(node["_target_"]).rsplit(".", 1)[-1]
-    return UNSET_VALUE
-
-
-def _override_settings(run: RunRecord) -> dict[str, str]:
-    """A run's overrides as {key: value as its config holds it}, without seed; a group
-    override (``collector=multisync``) keeps its value."""
-    settings = {}
-    for item in run.overrides or []:
-        key, sep, value = item.partition("=")
-        key = key.lstrip("+~")
-        if changes_results(key):
-            settings[key] = (_config_value(run.config, key) or value) if sep else "<deleted>"
-    return settings
-
-
-def _config_node(config: dict[str, Any], dotted_key: str) -> Any:
-    """The config's node at ``a.b.c``, or None."""
-    node: Any = config
-    for part in dotted_key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _config_value(config: dict[str, Any], dotted_key: str) -> str | None:
-    """The config's value at ``a.b.c``, formatted; None if absent or a mapping (a group)."""
-    node = _config_node(config, dotted_key)
-    return None if node is None and not _has_key(config, dotted_key) or isinstance(node, dict) else _format_value(node)
-
-
-def _has_key(config: dict[str, Any], dotted_key: str) -> bool:
-    """Whether ``a.b.c`` is in the config (its value may be null)."""
-    parent, _, leaf = dotted_key.rpartition(".")
-    node = _config_node(config, parent) if parent else config
-    return isinstance(node, dict) and leaf in node
-
-
-def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
-    """{"a": {"b": 1}} -> {"a.b": "1"} (values formatted)."""
-    flat = {}
-    for key, value in config.items():
-        if isinstance(value, dict) and value:
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = _format_value(value)
-    return flat
-
-
-def _format_value(value: Any) -> str:
-    """A config value as text that is the same from config.yaml and from W&B's config
-    (which writes 475.0 as 475): integral floats lose their ``.0``."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, (list, dict)):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
 
 
 def _final_value(run: RunRecord, metric: str) -> float | None:
@@ -673,37 +434,6 @@ def _sort_key(row: Row, column: str) -> tuple:
         return (1, 0.0, 0.0, row.label)
     reached = -stat.count / stat.runs if column in TO_THRESHOLD else 0.0
     return (0, reached, stat.mean if _ascending(column) else -stat.mean, row.label)
-
-
-def _cell(column: str, stat: Stat) -> str:
-    """``mean ± std``, with ``(count/runs)`` for to-threshold columns and partial columns."""
-    spec = SUMMARY_COLUMNS.get(column, (column, METRIC_FORMAT))[1]
-    text = "-" if stat.mean is None else f"{stat.mean:{spec}} ± {stat.std:{spec}}"
-    if column in TO_THRESHOLD or stat.count < stat.runs:
-        text += f" ({stat.count}/{stat.runs})"
-    return text
-
-
-def _row_dict(row: Row, columns: Sequence[str]) -> dict[str, Any]:
-    """A Row as JSON-ready plain values."""
-    return {"group": row.group, **({"task": row.task} if row.task else {}), "settings": row.settings, "runs": row.runs,
-            **{column: {"mean": row.stats[column].mean, "std": row.stats[column].std, "n": row.stats[column].count}
-               for column in columns}}
-
-
-def _render_csv(rows: Sequence[Row], columns: Sequence[str]) -> str:
-    """CSV with a header: group, runs, then <column>_mean, <column>_std, <column>_n."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["group", "runs", *(f"{column}_{part}" for column in columns for part in ("mean", "std", "n"))])
-    for row in rows:
-        numbers = []
-        for column in columns:
-            stat = row.stats[column]
-            numbers += ["" if stat.mean is None else repr(stat.mean), "" if stat.std is None else repr(stat.std),
-                        stat.count]
-        writer.writerow([row.label, row.runs, *numbers])
-    return buffer.getvalue()
 
 
 def _known(keys: set[str], shown: int = 12) -> str:

@@ -20,24 +20,21 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from rlcollect.logging import stats as st
-from rlcollect.logging.compare import (
-    FORMATS,
-    CompareError,
-    Comparison,
-    GroupStats,
-    Row,
-    render,
-    table_cells,
-)
+from rlcollect.analysis import stats as st
+from rlcollect.analysis.comparison import SUMMARY_COLUMNS, TO_THRESHOLD, Comparison, GroupStats, Row, Stat
+from rlcollect.analysis.plots import figure_svgs
+from rlcollect.logging.runs import CompareError
 
-__all__ = ["render_comparison"]
+__all__ = ["FORMATS", "TABLE_FORMATS", "render", "render_comparison", "table_cells"]
 
+FORMATS = ("table", "markdown", "csv", "json", "html")
+TABLE_FORMATS = ("table", "markdown", "csv", "json")  # render()'s: the mean ± std table alone
+METRIC_FORMAT = ".4g"  # a logged metric's cells (SUMMARY_COLUMNS give the built-in columns' formats)
 TITLES = {"iqm": "IQM", "median": "median", "mean": "mean", "optimality_gap": "optimality gap"}
 
 
 def render_comparison(comparison: Comparison, fmt: str = "table") -> str:
-    """The comparison in ``fmt`` (one of :data:`rlcollect.logging.compare.FORMATS`).
+    """The comparison in ``fmt`` (one of :data:`FORMATS`).
 
     Raises:
         CompareError: for an unknown ``fmt``.
@@ -68,6 +65,39 @@ def render_comparison(comparison: Comparison, fmt: str = "table") -> str:
     if comparison.notes:
         parts.append("\n".join(f"note: {note}" for note in comparison.notes))
     return "\n\n".join(parts)
+
+
+def render(rows: Sequence[Row], fmt: str = "table") -> str:
+    """The rows as an aligned text table, a markdown pipe table, CSV (with a header) or JSON
+    (a list of group dicts: group, settings, runs and per column mean, std, n).
+
+    Raises:
+        CompareError: for an unknown ``fmt``.
+    """
+    if fmt not in TABLE_FORMATS:
+        raise CompareError(f"unknown format {fmt!r}: choose one of {', '.join(TABLE_FORMATS)}")
+    columns = list(rows[0].stats) if rows else list(SUMMARY_COLUMNS)
+    if fmt == "json":
+        return json.dumps([_row_dict(row, columns) for row in rows], indent=2)
+    if fmt == "csv":
+        return _render_csv(rows, columns)
+    header, *cells = table_cells(rows)
+    if fmt == "markdown":
+        lines = [header, ["---", *["---:"] * (len(header) - 1)], *cells]
+        return "\n".join("| " + " | ".join(cell.replace("|", "\\|") for cell in line) + " |" for line in lines)
+    widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]
+    lines = [header, ["-" * width for width in widths], *cells]
+    return "\n".join("  ".join(cell.ljust(width) if i == 0 else cell.rjust(width)
+                               for i, (cell, width) in enumerate(zip(line, widths))).rstrip()
+                     for line in lines)
+
+
+def table_cells(rows: Sequence[Row]) -> list[list[str]]:
+    """The mean ± std table as text cells: a header line, then one line per row."""
+    columns = list(rows[0].stats) if rows else list(SUMMARY_COLUMNS)
+    header = ["group", "runs", *(SUMMARY_COLUMNS.get(column, (column,))[0] for column in columns)]
+    return [header, *([row.label, str(row.runs), *(_cell(column, row.stats[column]) for column in columns)]
+                      for row in rows)]
 
 
 def _intro(comparison: Comparison) -> str:
@@ -201,8 +231,6 @@ def _csv(comparison: Comparison) -> str:
 
 def _html(comparison: Comparison) -> str:
     """One self-contained HTML page: the tables, then the figures as inline SVG."""
-    from rlcollect.logging.plots import figure_svgs
-
     body = [f"<h1>rlcollect compare: {len(comparison.groups)} groups, "
             f"{sum(len(group.runs) for group in comparison.groups)} runs</h1>",
             "<h2>mean ± std over each group's runs</h2>", _html_table(table_cells(comparison.rows))]
@@ -238,3 +266,34 @@ def _html_table(lines: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(cell)}</th>" for cell in lines[0])
     rows = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in line) + "</tr>" for line in lines[1:])
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def _cell(column: str, stat: Stat) -> str:
+    """``mean ± std``, with ``(count/runs)`` for to-threshold columns and partial columns."""
+    spec = SUMMARY_COLUMNS.get(column, (column, METRIC_FORMAT))[1]
+    text = "-" if stat.mean is None else f"{stat.mean:{spec}} ± {stat.std:{spec}}"
+    if column in TO_THRESHOLD or stat.count < stat.runs:
+        text += f" ({stat.count}/{stat.runs})"
+    return text
+
+
+def _row_dict(row: Row, columns: Sequence[str]) -> dict[str, Any]:
+    """A Row as JSON-ready plain values."""
+    return {"group": row.group, **({"task": row.task} if row.task else {}), "settings": row.settings, "runs": row.runs,
+            **{column: {"mean": row.stats[column].mean, "std": row.stats[column].std, "n": row.stats[column].count}
+               for column in columns}}
+
+
+def _render_csv(rows: Sequence[Row], columns: Sequence[str]) -> str:
+    """CSV with a header: group, runs, then <column>_mean, <column>_std, <column>_n."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(["group", "runs", *(f"{column}_{part}" for column in columns for part in ("mean", "std", "n"))])
+    for row in rows:
+        numbers = []
+        for column in columns:
+            stat = row.stats[column]
+            numbers += ["" if stat.mean is None else repr(stat.mean), "" if stat.std is None else repr(stat.std),
+                        stat.count]
+        writer.writerow([row.label, row.runs, *numbers])
+    return buffer.getvalue()

@@ -2,7 +2,7 @@
 wall-clock seconds, the performance profile, and the probability of improvement.
 
 Curves and profile show the interquartile mean over a group's runs with a 95% stratified
-bootstrap band (:mod:`rlcollect.logging.stats`); scores are normalised per env when the
+bootstrap band (:mod:`rlcollect.analysis.stats`); scores are normalised per env when the
 comparison has reference scores. Each figure is written as PNG and SVG. Drawn with
 matplotlib's Agg canvas on a bare Figure (no pyplot, no display, and no change to the
 process's matplotlib backend); matplotlib is imported only when a plot is made.
@@ -13,18 +13,17 @@ import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from rlcollect.logging import stats as st
-from rlcollect.logging.runs import EVAL_RETURN, CompareError, Group, RunRecord, wall_clock
+from rlcollect.analysis import stats as st
+from rlcollect.analysis.comparison import Comparison, final_scores, score_curve
+from rlcollect.analysis.grouping import Group
+from rlcollect.logging.runs import EVAL_RETURN, CompareError
 
-if TYPE_CHECKING:
-    from rlcollect.logging.compare import Comparison
-
-__all__ = ["curves_figure", "eval_curve", "figure_svgs", "improvement_figure", "plot_curves", "plot_report",
-           "profile_figure", "save_figure", "score_curve"]
+__all__ = ["curves_figure", "figure_svgs", "improvement_figure", "plot_curves", "plot_report", "profile_figure",
+           "save_figure"]
 
 # x axes: (row key, axis label, subplot title)
 X_AXES = (("step", "frames", "eval score vs frames"),
@@ -34,24 +33,6 @@ PROFILE_POINTS = 101
 FORMATS = (".png", ".svg")
 
 ScoreRanges = dict[Any, Any]  # env id -> (random, max) or None
-
-
-def eval_curve(run: RunRecord, x_key: str) -> tuple[np.ndarray, np.ndarray]:
-    """``(x, eval return)`` of the run's evaluation rows (those with a non-null return);
-    x is the row's ``"step"`` or, for ``"time"``, its :func:`wall_clock` seconds."""
-    xs = wall_clock(run.history) if x_key == "time" else [row.get(x_key) for row in run.history]
-    points = [(x, row[EVAL_RETURN]) for row, x in zip(run.history, xs)
-              if row.get(EVAL_RETURN) is not None and x is not None]
-    x, y = zip(*points) if points else ((), ())
-    return np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
-
-
-def score_curve(run: RunRecord, ranges: ScoreRanges | None, x_key: str = "step") -> tuple[np.ndarray, np.ndarray]:
-    """The run's :func:`eval_curve`, its scores normalised when ``ranges`` has its env's
-    reference scores ``(random, max)``."""
-    x, y = eval_curve(run, x_key)
-    score_range = (ranges or {}).get(run.task)
-    return (x, y) if score_range is None else (x, st.normalize(y, *score_range))
 
 
 def curves_figure(groups: Sequence[Group], ranges: ScoreRanges | None = None, *, reps: int = st.DEFAULT_REPS,
@@ -98,8 +79,6 @@ def curves_figure(groups: Sequence[Group], ranges: ScoreRanges | None = None, *,
 def profile_figure(comparison: Comparison):
     """The performance profile: per group, the fraction of its runs whose final score is
     above each threshold (pooled over envs), with a 95% bootstrap band."""
-    from rlcollect.logging.compare import final_scores
-
     scores = {group.label: list(final_scores(group, comparison.ranges).values()) for group in comparison.groups}
     scores = {label: per_task for label, per_task in scores.items() if per_task}
     if not scores:

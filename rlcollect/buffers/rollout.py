@@ -6,7 +6,7 @@ For transition-only fields the slot T is padding. Keys are the collector's.
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -38,7 +38,9 @@ class RolloutBuffer:
 
     Args:
         num_envs, rollout_len: the rollout's shape.
-        obs_dim: an int (a flat observation of that many features) or the observation's shape.
+        obs_dim: an int (a flat observation of that many features) or the observation's shape;
+            a mapping ``{name: shape}`` (nested as the observation is) for a Dict / Tuple
+            observation, whose ``observation_dtype`` is then a mapping of the same names.
         action_dim: an int (a vector action) or the action's shape (``()``, the default: one
             discrete action per step).
         device: where the rollout lives.
@@ -55,13 +57,13 @@ class RolloutBuffer:
     view. Algorithms add fields (advantage, ...) to the shared TensorDict.
     """
 
-    def __init__(self, num_envs: int, rollout_len: int, obs_dim: int | Sequence[int],
+    def __init__(self, num_envs: int, rollout_len: int, obs_dim: int | Sequence[int] | Mapping,
                  action_dim: int | Sequence[int] = (), device: str | torch.device = "cpu", *,
-                 observation_dtype: torch.dtype = torch.float32, action_dtype: torch.dtype | None = None,
+                 observation_dtype: torch.dtype | Mapping = torch.float32, action_dtype: torch.dtype | None = None,
                  state_shapes: dict[str, Sequence[int]] | None = None, extra_keys: Sequence = ()) -> None:
         self.num_envs, self.rollout_len = num_envs, rollout_len
         self.device = torch.device(device)
-        observation_shape, action_shape = feature_shape(obs_dim), feature_shape(action_dim)
+        action_shape = feature_shape(action_dim)
         if action_dtype is None:
             action_dtype = torch.int64 if action_shape == () else torch.float32
         shape = (num_envs, rollout_len + 1)
@@ -69,15 +71,21 @@ class RolloutBuffer:
         def zeros(*feature_shape, dtype=torch.float32):
             return torch.zeros(*shape, *feature_shape, dtype=dtype, device=self.device)
 
+        def observation(dims, dtype):  # one tensor, or a dict of them for a Dict / Tuple observation
+            if isinstance(dims, Mapping):
+                return {name: observation(child, dtype[name] if isinstance(dtype, Mapping) else dtype)
+                        for name, child in dims.items()}
+            return zeros(*feature_shape(dims), dtype=dtype)
+
         self._rollout = TensorDict(
             {
-                "observation": zeros(*observation_shape, dtype=observation_dtype),
+                "observation": observation(obs_dim, observation_dtype),
                 "action": zeros(*action_shape, dtype=action_dtype),
                 "action_log_prob": zeros(),
                 "state_value": zeros(),
                 "is_init": zeros(dtype=torch.bool),
                 "next": {
-                    "observation": zeros(*observation_shape, dtype=observation_dtype),
+                    "observation": observation(obs_dim, observation_dtype),
                     "reward": zeros(),
                     "terminated": zeros(dtype=torch.bool),
                     "truncated": zeros(dtype=torch.bool),

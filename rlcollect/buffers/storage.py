@@ -15,6 +15,10 @@ the tensors and the position shared with worker processes started afterwards.
 
 Elements are addressed by a flat "element index" in ``[0, len(storage))``: element ``i`` is
 row ``i // filled``, time index ``i % filled`` of the storage (for ndim=1 simply position i).
+
+``dedup_observations=True`` stores each observation once (buffers/frames.py): the
+observation leaves and their ``("next", ...)`` twins become frames plus pointers, rebuilt
+exactly on every read; ``frame_stack=K`` also stores each frame of a K-frame stack once.
 """
 from __future__ import annotations
 
@@ -31,7 +35,18 @@ from typing import Any, Callable
 import torch
 from tensordict import MemoryMappedTensor, TensorDict, TensorDictBase
 
+from rlcollect.buffers.frames import (
+    FRAMES,
+    FrameKey,
+    FrameLayout,
+    FrameStore,
+    as_path,
+    default_spare_frames,
+    new_spares,
+    write_context,
+)
 from rlcollect.buffers.locks import SharedLock
+from rlcollect.errors import ConfigError
 from rlcollect.validation import check_positive_int
 
 log = logging.getLogger(__name__)
@@ -167,16 +182,31 @@ class LazyTensorStorage:
         ndim: batch dims of a write: 1 for ``[N]``, 2 for ``[B, T]`` (collector on a batched
             env), 3 for ``[W, P, T]`` (MultiSync stack of batched envs). Time is the last.
         device: where the storage lives; writes are copied there.
+        dedup_observations: store each observation once: ``"observation"`` (and its nested
+            leaves) as frames, ``("next", "observation")`` as pointers to them (a copy only
+            after a trajectory's or a write's last step). Reads are exactly what was written.
+        frame_stack: with dedup_observations, observations whose first feature dim is this
+            (FrameStackObservation's ``stack_size``) are stored one frame per step, not one
+            stack; 1 stores observations whole.
+        spare_frames: frames held beside the one per element (the frames after each run's
+            last step); None: ``max_size / (4 * frame_stack)``. They grow when needed, except
+            in a storage shared with other processes (``share``), where running out raises.
     """
 
-    def __init__(self, max_size: int, *, ndim: int = 1, device: DeviceLike = "cpu") -> None:
+    def __init__(self, max_size: int, *, ndim: int = 1, device: DeviceLike = "cpu", dedup_observations: bool = False,
+                 frame_stack: int = 1, spare_frames: int | None = None) -> None:
         self.max_size = check_positive_int("max_size", max_size)
         self.ndim = check_positive_int("ndim", ndim)
         self.device = torch.device(device)
+        self.dedup_observations, self.frame_stack, self.spare_frames = _setup_frames(
+            dedup_observations, frame_stack, spare_frames)
         self.position = WritePosition()
         self._data: TensorDict | None = None
         self._rows: tuple[int, ...] = ()
         self._capacity = 0
+        self._layout: FrameLayout | None = None
+        self._frames: FrameStore | None = None
+        self._tensors_shared = False
 
     @property
     def position(self) -> WritePosition:
@@ -226,8 +256,23 @@ class LazyTensorStorage:
         for key, value in template.items(include_nested=True, leaves_only=True):
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"{type(self).__name__} stores tensors only; {key!r} is {type(value).__name__}")
+        if self.dedup_observations:
+            self._layout = FrameLayout.from_template(template, self.ndim, self.frame_stack)
+            template = self._layout.stored_template(template)
         self._bind(self._allocate(template, torch.Size([*rows, capacity])))
+        if self._layout is not None:
+            self._frames.spares = [self._make_spares(key, self._spare_size(key), None) for key in self._layout.keys]
         return self
+
+    def _spare_size(self, key: FrameKey) -> int:
+        return self.spare_frames or default_spare_frames(self.num_rows * self._capacity, key.stack)
+
+    def _make_spares(self, key: FrameKey, size: int, old: TensorDict | None) -> TensorDict:
+        """``size`` spare frames of ``key``, the first ones ``old``'s (growing them)."""
+        spares = new_spares(key, size, self.device)
+        if old is not None:
+            spares[:old.batch_size[0]] = old
+        return spares
 
     def _allocate(self, template: TensorDictBase, shape: torch.Size) -> TensorDict:
         ndim = self.ndim
@@ -241,13 +286,25 @@ class LazyTensorStorage:
         self._data = data
         self._rows, self._capacity = tuple(data.batch_size[:-1]), data.batch_size[-1]
         elements = data.batch_size.numel()
-        leaves = [(key, value.as_subclass(torch.Tensor))
+        stored = [(key, value.as_subclass(torch.Tensor))
                   for key, value in data.items(include_nested=True, leaves_only=True)]
-        self._leaves = leaves
-        self._keys = frozenset(key for key, _ in leaves)
-        self._writers = [(value, _numpy_view(value)) for _, value in leaves]
-        self._gather_tree = _leaf_tree([(key, value.reshape(elements, *value.shape[self.ndim:]))
-                                        for key, value in leaves])
+        self._writers = [(key, value, _numpy_view(value)) for key, value in stored]
+        plain = {as_path(key): value.reshape(elements, *value.shape[self.ndim:]) for key, value in stored
+                 if as_path(key)[0] != FRAMES}
+        if self._layout is None:  # every key a write holds (its feature shape), what a read gathers
+            self._leaves = [(key, tuple(value.shape[self.ndim:])) for key, value in stored]
+            self._gather_tree = _leaf_tree(list(plain.items()))
+        else:
+            framed = {key.path: key.feature_shape for key in self._layout.keys}
+            framed.update({key.next_key: key.feature_shape for key in self._layout.keys})
+            self._leaves = [(_as_key(path), framed[path] if path in framed else tuple(plain[path].shape[1:]))
+                            for path in self._layout.user_keys]
+            self._gather_tree = _leaf_tree([(path, plain.get(path, _FRAMED)) for path in self._layout.user_keys])
+            if self._frames is None:
+                self._frames = FrameStore(self._layout, self.num_rows, self._capacity, [])
+            self._frames.grow_spares = None if self._tensors_shared else self._make_spares
+            self._frames.bind(data)
+        self._keys = frozenset(key for key, _ in self._leaves)
 
     # ------------------------------------------------------------------ positions
     @property
@@ -268,6 +325,25 @@ class LazyTensorStorage:
     def __len__(self) -> int:
         return self.num_rows * self.position.filled if self._data is not None else 0
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every tensor the storage holds (data, frames and spares; 0 before allocation)."""
+        tensors = [] if self._data is None else list(self._data.values(include_nested=True, leaves_only=True))
+        if self._frames is not None:
+            tensors += [value for spares in self._frames.spares
+                        for value in spares.values(include_nested=True, leaves_only=True)]
+        return sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+
+    def spares_in_use(self) -> dict:
+        """Per observation key stored as frames: the spare frames stored elements point at,
+        and how many there are (``{key: (in_use, size)}``; empty without dedup_observations)."""
+        if self._frames is None:
+            return {}
+        oldest = self.position.write_count // max(self.num_rows, 1) - self.position.filled
+        in_use = self._frames.spares_in_use(oldest)
+        return {key.key: (count, spares.batch_size[0])
+                for key, count, spares in zip(self._layout.keys, in_use, self._frames.spares)}
+
     # ------------------------------------------------------------------ writes
     def extend(self, data: TensorDictBase) -> None:
         """Write ``data`` (``ndim`` batch dims, time last) at the cursor, under the lock;
@@ -283,14 +359,19 @@ class LazyTensorStorage:
             return
         steps, skipped = min(written, self._capacity), max(written - self._capacity, 0)
         if skipped:  # longer than the ring: only its last `capacity` steps survive, as with several writes
-            sources = [value[(slice(None),) * (self.ndim - 1) + (slice(skipped, None),)] for value in sources]
+            sources = {key: value[(slice(None),) * (self.ndim - 1) + (slice(skipped, None),)]
+                       for key, value in sources.items()}
         rows = (slice(None),) * (self.ndim - 1)
         with self.position.lock:
             cursor = (self.position.cursor + skipped) % self._capacity
             head = min(steps, self._capacity - cursor)
             wrapped = head < steps  # the rest goes to the start of every row
+            framed = self._frames is not None
+            frames = self._prepare_frames(sources, cursor, written, skipped, steps) if framed else None
             self.position.begin_write(cursor, steps)
-            for (stored, stored_numpy), value in zip(self._writers, sources):
+            continue_pending = self._commit_frames(sources, frames, steps) if framed else None
+            for key, stored, stored_numpy in self._writers:
+                value = sources[key]
                 if stored_numpy is not None and value.dtype == stored.dtype and value.device.type == "cpu" \
                         and not value.requires_grad:
                     # numpy slice assignment costs a fraction of Tensor.copy_ for small writes
@@ -304,6 +385,29 @@ class LazyTensorStorage:
                         stored[(*rows, slice(0, steps - head))].copy_(value[(*rows, slice(head, steps))])
             self.position.advance(written, self.num_rows * written, self._capacity)
             self.position.end_write()
+            if continue_pending is not None:  # after end_write: a repair never sees earlier elements point here
+                continue_pending()
+
+    def _prepare_frames(self, sources: dict, cursor: int, written: int, skipped: int, steps: int) -> tuple:
+        """Where a write's frames go (FrameStore.prepare): raises, changing nothing, when the
+        spares run out."""
+        position, num_rows = self.position, self.num_rows
+        steps_written = position.write_count // num_rows
+        oldest_after = steps_written + written - min(position.filled + written, self._capacity)
+        context = write_context(sources, ndim=self.ndim, num_rows=num_rows, steps=steps, capacity=self._capacity,
+                                cursor=cursor, sigma0=steps_written + skipped, oldest_after=oldest_after,
+                                generation=position.generation, device=self.device)
+        return context, self._frames.prepare(sources, context)
+
+    def _commit_frames(self, sources: dict, frames: tuple, steps: int):
+        """Replace the write's frame keys by the frames and pointers stored for them
+        (``[*rows, steps, ...]``); returns FrameStore.commit's step for after the write."""
+        context, prepared = frames
+        encoded, continue_pending = self._frames.commit(prepared, context)
+        for key in self._layout.paths:
+            sources.pop(_as_key(key))
+        sources.update({key: value.reshape(*self._rows, steps, *value.shape[2:]) for key, value in encoded.items()})
+        return continue_pending
 
     def _drop_interrupted_write(self, start: int, steps: int) -> int:
         """Called under the lock after a writer died in ``extend`` while writing ``steps``
@@ -319,14 +423,17 @@ class LazyTensorStorage:
         if kept.numel() == filled:  # the write had touched no stored step
             return 0
         time_dim = self.ndim - 1
-        for stored, _ in self._writers:
+        for _, stored, _ in self._writers:
             stored.narrow(time_dim, 0, kept.numel()).copy_(stored.index_select(time_dim, kept))
+        if self._frames is not None:
+            remap = torch.full((capacity,), -1, dtype=torch.int64, device=self.device)
+            remap[kept] = torch.arange(kept.numel(), device=self.device)
+            self._frames.after_repair(remap, kept.numel(), self.position.write_count // self.num_rows)
         self.position.set(kept.numel(), kept.numel(), self.position.write_count)
         return filled - kept.numel()
 
-    def _check_write(self, data: TensorDictBase) -> list[torch.Tensor]:
-        """Validate a write's batch shape, keys and feature shapes; returns its tensors in
-        the order of ``self._leaves``."""
+    def _check_write(self, data: TensorDictBase) -> dict:
+        """Validate a write's batch shape, keys and feature shapes; returns its tensors by key."""
         if not isinstance(data, TensorDictBase):
             raise TypeError(f"extend takes a TensorDict, got {type(data).__name__}")
         batch = data.batch_size
@@ -337,14 +444,13 @@ class LazyTensorStorage:
             raise KeyError(f"{type(self).__name__}: the write's keys differ from the stored ones; "
                            f"missing {sorted(map(str, self._keys - given.keys()))}, "
                            f"unexpected {sorted(map(str, given.keys() - self._keys))}")
-        ndim, sources = self.ndim, []
-        for key, stored in self._leaves:
+        ndim = self.ndim
+        for key, feature in self._leaves:
             value = given[key]
-            if value.shape[ndim:] != stored.shape[ndim:]:
+            if tuple(value.shape[ndim:]) != feature:
                 raise ValueError(f"{type(self).__name__}: {key!r} has feature shape {list(value.shape[ndim:])}, "
-                                 f"the storage holds {list(stored.shape[ndim:])}")
-            sources.append(value)
-        return sources
+                                 f"the storage holds {list(feature)}")
+        return given
 
     def _layout_message(self, batch: torch.Size, what: str) -> str:
         expected = "[N]" if self.ndim == 1 else "[" + ", ".join(f"R{i}" for i in range(self.ndim - 1)) + ", T]"
@@ -369,21 +475,26 @@ class LazyTensorStorage:
         """Gather by position in the flattened ``[rows * capacity]`` storage."""
         flat_index = flat_index.to(self.device)
         batch_size, device = flat_index.shape, self.device
+        framed = self._frames.gather(flat_index) if self._frames is not None else None
 
-        def build(tree: dict) -> TensorDict:
+        def build(tree: dict, path: tuple) -> TensorDict:
             # _new_unsafe skips the checks TensorDict() repeats per key: the shapes are ours
             return TensorDict._new_unsafe(
-                {name: build(node) if isinstance(node, dict) else torch.index_select(node, 0, flat_index)
+                {name: build(node, (*path, name)) if isinstance(node, dict)
+                 else framed[(*path, name)] if node is _FRAMED else torch.index_select(node, 0, flat_index)
                  for name, node in tree.items()},
                 batch_size=batch_size, device=device, nested=False)
 
-        return build(self._gather_tree)
+        return build(self._gather_tree, ())
 
     def read(self, index: Any = slice(None)) -> TensorDictBase:
         """What ``rb[index]`` shows: ndim=1 the stored elements oldest first, indexed by
         ``index``; ndim > 1 the storage layout ``[*rows, filled]`` indexed by ``index``."""
         self._require_data()
         filled = self.position.filled
+        if self.ndim > 1 and self._frames is not None:  # rebuilt: a copy, in the storage layout
+            slots = torch.arange(self.num_rows)[:, None] * self._capacity + torch.arange(filled)
+            return self._gather(slots.reshape(-1)).reshape(*self._rows, filled)[index]
         if self.ndim > 1:
             return self._data[..., :filled][index]
         positions = torch.arange(filled, device=self.device)[index]
@@ -397,6 +508,8 @@ class LazyTensorStorage:
         """The stored ``key`` as ``[num_rows, filled, *feature]`` in storage order (a view);
         each row's oldest step is at time index ``time_offset``."""
         self._require_data()
+        if self._layout is not None and (as_path(key) in self._layout.paths or as_path(key)[0] == FRAMES):
+            raise KeyError(f"{key!r} is stored as frames (dedup_observations=True): read it with get() or read()")
         value = self._data.get(key).as_subclass(torch.Tensor)
         value = value.reshape(self.num_rows, self._capacity, *value.shape[self.ndim:])
         return value[:, :self.position.filled]
@@ -417,7 +530,7 @@ class LazyTensorStorage:
         return row * filled + (step + offset) % filled
 
     def keys(self) -> list:
-        """Stored leaf keys (empty before allocation)."""
+        """Stored leaf keys, as a write holds them (empty before allocation)."""
         return [] if self._data is None else [key for key, _ in self._leaves]
 
     def _require_data(self) -> None:
@@ -429,6 +542,10 @@ class LazyTensorStorage:
         """Move the storage tensors to shared memory (worker processes can write into them)."""
         self._require_data()
         self._data.share_memory_()
+        if self._frames is not None:
+            for spares in self._frames.spares:
+                spares.share_memory_()
+        self._tensors_shared = True  # other processes hold them: spares cannot grow any more
         self._bind(self._data)
         return self
 
@@ -450,6 +567,8 @@ class LazyTensorStorage:
             with self.position.lock:
                 state["data"] = self._data.clone().to_dict()
                 state["data_shape"] = list(self._data.batch_size)
+                if self._frames is not None:  # the frame layout and spares (the pointers are in data)
+                    state["frames"] = self._frames.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -458,12 +577,31 @@ class LazyTensorStorage:
                 data = state["data"]
                 if not isinstance(data, TensorDictBase):
                     data = TensorDict(data, batch_size=state["data_shape"])
-                if self._data is None:
+                frames = state.get("frames")
+                if (frames is not None) != self.dedup_observations:
+                    raise ValueError(f"the state's data was stored with dedup_observations={frames is not None}, "
+                                     f"this storage has dedup_observations={self.dedup_observations}")
+                if self._data is None and frames is None:
                     self.init_from(data)
+                elif self._data is None:
+                    self._init_stored(data, FrameLayout.from_dict(frames["layout"]))
                 if data.batch_size != self.shape:
                     raise ValueError(f"state data has shape {list(data.batch_size)}, the storage {list(self.shape)}")
                 self._data.update_(data)
+                if frames is not None:
+                    self._frames.load_state_dict(frames)
             self.position.set(int(state["cursor"]), int(state["filled"]), int(state["write_count"]))
+
+    def _init_stored(self, data: TensorDictBase, layout: FrameLayout) -> None:
+        """Allocate like a state's ``data``: the stored layout (frames, not observations)."""
+        if data.batch_dims != self.ndim or data.batch_size[:-1].numel() * data.batch_size[-1] > self.max_size:
+            raise ValueError(f"state data of shape {list(data.batch_size)} does not fit {self!r}")
+        if any(key.stack not in (1, self.frame_stack) for key in layout.keys):
+            raise ValueError(f"the state's observations are stacks of {[key.stack for key in layout.keys]} frames, "
+                             f"this storage has frame_stack={self.frame_stack}")
+        self._layout = layout
+        self._bind(self._allocate(data, data.batch_size))
+        self._frames.spares = [self._make_spares(key, self._spare_size(key), None) for key in layout.keys]
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -479,7 +617,8 @@ class LazyTensorStorage:
 
     def __repr__(self) -> str:
         shape = list(self.shape) if self._data is not None else "lazy"
-        return (f"{type(self).__name__}(max_size={self.max_size}, ndim={self.ndim}, shape={shape}, "
+        frames = f", dedup_observations=True, frame_stack={self.frame_stack}" if self.dedup_observations else ""
+        return (f"{type(self).__name__}(max_size={self.max_size}, ndim={self.ndim}{frames}, shape={shape}, "
                 f"len={len(self)}, cursor={self.cursor})")
 
 
@@ -489,9 +628,10 @@ class LazyMemmapStorage(LazyTensorStorage):
     Files go under ``scratch_dir`` (a fresh temporary folder, removed with the storage,
     when None)::
 
-        scratch_dir/storage.json      max_size, ndim, shape
+        scratch_dir/storage.json      max_size, ndim, shape (and the frame options and layout)
         scratch_dir/position.memmap   cursor, filled, write_count (int64, always current)
         scratch_dir/data/             TensorDict.memmap layout (TensorDict.load_memmap)
+        scratch_dir/spares/<i>.<n>/   dedup_observations: the spare frames of frame key i (n-th size)
 
     ``LazyMemmapStorage.load(scratch_dir)`` re-opens them: same data, same position. The
     mapping is shared, so processes writing the files see each other's writes; ``share``
@@ -501,9 +641,13 @@ class LazyMemmapStorage(LazyTensorStorage):
     METADATA = "storage.json"
     POSITION = "position.memmap"
     DATA = "data"
+    SPARES = "spares"
 
-    def __init__(self, max_size: int, *, scratch_dir: str | os.PathLike | None = None, ndim: int = 1) -> None:
-        super().__init__(max_size, ndim=ndim, device="cpu")
+    def __init__(self, max_size: int, *, scratch_dir: str | os.PathLike | None = None, ndim: int = 1,
+                 dedup_observations: bool = False, frame_stack: int = 1, spare_frames: int | None = None) -> None:
+        super().__init__(max_size, ndim=ndim, device="cpu", dedup_observations=dedup_observations,
+                         frame_stack=frame_stack, spare_frames=spare_frames)
+        self._spare_dirs: dict[str, str] = {}
         self.scratch_dir = None if scratch_dir is None else Path(scratch_dir)
         if self.scratch_dir is not None and (self.scratch_dir / self.METADATA).exists():
             raise FileExistsError(f"{self.scratch_dir} already holds a storage: re-open it with "
@@ -522,9 +666,34 @@ class LazyMemmapStorage(LazyTensorStorage):
         data = layout.memmap_like(prefix=self.scratch_dir / self.DATA)
         counters = MemoryMappedTensor.empty((3,), dtype=torch.int64, filename=self.scratch_dir / self.POSITION)
         self.position.attach(counters)
-        metadata = {"max_size": self.max_size, "ndim": self.ndim, "shape": list(shape)}
-        (self.scratch_dir / self.METADATA).write_text(json.dumps(metadata))
+        self._shape = list(shape)
+        self._write_metadata()
         return data
+
+    def _write_metadata(self) -> None:
+        metadata = {"max_size": self.max_size, "ndim": self.ndim, "shape": self._shape}
+        if self._layout is not None:
+            metadata.update(dedup_observations=True, frame_stack=self.frame_stack, spare_frames=self.spare_frames,
+                            layout=self._layout.to_dict(), spares=self._spare_dirs)
+        path = self.scratch_dir / self.METADATA
+        path.with_suffix(".tmp").write_text(json.dumps(metadata))
+        path.with_suffix(".tmp").replace(path)
+
+    def _make_spares(self, key: FrameKey, size: int, old: TensorDict | None) -> TensorDict:
+        """Spares in files: ``spares/<key index>.<n>``, the n-th size (a grown copy is a new folder)."""
+        name = str(key.index)
+        previous = self._spare_dirs.get(name)
+        folder = f"{name}.{int(previous.rsplit('.', 1)[1]) + 1 if previous else 0}"
+        layout = new_spares(key, 1, "cpu").expand(size)  # allocates nothing: memmap_like writes the files
+        spares = layout.memmap_like(prefix=self.scratch_dir / self.SPARES / folder)
+        spares.get("last_step").fill_(-1)
+        if old is not None:
+            spares[:old.batch_size[0]] = old
+        self._spare_dirs[name] = folder
+        self._write_metadata()
+        if previous:
+            shutil.rmtree(self.scratch_dir / self.SPARES / previous, ignore_errors=True)
+        return spares
 
     @classmethod
     def load(cls, scratch_dir: str | os.PathLike) -> "LazyMemmapStorage":
@@ -535,15 +704,24 @@ class LazyMemmapStorage(LazyTensorStorage):
             raise FileNotFoundError(f"{metadata_path} not found: {scratch_dir} holds no LazyMemmapStorage")
         metadata = json.loads(metadata_path.read_text())
         storage = cls.__new__(cls)
-        LazyTensorStorage.__init__(storage, metadata["max_size"], ndim=metadata["ndim"], device="cpu")
+        LazyTensorStorage.__init__(storage, metadata["max_size"], ndim=metadata["ndim"], device="cpu",
+                                   dedup_observations=metadata.get("dedup_observations", False),
+                                   frame_stack=metadata.get("frame_stack", 1),
+                                   spare_frames=metadata.get("spare_frames"))
         storage.scratch_dir = scratch_dir
+        storage._shape, storage._spare_dirs = metadata["shape"], dict(metadata.get("spares", {}))
         counters = MemoryMappedTensor.from_filename(scratch_dir / cls.POSITION, dtype=torch.int64, shape=(3,))
         storage.position = WritePosition(counters)
         data = TensorDict.load_memmap(scratch_dir / cls.DATA)
         if list(data.batch_size) != metadata["shape"]:
             raise ValueError(f"{scratch_dir}: data shape {list(data.batch_size)} differs from storage.json's "
                              f"{metadata['shape']}")
+        if "layout" in metadata:
+            storage._layout = FrameLayout.from_dict(metadata["layout"])
         storage._bind(data)
+        if storage._layout is not None:
+            storage._frames.spares = [TensorDict.load_memmap(scratch_dir / cls.SPARES / storage._spare_dirs[str(i)])
+                                      for i in range(len(storage._layout.keys))]
         return storage
 
     def share_memory_(self) -> "LazyMemmapStorage":
@@ -556,7 +734,28 @@ class LazyMemmapStorage(LazyTensorStorage):
             raise RuntimeError("LazyMemmapStorage.share: call init_from(template) first, so that every "
                                "process writes into the same files")
         self.position.share(mp_context, file_backed=True)
+        self._tensors_shared = True  # other processes map these files: spares cannot grow any more
+        if self._frames is not None:
+            self._frames.grow_spares = None
         return self
+
+
+_FRAMED = object()  # a leaf of the gather tree that FrameStore.gather rebuilds
+
+
+def _as_key(path: tuple[str, ...]):
+    return path[0] if len(path) == 1 else path
+
+
+def _setup_frames(dedup_observations: Any, frame_stack: Any, spare_frames: Any) -> tuple[bool, int, int | None]:
+    if not isinstance(dedup_observations, bool):
+        raise ConfigError(f"dedup_observations must be True or False, got {dedup_observations!r}")
+    frame_stack = check_positive_int("frame_stack", frame_stack)
+    spare_frames = check_positive_int("spare_frames", spare_frames, optional=True)
+    if frame_stack > 1 and not dedup_observations:
+        raise ConfigError(f"frame_stack={frame_stack} stores each frame of a stack once, which needs "
+                          "dedup_observations=True")
+    return dedup_observations, frame_stack, spare_frames
 
 
 def _numpy_view(tensor: torch.Tensor):

@@ -34,8 +34,11 @@ def deployable(policy: nn.Module) -> DeployedPolicy:
     and its subclasses. It shares ``policy``'s parameters and buffers. Raises ConfigError
     for a policy it cannot express."""
     if isinstance(policy, RecurrentActorCritic):
+        if isinstance(policy.encoder, MultiInputEncoder):
+            raise ConfigError("export of a recurrent policy takes one observation tensor: a Dict / Tuple observation "
+                              "is not supported (export a feed-forward policy, or flatten the observation)")
         deployed_class = DeployedGRUPolicy if isinstance(policy.rnn, GRUModule) else DeployedLSTMPolicy
-        return deployed_class(policy.rnn, *_actor_parts(policy.heads))
+        return deployed_class(policy.rnn, _encoder(policy.encoder), *_actor_parts(policy.heads))
     if isinstance(policy, ActorCritic):
         parts = _actor_parts(policy)
     elif isinstance(policy, QValuePolicy):
@@ -161,16 +164,16 @@ class DeployedGRUPolicy(DeployedPolicy):
     """``forward(observation [batch, in], recurrent_state [batch, L, H]) -> (action, head,
     next_recurrent_state)``: one step of a GRU policy (zeros for the state at an episode start)."""
 
-    def __init__(self, rnn: nn.Module, features: nn.Module, actor: nn.Module, discrete: bool,
+    def __init__(self, rnn: nn.Module, encoder: nn.Module, features: nn.Module, actor: nn.Module, discrete: bool,
                  action_offset: int) -> None:
         super().__init__(features, actor, discrete, action_offset)
-        self.layers = rnn.layers
+        self.encoder, self.layers = encoder, rnn.layers
         self.num_layers, self.hidden_size = rnn.num_layers, rnn.hidden_size
         self.input_names = ["observation", "recurrent_state"]
         self.output_names = ["action", "head", "next_recurrent_state"]
 
     def forward(self, observation: Tensor, recurrent_state: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        inputs = observation.to(recurrent_state.dtype).unsqueeze(1)
+        inputs = self.encoder(observation).to(recurrent_state.dtype).unsqueeze(1)
         states: List[Tensor] = []
         for index, layer in enumerate(self.layers):
             inputs, hidden = layer(inputs, recurrent_state[:, index].unsqueeze(0).contiguous())
@@ -184,17 +187,17 @@ class DeployedLSTMPolicy(DeployedPolicy):
     -> (action, head, next_recurrent_state_h, next_recurrent_state_c)``: one step of an LSTM
     policy (zeros for both states at an episode start)."""
 
-    def __init__(self, rnn: nn.Module, features: nn.Module, actor: nn.Module, discrete: bool,
+    def __init__(self, rnn: nn.Module, encoder: nn.Module, features: nn.Module, actor: nn.Module, discrete: bool,
                  action_offset: int) -> None:
         super().__init__(features, actor, discrete, action_offset)
-        self.layers = rnn.layers
+        self.encoder, self.layers = encoder, rnn.layers
         self.num_layers, self.hidden_size = rnn.num_layers, rnn.hidden_size
         self.input_names = ["observation", "recurrent_state_h", "recurrent_state_c"]
         self.output_names = ["action", "head", "next_recurrent_state_h", "next_recurrent_state_c"]
 
     def forward(self, observation: Tensor, recurrent_state_h: Tensor, recurrent_state_c: Tensor
                 ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-        inputs = observation.to(recurrent_state_h.dtype).unsqueeze(1)
+        inputs = self.encoder(observation).to(recurrent_state_h.dtype).unsqueeze(1)
         hs: List[Tensor] = []
         cs: List[Tensor] = []
         for index, layer in enumerate(self.layers):
@@ -210,13 +213,16 @@ class DeployedLSTMPolicy(DeployedPolicy):
 # The encoders' computations on a batch, written so that TorchScript compiles them.
 
 class _ImageFeatures(nn.Module):
-    """NatureCNN on ``[batch, C, H, W]``."""
+    """NatureCNN on ``[batch, C, H, W]`` (or ``[batch, H, W, C]``, as the env gives it)."""
 
     def __init__(self, cnn: NatureCNN) -> None:
         super().__init__()
         self.conv, self.head, self.scale = cnn.conv, cnn.head, float(cnn.scale)
+        self.channels_last = bool(cnn.channels_last)  # an [H, W, C] image: channels moved first
 
     def forward(self, image: Tensor) -> Tensor:
+        if self.channels_last:
+            image = image.movedim(-1, -3)
         return self.head(self.conv(image.float() * self.scale))
 
 

@@ -212,8 +212,12 @@ class SpacesEnv(CountingEnv):
                                  "image": Box uint8 [3, 4, 4] = c, "nested": {"flag": MultiBinary [3] = c % 2}}
         observation="tuple":    (Discrete = c, Box [2] = (c, -c))
         observation="discrete": Discrete = c
-        observation="image":    Box uint8 [3, 8, 8] = c
+        observation="image":    Box uint8 [3, 8, 8] = c  (too small for a CNN: flattened)
+        observation="image_chw": Box uint8 [3, 36, 36] = c, observation="image_hwc": Box uint8 [36, 36, 3] = c
+        observation="box":      Box [2] = (c, -c)
         action: "discrete" (Discrete 2), "multidiscrete" ([3, 4]), "multibinary" (3), "box" ([2] in [-1, 1])
+
+    Every combination is registered as ``rlcollect-test/Spaces-<observation>-<action>-v0``.
 
     The last action received is kept in ``received`` (what reached the env).
     """
@@ -230,6 +234,9 @@ class SpacesEnv(CountingEnv):
             "tuple": spaces.Tuple((spaces.Discrete(100), spaces.Box(-np.inf, np.inf, (2,), np.float32))),
             "discrete": spaces.Discrete(100),
             "image": spaces.Box(0, 255, (3, 8, 8), np.uint8),
+            "image_chw": spaces.Box(0, 255, (3, 36, 36), np.uint8),
+            "image_hwc": spaces.Box(0, 255, (36, 36, 3), np.uint8),
+            "box": spaces.Box(-np.inf, np.inf, (2,), np.float32),
         }[observation]
         self.action_space = {
             "discrete": spaces.Discrete(2), "multidiscrete": spaces.MultiDiscrete([3, 4]),
@@ -247,7 +254,9 @@ class SpacesEnv(CountingEnv):
             return (c, position)
         if self.kind == "discrete":
             return c
-        return np.full((3, 8, 8), c, np.uint8)
+        if self.kind == "box":
+            return position
+        return np.full(self.observation_space.shape, c, np.uint8)
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -257,6 +266,14 @@ class SpacesEnv(CountingEnv):
         self.received = np.asarray(action)
         _, reward, terminated, truncated, info = super().step(action)
         return self._observation(), reward, terminated, truncated, info
+
+
+SPACES_OBSERVATIONS = ("box", "discrete", "dict", "tuple", "image", "image_chw", "image_hwc")
+SPACES_ACTIONS = ("discrete", "box", "multidiscrete", "multibinary")
+for _observation in SPACES_OBSERVATIONS:
+    for _action in SPACES_ACTIONS:
+        gym.register(f"rlcollect-test/Spaces-{_observation}-{_action}-v0", entry_point=SpacesEnv,
+                     kwargs={"observation": _observation, "action": _action})
 
 
 class InfoEnv(CountingEnv):

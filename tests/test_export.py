@@ -27,6 +27,7 @@ CARTPOLE = gym.spaces.Box(-np.array([4.8, np.inf, 0.418, np.inf], np.float32),
                           np.array([4.8, np.inf, 0.418, np.inf], np.float32), dtype=np.float32)
 PENDULUM = gym.spaces.Box(np.array([-1, -1, -8], np.float32), np.array([1, 1, 8], np.float32), dtype=np.float32)
 IMAGE = gym.spaces.Box(0, 255, (3, 36, 36), np.uint8)
+IMAGE_HWC = gym.spaces.Box(0, 255, (36, 36, 3), np.uint8)
 DICT = gym.spaces.Dict(position=gym.spaces.Box(-1, 1, (3,), np.float32), flag=gym.spaces.Discrete(2))
 TUPLE = gym.spaces.Tuple((gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.MultiDiscrete([3, 2]),
                           gym.spaces.MultiBinary(3)))
@@ -43,6 +44,7 @@ FEEDFORWARD = {
     "box": (lambda: ActorCritic(PENDULUM, gym.spaces.Box(-2, 2, (1,), np.float32)), PENDULUM),
     "normalized": (normalized_policy, CARTPOLE),
     "image": (lambda: ActorCritic(IMAGE, gym.spaces.Discrete(4)), IMAGE),
+    "image_hwc": (lambda: ActorCritic(IMAGE_HWC, gym.spaces.Discrete(4)), IMAGE_HWC),  # gymnasium's usual layout
     "q_values": (lambda: QValuePolicy(CARTPOLE, gym.spaces.Discrete(2), hidden_sizes=(64, 64)), CARTPOLE),
     "dict": (lambda: ActorCritic(DICT, gym.spaces.Discrete(3)), DICT),
     "tuple_q_values": (lambda: QValuePolicy(TUPLE, gym.spaces.Discrete(4, start=1), hidden_sizes=(64,)), TUPLE),
@@ -52,6 +54,8 @@ RECURRENT = {
             CARTPOLE),
     "lstm": (lambda: RecurrentActorCritic(PENDULUM, gym.spaces.Box(-2, 2, (1,), np.float32), rnn="lstm",
                                           hidden_size=16, num_layers=2), PENDULUM),
+    "gru_image": (lambda: RecurrentActorCritic(IMAGE_HWC, gym.spaces.Discrete(3), rnn="gru", hidden_size=16),
+                  IMAGE_HWC),  # the CNN in front of the GRU
 }
 KINDS = [*FEEDFORWARD, *RECURRENT]
 
@@ -133,7 +137,7 @@ def make_case(kind):
         build, space = FEEDFORWARD[kind]
         return build(), [sample(space, N, seed=0)], [torch.zeros(N, dtype=torch.bool)]
     build, space = RECURRENT[kind]
-    flat = sample(space, N, seed=0).reshape(STEPS, ENVS, -1)
+    flat = sample(space, N, seed=0).reshape(STEPS, ENVS, *space.shape)
     generator = torch.Generator().manual_seed(0)
     resets = torch.rand(STEPS, ENVS, generator=generator) < 0.1
     resets[0] = True
@@ -233,6 +237,7 @@ def test_unsupported_cases_are_refused_in_one_line(tmp_path):
     cases = [
         (lambda: deployable(nn.Linear(4, 2)), "supports ActorCritic, RecurrentActorCritic and QValuePolicy"),
         (lambda: deployable(ActorCritic(nested, gym.spaces.Discrete(2))), "nested"),
+        (lambda: deployable(RecurrentActorCritic(DICT, gym.spaces.Discrete(2))), "recurrent policy takes one"),
         (lambda: export_policy(policy, tmp_path / "p", "tflite", torch.zeros(1, 4)), "format must be one of"),
         (lambda: export_torchscript(policy, tmp_path / "p.pt", torch.zeros(4)), "batch dim"),
         (lambda: export_torchscript(policy, tmp_path / "p.pt", {"observation": torch.zeros(1, 4)}), "dict"),

@@ -16,16 +16,23 @@ reads does not depend on the backend:
 
 Only finished sub-envs are reset, at once (the carrier gets the reset observation, the
 step keeps the true final one): the vector envs run with gymnasium's autoreset disabled
-(``AutoresetMode.DISABLED``) and partial resets. A vector env that can only reset on the
-step after a done (``NEXT_STEP``; that step is a reset, not a transition, and the envs
-still running take a real step in it) cannot be laid out as ``[P, T]`` transitions in
-lock-step, so it is refused, except CartPole, whose vector env rlcollect extends with
-partial resets (``PartialResetCartPole``). A vector env given as is may also reset in
-the same step (``SAME_STEP``: the final observation comes from the step's info).
+(``AutoresetMode.DISABLED``) and partial resets. A vector env given as is may also reset in
+the same step (``SAME_STEP``: the final observation comes from the step's info). One that
+resets on the step after a done (``NEXT_STEP``, gymnasium's default) would make that step a
+reset for the finished env and a real step for the others, which is no column of ``[P, T]``
+transitions; so ``without_next_step_autoreset`` makes it reset at once instead, exactly:
+
+    gymnasium SyncVectorEnv     a SyncVectorEnv of the same sub-env instances, autoreset off
+    gymnasium AsyncVectorEnv    rebuilt from its env_fns with autoreset off (the given one closed)
+    CartPoleVectorEnv           its partial-reset twin (``PartialResetCartPole``), same arguments
+    anything else               a ConfigError (build it with autoreset DISABLED or SAME_STEP)
+
+Info entries (``info_keys``, docs/envs.md): ``first_info_values`` probes the sub-envs for the
+first value of each key (envs/staging.py's ``info_dtype`` turns it into the stored dtype).
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -33,7 +40,7 @@ from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 from gymnasium.vector import AutoresetMode
 
 from rlcollect.envs.spaces import is_nested, subspaces, tree_map, writer
-from rlcollect.errors import MissingDependencyError
+from rlcollect.errors import ConfigError, MissingDependencyError
 
 BACKENDS = ("list", "sync", "async", "vector", "envpool")
 
@@ -94,6 +101,21 @@ class ListBackend:
                 self.envs[i].action_space.seed(seed + i)
             write(observation, i, self.envs[i].reset(seed=None if seed is None else seed + i)[0])
 
+    def first_info_values(self, keys: Sequence[str], max_steps: int) -> dict[str, Any]:
+        """The first value of each of ``keys`` that sub-env 0 reports: in its reset's info,
+        then in those of random steps until every key was seen, its episode ends or
+        ``max_steps`` were taken. The env is left mid-episode (the next reset resets it)."""
+        env = self.envs[0]
+        seen = _first_values({}, env.reset()[1], keys)
+        for _ in range(max_steps):
+            if len(seen) == len(keys):
+                break
+            _, _, terminated, truncated, info = env.step(env.action_space.sample())
+            _first_values(seen, info, keys)
+            if terminated or truncated:
+                break
+        return seen
+
     def random_steps(self, steps, arrays: dict) -> None:
         observation, write = arrays["observation"], self._write
         for i, (env, count) in enumerate(zip(self.envs, steps)):
@@ -109,16 +131,12 @@ class ListBackend:
 
 
 class VectorBackend:
-    """A gymnasium VectorEnv whose autoreset is disabled (or happens in the same step)."""
+    """A gymnasium VectorEnv whose autoreset is disabled (or happens in the same step); a
+    NEXT_STEP one is replaced first (``without_next_step_autoreset``)."""
 
     def __init__(self, vector_env: gym.vector.VectorEnv, name: str = "vector") -> None:
+        vector_env = without_next_step_autoreset(vector_env)
         mode = autoreset_mode(vector_env)
-        if mode not in (AutoresetMode.DISABLED, AutoresetMode.SAME_STEP):
-            raise ValueError(
-                f"{type(vector_env).__name__} autoresets on the step after a done (gymnasium AutoresetMode."
-                f"{mode.name}): that step is a reset for the finished env and a real step for the others, which "
-                "cannot be stored as [num_envs, T] transitions. Build it with autoreset_mode=DISABLED or "
-                "SAME_STEP, or use backend='sync' / 'async'")
         self.vector_env = vector_env
         self.name = name
         self.same_step = mode == AutoresetMode.SAME_STEP
@@ -201,6 +219,21 @@ class VectorBackend:
             return
         _copy_rows(arrays["observation"], self._as_tree(observation), np.flatnonzero(mask))
 
+    def first_info_values(self, keys: Sequence[str], max_steps: int) -> dict[str, Any]:
+        """The first value of each of ``keys`` that a sub-env reports (the first sub-env
+        that reports it): in the reset's info, then in those of random steps until every
+        key was seen, a sub-env finishes or ``max_steps`` were taken. The next reset resets
+        every sub-env."""
+        seen = _first_vector_values({}, self.vector_env.reset()[1], keys)
+        for _ in range(max_steps):
+            if len(seen) == len(keys):
+                break
+            _, _, terminated, truncated, info = self.vector_env.step(self.vector_env.action_space.sample())
+            _first_vector_values(seen, info, keys)
+            if np.any(terminated) or np.any(truncated):
+                break
+        return seen
+
     def random_steps(self, steps, arrays: dict) -> None:
         raise NotImplementedError(f"random steps per sub-env (max_decorrelation_steps) need backend='list', not "
                                   f"{self.name!r}: a vector env steps all its envs at once")
@@ -264,6 +297,12 @@ class EnvPoolBackend:
         observation, info = self.pool.reset(np.flatnonzero(mask).astype(np.int32))
         arrays["observation"][info["env_id"]] = observation
 
+    def first_info_values(self, keys: Sequence[str], max_steps: int) -> dict[str, Any]:
+        """The value of each of ``keys`` in the info of a reset of every env (EnvPool reports
+        the same entries at every reset and step)."""
+        info = self.pool.reset(self._all)[1]
+        return {key: np.asarray(info[key])[0] for key in keys if key in info}
+
     def step_some(self, actions: np.ndarray, arrays: dict, waiting: np.ndarray) -> bool:
         raise NotImplementedError("reset_policy='wait' leaves finished sub-envs unstepped, which needs "
                                   "backend='list', not 'envpool'")
@@ -305,10 +344,60 @@ def _copy_info(values: np.ndarray, info: dict, key: str) -> None:
     np.copyto(values, np.where(present, entry, 0) if present is not None else entry, casting="unsafe")
 
 
+def _first_values(seen: dict, info: dict, keys: Sequence[str]) -> dict:
+    """``seen`` with the entries of one env's ``info`` for the ``keys`` it lacks."""
+    for key in keys:
+        if key not in seen and key in info:
+            seen[key] = info[key]
+    return seen
+
+
+def _first_vector_values(seen: dict, info: dict, keys: Sequence[str]) -> dict:
+    """``_first_values`` for a vector env's info: the entry of the first sub-env that
+    reported it (its ``_key`` mask)."""
+    for key in keys:
+        if key in seen or key not in info:
+            continue
+        present = info.get(f"_{key}")
+        rows = np.flatnonzero(present) if present is not None else [0]
+        if len(rows):
+            seen[key] = info[key][rows[0]]
+    return seen
+
+
 def autoreset_mode(vector_env: gym.vector.VectorEnv) -> AutoresetMode:
     """The autoreset mode a vector env declares (``NEXT_STEP``, gymnasium's default, if none)."""
     mode = getattr(vector_env, "autoreset_mode", None) or vector_env.metadata.get("autoreset_mode")
     return AutoresetMode(mode) if mode is not None else AutoresetMode.NEXT_STEP
+
+
+def without_next_step_autoreset(vector_env: gym.vector.VectorEnv) -> gym.vector.VectorEnv:
+    """``vector_env`` itself unless it autoresets on the next step (``NEXT_STEP``); then the
+    same envs with autoreset disabled (module docstring), or a ConfigError where rlcollect
+    cannot build them."""
+    if autoreset_mode(vector_env) != AutoresetMode.NEXT_STEP:
+        return vector_env
+    kind = type(vector_env)
+    if kind is gym.vector.SyncVectorEnv:  # the same sub-env instances; the given vector env is left as it is
+        rebuilt = gym.vector.SyncVectorEnv([lambda env=env: env for env in vector_env.envs], copy=vector_env.copy,
+                                           observation_mode=vector_env.observation_mode,
+                                           autoreset_mode=AutoresetMode.DISABLED)
+    elif kind is gym.vector.AsyncVectorEnv and vector_env.worker is None:
+        vector_env.close()
+        rebuilt = gym.vector.AsyncVectorEnv(
+            vector_env.env_fns, shared_memory=vector_env.shared_memory, copy=vector_env.copy,
+            context=vector_env.context, daemon=vector_env.daemon, observation_mode=vector_env.observation_mode,
+            autoreset_mode=AutoresetMode.DISABLED, max_concurrency=vector_env.max_concurrency)
+    elif kind in PARTIAL_RESET_VECTOR_ENVS:
+        rebuilt = PARTIAL_RESET_VECTOR_ENVS[kind].like(vector_env)
+        vector_env.close()
+    else:
+        raise ConfigError(
+            f"env: {kind.__name__} autoresets on the step after a done (NEXT_STEP: that step is no transition) "
+            "and rlcollect cannot rebuild it to reset at once: build it with autoreset_mode=DISABLED or SAME_STEP, "
+            "or give GymEnv its env id or env factories with backend='sync' or 'async'")
+    rebuilt.spec = vector_env.spec
+    return rebuilt
 
 
 class PartialResetCartPole(CartPoleVectorEnv):
@@ -316,6 +405,12 @@ class PartialResetCartPole(CartPoleVectorEnv):
     (``reset(options={"reset_mask": mask})``): the same dynamics, step for step."""
 
     metadata = {**CartPoleVectorEnv.metadata, "autoreset_mode": AutoresetMode.DISABLED}
+
+    @classmethod
+    def like(cls, vector_env: CartPoleVectorEnv) -> "PartialResetCartPole":
+        """A PartialResetCartPole with ``vector_env``'s constructor arguments."""
+        return cls(num_envs=vector_env.num_envs, max_episode_steps=vector_env.max_episode_steps,
+                   render_mode=vector_env.render_mode, sutton_barto_reward=vector_env._sutton_barto_reward)
 
     def step(self, action):
         """The parent's step without its reset of the envs done at the last step (here
@@ -376,7 +471,10 @@ class PartialResetCartPole(CartPoleVectorEnv):
 
     def reset_rows(self, rows: np.ndarray) -> np.ndarray:
         """Reset the envs ``rows`` (indices, in order) and return their observations only,
-        ``[len(rows), 4]`` float32: what ``reset(reset_mask)`` draws, without the others'."""
+        ``[len(rows), 4]`` float32: what ``reset(reset_mask)`` draws, without the others'.
+        Before any reset, every env is reset (the first reset of an unseeded GymEnv)."""
+        if self.state is None:
+            return super().reset()[0][rows]
         fresh = self.np_random.uniform(low=self.low, high=self.high, size=(4, rows.size))
         self.state[:, rows] = fresh
         self.steps[rows] = 0

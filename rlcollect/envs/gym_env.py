@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
-from typing import Callable, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 import gymnasium as gym
 import numpy as np
@@ -25,11 +25,12 @@ from tensordict import TensorDict
 
 from rlcollect.envs.backends import BACKENDS, VectorBackend, make_backend
 from rlcollect.envs.spaces import check_supported, is_nested, random_actions, sample_shape, tree_map
-from rlcollect.envs.staging import Staging, allocate_arrays
+from rlcollect.envs.staging import INFO_DTYPES, Staging, allocate_arrays, info_dtype
 from rlcollect.errors import ConfigError, MissingDependencyError
 from rlcollect.validation import check_positive_int
 
 EnvSource = Union[str, Callable[[], gym.Env]]
+INFO_PROBE_STEPS = 1000  # the most random steps GymEnv takes to see a first value of each info key
 
 
 def import_plugins(modules: Sequence[str]) -> None:
@@ -90,6 +91,19 @@ def make_gym_env(env: EnvSource, max_episode_steps: int | None = None, *, wrappe
     return instance
 
 
+def _declared_info_dtype(key: str, dtype: Any) -> np.dtype:
+    """A dtype given for an info key (a name, a numpy or torch dtype, bool / int / float),
+    which must be one of INFO_DTYPES."""
+    try:
+        numpy_dtype = torch.empty((), dtype=dtype).numpy().dtype if isinstance(dtype, torch.dtype) else np.dtype(dtype)
+    except TypeError:
+        numpy_dtype = None
+    if numpy_dtype not in INFO_DTYPES:
+        allowed = ", ".join(str(allowed) for allowed in INFO_DTYPES)
+        raise ConfigError(f"info_keys: the dtype of {key!r} must be one of {allowed}; got {dtype!r}")
+    return numpy_dtype
+
+
 class NonFiniteActionError(ValueError):
     """A policy wrote a NaN or infinite action (a diverged policy); the env never sees it."""
 
@@ -111,7 +125,12 @@ class GymEnv:
             raw env), e.g. ``functools.partial(gymnasium.wrappers.AtariPreprocessing, frame_skip=1)``.
         imports: modules to import first (plugins that register env ids).
         info_keys: entries of the env's info dict stored with every step as ``("next", key)``
-            (float32; 0 where an env did not report it).
+            (0 / False where an env did not report it): names, or a dict of names to dtypes
+            (bool, int64, float32, float64). A name's dtype is fixed here, at construction,
+            from its first value (``info_dtype``) in a probe: the reset of sub-env 0 (of a
+            vector env: all), then random steps until every key was reported, the episode
+            ends or INFO_PROBE_STEPS; float32 if never seen (docs/envs.md).
+            ``self.info_keys`` maps each name to its dtype.
         backend: how the sub-envs are stepped (envs/backends.py): "list" (one after the
             other in this process), "sync" / "async" (gymnasium's Sync/AsyncVectorEnv: the
             same batches as "list" from the same seed), "vector" (the id's numpy vector
@@ -138,12 +157,12 @@ class GymEnv:
         max_episode_steps: int | None = None,
         wrappers: Sequence[Callable] = (),
         imports: Sequence[str] = (),
-        info_keys: Sequence[str] = (),
+        info_keys: Sequence[str] | Mapping[str, Any] = (),
         backend: str = "list",
         **make_kwargs,
     ) -> None:
         import_plugins(imports)
-        self.info_keys = self._setup_info_keys(info_keys)
+        declared_info_dtypes = self._setup_info_keys(info_keys)
         self._backend = self._setup_backend(env, num_envs, backend, max_episode_steps, wrappers, make_kwargs)
         if isinstance(env, gym.vector.VectorEnv) and num_envs is None:
             num_envs = self._backend.num_envs
@@ -161,6 +180,7 @@ class GymEnv:
         self._action_bounds = (self.action_space.low, self.action_space.high) if box else None
         self._actions_shape = (self._backend.num_envs, *sample_shape(self.action_space))
         self._nested = is_nested(self.observation_space)
+        self.info_keys = self._setup_info_dtypes(declared_info_dtypes)
         self._staging = Staging(allocate_arrays(self.observation_space, self._backend.num_envs, self.info_keys),
                                 batched=num_envs is not None, device=self.device)
 
@@ -196,13 +216,30 @@ class GymEnv:
         return make_backend(env, backend, makers, vector_kwargs)
 
     @staticmethod
-    def _setup_info_keys(info_keys) -> tuple[str, ...]:
-        info_keys = tuple(info_keys)
-        reserved = sorted(set(info_keys) & {"observation", "reward", "terminated", "truncated", "done"})
-        if reserved or not all(isinstance(key, str) and key for key in info_keys):
-            raise ValueError(f"info_keys must be names of info entries other than the step's own keys, got "
-                             f"{list(info_keys)}")
-        return info_keys
+    def _setup_info_keys(info_keys) -> dict[str, np.dtype | None]:
+        """Each info key and its declared dtype (None: from the first value seen)."""
+        declared = dict(info_keys) if isinstance(info_keys, Mapping) else dict.fromkeys(info_keys)
+        reserved = sorted(set(declared) & {"observation", "reward", "terminated", "truncated", "done"})
+        if reserved or not all(isinstance(key, str) and key for key in declared):
+            raise ConfigError(f"info_keys must be names of info entries other than the step's own keys, got "
+                              f"{list(declared)}")
+        return {key: None if dtype is None else _declared_info_dtype(key, dtype) for key, dtype in declared.items()}
+
+    def _setup_info_dtypes(self, declared: dict[str, np.dtype | None]) -> dict[str, np.dtype]:
+        """Each info key's dtype: declared, else that of its first value in the backend's
+        probe (``first_info_values``), else float32."""
+        probed = [key for key, dtype in declared.items() if dtype is None]
+        try:
+            seen = self._backend.first_info_values(probed, INFO_PROBE_STEPS) if probed else {}
+        except BaseException:
+            self._backend.close()
+            raise
+        dtypes = {}
+        for key, dtype in declared.items():
+            if dtype is None:
+                dtype = info_dtype(key, seen[key]) if key in seen else np.dtype(np.float32)
+            dtypes[key] = dtype
+        return dtypes
 
     @property
     def staged(self) -> TensorDict:

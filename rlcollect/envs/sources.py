@@ -22,13 +22,16 @@ TORCH_ENVS = {"CartPole-v1": TorchCartPole}  # gymnasium id -> the torch env of 
 
 
 def make_env(source: EnvSource, num_envs: int | None = None, *, seed: int | None = None, **env_kwargs) -> StagedEnv:
-    """The StagedEnv ``source`` stands for: a GymEnv/StagedEnv as is; a gymnasium id or a
-    callable returning a gymnasium.Env as ``GymEnv(source, num_envs, seed=seed, **env_kwargs)``
+    """The StagedEnv ``source`` stands for (the one env-source rule every collector
+    follows): a GymEnv/StagedEnv as is; a gymnasium VectorEnv stepped as it is; a gymnasium
+    id or a callable returning a gymnasium.Env as ``GymEnv(source, num_envs, seed=seed, **env_kwargs)``
     (an id with ``backend="torch"``: its torch env, ``make_torch_env``);
     a callable returning a GymEnv, what it returns (seeded with ``seed`` if given; it must
     then hold ``num_envs`` envs, when given)."""
     if isinstance(source, StagedEnv):
         return _as_is(source, num_envs, seed, env_kwargs)
+    if isinstance(source, gym.vector.VectorEnv):  # stepped as it is (its autoreset mode: envs/backends.py)
+        return GymEnv(source, num_envs, seed=seed, **env_kwargs)
     if isinstance(source, str) and env_kwargs.get("backend") == "torch":
         return make_torch_env(source, num_envs, seed=seed, **env_kwargs)
     if isinstance(source, str):

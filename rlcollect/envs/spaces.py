@@ -63,6 +63,20 @@ def sample_shape(space: gym.Space) -> tuple[int, ...]:
     return () if isinstance(space, gym.spaces.Discrete) else tuple(space.shape)
 
 
+def sample_shapes(space: gym.Space) -> tuple[int, ...] | dict:
+    """``sample_shape`` of a leaf space, or ``{name: ...}`` nested as a Dict / Tuple space is."""
+    if is_nested(space):
+        return {name: sample_shapes(child) for name, child in subspaces(space).items()}
+    return sample_shape(space)
+
+
+def torch_dtypes(space: gym.Space) -> torch.dtype | dict:
+    """``torch_dtype`` of a leaf space, or ``{name: ...}`` nested as a Dict / Tuple space is."""
+    if is_nested(space):
+        return {name: torch_dtypes(child) for name, child in subspaces(space).items()}
+    return torch_dtype(space)
+
+
 def allocate(space: gym.Space, leading: tuple[int, ...]) -> Any:
     """Zeroed arrays ``[*leading, *sample]`` for ``space``: one array, or a dict for a
     Dict / Tuple space (nested as the space is)."""

@@ -13,10 +13,14 @@ action server's RemoteEnv both implement around a ``Staging``:
 
 The arrays are numpy (gymnasium writes into them); ``staged`` holds torch tensors aliasing
 them on the CPU, or device copies refreshed after each write on another device.
+
+Info entries (``info_keys``) are one scalar per env, of the dtype of the first value seen
+(``info_dtype``): bool stays bool, any integer is int64, a float is float32 or float64 as
+reported (a Python float is float64). A step that does not report the entry stores 0 / False.
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -24,18 +28,38 @@ import torch
 from tensordict import TensorDict
 
 from rlcollect.envs.spaces import allocate, tree_map
+from rlcollect.errors import ConfigError
 from rlcollect.keys import NEXT_KEYS
 
 ARRAY_NAMES = ("observation", "is_init", "next_observation", "reward", "terminated", "truncated", "done", "info",
                "waiting")
 
 
-def allocate_arrays(observation_space: gym.Space, num_envs: int, info_keys: Sequence[str] = ()) -> dict:
+INFO_DTYPES = (np.dtype(bool), np.dtype(np.int64), np.dtype(np.float32), np.dtype(np.float64))
+
+
+def info_dtype(key: str, value: Any) -> np.dtype:
+    """The stored dtype of the info entry ``key`` whose first value is ``value`` (one of
+    INFO_DTYPES); a ConfigError for a value that is not one bool, integer or float."""
+    array = np.asarray(value)
+    kind = array.dtype.kind
+    if array.shape != () or kind not in "biuf":
+        raise ConfigError(f"info_keys: {key!r} is reported as {type(value).__name__} {array.dtype} of shape "
+                          f"{array.shape}; an info key stores one bool, integer or float per step")
+    if kind == "f":
+        return np.dtype(np.float64 if array.dtype.itemsize > 4 else np.float32)
+    return np.dtype(bool) if kind == "b" else np.dtype(np.int64)
+
+
+def allocate_arrays(observation_space: gym.Space, num_envs: int,
+                    info_keys: Sequence[str] | Mapping[str, np.dtype] = ()) -> dict:
     """Zeroed staging arrays for ``num_envs`` envs (the observations nested as their space;
-    ``info`` holds one float32 array per info key; ``waiting`` marks the finished envs that
-    steps leave alone until they are reset: the collector's reset_policy="wait")."""
+    ``info`` holds one array per info key, of its dtype where ``info_keys`` maps names to
+    dtypes, else float32; ``waiting`` marks the finished envs that steps leave alone until
+    they are reset: the collector's reset_policy="wait")."""
+    info_dtypes = info_keys if isinstance(info_keys, Mapping) else dict.fromkeys(info_keys, np.float32)
     return {
-        "info": {key: np.zeros(num_envs, np.float32) for key in info_keys},
+        "info": {key: np.zeros(num_envs, dtype) for key, dtype in info_dtypes.items()},
         "observation": allocate(observation_space, (num_envs,)),
         "is_init": np.zeros(num_envs, bool),
         "next_observation": allocate(observation_space, (num_envs,)),

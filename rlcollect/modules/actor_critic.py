@@ -1,4 +1,5 @@
-"""MLP actor-critic for Discrete and Box action spaces, as a TensorDict module."""
+"""MLP actor-critic for Discrete and Box action spaces, as a TensorDict module (and its recurrent
+version: an encoder, a GRU or LSTM, then the same heads)."""
 from __future__ import annotations
 
 import math
@@ -10,10 +11,12 @@ from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModuleBase, interaction_type
 from torch import nn
 
+from rlcollect.errors import ConfigError
 from rlcollect.modules import distributions as D
 from rlcollect.modules.encoders import RunningNorm, make_encoder, resolve_encoder
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+ENCODED_KEY = "encoded_observation"  # RecurrentActorCritic: the rnn's input (the encoder's features)
 DETERMINISTIC = (InteractionType.DETERMINISTIC, InteractionType.MODE, InteractionType.MEAN, InteractionType.MEDIAN)
 
 
@@ -21,7 +24,7 @@ def mlp(in_features: int, hidden_sizes: Sequence[int], out_features: int, activa
         output_gain: float = 1.0) -> nn.Sequential:
     """Linear layers with orthogonal init (gain sqrt(2) hidden, ``output_gain`` last)."""
     if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        raise ConfigError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
     layers: list[nn.Module] = []
     sizes = [in_features, *hidden_sizes]
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
@@ -35,8 +38,8 @@ def observation_norm(space: gym.Space, normalize: bool, encoder: str) -> Running
     if not normalize:
         return None
     if encoder != "mlp" or not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-        raise ValueError(f"normalize_observation applies to flat Box observations (encoder 'mlp'), got {space!r} "
-                         f"with encoder {encoder!r}")
+        raise ConfigError(f"normalize_observation applies to flat Box observations (encoder 'mlp'), got {space!r} "
+                          f"with encoder {encoder!r}")
     return RunningNorm(tuple(space.shape))
 
 
@@ -87,7 +90,7 @@ class ActorCritic(TensorDictModuleBase):
             self.actor = mlp(obs_dim, hidden_sizes, action_dim, activation, output_gain=0.01)
             self.log_std = nn.Parameter(torch.full((action_dim,), float(log_std_init)))
         else:
-            raise TypeError(f"ActorCritic needs a Discrete or flat Box action space, got {action_space!r}")
+            raise ConfigError(f"PPO's ActorCritic needs a Discrete or flat Box action space, got {action_space!r}")
         self.critic = mlp(obs_dim, hidden_sizes, 1, activation, output_gain=1.0)
 
     def features(self, observation) -> torch.Tensor:
@@ -139,56 +142,73 @@ class ActorCritic(TensorDictModuleBase):
 
 
 class RecurrentActorCritic(TensorDictModuleBase):
-    """A GRU or LSTM over ``"observation"`` feeding an ActorCritic's actor and critic heads.
+    """An observation encoder, then a GRU or LSTM over its features, feeding an ActorCritic's
+    actor and critic heads.
 
     Collection runs step mode: the hidden state comes in as ``"recurrent_state"`` (LSTM:
     ``"recurrent_state_h"``, ``"recurrent_state_c"``), which the collector adds (zeros) and
     carries from step to step (it finds ``self.rnn.make_tensordict_primer()``). Training evaluates whole
     sequences in recurrent mode from the stored states (``evaluate``), so gradients flow
     through time within each sequence.
+
+    The encoder runs step by step in both modes (it has no memory); its features reach the
+    rnn as ``ENCODED_KEY`` of a tensordict of the rnn's own, so they are not written into
+    the caller's tensordict (nor stored in batches). The rnn writes ``"features"`` and the
+    next hidden states into it, as before.
+
+    Args:
+        encoder: as ActorCritic's: "auto" (the default: cnn for images, mlp for a flat Box,
+            multi_input otherwise), "mlp" (a flat Box: the GRU reads the observation as
+            floats, with no parameters in front: the same parameters and outputs as before
+            the encoder argument), "cnn" or "multi_input" (modules/encoders.py).
     """
 
     out_keys = ["features", "action", "action_log_prob", "state_value"]
 
-    def __init__(self, observation_space: gym.spaces.Box, action_space: gym.Space, *, rnn: str = "gru",
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *, rnn: str = "gru",
                  hidden_size: int = 64, num_layers: int = 1, hidden_sizes: Sequence[int] = (64,),
-                 activation: str = "tanh", log_std_init: float = 0.0) -> None:
+                 activation: str = "tanh", log_std_init: float = 0.0, encoder: str = "auto") -> None:
         from rlcollect.modules.recurrent import GRUModule, LSTMModule
 
         super().__init__()
-        if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) != 1:
-            raise TypeError(f"RecurrentActorCritic needs a flat Box observation space, got {observation_space!r}")
         if rnn not in ("gru", "lstm"):
-            raise ValueError(f"rnn must be 'gru' or 'lstm', got {rnn!r}")
-        self.rnn = (GRUModule if rnn == "gru" else LSTMModule)(observation_space.shape[0], hidden_size, num_layers,
-                                                                out_keys=self._rnn_out_keys(rnn))
+            raise ConfigError(f"rnn must be 'gru' or 'lstm', got {rnn!r}")
+        self.encoder = make_encoder(encoder, observation_space)  # Flatten (no parameters) for a flat Box
+        states = ("recurrent_state",) if rnn == "gru" else ("recurrent_state_h", "recurrent_state_c")
+        self.rnn = (GRUModule if rnn == "gru" else LSTMModule)(
+            self.encoder.out_features, hidden_size, num_layers, in_keys=(ENCODED_KEY, *states, "is_init"),
+            out_keys=("features", *(("next", key) for key in states)))
         features = gym.spaces.Box(-1.0, 1.0, (hidden_size,))
         self.heads = ActorCritic(features, action_space, hidden_sizes=hidden_sizes, activation=activation,
                                  log_std_init=log_std_init, observation_key="features")
-        self.in_keys = [key for key in self.rnn.in_keys]
-
-    @staticmethod
-    def _rnn_out_keys(rnn: str) -> tuple:
-        states = ("recurrent_state",) if rnn == "gru" else ("recurrent_state_h", "recurrent_state_c")
-        return ("features", *(("next", key) for key in states))
+        self.in_keys = ["observation", *self.rnn.in_keys[1:]]
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        return self.heads(self.rnn(tensordict))
+        features = self._features(tensordict, strict=False)
+        for key in self.rnn.out_keys:
+            tensordict.set(key, features.get(key))
+        return self.heads(tensordict)
 
-    def _features(self, tensordict: TensorDictBase, mode: str) -> TensorDictBase:
+    def _features(self, tensordict: TensorDictBase, strict: bool) -> TensorDictBase:
+        """The rnn run (in the current mode) on ``tensordict``'s encoded observation, hidden
+        states and is_init: a new tensordict holding its ``out_keys``."""
+        inputs = tensordict.select(*self.rnn.in_keys[1:], strict=strict)
+        inputs.set(ENCODED_KEY, self.encoder(tensordict["observation"]))
+        return self.rnn(inputs)
+
+    def _features_in(self, tensordict: TensorDictBase, mode: str) -> TensorDictBase:
         from rlcollect.modules.recurrent import set_recurrent_mode
 
-        inputs = tensordict.select(*self.rnn.in_keys, strict=mode == "recurrent")
         with set_recurrent_mode(mode):
-            return self.rnn(inputs)
+            return self._features(tensordict, strict=mode == "recurrent")
 
     def state_value(self, tensordict: TensorDictBase) -> torch.Tensor:
         """V of each step, from its observation and stored hidden state (one step each)."""
-        return self.heads.state_value(self._features(tensordict, "step"))
+        return self.heads.state_value(self._features_in(tensordict, "step"))
 
     def evaluate(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log_prob, entropy, value) of a flat batch of sequences (the 1-D layout: each
         restarts from its stored hidden state where ``is_init``), in recurrent mode."""
-        features = self._features(tensordict, "recurrent")
+        features = self._features_in(tensordict, "recurrent")
         features.set("action", tensordict.get("action"))
         return self.heads.evaluate(features)

@@ -2,10 +2,21 @@
 Dict / Tuple space) into a flat float feature vector for the policy's heads.
 
     mlp          a flat Box: the observation itself (the heads are MLPs)
-    cnn          an image Box [C, H, W] (uint8 scaled to [0, 1] inside): the Nature-DQN
-                 encoder (3 conv layers, then 512 features)
+    cnn          an image Box, [C, H, W] or [H, W, C] (uint8 scaled to [0, 1] inside): the
+                 Nature-DQN encoder (3 conv layers, then 512 features)
     multi_input  a Dict / Tuple space: one encoder per entry (cnn for images, flatten for
                  other Boxes, one-hot for Discrete, MultiDiscrete and MultiBinary), concatenated
+
+Which 3-d Box is an image (``image_layout``; smaller arrays are flattened):
+
+    [C, H, W]   H >= 36 and W >= 36 (the Nature CNN's smallest input), any C: as before
+    [H, W, C]   1 <= C <= 4 (gray, gray + alpha, RGB, RGBA or 4 stacked gray frames) and
+                H >= 36 and W >= 36: gymnasium's usual layout (a 96 x 96 x 3 uint8 Box)
+
+No shape is both: [C, H, W] needs a last dim >= 36, [H, W, C] one <= 4. So every shape has
+one reading, e.g. [64, 64, 3] is [H, W, C] and [4, 84, 84] is [C, H, W]. The CNN permutes
+an [H, W, C] image to [C, H, W] inside (``NatureCNN.channels_last``): stored observations
+keep the env's layout.
 
 ``RunningNorm`` normalises observations inside the policy: its statistics are buffers, so
 they travel with the weights to every worker and into every checkpoint.
@@ -21,6 +32,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlcollect.envs.spaces import subspaces
+from rlcollect.errors import ConfigError
 
 ENCODERS = ("auto", "mlp", "cnn", "multi_input")
 
@@ -59,20 +71,39 @@ class RunningNorm(nn.Module):
 
 
 MIN_IMAGE_SIZE = 36  # the Nature CNN's smallest input (8x8/4, 4x4/2, 3x3/1 convolutions)
+MAX_CHANNELS_LAST = 4  # the most channels of an [H, W, C] image
+IMAGE_RULE = (f"[C, H, W] with H, W >= {MIN_IMAGE_SIZE}, or [H, W, C] with 1 <= C <= {MAX_CHANNELS_LAST} and "
+              f"H, W >= {MIN_IMAGE_SIZE}")
+
+
+def image_layout(space: gym.Space) -> str | None:
+    """"CHW" or "HWC" for an image Box (module docstring: the rule), None otherwise."""
+    if not isinstance(space, gym.spaces.Box) or len(space.shape) != 3:
+        return None
+    first, second, last = space.shape
+    if min(second, last) >= MIN_IMAGE_SIZE:
+        return "CHW"
+    if 1 <= last <= MAX_CHANNELS_LAST and min(first, second) >= MIN_IMAGE_SIZE:
+        return "HWC"
+    return None
 
 
 def is_image(space: gym.Space) -> bool:
-    """A Box [C, H, W] (uint8 or float) of at least 36 x 36 pixels: encoded by a CNN
-    (smaller arrays are flattened)."""
-    return isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and min(space.shape[1:]) >= MIN_IMAGE_SIZE
+    """A Box the CNN encodes: [C, H, W] or [H, W, C] (uint8 or float), ``image_layout``."""
+    return image_layout(space) is not None
 
 
 class NatureCNN(nn.Module):
-    """Mnih et al. 2015's encoder: [C, H, W] -> 512 features (uint8 pixels / 255 inside)."""
+    """Mnih et al. 2015's encoder: [C, H, W] -> 512 features (uint8 pixels / 255 inside).
+
+    An [H, W, C] space (``image_layout``) sets ``channels_last``: the forward pass moves the
+    channels first, so the layers are those of the [C, H, W] image.
+    """
 
     def __init__(self, space: gym.spaces.Box, features: int = 512) -> None:
         super().__init__()
-        channels, height, width = space.shape
+        self.channels_last = image_layout(space) == "HWC"
+        channels, height, width = (space.shape[2], *space.shape[:2]) if self.channels_last else space.shape
         self.scale = 1.0 / 255.0 if space.dtype == np.uint8 else 1.0  # pixels in [0, 255]: scaled here
         self.conv = nn.Sequential(
             _orthogonal(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
@@ -85,6 +116,8 @@ class NatureCNN(nn.Module):
         self.out_features = features
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
+        if self.channels_last:  # [..., H, W, C] -> [..., C, H, W]
+            image = image.movedim(-1, -3)
         batch_shape = image.shape[:-3]
         x = image.reshape(-1, *image.shape[-3:]).float() * self.scale
         return self.head(self.conv(x)).reshape(*batch_shape, self.out_features)
@@ -165,22 +198,22 @@ def resolve_encoder(kind: str, space: gym.Space) -> str:
 
 
 def make_encoder(kind: str, space: gym.Space) -> nn.Module:
-    """The encoder ``kind`` (ENCODERS) for observations of ``space``; checks that they fit."""
+    """The encoder ``kind`` (ENCODERS) for observations of ``space``; a ConfigError when they
+    do not fit."""
     kind = resolve_encoder(kind, space)
     if kind == "mlp":
         if not isinstance(space, gym.spaces.Box) or len(space.shape) != 1:
-            raise TypeError(f"model encoder 'mlp' needs a flat Box observation, got {space!r}: use encoder='cnn' "
-                            "for images or 'multi_input' for Dict / Tuple / Discrete observations")
+            raise ConfigError(f"model encoder 'mlp' needs a flat Box observation, got {space!r}: use encoder='cnn' "
+                              "for images or 'multi_input' for Dict / Tuple / Discrete observations")
         return Flatten(space)
     if kind == "cnn":
         if not is_image(space):
-            raise TypeError(f"model encoder 'cnn' needs an image Box [C, H, W] of at least {MIN_IMAGE_SIZE} x "
-                            f"{MIN_IMAGE_SIZE} pixels, got {space!r}")
+            raise ConfigError(f"model encoder 'cnn' needs an image Box ({IMAGE_RULE}), got {space!r}")
         return NatureCNN(space)
     if kind == "multi_input":
         return MultiInputEncoder(space) if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)) else \
             leaf_encoder(space)
-    raise ValueError(f"model encoder must be one of {ENCODERS}, got {kind!r}")
+    raise ConfigError(f"model encoder must be one of {ENCODERS}, got {kind!r}")
 
 
 def _orthogonal(layer: nn.Module, gain: float = math.sqrt(2)) -> nn.Module:

@@ -9,6 +9,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, interaction_type
 from torch import nn
 
+from rlcollect.errors import ConfigError
 from rlcollect.modules.actor_critic import DETERMINISTIC, mlp, observation_norm
 from rlcollect.modules.encoders import make_encoder, resolve_encoder
 
@@ -31,7 +32,7 @@ class QValuePolicy(TensorDictModuleBase):
                  encoder: str = "auto", normalize_observation: bool = False) -> None:
         super().__init__()
         if not isinstance(action_space, gym.spaces.Discrete):
-            raise TypeError(f"DQN needs a Discrete action space, got {action_space!r}")
+            raise ConfigError(f"DQN needs a Discrete action space, got {action_space!r}")
         self.num_actions = int(action_space.n)
         self.action_offset = int(action_space.start)
         encoder = resolve_encoder(encoder, observation_space)

@@ -9,8 +9,9 @@
 A sampler builds one collector (``_build_collector``: the subclasses' only difference) and
 draws a batch from it per ``obtain_samples``; the per-step loop is the collector's. The
 samples are the collector's ``[batch_B, batch_T]`` batch seen time-major (a transposed
-view, no copy) with rlcollect's keys (docs/data-layout.md). Env ``i`` of rank ``r`` is
-seeded ``seed + r * batch_B + i`` and starts its episodes at a random phase
+view, no copy) with rlcollect's keys (docs/data-layout.md), as ``Samples``: a TensorDict
+whose ``bootstrap_value`` (``[batch_B]``, no time dim) reads as a tensor. Env ``i`` of
+rank ``r`` is seeded ``seed + r * batch_B + i`` and starts its episodes at a random phase
 (``RandomStart``, drawn from its seed), so the samplers give the same samples from the same
 seed whichever process steps the envs.
 """
@@ -19,10 +20,11 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
-from tensordict import TensorDictBase
+from tensordict import NonTensorData, TensorDict, TensorDictBase
+from tensordict.utils import NestedKey
 
 from rlcollect.collectors.devices import policy_param_device
 from rlcollect.collectors.evaluation import EvalCollector
@@ -38,6 +40,7 @@ from rlcollect.validation import check_non_negative_int, check_positive_int
 AFFINITY_KEYS = ("master_cpus", "workers_cpus", "master_torch_threads", "worker_torch_threads", "cuda_idx",
                  "alternating", "set_affinity")
 TRAJ_INFO_KEYS = {"discount": "gamma", "gamma": "gamma", "sum_keys": "sum_keys", "last_keys": "last_keys"}
+BOOTSTRAP_VALUE = "bootstrap_value"
 
 
 def _known_keys(given: dict | None, known, message: str) -> dict:
@@ -48,6 +51,16 @@ def _known_keys(given: dict | None, known, message: str) -> dict:
     if unknown:
         raise ValueError(message.format(unknown, list(known)))
     return given
+
+
+class Samples(TensorDict):
+    """The time-major samples ``[batch_T, batch_B]``. Its ``bootstrap_value`` has no time dim
+    (``[batch_B]``), so it is held as a non-tensor entry; it reads as the plain tensor both
+    as ``samples["bootstrap_value"]`` and as ``samples.get("bootstrap_value")``."""
+
+    def get(self, key: NestedKey, *args, **kwargs):
+        value = super().get(key, *args, **kwargs)
+        return value.data if key == BOOTSTRAP_VALUE and isinstance(value, NonTensorData) else value
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,10 @@ class BaseSampler:
         eval_max_trajectories: stop an evaluation once this many episodes completed.
         collector_kwargs: options passed to the collector underneath (rlcollect's names,
             e.g. ``start_method``, ``exploration_type``, ``max_frames_per_traj``).
+        info_keys: entries of the envs' info dicts stored in the samples as ``("next", key)``
+            (GymEnv's ``info_keys``: names, or names to dtypes; each keeps the dtype of its
+            first value, 0 / False where an env did not report it). Not the seed's name:
+            rlpyt stores every ``env_info`` entry.
     """
 
     default_collector: type[SamplerCollector]
@@ -95,7 +112,7 @@ class BaseSampler:
                  TrajInfoCls: type[TrajectoryInfo] = TrajectoryInfo, eval_n_envs: int = 0,  # noqa: N803
                  eval_CollectorCls: type[EvalCollector] | None = None, eval_env_kwargs: dict | None = None,  # noqa: N803
                  eval_max_steps: int | None = None, eval_max_trajectories: int | None = None,
-                 collector_kwargs: dict | None = None) -> None:
+                 collector_kwargs: dict | None = None, info_keys: Sequence[str] | Mapping[str, Any] = ()) -> None:
         if not callable(EnvCls):
             raise TypeError(f"EnvCls must be a class or factory returning a gymnasium.Env, got {EnvCls!r}")
         self.EnvCls, self.env_kwargs = EnvCls, dict(env_kwargs or {})
@@ -115,6 +132,7 @@ class BaseSampler:
         self.eval_max_steps = check_positive_int("eval_max_steps", eval_max_steps, optional=True)
         self.eval_max_trajectories = check_positive_int("eval_max_trajectories", eval_max_trajectories, optional=True)
         self.collector_kwargs = dict(collector_kwargs or {})
+        self.info_keys = dict(info_keys) if isinstance(info_keys, Mapping) else list(info_keys)
         self.collector = None
         self.eval_collector: EvalCollector | None = None
         self._shut_down = False
@@ -182,9 +200,10 @@ class BaseSampler:
         self._check_running("obtain_samples")
         batch = next(self._batches).reshape(self.batch_B, self.batch_T)
         traj_infos = self._as_traj_infos(self._tracker.infos(batch))
-        samples = batch.transpose(0, 1)
+        transposed = batch.transpose(0, 1)
+        samples = Samples(dict(transposed.items()), batch_size=transposed.batch_size, device=transposed.device)
         if self.bootstrap_value:
-            samples.set_non_tensor("bootstrap_value", self._value_after(batch))
+            samples.set_non_tensor(BOOTSTRAP_VALUE, self._value_after(batch))
         return samples, traj_infos
 
     def evaluate_agent(self, itr: int) -> list[TrajectoryInfo]:
@@ -225,6 +244,10 @@ class BaseSampler:
                              f"{self.batch_B} must be even")
         cpus = max(os.cpu_count() or 1, step)
         return max(count for count in range(step, min(cpus, self.batch_B) + 1, step) if self.batch_B % count == 0)
+
+    def _env_options(self) -> dict:
+        """GymEnv's keyword arguments for the sampler's envs (its ``info_keys``)."""
+        return {"info_keys": self.info_keys} if self.info_keys else {}
 
     @staticmethod
     def _worker_options(affinity: dict) -> dict:
@@ -275,8 +298,8 @@ class BaseSampler:
         """One step's entries, zeros: a one-env Collector's preallocated batch, built with
         this process's RNG state saved and restored (the samples do not depend on it)."""
         with torch.random.fork_rng(devices=[]):
-            probe = Collector(GymEnv(EnvFactory(self.EnvCls, self.env_kwargs), 1), agent, frames_per_batch=1,
-                              reset_policy=self.CollectorCls.reset_policy)
+            env = GymEnv(EnvFactory(self.EnvCls, self.env_kwargs), 1, **self._env_options())
+            probe = Collector(env, agent, frames_per_batch=1, reset_policy=self.CollectorCls.reset_policy)
             try:
                 examples = probe.batch[0, 0].clone().zero_()
             finally:

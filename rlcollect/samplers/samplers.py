@@ -19,7 +19,7 @@ class SerialSampler(BaseSampler):
     default_collector, agent_in_workers = CpuResetCollector, True
 
     def _build_collector(self, agent, factory: EnvFactory, seed, affinity: dict, options: dict):
-        env = GymEnv(factory, self.batch_B, seed=seed)
+        env = GymEnv(factory, self.batch_B, seed=seed, **self._env_options())
         return Collector(env, agent, frames_per_batch=self.batch_B * self.batch_T,
                          **{**self._agent_device(affinity), **options})
 
@@ -36,7 +36,7 @@ class CpuSampler(BaseSampler):
         workers = self._num_workers(affinity)
         return MultiSyncCollector(factory, agent, num_workers=workers, envs_per_worker=self.batch_B // workers,
                                   frames_per_batch=self.batch_B * self.batch_T, seed=seed, update_at_each_batch=True,
-                                  **{**self._worker_options(affinity), **options})
+                                  env_kwargs=self._env_options(), **{**self._worker_options(affinity), **options})
 
 
 class GpuSampler(BaseSampler):
@@ -53,6 +53,7 @@ class GpuSampler(BaseSampler):
         workers = self._num_workers(affinity, even=self.even_workers)
         return self.collector_class(factory, agent, num_workers=workers, envs_per_worker=self.batch_B // workers,
                                     frames_per_batch=self.batch_B * self.batch_T, seed=seed,
+                                    env_kwargs=self._env_options(),
                                     **{**self.collector_options, **self._agent_device(affinity),
                                        **self._worker_options(affinity), **options})
 

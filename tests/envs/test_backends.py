@@ -3,6 +3,8 @@
 The collector semantics themselves (carrier, partial resets, max_frames_per_traj, ...) run
 over every backend in tests/collectors/test_single.py.
 """
+import functools
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -12,8 +14,9 @@ from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 from rlcollect.collectors import Collector
 from rlcollect.envs import GymEnv
 from rlcollect.envs.backends import PartialResetCartPole
+from rlcollect.errors import ConfigError
 from rlcollect.modules import ActorCritic
-from rlcollect.testing import CountingVectorEnv, SpacesEnv, counting_envs
+from rlcollect.testing import CountingEnv, CountingVectorEnv, SpacesEnv, counting_envs
 
 
 def batches(env, count=2, frames_per_batch=120, seed=7):
@@ -59,13 +62,72 @@ def test_a_vector_env_given_as_is_resets_only_the_finished_envs(mode):
     assert batch["is_init"].tolist() == [[True, False, False] * 2 + [True, False], [True, False, False, False] * 2]
     # info entries where the env reported them (its "_cost" mask), 0 elsewhere
     assert batch["next", "cost"].tolist() == [[0, 1, 0, 0, 1, 0, 0, 1], [0, 1, 0, 2, 0, 1, 0, 2]]
-    # disabled: one full reset, then one partial reset per done step; same_step: the env resets itself
-    assert vector_env.resets == (1 + 4 if mode == "disabled" else 1)  # done at steps 2, 3, 5, 7
+    # the info probe's reset (cost's dtype: float64, as reported), then: disabled: one full reset and one
+    # partial reset per done step; same_step: the env resets itself
+    assert batch["next", "cost"].dtype == torch.float64
+    assert vector_env.resets == 1 + (1 + 4 if mode == "disabled" else 1)  # done at steps 2, 3, 5, 7
 
 
-def test_a_next_step_vector_env_is_refused_with_the_reason():
-    with pytest.raises(ValueError, match="NEXT_STEP.*backend='sync' / 'async'"):
+NEXT_STEP_KEYS = ["observation", "is_init", "action", ("next", "observation"), ("next", "reward"),
+                  ("next", "terminated"), ("next", "truncated"), ("next", "done"), ("collector", "traj_ids")]
+
+
+def counting_vector_env(kind, autoreset_mode, end="terminated", **kwargs):
+    """gymnasium's Sync/AsyncVectorEnv of two CountingEnvs, finishing after 3 and 4 steps."""
+    makers = [functools.partial(CountingEnv, length, end=end) for length in (3, 4)]
+    return kind(makers, autoreset_mode=autoreset_mode, **kwargs)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind, kwargs, end", [(gym.vector.SyncVectorEnv, {}, "terminated"),
+                                               (gym.vector.SyncVectorEnv, {}, "truncated"),
+                                               (gym.vector.AsyncVectorEnv, {}, "terminated"),
+                                               (gym.vector.AsyncVectorEnv, {"shared_memory": False}, "truncated")])
+def test_a_next_step_vector_env_gives_the_batches_of_the_same_envs_with_autoreset_disabled(kind, kwargs, end):
+    """Regression: NEXT_STEP vector envs were refused. The step after a done is a reset, not a
+    transition: none is stored, ("next", "observation") keeps the true final observation."""
+    given = counting_vector_env(kind, gym.vector.AutoresetMode.NEXT_STEP, end, **kwargs)
+    expected = batches(GymEnv(counting_vector_env(kind, gym.vector.AutoresetMode.DISABLED, end, **kwargs)), 2, 16)
+    got = batches(GymEnv(given), 2, 16)
+    for want, have in zip(expected, got):
+        for key in NEXT_STEP_KEYS:
+            assert torch.equal(want[key], have[key]), key
+    assert got[0]["next", "observation"][..., 0].tolist() == [[1, 2, 3] * 2 + [1, 2], [1, 2, 3, 4] * 2]
+    assert got[0]["is_init"].tolist() == [[True, False, False] * 2 + [True, False], [True, False, False, False] * 2]
+    assert (got[1]["next", "reward"] == 1).all()  # no reset step (reward 0) is stored
+    other = "terminated" if end == "truncated" else "truncated"
+    assert got[1]["next", end].sum() == 5 and not got[1]["next", other].any()
+
+
+@pytest.mark.timeout(60)
+def test_a_next_step_sync_vector_env_keeps_its_sub_env_instances():
+    given = counting_vector_env(gym.vector.SyncVectorEnv, gym.vector.AutoresetMode.NEXT_STEP)
+    env = GymEnv(given)
+    assert env._backend.vector_env.envs == given.envs
+    assert env._backend.vector_env.autoreset_mode == gym.vector.AutoresetMode.DISABLED
+
+
+@pytest.mark.timeout(60)
+def test_a_next_step_vector_cartpole_becomes_its_partial_reset_twin():
+    given = gym.make_vec("CartPole-v1", 3, vectorization_mode="vector_entry_point", max_episode_steps=20)
+    assert type(given) is CartPoleVectorEnv
+    env = GymEnv(given)
+    assert type(env._backend.vector_env) is PartialResetCartPole and env._backend.vector_env.max_episode_steps == 20
+    expected = batches(GymEnv("CartPole-v1", 3, backend="vector", max_episode_steps=20), 2, 3 * 30)
+    for want, have in zip(expected, batches(env, 2, 3 * 30)):
+        assert (want == have).all()
+    assert expected[0]["next", "truncated"].any() and (expected[1]["next", "reward"] == 1).all()
+
+
+@pytest.mark.timeout(60)
+def test_a_next_step_vector_env_rlcollect_cannot_rebuild_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="CountingVectorEnv autoresets on the step after a done .NEXT_STEP") as error:
         GymEnv(CountingVectorEnv([3, 4], "next_step"))
+    assert "\n" not in str(error.value) and "autoreset_mode=DISABLED or SAME_STEP" in str(error.value)
+    wrapped = gym.wrappers.vector.RecordEpisodeStatistics(counting_vector_env(gym.vector.SyncVectorEnv,
+                                                                         gym.vector.AutoresetMode.NEXT_STEP))
+    with pytest.raises(ConfigError, match="RecordEpisodeStatistics autoresets"):
+        GymEnv(wrapped)
 
 
 def test_bad_backend_arguments_name_the_argument():
@@ -173,6 +235,14 @@ def test_the_vector_backend_runs_cartpole_with_exact_episode_ends():
         steps = torch.where(is_init[:, t], 1, steps + 1)
         assert torch.equal(batch["next", "truncated"][:, t], steps == 20)
     assert batch["next", "truncated"].any() and batch["next", "terminated"].any()
+
+
+@pytest.mark.timeout(60)
+def test_an_unseeded_vector_cartpole_resets():
+    """Regression: the first reset of an unseeded GymEnv(backend="vector") reset rows of a
+    CartPole state that did not exist yet."""
+    carrier = GymEnv("CartPole-v1", 3, backend="vector").reset()
+    assert carrier["observation"].shape == (3, 4) and (carrier["observation"].abs() <= 0.05).all()
 
 
 def test_envpool_resets_finished_envs_at_once_and_truncates_at_the_limit():

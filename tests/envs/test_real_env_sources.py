@@ -60,9 +60,10 @@ def test_wrappers_apply_in_order_to_each_sub_env():
 
 def check_info(batch):
     count = batch["next", "observation"][..., 0]
-    assert batch["next", "cost"].dtype == torch.float32
-    assert torch.equal(batch["next", "cost"], 0.5 * count)
-    assert torch.equal(batch["next", "is_success"], batch["next", "done"].float())  # 0 where not reported
+    assert batch["next", "cost"].dtype == torch.float64  # a Python float, as reported
+    assert torch.equal(batch["next", "cost"], 0.5 * count.double())
+    assert batch["next", "is_success"].dtype == torch.bool
+    assert torch.equal(batch["next", "is_success"], batch["next", "done"])  # False where not reported
 
 
 def test_info_keys_are_stored_per_step_in_every_collector(no_leftovers):

@@ -5,6 +5,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import set_interaction_type
 
+from rlcollect.errors import ConfigError
 from rlcollect.modules import ActorCritic
 from rlcollect.modules.distributions import categorical_log_prob, categorical_sample
 
@@ -42,5 +43,5 @@ def test_gumbel_sampling_matches_the_categorical_distribution():
 
 
 def test_unsupported_spaces_raise():
-    with pytest.raises(TypeError, match="action space"):
+    with pytest.raises(ConfigError, match="action space"):  # a user's choice of env and algorithm: one line
         ActorCritic(OBS, gym.spaces.MultiBinary(3))

@@ -20,7 +20,7 @@ from rlcollect.samplers import (
     NoOverlapAlternatingSampler,
     SerialSampler,
 )
-from rlcollect.testing import EchoEnv, echo_policy
+from rlcollect.testing import EchoEnv, InfoEnv, echo_policy
 
 pytestmark = pytest.mark.timeout(180)
 MASK, TRAJ_IDS = ("collector", "mask"), ("collector", "traj_ids")
@@ -162,6 +162,47 @@ def test_bootstrap_value_is_the_agents_value_after_the_batch(start):
         expected = agent.state_value(samples["next"][-1])
     assert samples["bootstrap_value"].shape == (4,)
     assert torch.equal(samples["bootstrap_value"], expected)
+
+
+@pytest.mark.parametrize("cls", [SerialSampler, CpuSampler, GpuSampler])
+def test_bootstrap_value_is_a_plain_tensor_however_it_is_read(start, cls):
+    """Regression: samples.get("bootstrap_value") returned a NonTensorData."""
+    echo = functools.partial(EchoEnv, (2, 3, 4, 5))
+    agent = EchoCritic()
+    sampler = cls(echo, None, 3, 4, max_decorrelation_steps=0, **sampler_kwargs(cls))
+    start(sampler, agent, seed=0, bootstrap_value=True)
+    for itr in range(2):
+        samples, _ = sampler.obtain_samples(itr)
+    # V of each env's ("next", "observation") after 6 steps: env i (seeded i) has episodes of 2 + i steps, so its
+    # step count is 2, 3 (both just finished: the true final observation), 2 and 1; V = 10 * i + count
+    expected = torch.tensor([0.0 + 2, 10 + 3, 20 + 2, 30 + 1])
+    for value in (samples["bootstrap_value"], samples.get("bootstrap_value"), samples.clone().get("bootstrap_value"),
+                  samples[0].get("bootstrap_value")):
+        assert type(value) is torch.Tensor and value.shape == (4,) and torch.equal(value, expected)
+
+
+class EchoCritic(torch.nn.Module):
+    """echo_policy with V = 10 * env id + step count (EchoEnv's observation)."""
+
+    def forward(self, td):
+        return echo_policy(td)
+
+    def state_value(self, td):
+        observation = td.get("observation")
+        return 10 * observation[..., 0] + observation[..., 1]
+
+
+def test_info_keys_reach_the_samples_and_the_examples_with_their_dtype(start):
+    sampler = CpuSampler(InfoEnv, {"episode_length": 3}, 4, 2, max_decorrelation_steps=0,
+                         info_keys=["is_success", "cost"], **sampler_kwargs(CpuSampler))
+    agent = ActorCritic(InfoEnv().observation_space, InfoEnv().action_space)
+    examples = start(sampler, agent, seed=0, traj_info_kwargs={"last_keys": [("next", "is_success")]})
+    samples, infos = sampler.obtain_samples(0)
+    assert examples["next", "is_success"].dtype == samples["next", "is_success"].dtype == torch.bool
+    assert samples["next", "is_success"].T.tolist() == [[False, False, True, False]] * 2
+    assert samples["next", "cost"].dtype == torch.float64
+    assert samples["next", "cost"].T.tolist() == [[0.5, 1, 1.5, 0.5]] * 2
+    assert [info.last["next/is_success"] for info in infos] == [True, True]
 
 
 @pytest.mark.parametrize("cls, collector", [(SerialSampler, CpuWaitResetCollector),

@@ -25,18 +25,27 @@ The library, usable without the CLI (docs/README.md is the map):
   ``MultiStep`` (n-step transitions); ``split_trajectories`` for the legacy padded layout.
 - Trajectories: ``TrajectoryPool``, ``TrajectoryInfo``, ``EpisodeTracker``.
 - Models and algorithms: ``ActorCritic``, ``RecurrentActorCritic``, ``QValuePolicy``,
-  ``GRUModule`` / ``LSTMModule``, ``PPO``, ``DQN``, ``generalized_advantage_estimate``.
+  ``GRUModule`` / ``LSTMModule``, ``PPO``, ``DQN``, ``generalized_advantage_estimate``; the
+  learners the runner trains with (``Learner``, the contract; ``PPOLearner``,
+  ``DQNLearner``, ``SACLearner`` with its policy ``SACActor``).
 - Logging: ``RunLogger`` / ``WandbLogger`` (metrics.jsonl and W&B, usable as a post-collect hook).
 - Trained runs: ``load_policy`` (a run's policy from its folder and checkpoint); errors:
   ``ConfigError`` (a user's mistake, one line) and ``MissingDependencyError``.
-- rlpyt's sampler interface over these collectors (docs/samplers.md): ``SerialSampler``,
-  ``CpuSampler``, ``GpuSampler``, ``AlternatingSampler``, ``NoOverlapAlternatingSampler``,
-  with the collector classes ``CpuResetCollector`` / ``CpuWaitResetCollector`` /
-  ``GpuResetCollector`` / ``GpuWaitResetCollector`` and the ``RandomStart`` env wrapper.
+- rlpyt's sampler interface over these collectors (docs/samplers.md), at home in
+  ``rlcollect.samplers`` and re-exported here: ``SerialSampler``, ``CpuSampler``,
+  ``GpuSampler``, ``AlternatingSampler``, ``NoOverlapAlternatingSampler``, with the
+  collector classes ``CpuResetCollector`` / ``CpuWaitResetCollector`` /
+  ``GpuResetCollector`` / ``GpuWaitResetCollector``; and the ``RandomStart`` env wrapper.
+- Names for users who migrate, at home in ``rlcollect.compat`` and re-exported here (each is
+  the rlcollect class, or builds one): TorchRL's ``SyncDataCollector``,
+  ``MultiSyncDataCollector``, ``MultiaSyncDataCollector``, ``aSyncDataCollector``,
+  ``TensorDictReplayBuffer``, and the seed's ``MultiCollector``.
 
 The command line: ``rlcollect train [overrides]`` (README.md). Names load on first access,
 so ``rlcollect --help`` and config errors answer without importing torch, and importing
-rlcollect never imports Ray.
+rlcollect never imports Ray. ``_EXPORTS`` below is the one list of these names: ``__all__``
+is made from it, and the TYPE_CHECKING block (for type checkers) imports exactly its names
+from its modules (tests/test_public_api.py checks).
 """
 from typing import TYPE_CHECKING
 
@@ -44,7 +53,8 @@ from rlcollect.lazy_exports import lazy_getattr
 
 __version__ = "0.1.0"
 
-# Public name -> defining module, one name per thing.
+# Public name -> the module it loads from (where it is defined, or the package that presents it:
+# rlcollect.samplers, rlcollect.compat, rlcollect.collectors.ray), one name per thing.
 _EXPORTS = {
     # envs
     "GymEnv": "rlcollect.envs.gym_env",
@@ -110,6 +120,11 @@ _EXPORTS = {
     "QValuePolicy": "rlcollect.modules.q_network",
     "RecurrentActorCritic": "rlcollect.modules.actor_critic",
     "generalized_advantage_estimate": "rlcollect.algos.gae",
+    "DQNLearner": "rlcollect.algos.learners",
+    "Learner": "rlcollect.algos.learners",
+    "PPOLearner": "rlcollect.algos.learners",
+    "SACActor": "rlcollect.algos.sac",
+    "SACLearner": "rlcollect.algos.sac",
     "recurrent_mode": "rlcollect.modules.recurrent",
     "set_recurrent_mode": "rlcollect.modules.recurrent",
     # rlpyt's sampler interface (rlcollect/samplers)
@@ -137,25 +152,7 @@ _EXPORTS = {
     "TensorDictReplayBuffer": "rlcollect.compat",
     "aSyncDataCollector": "rlcollect.compat",
 }
-__all__ = [
-    "ActionServerCollector", "ActorCritic", "AlternatingCollector", "BatchSpec", "Collector", "CollectorBase", "DQN",
-    "Delivery", "DeliveryOptions", "DeviceOptions", "EpisodeTracker", "EvalCollector", "EvalResult", "GRUModule",
-    "GymEnv", "LSTMModule", "LazyMemmapStorage", "LazyTensorStorage", "MultiAsyncCollector",
-    "MultiProcessWeightSyncScheme", "MultiStep", "MultiSyncCollector", "NoWeightSyncScheme", "PPO",
-    "PoolCollector", "PrioritizedSampler", "QValuePolicy",
-    "RandomSampler", "RayCollector", "RayReplayBuffer", "RayWeightSyncScheme", "RecurrentActorCritic",
-    "ReplayBuffer", "ReplayBufferEnsemble", "RolloutBuffer", "RunLogger", "SharedMemWeightSyncScheme",
-    "SliceSampler", "SliceSamplerWithoutReplacement", "StagedEnv", "StepOptions", "TrajectoryInfo", "TrajectoryPool",
-    "WandbLogger", "WeightSyncScheme",
-    "WorkerError", "WorkerOptions", "WorkerRestart", "evaluate_episodes", "generalized_advantage_estimate",
-    "iterate_minibatches", "make_env", "recurrent_mode", "set_recurrent_mode", "split_trajectories", "transition_view",
-    "AlternatingSampler", "CpuResetCollector", "CpuSampler", "CpuWaitResetCollector", "GpuResetCollector",
-    "GpuSampler", "GpuWaitResetCollector", "NoOverlapAlternatingSampler", "RandomStart", "SerialSampler", "VmasEnv",
-    "ConfigError", "MissingDependencyError", "load_policy",
-    # aliases for migrating users (rlcollect/compat.py)
-    "MultiCollector", "MultiSyncDataCollector", "MultiaSyncDataCollector", "SyncDataCollector",
-    "TensorDictReplayBuffer", "aSyncDataCollector",
-]
+__all__ = sorted(_EXPORTS)  # the public names: _EXPORTS is their one list
 
 __getattr__ = lazy_getattr("rlcollect", _EXPORTS, globals())
 
@@ -167,7 +164,9 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load lazily
     from rlcollect.algos.dqn import DQN  # noqa: F401
     from rlcollect.algos.gae import generalized_advantage_estimate  # noqa: F401
+    from rlcollect.algos.learners import DQNLearner, Learner, PPOLearner  # noqa: F401
     from rlcollect.algos.ppo import PPO  # noqa: F401
+    from rlcollect.algos.sac import SACActor, SACLearner  # noqa: F401
     from rlcollect.buffers.replay import ReplayBuffer, ReplayBufferEnsemble  # noqa: F401
     from rlcollect.buffers.rollout import RolloutBuffer, iterate_minibatches, transition_view  # noqa: F401
     from rlcollect.buffers.samplers import (  # noqa: F401
@@ -181,12 +180,21 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load
     from rlcollect.collectors.action_server import ActionServerCollector, AlternatingCollector  # noqa: F401
     from rlcollect.collectors.base import CollectorBase  # noqa: F401
     from rlcollect.collectors.delivery import Delivery  # noqa: F401
+    from rlcollect.collectors.distributed.collector import DistributedCollector, DistributedSyncCollector  # noqa: F401
+    from rlcollect.collectors.distributed.rpc import RPCCollector  # noqa: F401
     from rlcollect.collectors.evaluation import EvalCollector, EvalResult, evaluate_episodes  # noqa: F401
     from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector  # noqa: F401
-    from rlcollect.collectors.options import BatchSpec, DeliveryOptions, DeviceOptions, StepOptions, WorkerOptions  # noqa: F401
+    from rlcollect.collectors.options import (  # noqa: F401
+        BatchSpec,
+        DeliveryOptions,
+        DeviceOptions,
+        StepOptions,
+        WorkerOptions,
+    )
     from rlcollect.collectors.pool import PoolCollector  # noqa: F401
     from rlcollect.collectors.processes import WorkerError  # noqa: F401
     from rlcollect.collectors.ray import RayCollector, RayReplayBuffer  # noqa: F401
+    from rlcollect.collectors.restarts import WorkerRestart  # noqa: F401
     from rlcollect.collectors.single import Collector  # noqa: F401
     from rlcollect.compat import (  # noqa: F401
         MultiaSyncDataCollector,
@@ -197,14 +205,28 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load
         aSyncDataCollector,
     )
     from rlcollect.envs.gym_env import GymEnv  # noqa: F401
+    from rlcollect.envs.random_start import RandomStart  # noqa: F401
     from rlcollect.envs.sources import make_env  # noqa: F401
     from rlcollect.envs.staging import StagedEnv  # noqa: F401
+    from rlcollect.envs.torch_cartpole import TorchCartPole  # noqa: F401
+    from rlcollect.envs.vmas import VmasEnv  # noqa: F401
     from rlcollect.errors import ConfigError, MissingDependencyError  # noqa: F401
     from rlcollect.logging.run_logger import RunLogger, WandbLogger  # noqa: F401
     from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic  # noqa: F401
     from rlcollect.modules.q_network import QValuePolicy  # noqa: F401
     from rlcollect.modules.recurrent import GRUModule, LSTMModule, recurrent_mode, set_recurrent_mode  # noqa: F401
     from rlcollect.pipeline.saved import load_policy  # noqa: F401
+    from rlcollect.samplers import (  # noqa: F401
+        AlternatingSampler,
+        CpuResetCollector,
+        CpuSampler,
+        CpuWaitResetCollector,
+        GpuResetCollector,
+        GpuSampler,
+        GpuWaitResetCollector,
+        NoOverlapAlternatingSampler,
+        SerialSampler,
+    )
     from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo, TrajectoryPool, split_trajectories  # noqa: F401
     from rlcollect.weight_sync.pipes import MultiProcessWeightSyncScheme  # noqa: F401
     from rlcollect.weight_sync.ray import RayWeightSyncScheme  # noqa: F401

@@ -5,7 +5,8 @@
 Each alias IS the rlcollect class (``SyncDataCollector is Collector``), with rlcollect's
 arguments and semantics (docs/collectors.md); ``aSyncDataCollector`` is a
 MultiAsyncCollector with one worker process, and ``MultiCollector`` (the seed's front
-door) builds a MultiSyncCollector or a MultiAsyncCollector.
+door) builds a MultiSyncCollector or a MultiAsyncCollector. This module is their home;
+``rlcollect`` re-exports each of them (``from rlcollect import SyncDataCollector``).
 """
 from __future__ import annotations
 

@@ -282,9 +282,22 @@ class NoWeightSyncConfig:
 
 # ---------------------------------------------------------------------------- algo
 @dataclass
-class PPOConfig:
+class LearnerTarget:
+    """What every algo node has: the learner class (algos/learners.py, the contract), built
+    by the pipeline (``_partial_``) with the policy, the buffer it asks for and the run's
+    total_frames and spaces where its constructor names them. ``name`` labels the algorithm
+    (W&B, compare); the pipeline reads no other key of it."""
+
+    _target_: str = MISSING
+    _partial_: bool = True
+    name: str = MISSING
+
+
+@dataclass
+class PPOConfig(LearnerTarget):
     """Clipped PPO, tuned for CartPole (close to rl-zoo's: 8 envs x 32 steps, lambda 0.8)."""
 
+    _target_: str = "rlcollect.PPOLearner"
     name: str = "ppo"
     lr: float = ranged(0.001, "> 0")
     gamma: float = ranged(0.98, "(0, 1]")
@@ -305,9 +318,10 @@ class PPOConfig:
 
 
 @dataclass
-class DQNConfig:
+class DQNConfig(LearnerTarget):
     """DQN (double, target network, epsilon-greedy) from a replay buffer."""
 
+    _target_: str = "rlcollect.DQNLearner"
     name: str = "dqn"
     lr: float = ranged(1e-3, "> 0")
     gamma: float = ranged(0.99, "(0, 1]")
@@ -328,6 +342,31 @@ class DQNConfig:
     n_step: int = ranged(1, ">= 1")
     prioritized: bool = False  # prioritized replay: buffer/sampler=prioritized with its defaults (or choose that)
     terminal_keys: List[str] = field(default_factory=list)  # ("next", key) flags ending the bootstrap: [life_lost]
+    background: bool = False  # collector.start(): collect while training
+
+
+@dataclass
+class SACConfig(LearnerTarget):
+    """Soft actor-critic (twin Q, automatic entropy tuning) from a replay buffer, the
+    settings of cleanrl's sac_continuous_action (one update per collected frame)."""
+
+    _target_: str = "rlcollect.SACLearner"
+    name: str = "sac"
+    gamma: float = ranged(0.99, "(0, 1]")
+    tau: float = ranged(0.005, "(0, 1]")  # Polyak step of the target critics
+    actor_lr: float = ranged(3e-4, "> 0")  # also alpha's
+    critic_lr: float = ranged(1e-3, "> 0")
+    alpha: float = ranged(0.2, "> 0")  # the entropy weight (its start, with autotune)
+    autotune: bool = True  # tune alpha towards an entropy of -action_dim
+    policy_frequency: int = ranged(2, ">= 1")  # critic steps per round of as many actor updates
+    target_network_frequency: int = ranged(1, ">= 1")  # critic steps between target updates
+    batch_size: int = ranged(256, ">= 1")  # transitions per gradient step
+    gradient_steps_per_batch: int = ranged(256, ">= 1")  # one per collected frame (collector.frames_per_batch)
+    learning_starts: int = ranged(5000, ">= 0")  # frames of random actions before the first update
+    critic_hidden_sizes: List[int] = ranged([256, 256], ">= 1")
+    n_step: int = ranged(1, ">= 1")  # >1: n-step transitions, bootstrapped gamma**m ahead
+    prioritized: bool = False  # prioritized replay (buffer/sampler=prioritized's defaults)
+    terminal_keys: List[str] = field(default_factory=list)  # ("next", key) flags ending the bootstrap
     background: bool = False  # collector.start(): collect while training
 
 
@@ -353,6 +392,7 @@ class RecurrentActorCriticConfig:
     _target_: str = "rlcollect.RecurrentActorCritic"
     _partial_: bool = True
     rnn: str = "gru"  # gru | lstm
+    encoder: str = "auto"  # auto (from the observation space) | mlp | cnn (images) | multi_input (Dict/Tuple)
     hidden_size: int = ranged(64, ">= 1")
     num_layers: int = ranged(1, ">= 1")
     hidden_sizes: List[int] = ranged([64, 64], ">= 1")
@@ -370,6 +410,19 @@ class QValuePolicyConfig:
     activation: str = "relu"
     # the first batches'; DQN then follows algo.eps_* (conf/model/q_network.yaml links them)
     epsilon: float = ranged(1.0, "[0, 1]")
+    encoder: str = "auto"  # auto (from the observation space) | mlp | cnn (images) | multi_input (Dict/Tuple)
+    normalize_observation: bool = False  # running mean/std of the observations, inside the policy
+
+
+@dataclass
+class SACActorConfig:
+    """SACActor(observation_space, action_space, ...): a tanh-squashed Gaussian over Box
+    actions (SAC; algo=sac selects it)."""
+
+    _target_: str = "rlcollect.SACActor"
+    _partial_: bool = True
+    hidden_sizes: List[int] = ranged([256, 256], ">= 1")
+    activation: str = "relu"
     encoder: str = "auto"  # auto (from the observation space) | mlp | cnn (images) | multi_input (Dict/Tuple)
     normalize_observation: bool = False  # running mean/std of the observations, inside the policy
 
@@ -403,6 +456,9 @@ class LazyTensorStorageConfig:
     max_size: int = ranged(100_000, ">= 1")
     ndim: int = ranged(1, ">= 1")  # 1: flat, safe with every collector; 2/3 keep env rows (docs/data-layout.md)
     device: Optional[str] = None  # None: the training device
+    dedup_observations: bool = False  # each observation stored once (docs/data-layout.md, "Observations stored once")
+    frame_stack: int = ranged(1, ">= 1")  # with dedup_observations: FrameStackObservation stacks stored frame by frame
+    spare_frames: Optional[int] = ranged(None, ">= 1")  # None: max_size / (4 * frame_stack); fixed once shared
 
 
 @dataclass
@@ -413,6 +469,9 @@ class LazyMemmapStorageConfig:
     max_size: int = ranged(100_000, ">= 1")
     ndim: int = ranged(1, ">= 1")
     scratch_dir: Optional[str] = None  # None: <run folder>/replay
+    dedup_observations: bool = False  # as LazyTensorStorageConfig's; a resumed run keeps its files' choice
+    frame_stack: int = ranged(1, ">= 1")
+    spare_frames: Optional[int] = ranged(None, ">= 1")
 
 
 @dataclass
@@ -533,9 +592,11 @@ SCHEMAS: dict[tuple[str, str], type] = {
     ("weight_sync", "none"): NoWeightSyncConfig,
     ("algo", "ppo"): PPOConfig,
     ("algo", "dqn"): DQNConfig,
+    ("algo", "sac"): SACConfig,
     ("model", "actor_critic"): ActorCriticConfig,
     ("model", "recurrent_actor_critic"): RecurrentActorCriticConfig,
     ("model", "q_network"): QValuePolicyConfig,
+    ("model", "sac_actor"): SACActorConfig,
     ("buffer", "rollout"): RolloutBufferConfig,
     ("buffer", "replay"): ReplayBufferConfig,
     ("buffer_storage", "memory"): LazyTensorStorageConfig,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run
+from rlcollect.analysis.wandb_offline import find_offline_runs, read_offline_run
 
 TINY = ["total_frames=512", "collector.frames_per_batch=128", "algo.minibatch_size=64", "env.num_envs=4",
         "eval.every_frames=256", "eval.episodes=2", "algo.epochs=1", "progress=false"]
@@ -157,7 +157,7 @@ def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
      "collector.env_device=cpu: collector=action_server steps its envs in worker processes"),
     ("collector=alternating collector.num_workers=3", "num_workers=3: collector=alternating splits its workers"),
     ("collector=pool collector.layout=flat",
-     "PPO's rollout buffer needs one row per env: use collector.layout=per_env"),
+     "algo=ppo's rollout buffer needs one row per env: use collector.layout=per_env"),
     ("collector=pool collector.batch_size=3", "collector.batch_size=3: collector=pool serves whole workers"),
     ("collector=pool collector.max_worker_restarts=1",
      "collector=pool does not support collector.max_worker_restarts=1"),
@@ -239,8 +239,8 @@ def test_help_and_a_missing_option_list_only_the_yaml_options(tmp_path):
                   if ": " in line and not line.startswith(" "))
     assert groups["collector"] == "action_server, alternating, distributed, multiasync, multisync, pool, ray, sync"
     assert groups["weight_sync"] == "multiprocess, none, ray, shared_mem"
-    assert groups["algo"] == "dqn, ppo" and groups["logger"] == "none, wandb"
-    assert groups["model"] == "actor_critic, q_network, recurrent_actor_critic"
+    assert groups["algo"] == "dqn, ppo, sac" and groups["logger"] == "none, wandb"
+    assert groups["model"] == "actor_critic, q_network, recurrent_actor_critic, sac_actor"
     assert groups["buffer"] == "replay, rollout" and groups["buffer/storage"] == "memmap, memory"
     assert "schema" not in result.stdout
     missing = rlcollect(tmp_path, "train", "collector=nosuch")

@@ -2,6 +2,7 @@
 one tiny step; every default is written once (in the schemas); the wheel carries the
 config tree."""
 import dataclasses
+import functools
 import importlib.util
 import inspect
 import json
@@ -48,8 +49,21 @@ def compose_train(overrides, **kwargs):
         return compose("train", overrides=overrides, **kwargs)
 
 
+SAC_STEP = ["algo=sac", "algo.learning_starts=0", "algo.gradient_steps_per_batch=2", "algo.batch_size=16",
+            "algo.critic_hidden_sizes=[8]", "model.hidden_sizes=[8]"]
+
+
+# the experiments of off-policy algorithms: their one-step settings
+OFF_POLICY_EXPERIMENTS = {"experiment=mujoco_sac": [step for step in SAC_STEP if step != "algo=sac"],
+                          "experiment=atari_dqn": [step for step in DQN_STEP if step != "algo=dqn"]}
+
+
 def one_step(overrides):
-    algo_step = [] if "algo=dqn" in overrides else PPO_STEP
+    off_policy = "algo=dqn" in overrides or "algo=sac" in overrides
+    algo_step = [] if off_policy else PPO_STEP
+    for experiment, steps in OFF_POLICY_EXPERIMENTS.items():
+        if experiment in overrides:
+            algo_step = [*steps, "buffer.storage.max_size=4096"]
     logger = [] if any(o.startswith("logger=") for o in overrides) else ["logger=none"]
     return [*overrides, *algo_step, *ONE_STEP, *logger]
 
@@ -57,7 +71,8 @@ def one_step(overrides):
 MULTI = ["collector.start_method=fork", "collector.envs_per_worker=2"]
 # the presets of the envs extra (make setup installs it); skipped where it is not installed
 EXTRA = {"halfcheetah": "mujoco", "hopper": "mujoco", "walker2d": "mujoco", "mujoco_ppo": "mujoco",
-         "breakout": "ale_py", "pong": "ale_py", "atari_ppo": "ale_py"}
+         "mujoco_sac": "mujoco", "breakout": "ale_py", "pong": "ale_py", "atari_ppo": "ale_py",
+         "atari_dqn": "ale_py"}
 
 
 def preset(group, name):
@@ -71,7 +86,7 @@ RUNS = ([preset("env", name) for name in options("env")]
         + [[f"collector={name}", *MULTI] for name in options("collector") if name != "sync"]
         + [["collector=multisync", f"weight_sync={name}", *MULTI] for name in options("weight_sync")]
         + [[*DQN_STEP, f"collector={name}", *(MULTI if name != "sync" else [])] for name in options("collector")]
-        + [[f"model={name}"] for name in options("model") if name != "q_network"]  # q_network: the DQN runs
+        + [[f"model={name}"] for name in options("model") if name not in ("q_network", "sac_actor")]  # DQN/SAC
         + [[f"logger={name}"] for name in options("logger")]
         + [[*DQN_STEP, "algo.background=true"],
            [*DQN_STEP, "buffer/storage=memmap", "buffer/sampler=slice", "buffer.sampler.slice_len=4"],
@@ -79,7 +94,8 @@ RUNS = ([preset("env", name) for name in options("env")]
            [*DQN_STEP, "buffer/sampler=prioritized", "algo.n_step=3"],
            [*DQN_STEP, "algo.prioritized=true"],
            [*DQN_STEP, "buffer.storage.ndim=2", "buffer.storage.max_size=256"],
-           [*DQN_STEP, "collector=multiasync", *MULTI, "buffer.trajs_per_batch=1"]])
+           [*DQN_STEP, "collector=multiasync", *MULTI, "buffer.trajs_per_batch=1"],
+           [*SAC_STEP, "env=pendulum"], [*SAC_STEP, "env=pendulum", "collector=multiasync", *MULTI]])
 
 
 @pytest.mark.parametrize("overrides", RUNS,
@@ -167,9 +183,11 @@ def test_collector_ray_gets_its_node_and_the_runtime_arguments(tmp_path, monkeyp
     from rlcollect.collectors.ray import RayCollector
     from rlcollect.weight_sync import RayWeightSyncScheme
 
-    signature = inspect.signature(RayCollector.__init__)
+    original = RayCollector.__init__
+    signature = inspect.signature(original)
     seen = {}
 
+    @functools.wraps(original)  # its signature stays what the pipeline reads (accepted_arguments)
     def bind(self, *args, **kwargs):
         seen.update(signature.bind(self, *args, **kwargs).arguments)
         raise _Built
@@ -185,13 +203,19 @@ def test_collector_ray_gets_its_node_and_the_runtime_arguments(tmp_path, monkeyp
     assert seen["env_kwargs"] == {"max_episode_steps": None}
     assert (seen["collector_class"], seen["num_collectors"], seen["frames_per_batch"]) == (collector_class, 2, 256)
     assert seen["remote_config"] == {"num_cpus": 1, "num_gpus": None, "memory": None}
+    # the node's collector_kwargs as they are (RayCollector drops the null ones: host_collector_kwargs);
+    # the run's device and the algorithm's random start as arguments of their own
+    from rlcollect.collectors.hosted import host_collector_kwargs
+
     expected_inner = {"max_frames_per_traj": 50, "init_random_frames": 300, "reset_at_each_iter": False,
                       "reset_when_done": True, "split_trajs": False, "exploration_type": "random",
                       "track_traj_ids": True, "set_truncated": False, "reset_policy": "immediate",
                       "no_cuda_sync": False, "device": "cpu"}
     if collector_class == "multisync":
         expected_inner.update(num_workers=2, start_method="fork")
-    assert seen["collector_kwargs"] == expected_inner
+    assert (seen["device"], seen["init_random_frames"]) == ("cpu", 300)
+    assert host_collector_kwargs(seen["collector_kwargs"], device=seen["device"],
+                                 init_random_frames=seen["init_random_frames"]) == expected_inner
     assert isinstance(seen["weight_sync_schemes"]["policy"], RayWeightSyncScheme)
     assert type(seen["replay_buffer"]).__name__ == "ReplayBuffer" and seen["trajs_per_batch"] is None
     assert callable(seen["post_collect_hook"]) and seen["total_frames"] == 100_000
@@ -366,3 +390,32 @@ def test_every_numeric_option_declares_its_range_and_an_out_of_range_value_is_on
     assert {("PPOConfig", "epochs"), ("PPOConfig", "gamma"), ("TrainConfig", "seed"), ("EvalConfig", "episodes"),
             ("ActorCriticConfig", "hidden_sizes"), ("RayRemoteConfig", "num_cpus")} <= checked
     assert len(checked) > 80
+
+
+def test_the_collector_schemas_declare_the_option_groups_fields_with_their_defaults():
+    """An option of the collectors is declared once, in its option group (collectors/options.py);
+    the Hydra schemas repeat the names the config takes, and this pins that they agree: same
+    names, same defaults, every schema field an argument of the class it builds."""
+    from rlcollect.collectors.options import DeliveryOptions, DeviceOptions, StepOptions, WorkerOptions
+    from rlcollect.config import HostCollectorConfig, StepLoopConfig, WorkerProcessesConfig
+
+    def defaults(cls, exclude=()):
+        return {f.name: f.default for f in dataclasses.fields(cls) if f.name not in exclude}
+
+    step_and_devices = {**defaults(StepOptions), **defaults(DeviceOptions, exclude=("device",)),
+                        "split_trajs": defaults(DeliveryOptions)["split_trajs"]}  # the config's only delivery key
+    assert defaults(StepLoopConfig) == step_and_devices
+    worker = {f.name for f in dataclasses.fields(WorkerProcessesConfig)} - set(step_and_devices)
+    options = defaults(WorkerOptions)
+    assert {name: options[name] for name in options if name in worker} == \
+        {f.name: f.default for f in dataclasses.fields(WorkerProcessesConfig) if f.name in options}
+    assert set(options) <= worker  # every WorkerOptions field is a key of the worker collectors' schemas
+    # a hosted collector's inner options: the same, and the inner multi-process collector's worker count
+    assert {f.name for f in dataclasses.fields(HostCollectorConfig)} - set(step_and_devices) - set(options) == \
+        {"num_workers"}
+    for (group, option), schema in SCHEMAS.items():
+        if group != "collector":
+            continue
+        cls = get_class(schema._target_)
+        keys = {f.name for f in dataclasses.fields(schema)} - {"_target_", "_partial_"}
+        assert keys <= cls.accepted_arguments(), (option, sorted(keys - cls.accepted_arguments()))

@@ -9,9 +9,10 @@ import time
 import pytest
 import torch
 
+from rlcollect.analysis.wandb_offline import find_offline_runs, read_offline_run
+from rlcollect.analysis.wandb_runs import load_wandb_runs, resumed_history
 from rlcollect.checkpoint import CHECKPOINT_FILE, load_checkpoint
-from rlcollect.logging.runs import load_run_dir, load_wandb_runs, resumed_history
-from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run
+from rlcollect.logging.runs import load_run_dir
 
 ENV = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 RUN = ["total_frames=12288", "collector.frames_per_batch=256", "checkpoint_every_frames=2048",

@@ -31,10 +31,11 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import set_interaction_type
 
-from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.base import CollectionPlan, CollectorBase, check_env_device
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import policy_param_device
 from rlcollect.collectors.options import (
+    OPTION_GROUPS,
     BatchSpec,
     DeliveryOptions,
     DeviceOptions,
@@ -50,6 +51,7 @@ from rlcollect.collectors.restarts import Restarts
 from rlcollect.collectors.single import Collector
 from rlcollect.collectors.step_buffer import CLOSE, RemoteEnv, StepBuffer, StepWorkerSpec, step_worker_main
 from rlcollect.envs.sources import EnvSource, worker_env_specs
+from rlcollect.errors import ConfigError
 from rlcollect.seeding import restart_seed
 from rlcollect.trajectories import TrajectoryPool
 from rlcollect.validation import check_non_negative_int, check_positive_int
@@ -102,6 +104,13 @@ class ActionServerCollector(CollectorBase):
 
     num_groups = 1  # groups of workers whose steps alternate (AlternatingCollector: 2)
     hooks_run_in_process = True  # hooks see the whole [P, T] batch here
+    option_groups = OPTION_GROUPS  # what **options are routed to
+
+    @classmethod
+    def check_plan(cls, plan: CollectionPlan) -> None:
+        """Its envs step in worker processes, on the CPU: no env_device."""
+        super().check_plan(plan)
+        check_env_device(plan)
 
     def __init__(
         self,
@@ -134,7 +143,7 @@ class ActionServerCollector(CollectorBase):
         self.frames_per_batch, self._time_steps = self.batch_spec.size, self.batch_spec.time_steps
         self.total_frames = check_total_frames(total_frames)
         self.max_decorrelation_steps = check_non_negative_int("max_decorrelation_steps", max_decorrelation_steps)
-        self._delivery = Delivery(delivery)
+        self._delivery = Delivery(delivery, self._hook_results)
         self.seed = seed
         self.batch_timeout, self.shutdown_timeout = workers.batch_timeout, workers.shutdown_timeout
         group_devices = self._setup_devices(devices)
@@ -439,6 +448,15 @@ class AlternatingCollector(ActionServerCollector):
     """
 
     num_groups = 2
+
+    @classmethod
+    def check_plan(cls, plan: CollectionPlan) -> None:
+        """Two groups of workers of equal size."""
+        super().check_plan(plan)
+        workers = plan.options.get("num_workers")
+        if isinstance(workers, int) and workers % 2:
+            raise ConfigError(f"collector.num_workers={workers}: collector={plan.name} splits its workers into 2 "
+                              "groups of equal size: num_workers must be a multiple of 2")
 
     def __init__(self, create_env_fn: EnvSource, policy=None, *, overlap: bool = True, **kwargs) -> None:
         if not isinstance(overlap, bool):

@@ -1,12 +1,15 @@
 """What every collector shares: frame accounting, iteration, the context-manager protocol."""
 from __future__ import annotations
 
+import collections
+import dataclasses
+import inspect
 import math
 import threading
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
-from dataclasses import replace
-from typing import Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Iterator, Mapping
 
 import torch
 from tensordict import TensorDict
@@ -14,9 +17,50 @@ from tensordict import TensorDict
 from rlcollect.collectors.delivery import PENDING
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.restarts import Restarts, WorkerRestart
+from rlcollect.errors import ConfigError
 from rlcollect.keys import MASK
 
 SETTABLE_DELIVERY = ("pre_collect_hook", "post_collect_hook", "postproc")
+
+
+@dataclass(frozen=True)
+class CollectionPlan:
+    """What a run asks of its collector, in plain values, for the collector class's own
+    checks (``CollectorBase.check_plan``) before anything is built.
+
+    Attributes:
+        name: the collector's option name, for messages ("pool": "collector=pool").
+        options: its configured arguments (the config node's keys).
+        on_policy: the learner trains on each batch as collected, one row per env (PPO);
+            False: it learns from a replay buffer the collector writes into.
+        algo: the algorithm's label, for messages.
+        env_backend, num_envs: how the env is stepped, how many envs (None: one, unbatched).
+        storage_ndim: the replay storage's ndim (None: no replay buffer).
+        trajs_per_batch: complete trajectories per replay write (None: whole batches).
+        weight_sync: the weight-sync scheme's class; weight_sync_name its option name.
+        policy_device: where the policy runs.
+    """
+
+    name: str
+    options: Mapping[str, Any]
+    on_policy: bool = True
+    algo: str = ""
+    env_backend: str = "list"
+    num_envs: int | None = None
+    storage_ndim: int | None = None
+    trajs_per_batch: int | None = None
+    weight_sync: type | None = None
+    weight_sync_name: str = ""
+    policy_device: str = "cpu"
+
+
+def check_env_device(plan: CollectionPlan) -> None:
+    """A collector whose envs step in worker processes (on the CPU) takes no env_device."""
+    env_device = plan.options.get("env_device")
+    if env_device is not None:
+        raise ConfigError(f"collector.env_device={env_device}: collector={plan.name} steps its envs in worker "
+                          "processes, on the CPU; leave collector.env_device=null and set "
+                          "collector.policy_device / collector.storing_device instead")
 
 
 class CollectorBase(ABC):
@@ -28,6 +72,42 @@ class CollectorBase(ABC):
     batch_size: torch.Size  # of the batches collected (before split_trajs / postproc)
 
     hooks_run_in_process: bool = False  # whether post_collect_hook is called in this process, on every batch
+    option_groups: tuple[type, ...] = ()  # the option groups (collectors/options.py) ``**options`` routes to
+
+    @classmethod
+    def check_plan(cls, plan: CollectionPlan) -> None:
+        """Refuse, with a ConfigError in one line, what the class cannot collect for the run
+        ``plan`` describes (called before anything is built; subclasses add their own
+        rules). Every collector refuses Ray's weight sync but RayCollector."""
+        from rlcollect.weight_sync.ray import RayWeightSyncScheme
+
+        if plan.weight_sync is not None and issubclass(plan.weight_sync, RayWeightSyncScheme):
+            raise ConfigError(f"weight_sync={plan.weight_sync_name} needs collector=ray (got collector={plan.name})")
+
+    @classmethod
+    def lags_policy(cls, options: Mapping[str, Any]) -> bool:
+        """Whether, with ``options``, a batch may be collected with older weights than the
+        trainer's (an on-policy algorithm then learns off-policy data: a warning)."""
+        return False
+
+    @classmethod
+    def accepted_arguments(cls) -> frozenset[str]:
+        """The keyword arguments the class's constructor takes: the named ones of its
+        constructor and, while a constructor passes ``**kwargs`` on, of its bases'; and the
+        fields of the option groups its ``**options`` are routed to. The pipeline passes a
+        collector the runtime arguments of its contract (docs/collectors.md, "A collector
+        of your own") that it takes."""
+        names: set[str] = set()
+        forwards = True
+        for klass in cls.__mro__:
+            init = klass.__dict__.get("__init__")
+            if init is None or not forwards:
+                continue
+            parameters = inspect.signature(init).parameters.values()
+            names |= {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+            forwards = any(p.kind is p.VAR_KEYWORD for p in parameters)
+        names |= {field.name for group in cls.option_groups for field in dataclasses.fields(group)}
+        return frozenset(names)
 
     def __init__(self, delivery_options: DeliveryOptions | None = None) -> None:
         self.delivery_options = delivery_options if delivery_options is not None else DeliveryOptions()
@@ -39,6 +119,7 @@ class CollectorBase(ABC):
         self._stop_background = threading.Event()
         self._write_lock = threading.Lock()
         self._restarts = Restarts()  # collectors with workers: their max_worker_restarts budget
+        self._hook_results: collections.deque = collections.deque()  # what post_collect_hook returned
 
     @property
     def replay_buffer(self):
@@ -95,10 +176,21 @@ class CollectorBase(ABC):
     def _apply_delivery(self, changes: dict) -> None:
         """Bring ``changes`` (already in ``delivery_options``) to where the delivery runs."""
 
+    def keep_hook_result(self, result) -> None:
+        """Keep what the post-collect hook returned for a batch (wherever it ran: here, in a
+        worker process, in a Ray actor) until ``hook_results()`` hands it over; None is not
+        kept."""
+        if result is not None:
+            self._hook_results.append(result)
+
     def hook_results(self) -> list:
-        """What post-collect hooks that ran out of this process returned since the last
-        call, when the collector brings it back (RayCollector); empty otherwise."""
-        return []
+        """What the post-collect hook returned since the last call, batch by batch in the
+        order they arrived (non-None values): the one way a hook's results reach the caller,
+        whichever process the hook ran in. Safe against a background collection thread."""
+        results = []
+        while self._hook_results:
+            results.append(self._hook_results.popleft())
+        return results
 
     @property
     def frames(self) -> int:

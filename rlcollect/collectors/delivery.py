@@ -11,6 +11,8 @@ Every collector and every worker process calls a ``Delivery``; where each part r
 """
 from __future__ import annotations
 
+import collections
+
 from tensordict import TensorDictBase
 
 from rlcollect.collectors.options import DeliveryOptions
@@ -25,8 +27,11 @@ class Delivery:
     whose rows are different envs (e.g. an asynchronous collector's workers), so that
     trajectories held back for ``trajs_per_batch`` continue in the right row."""
 
-    def __init__(self, options: DeliveryOptions) -> None:
+    def __init__(self, options: DeliveryOptions, hook_results: collections.deque | None = None) -> None:
         self.options = options
+        # where each non-None hook result goes (a collector's, for hook_results(); the deque itself, not the
+        # collector: no reference cycle keeps a shut-down collector's workers' resources alive)
+        self.hook_results = hook_results
         self.last_hook_result = None  # what the post-collect hook returned for the last batch
         self._complete: dict[int, CompleteTrajectories] = {}
         self._batchers: dict[int, TrajectoryBatcher] = {}  # trajs_per_batch without a buffer, per source
@@ -54,6 +59,8 @@ class Delivery:
             batch = options.postproc(batch)
         if options.post_collect_hook is not None:
             self.last_hook_result = options.post_collect_hook(batch)
+            if self.hook_results is not None and self.last_hook_result is not None:
+                self.hook_results.append(self.last_hook_result)
         if options.replay_buffer is None:
             return batch
         self.write(batch, source)

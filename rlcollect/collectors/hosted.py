@@ -26,6 +26,20 @@ RESERVED_COLLECTOR_KWARGS = ("frames_per_batch", "total_frames", "traj_pool", "r
                              "post_collect_hook")
 
 
+def host_collector_kwargs(collector_kwargs: dict | None, *, device=None, init_random_frames: int = 0) -> dict:
+    """The options of each host's collector: ``collector_kwargs`` without its None entries
+    (null in a config: that collector's default), with the run's ``device`` where none is
+    set and at least ``init_random_frames`` random frames (an off-policy algorithm's
+    learning_starts)."""
+    kwargs = {key: value for key, value in (collector_kwargs or {}).items()
+              if value is not None or key in RESERVED_COLLECTOR_KWARGS}  # a reserved key is refused, even null
+    if device is not None:
+        kwargs.setdefault("device", device)
+    if init_random_frames:
+        kwargs["init_random_frames"] = max(kwargs.get("init_random_frames", 0), init_random_frames)
+    return kwargs
+
+
 def traj_start(host_index: int, life: int = 0) -> int:
     """The first trajectory id of host ``host_index`` in its ``life``-th life (0: the
     first; each replacement gets a fresh sub-range, so ids never repeat)."""

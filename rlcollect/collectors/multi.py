@@ -24,9 +24,10 @@ from typing import Sequence
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.base import CollectionPlan, CollectorBase
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.options import (
+    OPTION_GROUPS,
     DeliveryOptions,
     DeviceOptions,
     StepOptions,
@@ -41,6 +42,7 @@ from rlcollect.collectors.restarts import Restarts
 from rlcollect.collectors.single import Collector
 from rlcollect.collectors.worker import WorkerSpec, resolve_model, stamp_worker_keys, worker_main
 from rlcollect.envs.sources import worker_env_specs
+from rlcollect.errors import ConfigError
 from rlcollect.keys import MASK
 from rlcollect.seeding import env_seed, restart_seed
 from rlcollect.trajectories import TrajectoryPool
@@ -55,6 +57,7 @@ class _MultiCollector(CollectorBase):
     """Shared machinery of the multi-process collectors; see MultiSyncCollector."""
 
     hooks_run_in_process = False  # hooks run in the workers, on each worker's batch
+    option_groups = OPTION_GROUPS  # what **options are routed to
     _preempt_flag: torch.Tensor | None = None  # MultiSync's preemption: workers end their batch when it is set
 
     def __init__(
@@ -251,7 +254,16 @@ class _MultiCollector(CollectorBase):
                 finally:
                     self._talking -= 1
                 pending.discard(worker_id)
-                yield worker_id, message
+                yield worker_id, self._kept(message)
+
+    def _kept(self, message: tuple) -> tuple:
+        """A worker's message; a "batch" one brings what the post-collect hook returned in the
+        worker, kept here (``hook_results()``), and is passed on without it."""
+        if message[0] != "batch":
+            return message
+        for result in message[4]:
+            self.keep_hook_result(result)
+        return message[:4]
 
     def _check_alive(self) -> None:
         self._workers.check_alive()
@@ -384,6 +396,14 @@ class MultiSyncCollector(_MultiCollector):
             only the steps collected count as frames. None or 1.0: every worker finishes.
     """
 
+    @classmethod
+    def check_plan(cls, plan: CollectionPlan) -> None:
+        """An on-policy learner needs one row per env: not workers concatenated along time."""
+        super().check_plan(plan)
+        if plan.on_policy and plan.options.get("cat_results") == -1:
+            raise ConfigError(f"collector.cat_results=-1 concatenates workers along time; algo={plan.algo}'s rollout "
+                              "buffer needs one row per env: use cat_results=stack or 0")
+
     def __init__(self, create_env_fn, policy=None, *, frames_per_batch: int | Sequence[int], total_frames: int = -1,
                  cat_results: str | int | None = "stack", preemptive_threshold: float | None = None,
                  **kwargs) -> None:
@@ -505,6 +525,11 @@ class MultiAsyncCollector(_MultiCollector):
     frames_per_batch per worker, each worker's batches have its own length.
     """
 
+    @classmethod
+    def lags_policy(cls, options) -> bool:
+        """Its batches may be collected with older weights (first come, first served)."""
+        return True
+
     def __init__(self, create_env_fn, policy=None, *, frames_per_batch: int, total_frames: int = -1,
                  **kwargs) -> None:
         super().__init__(create_env_fn, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
@@ -544,8 +569,8 @@ class MultiAsyncCollector(_MultiCollector):
             self._recover(lost, ("collect",))  # its replacement collects that batch again
         finally:
             self._talking -= 1
-        for worker_id, (_, _, finished_ns, _) in found:
-            self._arrived[worker_id] = finished_ns  # every batch already there: the oldest goes first
+        for worker_id, message in found:
+            self._arrived[worker_id] = self._kept(message)[2]  # every batch already there: the oldest goes first
         return min(self._arrived, key=self._arrived.get)
 
     def _wait_in_flight(self) -> None:

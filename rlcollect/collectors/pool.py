@@ -41,10 +41,11 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import set_interaction_type
 
-from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.base import CollectionPlan, CollectorBase, check_env_device
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import as_device, load_policy_weights, policy_on_device, policy_param_device
 from rlcollect.collectors.options import (
+    OPTION_GROUPS,
     BatchSpec,
     DeliveryOptions,
     DeviceOptions,
@@ -71,6 +72,7 @@ from rlcollect.collectors.step_buffer import (
 from rlcollect.envs.sources import EnvSource, worker_env_specs
 from rlcollect.envs.spaces import random_actions, sample_shape, tree_map
 from rlcollect.envs.staging import Staging
+from rlcollect.errors import ConfigError
 from rlcollect.keys import ENV_ID
 from rlcollect.modules.recurrent import policy_primers
 from rlcollect.trajectories import TrajectoryPool
@@ -133,6 +135,39 @@ class PoolCollector(CollectorBase):
     """
 
     hooks_run_in_process = True  # hooks, postproc and replay-buffer writes run here, on whole batches
+    option_groups = OPTION_GROUPS  # what **options are routed to
+
+    @classmethod
+    def check_plan(cls, plan: CollectionPlan) -> None:
+        """A layout it has (per_env for an on-policy learner), a batch_size of whole workers,
+        no env_device, and only the options it supports."""
+        super().check_plan(plan)
+        options = plan.options
+        check_env_device(plan)
+        layout = options.get("layout", "flat")
+        if layout not in LAYOUTS:
+            raise ConfigError(f"collector.layout={layout}: choose one of {', '.join(LAYOUTS)}")
+        if plan.on_policy and layout != "per_env":
+            raise ConfigError(f"collector={plan.name} with collector.layout=flat yields steps grouped by env, in "
+                              f"unequal numbers; algo={plan.algo}'s rollout buffer needs one row per env: use "
+                              "collector.layout=per_env")
+        if layout == "flat" and plan.trajs_per_batch is not None:
+            raise ConfigError(f"buffer.trajs_per_batch collects whole trajectories per env row: with "
+                              f"collector={plan.name} use collector.layout=per_env")
+        batch_size, envs_per_worker = options.get("batch_size"), options.get("envs_per_worker", 1)
+        if batch_size is not None:
+            num_envs = options.get("num_workers", 1) * envs_per_worker
+            if batch_size % envs_per_worker or batch_size > num_envs:
+                raise ConfigError(f"collector.batch_size={batch_size}: collector={plan.name} serves whole workers, so "
+                                  f"it must be a multiple of collector.envs_per_worker={envs_per_worker} and at most "
+                                  f"num_workers x envs_per_worker={num_envs}")
+        supported = {"reset_when_done": True, "set_truncated": False, "reset_policy": "immediate",
+                     "max_worker_restarts": 0}
+        unsupported = [f"collector.{key}={options[key]}" for key, value in supported.items()
+                       if key in options and options[key] != value]
+        if unsupported:
+            raise ConfigError(f"collector={plan.name} does not support {', '.join(unsupported)} (use "
+                              "collector=action_server)")
 
     def __init__(
         self,
@@ -173,7 +208,7 @@ class PoolCollector(CollectorBase):
         self._torch_threads = workers.worker_torch_threads
         self.policy_device, self.storing_device = self._setup_devices(devices, policy)
         self.policy = self._setup_policy(policy)
-        self._delivery = Delivery(delivery)
+        self._delivery = Delivery(delivery, self._hook_results)
         self.policy_version = 0
         per_worker_sources = isinstance(create_env_fn, (list, tuple))  # each builds its worker's E envs
         env_specs = worker_env_specs(create_env_fn, self.num_workers,

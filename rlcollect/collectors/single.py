@@ -32,7 +32,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import set_interaction_type
 
 from rlcollect.buffers.rollout import transition_view
-from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.base import CollectionPlan, CollectorBase
 from rlcollect.collectors.cudagraph import GraphedPolicy, graphed_policy
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import (
@@ -54,6 +54,7 @@ from rlcollect.collectors.options import (
 )
 from rlcollect.envs.gym_env import NonFiniteActionError
 from rlcollect.envs.sources import EnvSource, make_env
+from rlcollect.errors import ConfigError
 from rlcollect.keys import CARRIER_KEYS, MASK, POLICY_VERSION, TIME_DIM, TRAJ_IDS
 from rlcollect.modules.recurrent import policy_primers
 from rlcollect.trajectories import TrajectoryPool
@@ -88,9 +89,13 @@ class Collector(CollectorBase):
     lists the keys, docs/collectors.md the semantics of every option.
 
     Args:
-        create_env_fn: a GymEnv, a gymnasium id, or a zero-argument callable returning a
-            gymnasium.Env or a GymEnv.
+        create_env_fn: an env source (envs/sources.py ``make_env``): a GymEnv or torch env of
+            any size (used as it is), a gymnasium id, a gymnasium VectorEnv, or a
+            zero-argument callable returning a gymnasium.Env or a GymEnv.
         policy: callable TensorDict -> TensorDict writing ``"action"``; None: uniform random.
+        num_envs, seed, env_kwargs: how an id or a callable is made into envs:
+            ``num_envs`` of them (None: one, batch_size ``[]``), env i seeded ``seed + i``,
+            ``env_kwargs`` GymEnv's other arguments (an env already built is used as it is).
         frames_per_batch: frames per yielded batch.
         total_frames: stop after this many frames; -1 for endless.
         track_policy_version: write ("collector", "policy_version"), the number of
@@ -109,6 +114,22 @@ class Collector(CollectorBase):
 
     hooks_run_in_process = True  # the post-collect hook sees every batch in the caller's process
 
+    @classmethod
+    def check_plan(cls, plan: CollectionPlan) -> None:
+        """Its envs are stepped here: a batched backend needs a number of envs, a replay
+        storage keeping env rows at most the batches' dims, a CUDA-graph policy cuda."""
+        super().check_plan(plan)
+        if plan.env_backend != "list" and plan.num_envs is None:
+            raise ConfigError(f"env.backend={plan.env_backend} steps a batch of envs but env.num_envs is null (a "
+                              "single env): set env.num_envs or env.backend=list")
+        dims = 1 if plan.num_envs is None else 2
+        if plan.storage_ndim is not None and plan.storage_ndim > dims:
+            raise ConfigError(f"buffer.storage.ndim={plan.storage_ndim}: the collector's batches have {dims} batch "
+                              f"dims (env.num_envs={plan.num_envs}): use ndim <= {dims}")
+        if plan.options.get("cudagraph_policy") and torch.device(plan.policy_device).type != "cuda":
+            raise ConfigError(f"collector.cudagraph_policy=true replays the policy as a CUDA graph: it needs the "
+                              f"policy on cuda (device=cuda or collector.policy_device=cuda), not {plan.policy_device}")
+
     def __init__(
         self,
         create_env_fn: EnvSource,
@@ -116,6 +137,9 @@ class Collector(CollectorBase):
         *,
         frames_per_batch: int,
         total_frames: int = -1,
+        num_envs: int | None = None,
+        seed: int | None = None,
+        env_kwargs: dict | None = None,
         device: DeviceLike = None,
         policy_device: DeviceLike = None,
         env_device: DeviceLike = None,
@@ -140,6 +164,8 @@ class Collector(CollectorBase):
         traj_pool: TrajectoryPool | None = None,
         cudagraph_policy: bool = False,
     ) -> None:
+        if num_envs is not None or seed is not None or env_kwargs:
+            create_env_fn = make_env(create_env_fn, num_envs, seed=seed, **(env_kwargs or {}))
         self._build(
             create_env_fn, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
             devices=DeviceOptions(device=device, policy_device=policy_device, env_device=env_device,
@@ -193,7 +219,7 @@ class Collector(CollectorBase):
         self.exploration_type, self.track_traj_ids = step.exploration_type, step.track_traj_ids
         self.set_truncated = step.set_truncated
         self._waiting = self._setup_waiting(step.reset_policy)
-        self.delivery = Delivery(delivery)
+        self.delivery = Delivery(delivery, self._hook_results)
         self._traj_pool = traj_pool if traj_pool is not None else TrajectoryPool()
         self._env_batch = tuple(self.env.batch_size)
         self.batch_size = torch.Size([*self._env_batch, self._time_steps])  # of every collected batch
@@ -401,6 +427,13 @@ class Collector(CollectorBase):
         by the next one: clone what you keep)."""
         return self._batch
 
+    def collects_in_place(self) -> bool:
+        """Whether a caller may drive this collector with ``collect(rollout=...)`` instead of
+        iterating it: a Collector, or a subclass that keeps its iteration (one that changes
+        what iterating does must be iterated)."""
+        own = type(self)
+        return own.__iter__ is Collector.__iter__ and own._next_batch is Collector._next_batch
+
     def collect(self, num_steps: int | None = None, rollout: TensorDictBase | None = None, *,
                 stop: Callable[[], bool] | None = None) -> TensorDictBase:
         """Collect one batch and count its frames.
@@ -430,8 +463,8 @@ class Collector(CollectorBase):
             self._run_steps(stop)
         finally:
             self.__dict__.update(self._batch_plan)
-        time_dim = rows.batch_dims - 1  # the bootstrap slot gets the observation after the last step
-        rows.get("observation").select(time_dim, -1).copy_(target.get(("next", "observation")).select(time_dim, -1))
+        last = (slice(None),) * (rows.batch_dims - 1) + (-1,)  # the bootstrap slot: the observation after the last step
+        rows.get("observation")[last].copy_(target.get(("next", "observation"))[last])  # a tensor, or nested ones
         return rollout
 
     def _run_steps(self, stop: Callable[[], bool] | None = None) -> None:
@@ -467,7 +500,7 @@ class Collector(CollectorBase):
                              "for a single env)")
         if num_steps is not None and num_steps != steps:
             raise ValueError(f"num_steps={num_steps} but the rollout holds {steps} steps (+ 1 bootstrap slot)")
-        key = (id(rollout), rollout.get("observation").data_ptr(), steps)
+        key = (id(rollout), rollout.get("is_init").data_ptr(), steps)  # a leaf of every rollout
         if key not in self._rollout_plans:
             batch_dims = self._batch.batch_dims
             for name, stored in self._batch.items(True, True):

@@ -6,7 +6,7 @@ start-up. Afterwards the pipe carries only small messages:
 
     main -> worker   ("collect", [delivery changes]) | ("set_seed", seed) | ("reset",) | ("state_dict",)
                      | ("close",)
-    worker -> main   ("ready", batch, frames_per_batch) | ("batch", policy_version, finished_ns, steps)
+    worker -> main   ("ready", batch, frames_per_batch) | ("batch", policy_version, finished_ns, steps, hook results)
                      | ("ok", None or the worker's state_dict) | ("error", traceback text)
 
 Before each batch the worker applies pending weights (its WeightReceivers); while idle it
@@ -128,8 +128,8 @@ def _serve(collector, receivers: dict, connection: Connection, preempt: torch.Te
             steps = collector.steps_collected  # fewer than T when the main process preempted this batch
             # hooks; with a replay buffer postproc and the write: on the steps collected only
             collector.deliver(collected if steps == collected.batch_size[-1] else collected[..., :steps])
-            # when it finished (first come, first served) and how many steps it holds
-            connection.send(("batch", policy_version, time.monotonic_ns(), steps))
+            # when it finished (first come, first served), how many steps it holds, what the hook returned
+            connection.send(("batch", policy_version, time.monotonic_ns(), steps, collector.hook_results()))
         elif command == "set_seed":
             collector.set_seed(*args)
             connection.send(("ok", None))

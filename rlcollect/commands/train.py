@@ -162,8 +162,8 @@ def objective_value(cfg: DictConfig, summary: dict, run_dir: Path) -> float | No
     if cfg.objective == "frames_to_solve":
         return float(summary["frames_to_solve"]) if summary.get("frames_to_solve") is not None else math.inf
     if cfg.objective == "eval_auc":
+        from rlcollect.analysis.stats import area_under_curve
         from rlcollect.logging.runs import EVAL_RETURN, load_run_dir
-        from rlcollect.logging.stats import area_under_curve
 
         evaluations = [(row["step"], row[EVAL_RETURN]) for row in load_run_dir(run_dir).history
                        if row.get(EVAL_RETURN) is not None]

@@ -7,7 +7,8 @@ takes explicit arguments. One job per module:
     builders    config nodes to objects, with the runtime arguments the pipeline supplies
     checks      key, value-range and option-combination checks, before anything is built
     lifecycle   Pipeline, build(), resume(), the checkpoint state
-    loop        run(): collect, learn, evaluate, checkpoint; Progress
+    loop        run(): collect, learn, evaluate, checkpoint
+    progress    Progress: the loop's own state, checkpointed
     saved       a trained run read back: its config, checkpoints, policy (load_policy)
     eval_run    a trained run evaluated again (rlcollect eval)
     export_run  a trained run's policy as a standalone file (rlcollect export)
@@ -38,7 +39,8 @@ from rlcollect.pipeline.checks import (
     warn_combination,
 )
 from rlcollect.pipeline.lifecycle import CONFIG_FILE, Pipeline, build, resume
-from rlcollect.pipeline.loop import SUMMARY_FILE, Progress, evaluate, one_line, run
+from rlcollect.pipeline.loop import SUMMARY_FILE, evaluate, one_line, run
+from rlcollect.pipeline.progress import Progress
 from rlcollect.pipeline.saved import load_policy, load_run_config
 from rlcollect.pipeline.targets import RUNTIME_ARGUMENTS, build_node, target_class
 

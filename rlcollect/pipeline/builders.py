@@ -2,25 +2,25 @@
 ``hydra.utils.instantiate`` (targets.build_node); this module adds the runtime arguments
 (env source, policy, total_frames, device, hooks, replay buffer, seeds, run folder).
 
-Collectors get the arguments of the rlcollect collector their class derives from (a class
-of your own subclasses the collector it replaces):
+Every collector is built the same way (the collector contract, docs/collectors.md "A
+collector of your own"): the env source (the gymnasium id), the policy, and of the runtime
+arguments below those its constructor takes (``CollectorBase.accepted_arguments``; for a
+class that is no CollectorBase, its named arguments):
 
-    Collector (and any other class)   a GymEnv built here (env.num_envs envs seeded seed + i)
-    MultiSync/MultiAsyncCollector     the gymnasium id, seed, env_kwargs, weight_sync_schemes
-    ActionServer/AlternatingCollector the gymnasium id, seed, env_kwargs (the policy is the trainer's)
-    PoolCollector                     the gymnasium id, seed, env_kwargs (the policy is the trainer's)
-    RayCollector                      the gymnasium id, seed, env_kwargs, weight_sync_schemes, and
-                                      device + init_random_frames in collector_kwargs
-    DistributedCollector              as RayCollector, without weight_sync_schemes (its own group)
+    total_frames, seed, env_kwargs, num_envs   what to collect, from which envs
+    device, init_random_frames                 where the policy runs; the algorithm's random start
+    post_collect_hook                          an EpisodeStatsHook: its results come back through
+                                               ``collector.hook_results()`` wherever it ran
+    weight_sync_schemes                        {"policy": the weight_sync node's scheme}
+    replay_buffer, trajs_per_batch             with an off-policy learner: the collector writes
+    run_dir                                    the run folder (a relative folder of the collector's)
 
-and, all of them, policy, total_frames, device, the post-collect hook, and with a replay
-buffer replay_buffer + trajs_per_batch.
+Learners are built alike from ``algo._target_`` (``make_learner``).
 """
 from __future__ import annotations
 
 import functools
 import math
-import multiprocessing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,28 +28,22 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from rlcollect.algos.dqn import DQN
-from rlcollect.algos.learners import DQNLearner, Learner, PPOLearner
-from rlcollect.algos.ppo import PPO
+from rlcollect.algos.learners import Learner
 from rlcollect.buffers import LazyMemmapStorage, LazyTensorStorage, MultiStep, PrioritizedSampler
-from rlcollect.collectors.action_server import ActionServerCollector
 from rlcollect.collectors.base import CollectorBase
-from rlcollect.collectors.distributed import DistributedCollector
-from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
-from rlcollect.collectors.pool import PoolCollector
-from rlcollect.collectors.ray import RayCollector
 from rlcollect.config import PrioritizedSamplerConfig
 from rlcollect.envs.sources import make_env as make_env_source
-from rlcollect.envs.spaces import sample_shape, torch_dtype
+from rlcollect.envs.spaces import sample_shape, sample_shapes, torch_dtype, torch_dtypes
 from rlcollect.envs.staging import StagedEnv
 from rlcollect.logging.run_logger import EpisodeStatsHook, RunLogger, WandbLogger
 from rlcollect.modules.recurrent import policy_primers
-from rlcollect.pipeline.targets import build_node, target_class
-from rlcollect.seeding import env_seed
+from rlcollect.pipeline.targets import build_node, named_arguments, target_class
 
-# collectors whose steps run in hosts (actors, workers) built from collector.collector_kwargs,
-# with the episode statistics hook running there too
-HOSTED_COLLECTORS = (RayCollector, DistributedCollector)
+# keys of an algo node the pipeline reads itself, passed to the learner only where its
+# constructor names them: the label, the replay buffer's sampling batch, n-step writes,
+# prioritized sampling, background collection (learning_starts is read and passed on)
+ALGO_PIPELINE_KEYS = ("name", "batch_size", "n_step", "prioritized", "background")
+
 
 
 # ---------------------------------------------------------------------------- envs
@@ -103,7 +97,7 @@ def make_logger(cfg: DictConfig, run_dir: Path, *, name: str | None, group: str 
                 job_type: str | None, run_id: str | None = None, start_frames: int = 0) -> RunLogger:
     """``logger``'s class on the run folder; a WandbLogger also gets the run's name, group,
     job type, config and (resumed) run id."""
-    runtime = dict(start_frames=start_frames, gamma=cfg.algo.gamma, info_keys=list(cfg.env.info_keys))
+    runtime = dict(start_frames=start_frames, gamma=discount(cfg), info_keys=list(cfg.env.info_keys))
     if issubclass(target_class(cfg.logger, "logger"), WandbLogger):
         runtime.update(name=name, group=group, job_type=job_type, config=OmegaConf.to_container(cfg, resolve=True),
                        run_id=run_id)
@@ -124,56 +118,37 @@ class AlgoCollection:
 
 
 def algo_collection(cfg: DictConfig) -> AlgoCollection:
-    step = cfg.collector.collector_kwargs if _is_hosted(cfg) else cfg.collector
+    step = cfg.collector.get("collector_kwargs") or cfg.collector  # a hosted collector's step options are its host's
     return AlgoCollection(
         init_random_frames=max(step.get("init_random_frames") or 0, cfg.algo.get("learning_starts", 0)),
         background=bool(cfg.algo.get("background", False)),
     )
 
 
-def make_collector(cfg: DictConfig, policy, logger: RunLogger, replay_buffer=None) -> CollectorBase:
-    """The configured collector. With a replay buffer it writes into it directly. Its
-    post-collect hook is the logger itself when the class runs hooks in this process on
-    every batch (``hooks_run_in_process``) in the foreground, else a queue the training loop
-    drains (worker processes, or a background thread); for Ray, a hook whose results come
-    back with the actors' batches (``hook_results()``)."""
+def accepted_arguments(cls: type) -> frozenset[str]:
+    """The runtime arguments a collector class takes (``CollectorBase.accepted_arguments``,
+    or the named arguments of a class of another kind)."""
+    if issubclass(cls, CollectorBase):
+        return cls.accepted_arguments()
+    return frozenset(named_arguments(cls))
+
+
+def make_collector(cfg: DictConfig, policy, run_dir: Path, replay_buffer=None) -> CollectorBase:
+    """The configured collector, built with the runtime arguments of the collector contract
+    it takes (module docstring). With a replay buffer it writes into it directly."""
     node = cfg.collector
-    cls = target_class(node, "collector")
-    algo = algo_collection(cfg)
-    runtime = dict(total_frames=cfg.total_frames)
+    runtime = dict(total_frames=cfg.total_frames, seed=cfg.seed, env_kwargs=env_kwargs(cfg),
+                   num_envs=cfg.env.num_envs, device=cfg.device,
+                   init_random_frames=algo_collection(cfg).init_random_frames,
+                   post_collect_hook=EpisodeStatsHook(discount(cfg), list(cfg.env.info_keys)),
+                   weight_sync_schemes={"policy": make_weight_sync_scheme(cfg)}, run_dir=str(run_dir))
     if replay_buffer is not None:
         runtime.update(replay_buffer=replay_buffer, trajs_per_batch=cfg.buffer.get("trajs_per_batch"))
-    if issubclass(cls, HOSTED_COLLECTORS):
-        host_options = {key: value for key, value in OmegaConf.to_container(node.collector_kwargs).items()
-                        if value is not None}  # null: the hosted collector's default
-        host_options.update(device=cfg.device, init_random_frames=algo.init_random_frames)
-        if issubclass(cls, RayCollector):
-            runtime["weight_sync_schemes"] = {"policy": make_weight_sync_scheme(cfg)}
-        else:  # submitit's job logs go in the run folder
-            runtime["submitit_folder"] = Path(logger.run_dir) / node.submitit_folder
-        return build_node(node, "collector", cfg.env.id, policy, seed=cfg.seed, env_kwargs=env_kwargs(cfg),
-                          collector_kwargs=host_options,
-                          post_collect_hook=EpisodeStatsHook(cfg.algo.gamma, list(cfg.env.info_keys)), **runtime)
-    if getattr(cls, "hooks_run_in_process", False) and not algo.background:
-        hook = logger
-    else:
-        hook = logger.worker_hook(multiprocessing.get_context(node.get("start_method") or "spawn"))
-    runtime.update(device=cfg.device, post_collect_hook=hook, init_random_frames=algo.init_random_frames)
-    if issubclass(cls, (MultiSyncCollector, MultiAsyncCollector)):
-        return build_node(node, "collector", cfg.env.id, policy, seed=cfg.seed, env_kwargs=env_kwargs(cfg),
-                          weight_sync_schemes={"policy": make_weight_sync_scheme(cfg)}, **runtime)
-    if issubclass(cls, (ActionServerCollector, PoolCollector)):
-        return build_node(node, "collector", cfg.env.id, policy, seed=cfg.seed, env_kwargs=env_kwargs(cfg), **runtime)
-    env = make_env(cfg, num_envs=cfg.env.num_envs, seed=env_seed(cfg.seed, 0))
-    try:
-        return build_node(node, "collector", env, policy, **runtime)
-    except BaseException:
-        env.close()
-        raise
-
-
-def _is_hosted(cfg: DictConfig) -> bool:
-    return issubclass(target_class(cfg.collector, "collector"), HOSTED_COLLECTORS)
+    if cfg.env.num_envs is None:
+        runtime["env_kwargs"].pop("backend", None)  # a single env is stepped as a list of one
+    accepted = accepted_arguments(target_class(node, "collector"))
+    return build_node(node, "collector", cfg.env.id, policy,
+                      **{key: value for key, value in runtime.items() if key in accepted})
 
 
 # ---------------------------------------------------------------------------- buffers, learner
@@ -195,7 +170,8 @@ def make_replay_buffer(cfg: DictConfig, run_dir: Path, *, reopen: bool = False):
     runtime = {}
     n_step = cfg.algo.get("n_step", 1)  # n-step transitions are made as batches are written
     if n_step > 1:
-        runtime["write_transform"] = MultiStep(cfg.algo.gamma, n_step, end_keys=list(cfg.algo.terminal_keys))
+        end_keys = list(cfg.algo.get("terminal_keys") or [])
+        runtime["write_transform"] = MultiStep(discount(cfg), n_step, end_keys=end_keys)
     return build_node(node, "buffer", drop=("storage", "sampler", "trajs_per_batch"), storage=storage,
                       sampler=sampler, batch_size=cfg.algo.batch_size, **runtime)
 
@@ -216,29 +192,38 @@ def make_rollout_buffer(cfg: DictConfig, policy, collector: CollectorBase, obser
     """``buffer``'s class sized for one batch of ``collector``: [envs, T + 1]."""
     *env_dims, time_steps = collector.batch_size
     return build_node(
-        cfg.buffer, "buffer", math.prod(env_dims), time_steps, sample_shape(observation_space),
-        sample_shape(action_space), observation_dtype=torch_dtype(observation_space),
+        cfg.buffer, "buffer", math.prod(env_dims), time_steps, sample_shapes(observation_space),
+        sample_shape(action_space), observation_dtype=torch_dtypes(observation_space),
         action_dtype=torch_dtype(action_space), device=cfg.buffer.get("device") or cfg.device,
         state_shapes={key: shape for primer in policy_primers(policy) for key, shape in primer.shapes.items()},
         extra_keys=[("next", key) for key in cfg.algo.get("terminal_keys", [])],
     )
 
 
+DEFAULT_GAMMA = 0.99  # the discount of logged discounted returns for an algorithm that has none
+
+
+def discount(cfg: DictConfig) -> float:
+    """The run's discount (``algo.gamma``): of the logged discounted returns and n-step writes."""
+    return float(cfg.algo.get("gamma", DEFAULT_GAMMA))
+
+
+def learner_class(cfg: DictConfig) -> type[Learner]:
+    """The learner ``algo._target_`` names."""
+    return target_class(cfg.algo, "algo")
+
+
 def make_learner(cfg: DictConfig, policy, collector: CollectorBase, observation_space, action_space,
                  replay_buffer=None) -> Learner:
-    a = cfg.algo
-    if a.name == "ppo":
-        buffer = make_rollout_buffer(cfg, policy, collector, observation_space, action_space)
-        ppo = PPO(policy, lr=a.lr, gamma=a.gamma, gae_lambda=a.gae_lambda, clip_epsilon=a.clip_epsilon,
-                  epochs=a.epochs, minibatch_size=a.minibatch_size, value_coef=a.value_coef,
-                  entropy_coef=a.entropy_coef, max_grad_norm=a.max_grad_norm,
-                  normalize_advantage=a.normalize_advantage, anneal_lr=a.anneal_lr, anneal_clip=a.anneal_clip,
-                  total_frames=cfg.total_frames, sequence_length=a.sequence_length,
-                  normalize_reward=a.normalize_reward, terminal_keys=list(a.terminal_keys))
-        return PPOLearner(ppo, buffer)
-    dqn = DQN(policy, lr=a.lr, gamma=a.gamma, target_update=a.target_update,
-              target_update_period=a.target_update_period, tau=a.tau, double_dqn=a.double_dqn, loss=a.loss,
-              max_grad_norm=a.max_grad_norm, terminal_keys=list(a.terminal_keys))
-    return DQNLearner(dqn, replay_buffer, gradient_steps=a.gradient_steps_per_batch,
-                      learning_starts=a.learning_starts, eps_start=a.eps_start, eps_end=a.eps_end,
-                      eps_decay_frames=a.eps_decay_frames)
+    """``algo``'s learner on the buffer it asks for (the replay buffer the collector writes
+    into, or a rollout buffer sized for the collector's batches), with the runtime
+    arguments its constructor names; the algo keys the pipeline reads itself
+    (ALGO_PIPELINE_KEYS) go to it only when it names them too."""
+    cls = learner_class(cfg)
+    buffer = replay_buffer if cls.replay else make_rollout_buffer(cfg, policy, collector, observation_space,
+                                                                   action_space)
+    runtime = dict(total_frames=cfg.total_frames, observation_space=observation_space, action_space=action_space)
+    accepted = named_arguments(cls)
+    drop = tuple(key for key in ALGO_PIPELINE_KEYS if key in cfg.algo and key not in accepted)
+    return build_node(cfg.algo, "algo", policy, buffer, drop=drop,
+                      **{key: value for key, value in runtime.items() if key in accepted})

@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from rlcollect.collectors.evaluation import EvalCollector
-from rlcollect.pipeline.builders import make_env
+from rlcollect.pipeline.builders import discount, make_env
 from rlcollect.pipeline.saved import CHECKPOINTS, checkpoint_file, load_run_config, read_checkpoint, rebuild_policy
 from rlcollect.pipeline.video import VIDEO_DIR, EvalVideo
 from rlcollect.seeding import eval_seed
@@ -43,7 +43,7 @@ def evaluate_run(run_dir: str | Path, *, checkpoint: str = "last", episodes: int
     exploration = "deterministic" if deterministic else "random"
     evaluator = EvalCollector(make_env(cfg, num_envs=episodes, seed=seed), policy,
                               eval_max_steps=steps_per_env * episodes if steps_per_env else None,
-                              gamma=cfg.algo.gamma, exploration_type=exploration)
+                              gamma=discount(cfg), exploration_type=exploration)
     try:
         result = evaluator.evaluate()
     finally:

@@ -29,13 +29,14 @@ from rlcollect.checkpoint import (
 )
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.evaluation import EvalCollector
-from rlcollect.collectors.ray import RayCollector
 from rlcollect.config import eval_every_frames
 from rlcollect.errors import ConfigError
 from rlcollect.logging.run_logger import RunLogger, truncate_metrics
 from rlcollect.logging.runs import SUMMARY_FILE, solved_threshold
 from rlcollect.pipeline.builders import (
     algo_collection,
+    discount,
+    learner_class,
     make_collector,
     make_env,
     make_learner,
@@ -45,7 +46,7 @@ from rlcollect.pipeline.builders import (
     probe_spaces,
 )
 from rlcollect.pipeline.checks import check_config, warn_combination
-from rlcollect.pipeline.loop import Progress
+from rlcollect.pipeline.progress import Progress
 from rlcollect.pipeline.video import VIDEO_DIR, EvalVideo
 from rlcollect.seeding import eval_seed
 
@@ -156,16 +157,16 @@ def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, grou
     built: list = []  # the parts that hold processes, threads or envs, shut down if a later step fails
     try:
         replay_buffer = None
-        if cfg.algo.name == "dqn":
+        if learner_class(cfg).replay:
             replay_buffer = make_replay_buffer(cfg, run_dir, reopen=checkpoint is not None)
-        collector = make_collector(cfg, policy, logger, replay_buffer)
+        collector = make_collector(cfg, policy, run_dir, replay_buffer)
         built.append(collector)
-        if isinstance(collector, RayCollector) and replay_buffer is not None:
-            replay_buffer = collector.replay_buffer  # the buffer now lives in a Ray actor
+        if replay_buffer is not None:
+            replay_buffer = collector.replay_buffer  # what the collector writes into (RayCollector: a buffer actor)
         learner = make_learner(cfg, policy, collector, observation_space, action_space, replay_buffer)
         evaluator = EvalCollector(make_env(cfg, num_envs=cfg.eval.episodes, seed=eval_seed(cfg.seed)), policy,
                                   eval_max_steps=cfg.eval.max_steps, eval_max_trajectories=cfg.eval.max_trajectories,
-                                  gamma=cfg.algo.gamma)
+                                  gamma=discount(cfg))
         built.append(evaluator)
         video = EvalVideo(cfg, policy, run_dir / VIDEO_DIR) if cfg.eval.get("video") else None
         if video is not None:

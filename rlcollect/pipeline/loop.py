@@ -1,4 +1,4 @@
-"""The training loop (``run``): collect, learn, evaluate, checkpoint; and its own state (``Progress``)."""
+"""The training loop (``run``): collect, learn, evaluate, checkpoint (its own state: progress.py)."""
 from __future__ import annotations
 
 import json
@@ -6,17 +6,14 @@ import logging
 import math
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator
 
 import torch
 from tensordict import TensorDictBase
 from tqdm import tqdm
 
-from rlcollect.algos.learners import PPOLearner
-from rlcollect.buffers.rollout import ROLLOUT_DIM, transition_view
+from rlcollect.buffers.rollout import ROLLOUT_DIM, RolloutBuffer, transition_view
 from rlcollect.collectors.options import DeliveryOptions
-from rlcollect.collectors.single import Collector
 from rlcollect.config import eval_every_frames
 from rlcollect.errors import one_line
 from rlcollect.logging.runs import SUMMARY_FILE
@@ -25,36 +22,6 @@ if TYPE_CHECKING:
     from rlcollect.pipeline.lifecycle import Pipeline
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Progress:
-    """The training loop's own state: what a checkpoint restores besides the objects."""
-
-    summary: dict
-    next_eval: int
-    next_checkpoint: int | None
-    seconds_before: float = 0.0  # wall-clock spent by earlier sessions of a resumed run
-
-    @classmethod
-    def start(cls, *, env_id: str, solved_return: float | None, eval_every_frames: int,
-              checkpoint_every_frames: int | None) -> "Progress":
-        """A run's progress before its first batch."""
-        return cls(summary={"frames": 0, "seconds": 0.0, "env_id": env_id, "solved_return": solved_return,
-                            "frames_to_solve": None,
-                            "seconds_to_solve": None, "final_eval_return": None, "best_eval_return": None},
-                   next_eval=eval_every_frames, next_checkpoint=checkpoint_every_frames)
-
-    def state_dict(self) -> dict:
-        return {"summary": json.dumps(self.summary), "next_eval": self.next_eval,
-                "next_checkpoint": -1 if self.next_checkpoint is None else self.next_checkpoint,
-                "seconds_before": self.seconds_before}
-
-    @classmethod
-    def from_state_dict(cls, state: dict) -> "Progress":
-        next_checkpoint = int(state["next_checkpoint"])
-        return cls(json.loads(state["summary"]), int(state["next_eval"]),
-                   None if next_checkpoint < 0 else next_checkpoint, float(state["seconds_before"]))
 
 
 def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
@@ -84,10 +51,13 @@ def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
 
 
 def in_place_rollouts(p: Pipeline) -> bool:
-    """PPO on rlcollect's own in-process Collector writes straight into the rollout buffer
-    (1.03x the batch + copy path, scripts/bench_rollout.py); a subclass of the user's is
-    iterated, as it may change what iteration does."""
-    return isinstance(p.learner, PPOLearner) and type(p.collector) is Collector and \
+    """An on-policy learner's rollout buffer is written straight by a collector that can
+    (``collects_in_place()``: rlcollect's in-process Collector, not a subclass that changes
+    what iteration does; 1.03x the batch + copy path, scripts/bench_rollout.py) when it
+    delivers to nothing but its post-collect hook."""
+    collects_in_place = getattr(p.collector, "collects_in_place", None)
+    return not p.learner.replay and isinstance(getattr(p.learner, "buffer", None), RolloutBuffer) and \
+        callable(collects_in_place) and collects_in_place() and \
         p.collector.delivery_options == DeliveryOptions(post_collect_hook=p.collector.post_collect_hook)
 
 
@@ -124,8 +94,8 @@ def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
         phases = Phases(start_frames=p.collector.frames, concurrent=p.background)
         for batch, frames in collected(p):
             phases.end("collect")
-            if getattr(p.collector, "post_collect_hook", None) is not p.logger:  # the hooks ran elsewhere
-                p.logger.drain_worker_hooks(frames, p.collector.hook_results())
+            # the episodes the batch completed: what the post-collect hook returned, wherever it ran
+            p.logger.log_collection(frames, [info for infos in p.collector.hook_results() for info in infos])
             for restart in p.collector.pop_worker_restarts():  # workers replaced during this batch
                 p.logger.log_event(restart.as_event(), step=frames)
             if batch is not None:  # what the env returned, before anything learns from it

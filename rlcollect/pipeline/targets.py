@@ -20,6 +20,7 @@ RUNTIME_ARGUMENTS: dict[str, frozenset[str]] = {
                             "replay_buffer", "trajs_per_batch", "weight_sync_schemes", "seed", "env_kwargs"}),
     "logger": frozenset({"run_dir", "start_frames", "gamma", "name", "group", "job_type", "config", "run_id"}),
     "model": frozenset({"observation_space", "action_space"}),
+    "algo": frozenset({"policy", "buffer", "total_frames", "observation_space", "action_space"}),
     "buffer": frozenset({"num_envs", "rollout_len", "obs_dim", "action_dim", "observation_dtype", "action_dtype",
                          "state_shapes", "extra_keys", "storage", "sampler", "batch_size", "write_transform"}),
     "buffer.sampler": frozenset({"max_capacity"}),

@@ -9,7 +9,7 @@ from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.envs.gym_env import GymEnv
 from rlcollect.envs.video import Recorders, headless_rendering, write_mp4
 from rlcollect.errors import ConfigError
-from rlcollect.pipeline.builders import env_kwargs
+from rlcollect.pipeline.builders import discount, env_kwargs
 from rlcollect.seeding import eval_seed
 
 VIDEO_DIR = "videos"
@@ -36,7 +36,7 @@ class EvalVideo:
                      **kwargs)
         [self.recorder] = self.recorders.made
         self.fps = int(self.recorder.metadata.get("render_fps") or 30)
-        self.evaluator = EvalCollector(env, policy, eval_max_steps=cfg.eval.max_steps, gamma=cfg.algo.gamma,
+        self.evaluator = EvalCollector(env, policy, eval_max_steps=cfg.eval.max_steps, gamma=discount(cfg),
                                        exploration_type=exploration_type)
         self.folder = Path(folder)
 

@@ -115,13 +115,14 @@ def test_update_returns_the_per_sample_td_errors():
 
 def test_learner_gives_the_sampled_elements_their_td_errors_as_priorities():
     policy = linear_q_policy([[1.0, 0.0], [0.0, 1.0]], [0.0, 1.0])
-    dqn = DQN(policy, gamma=0.5, double_dqn=False, loss="mse")
     rb = ReplayBuffer(LazyTensorStorage(8), PrioritizedSampler(8, alpha=1.0, beta=1.0, eps=0.0), batch_size=4)
     rb.extend(torch.cat([hand_batch(), hand_batch()]))
     updates = []
     update_priority = rb.update_priority
     rb.update_priority = lambda index, priority: (updates.append((index, priority)), update_priority(index, priority))
-    learner = DQNLearner(dqn, rb, gradient_steps=1, learning_starts=0, eps_start=0.0, eps_end=0.0, eps_decay_frames=1)
+    learner = DQNLearner(policy, rb, gradient_steps_per_batch=1, learning_starts=0, eps_start=0.0, eps_end=0.0,
+                         eps_decay_frames=1, gamma=0.5, double_dqn=False, loss="mse")
+    dqn = learner.dqn
     before = copy.deepcopy(dqn)
     metrics = learner.learn(None, frames=10)
     assert "td_error" not in metrics and metrics["loss_q"] > 0
@@ -136,14 +137,13 @@ def test_learner_gives_the_sampled_elements_their_td_errors_as_priorities():
 def test_the_learner_updates_the_observation_norm_that_online_and_target_networks_share():
     space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
     policy = QValuePolicy(space, gym.spaces.Discrete(2), hidden_sizes=(4,), normalize_observation=True)
-    dqn = DQN(policy)
-    assert dqn.target.obs_norm is policy.obs_norm
+    learner = DQNLearner(policy, ReplayBuffer(LazyTensorStorage(8), batch_size=2), gradient_steps_per_batch=1,
+                         learning_starts=0, eps_start=0.0, eps_end=0.0, eps_decay_frames=1)
+    assert learner.dqn.target.obs_norm is policy.obs_norm
     observation = torch.tensor([[1.0, 10.0], [3.0, 20.0], [5.0, 60.0]])
     batch = TensorDict({"observation": observation, "action": torch.zeros(3, dtype=torch.int64),
                         ("next", "observation"): observation, ("next", "reward"): torch.zeros(3),
                         ("next", "terminated"): torch.zeros(3, dtype=torch.bool)}, [3])
-    learner = DQNLearner(dqn, ReplayBuffer(LazyTensorStorage(8), batch_size=2), gradient_steps=1, learning_starts=0,
-                         eps_start=0.0, eps_end=0.0, eps_decay_frames=1)
     learner.learn(batch, frames=3)
     expected = observation.double().numpy()
     np.testing.assert_allclose(policy.obs_norm.running_mean.numpy(), expected.mean(0))
@@ -151,7 +151,7 @@ def test_the_learner_updates_the_observation_norm_that_online_and_target_network
     assert float(policy.obs_norm.count) == 3.0
     restored = DQN(QValuePolicy(space, gym.spaces.Discrete(2), hidden_sizes=(4,), normalize_observation=True))
     restored.q_policy.load_state_dict(policy.state_dict())
-    restored.load_state_dict(dqn.state_dict())  # the target's statistics are the online ones, after a reload too
+    restored.load_state_dict(learner.dqn.state_dict())  # the online statistics, after a reload too
     assert restored.target.obs_norm is restored.q_policy.obs_norm and float(restored.target.obs_norm.count) == 3.0
 
 

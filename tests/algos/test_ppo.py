@@ -48,7 +48,7 @@ def test_ppo_updates_the_observation_norm_after_each_update():
 
     env = GymEnv("CartPole-v1", 2, seed=0)
     policy = ActorCritic(env.observation_space, env.action_space, normalize_observation=True)
-    learner = PPOLearner(PPO(policy, epochs=1, minibatch_size=8, total_frames=16), RolloutBuffer(2, 8, 4))
+    learner = PPOLearner(policy, RolloutBuffer(2, 8, 4), epochs=1, minibatch_size=8, total_frames=16)
     batch = next(iter(Collector(env, policy, frames_per_batch=16)))
     learner.learn(batch, 16)
     assert int(policy.obs_norm.count) == 16
@@ -60,8 +60,9 @@ def test_normalize_reward_trains_on_scaled_rewards_and_stores_them_as_collected(
 
     env = GymEnv("CartPole-v1", 2, seed=0)
     policy = ActorCritic(env.observation_space, env.action_space)
-    ppo = PPO(policy, epochs=1, minibatch_size=8, total_frames=32, normalize_reward=True)
-    learner = PPOLearner(ppo, RolloutBuffer(2, 8, 4))
+    learner = PPOLearner(policy, RolloutBuffer(2, 8, 4), epochs=1, minibatch_size=8, total_frames=32,
+                         normalize_reward=True)
+    ppo = learner.ppo
     for frames, batch in zip((16, 32), Collector(env, policy, frames_per_batch=16)):
         learner.learn(batch, frames)
         stored = transition_view(learner.buffer.rollout)["next", "reward"]

@@ -160,15 +160,18 @@ def test_killed_worker_is_reported_not_waited_on(no_leftovers):
     assert not any(p.is_alive() for p in collector._processes)
 
 
-def test_hooks_run_in_the_workers_and_reach_the_logger(no_leftovers, tmp_path):
-    import multiprocessing
+def test_hooks_run_in_the_workers_and_their_results_reach_the_logger(no_leftovers, tmp_path):
+    """The hook runs in each worker on its batch; what it returns comes back with the batch
+    (``hook_results()``), the one way hook results reach the trainer."""
+    from rlcollect.logging.run_logger import EpisodeStatsHook
 
     logger = RunLogger(tmp_path)
     collector = make(MultiSyncCollector, no_leftovers, create_env_fn=worker_envs(2, None, episode_length=3),
-                     frames_per_batch=12, start_method="spawn",
-                     post_collect_hook=logger.worker_hook(multiprocessing.get_context("spawn")))
+                     frames_per_batch=12, start_method="spawn", post_collect_hook=EpisodeStatsHook())
     next(iter(collector))
-    logger.drain_worker_hooks(collector.frames)
+    results = collector.hook_results()
+    assert len(results) == 2 and collector.hook_results() == []  # one per worker's batch, handed over once
+    logger.log_collection(collector.frames, [info for infos in results for info in infos])
     logger.close()
     [row] = [__import__("json").loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     # 6 steps per worker, episodes of 3: two complete episodes in each worker

@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDict, TensorDictBase
 
-from rlcollect.collectors.base import CollectorBase
+from rlcollect.collectors.base import CollectionPlan, CollectorBase
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.distributed.group import (
     ANSWER_TAG,
@@ -39,9 +39,10 @@ from rlcollect.collectors.distributed.worker import (
     weight_tensors,
     worker_main,
 )
-from rlcollect.collectors.hosted import plan_hosts
+from rlcollect.collectors.hosted import host_collector_kwargs, plan_hosts
 from rlcollect.collectors.options import DeliveryOptions, check_total_frames
 from rlcollect.collectors.processes import WorkerError
+from rlcollect.errors import ConfigError
 from rlcollect.keys import WORKER_ID
 from rlcollect.seeding import env_seed
 from rlcollect.validation import check_positive_int
@@ -78,7 +79,11 @@ class DistributedCollector(CollectorBase):
         envs_per_worker, seed, env_kwargs: with one env source, each worker's envs (env i of
             the run seeded ``seed + i``, rlcollect/seeding.py).
         collector_kwargs: the inner collector's options (device, max_frames_per_traj, ...;
-            ``num_workers`` of its own processes for multisync/multiasync).
+            ``num_workers`` of its own processes for multisync/multiasync; a None value: that
+            collector's default).
+        device, init_random_frames: set in every worker's collector_kwargs (device where
+            they set none; at least init_random_frames random frames).
+        run_dir: the folder a relative ``submitit_folder`` is in (the run folder).
         backend: "gloo" (CPU tensors).
         launcher: "mp" (local processes, ``start_method``), "submitit" (``cluster``: None
             for SLURM where available, "local" for local jobs; ``slurm_kwargs`` to
@@ -96,6 +101,20 @@ class DistributedCollector(CollectorBase):
         shutdown_timeout: seconds workers get to close their collectors before being killed.
     """
 
+    @classmethod
+    def check_plan(cls, plan: CollectionPlan) -> None:
+        """It sends the weights over its own process group: no other weight sync."""
+        from rlcollect.weight_sync import NoWeightSyncScheme
+
+        if plan.weight_sync is not None and not issubclass(plan.weight_sync, NoWeightSyncScheme):
+            raise ConfigError(f"collector={plan.name} sends the weights over its process group itself: use "
+                              f"weight_sync=none (what it selects), not weight_sync={plan.weight_sync_name}")
+
+    @classmethod
+    def lags_policy(cls, options) -> bool:
+        """sync=False: batches first come, first served, possibly with older weights."""
+        return not options.get("sync", True)
+
     def __init__(
         self,
         create_env_fn,
@@ -110,12 +129,15 @@ class DistributedCollector(CollectorBase):
         seed: int | None = None,
         env_kwargs: dict | None = None,
         collector_kwargs: dict | None = None,
+        device=None,
+        init_random_frames: int = 0,
         backend: str = "gloo",
         launcher: str = "mp",
         start_method: str = "spawn",
         cluster: str | None = None,
         slurm_kwargs: dict | None = None,
         submitit_folder: str | Path = "submitit",
+        run_dir: str | Path | None = None,
         ray_address: str | None = None,
         master_addr: str = "127.0.0.1",
         master_port: int = 0,
@@ -144,14 +166,15 @@ class DistributedCollector(CollectorBase):
         self.shutdown_timeout = shutdown_timeout
         plan = plan_hosts(create_env_fn, self.num_workers, collector_class=collector_class,
                           frames_per_batch=frames_per_batch, sync=self.sync, envs_per_worker=envs_per_worker,
-                          seed=seed, env_kwargs=env_kwargs, collector_kwargs=collector_kwargs,
+                          seed=seed, env_kwargs=env_kwargs,
+                          collector_kwargs=host_collector_kwargs(collector_kwargs, device=device,
+                                                                 init_random_frames=init_random_frames),
                           owner="DistributedCollector")
         self.frames_per_batch = plan.frames_per_batch
         self.policy_version = 0
         self._streaming = False  # sync=False: workers send batches back to back
         self._early: list = []  # batches received while pausing the workers for a call
         self._outgoing: dict = {}  # sync=False: worker -> sends not waited for [(version, work, tensor)]
-        self._hook_results: list = []
         self._last_check = 0.0  # sync=False: when the workers' liveness was last looked at
         self._buffers: dict = {}  # worker -> (TensorDict, its leaves): where its batches land
         self._weights = policy_tensors(policy)
@@ -161,7 +184,8 @@ class DistributedCollector(CollectorBase):
                                 plan.collector_kwargs[index], post_collect_hook, seed=plan.seeds[index],
                                 group=self._rendezvous.spec, torch_threads=worker_torch_threads)
                      for index in range(self.num_workers)]
-            self._launcher = make_launcher(launcher, start_method=start_method, folder=submitit_folder,
+            folder = Path(run_dir) / submitit_folder if run_dir is not None else Path(submitit_folder)
+            self._launcher = make_launcher(launcher, start_method=start_method, folder=folder,
                                            cluster=cluster, slurm_kwargs=slurm_kwargs, ray_address=ray_address)
             self._launcher.start(worker_main, [(spec, policy) for spec in specs])
             self._group = make_group(self._rendezvous.spec, self._rendezvous.store, 0)
@@ -288,7 +312,7 @@ class DistributedCollector(CollectorBase):
         if self._extra:
             payload = torch.empty(self._extra, dtype=torch.uint8)
             self._group.recv([payload], index + 1, DATA_TAG).wait()
-            self._hook_results.append(pickle.loads(payload.numpy().tobytes()))
+            self.keep_hook_result(pickle.loads(payload.numpy().tobytes()))
         self._frames += frames
         return buffer.clone()
 
@@ -317,12 +341,6 @@ class DistributedCollector(CollectorBase):
         except RuntimeError as error:
             raise self._failed(None, error) from None
         return self._delivery(batch, int(batch.get(WORKER_ID).reshape(-1)[0]))
-
-    def hook_results(self) -> list:
-        """What the workers' post_collect_hook returned since the last call (non-None values,
-        in arrival order)."""
-        results, self._hook_results = self._hook_results, []
-        return results
 
     # ------------------------------------------------------------------ weights, state
     def update_policy_weights_(self, weights=None) -> None:

@@ -138,7 +138,6 @@ class RPCCollector(CollectorBase):
         self.frames_per_batch = plan.frames_per_batch
         self.policy_version = 0
         self._weights = policy_tensors(policy)
-        self._hook_results: list = []
         self._in_flight: dict = {}  # sync=False: worker -> its collect future
         os.environ.setdefault("TP_SOCKET_IFNAME", LOOPBACK_INTERFACE)  # this process's TensorPipe too
         self._init_file = tempfile.mktemp(prefix="rlcollect-rpc-")
@@ -185,8 +184,7 @@ class RPCCollector(CollectorBase):
 
     def _keep(self, result) -> TensorDictBase:
         batch, hook_result = result
-        if hook_result is not None:
-            self._hook_results.append(hook_result)
+        self.keep_hook_result(hook_result)
         self._frames += batch.numel()
         return batch
 
@@ -208,10 +206,6 @@ class RPCCollector(CollectorBase):
                     self._in_flight[index] = self._collect(index)  # keep it busy
                     return self._keep(result)
             time.sleep(POLL_SECONDS)
-
-    def hook_results(self) -> list:
-        results, self._hook_results = self._hook_results, []
-        return results
 
     def update_policy_weights_(self, weights=None) -> None:
         """Send the policy's parameters and buffers to every worker (applied before its next batch)."""

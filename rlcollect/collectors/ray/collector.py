@@ -42,8 +42,8 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.buffers.replay import ReplayBuffer
-from rlcollect.collectors.base import CollectorBase
-from rlcollect.collectors.hosted import COLLECTOR_CLASSES, host_env_sources
+from rlcollect.collectors.base import CollectionPlan, CollectorBase
+from rlcollect.collectors.hosted import COLLECTOR_CLASSES, host_collector_kwargs, host_env_sources
 from rlcollect.collectors.options import DeliveryOptions, check_total_frames
 from rlcollect.collectors.processes import WorkerError, WorkerLost
 from rlcollect.collectors.ray.actor import MAX_LIVES, TRAJ_ID_SHIFT, ActorSpec, CollectorActor
@@ -59,6 +59,7 @@ from rlcollect.collectors.ray.wire import batch_from_wire, stack_from_wire
 from rlcollect.collectors.restarts import Restarts
 from rlcollect.collectors.worker import resolve_model
 from rlcollect.envs.sources import EnvSpec
+from rlcollect.errors import ConfigError
 from rlcollect.seeding import env_seed, restart_seed
 from rlcollect.validation import check_positive_int
 from rlcollect.weight_sync import NoWeightSyncScheme, WeightSyncScheme
@@ -101,7 +102,10 @@ class RayCollector(CollectorBase):
         sync: gather from every actor (True) or first-come first-served (False).
         collector_class: "sync" (Collector), "multisync" or "multiasync" in each actor.
         collector_kwargs: arguments of that collector (device, max_frames_per_traj,
-            set_truncated, hooks run in the actors, start_method of inner workers ...).
+            set_truncated, hooks run in the actors, start_method of inner workers ...; a None
+            value: that collector's default).
+        device, init_random_frames: set in every actor's collector_kwargs (device where
+            they set none; at least init_random_frames random frames).
         remote_config: Ray resources of each actor: num_cpus (default 1), num_gpus, memory,
             resources (a None value keeps Ray's default).
         ray_address: None starts a local Ray on loopback (``loopback_ray_env()``), stopped at
@@ -130,6 +134,19 @@ class RayCollector(CollectorBase):
         restart_on_env_error: also replace an actor whose env or policy raised.
     """
 
+    @classmethod
+    def check_plan(cls, plan: CollectionPlan) -> None:
+        """Its actors share no memory with the trainer: Ray's weight sync, or none."""
+        if plan.weight_sync is not None and not issubclass(plan.weight_sync, (RayWeightSyncScheme,
+                                                                              NoWeightSyncScheme)):
+            raise ConfigError(f"collector={plan.name} shares no memory with its actors: use weight_sync=ray (or "
+                              f"none), not weight_sync={plan.weight_sync_name}")
+
+    @classmethod
+    def lags_policy(cls, options) -> bool:
+        """sync=False: batches first come, first served, possibly with older weights."""
+        return not options.get("sync", True)
+
     def __init__(
         self,
         create_env_fn,
@@ -144,6 +161,8 @@ class RayCollector(CollectorBase):
         seed: int | None = None,
         env_kwargs: dict | None = None,
         collector_kwargs: dict | None = None,
+        device=None,
+        init_random_frames: int = 0,
         remote_config: dict | None = None,
         ray_address: str | None = None,
         weight_sync_schemes: dict[str, WeightSyncScheme] | None = None,
@@ -169,7 +188,6 @@ class RayCollector(CollectorBase):
         self._in_flight: dict = {}  # ObjectRef -> actor index (sync=False)
         self._started_ray = False
         self._owned_buffer: RayReplayBuffer | None = None
-        self._hook_results: list = []
         self.num_collectors = self._setup_num_collectors(num_collectors)
         self.collector_class = self._setup_collector_class(collector_class)
         self.sync = bool(sync)
@@ -177,7 +195,8 @@ class RayCollector(CollectorBase):
         self.total_frames = check_total_frames(total_frames)
         self.batch_timeout = batch_timeout
         self.shutdown_timeout = shutdown_timeout
-        self.collector_kwargs = self._setup_collector_kwargs(collector_kwargs)
+        self.collector_kwargs = self._setup_collector_kwargs(
+            host_collector_kwargs(collector_kwargs, device=device, init_random_frames=init_random_frames))
         env_fns = self._setup_create_env_fn(create_env_fn, envs_per_worker, seed, dict(env_kwargs or {}))
         self.remote_config = self._setup_remote_config(remote_config)
         actor_frames = self._setup_frames_per_batch(frames_per_batch)
@@ -474,15 +493,8 @@ class RayCollector(CollectorBase):
 
     def _keep_hook_result(self, result: tuple[Any, Any]):
         payload, hook_result = result
-        if hook_result is not None:
-            self._hook_results.append(hook_result)
+        self.keep_hook_result(hook_result)  # what the actor's post_collect_hook returned: hook_results()
         return payload
-
-    def hook_results(self) -> list:
-        """What the actors' post_collect_hook returned since the last call (non-None
-        values, in arrival order)."""
-        results, self._hook_results = self._hook_results, []
-        return results
 
     # ------------------------------------------------------------------ weights
     def _deliver_weights(self, model_id: str, version: int, ref) -> None:

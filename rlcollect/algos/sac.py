@@ -1,0 +1,271 @@
+"""Soft actor-critic (Haarnoja et al. 2018, with the automatic entropy tuning of their
+follow-up) for continuous (Box) actions, learning from a replay buffer.
+
+    SACActor     the policy the collectors run: a tanh-squashed diagonal Gaussian scaled to
+                 the action bounds ("action"; its mean squashed when deterministic)
+    SACLearner   twin Q critics with Polyak-averaged targets, the actor, and alpha (the
+                 entropy weight) tuned towards a target entropy of -action_dim
+
+Per gradient step: one critic update on a sampled batch; every ``policy_frequency`` steps,
+``policy_frequency`` actor (and alpha) updates, so that actor and critic take as many steps
+(the delayed update of cleanrl's sac_continuous_action); the targets move every
+``target_network_frequency`` steps. ``algo=sac`` (conf/algo/sac.yaml) and
+``experiment=mujoco_sac`` configure it; docs/configuration.md, "Algorithms".
+"""
+from __future__ import annotations
+
+import copy
+import math
+from typing import Sequence
+
+import gymnasium as gym
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase, interaction_type
+from torch import nn
+
+from rlcollect.algos.learners import Learner, replay_state, update_observation_norm
+from rlcollect.buffers.transforms import or_next_flags
+from rlcollect.errors import ConfigError
+from rlcollect.keys import STEPS_TO_NEXT_OBS, WEIGHT
+from rlcollect.modules.actor_critic import DETERMINISTIC, mlp, observation_norm
+from rlcollect.modules.encoders import make_encoder, resolve_encoder
+
+LOG_STD_RANGE = (-5.0, 2.0)  # the actor's log-std, squashed into this interval
+
+
+def check_box_actions(action_space: gym.Space, what: str) -> gym.spaces.Box:
+    """A flat, bounded Box action space, else a ConfigError naming ``what`` needs it."""
+    if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
+        raise ConfigError(f"{what} needs continuous actions (a flat Box action space), got {action_space}")
+    if not (torch.isfinite(torch.as_tensor(action_space.low)).all() and
+            torch.isfinite(torch.as_tensor(action_space.high)).all()):
+        raise ConfigError(f"{what} squashes its actions into the action space's bounds: they must be finite, got "
+                          f"{action_space}")
+    return action_space
+
+
+class SACActor(TensorDictModuleBase):
+    """A tanh-squashed diagonal Gaussian over Box actions, scaled to the action bounds;
+    writes ``"action"`` (sampled; ``tanh(mean)`` scaled under a deterministic interaction
+    type). ``encoder`` and ``normalize_observation`` as in ActorCritic.
+
+    Args:
+        hidden_sizes: the MLP from the features to the mean and log-std.
+        activation: of the MLP ("relu" as in the SAC paper).
+    """
+
+    in_keys = ["observation"]
+    out_keys = ["action"]
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.spaces.Box, *,
+                 hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu", encoder: str = "auto",
+                 normalize_observation: bool = False) -> None:
+        super().__init__()
+        action_space = check_box_actions(action_space, "SAC")
+        self.observation_space, self.action_space = observation_space, action_space
+        self.encoder_kind = resolve_encoder(encoder, observation_space)  # the critics encode as the actor does
+        self.obs_norm = observation_norm(observation_space, normalize_observation, self.encoder_kind)
+        self.encoder = make_encoder(self.encoder_kind, observation_space)
+        self.action_dim = action_space.shape[0]
+        self.trunk = mlp(self.encoder.out_features, hidden_sizes, 2 * self.action_dim, activation)
+        low, high = (torch.as_tensor(bound, dtype=torch.float32) for bound in (action_space.low, action_space.high))
+        self.register_buffer("action_scale", (high - low) / 2)
+        self.register_buffer("action_bias", (high + low) / 2)
+
+    def features(self, observation) -> torch.Tensor:
+        if self.obs_norm is not None:
+            observation = self.obs_norm(observation)
+        return self.encoder(observation)
+
+    def distribution(self, observation) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, log_std) of the Gaussian before the squashing."""
+        mean, log_std = self.trunk(self.features(observation)).chunk(2, -1)
+        low, high = LOG_STD_RANGE
+        return mean, low + 0.5 * (high - low) * (torch.tanh(log_std) + 1)
+
+    def sample(self, observation) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action and its log-probability (the squashing's Jacobian
+        included), differentiable with respect to the actor's parameters."""
+        mean, log_std = self.distribution(observation)
+        pre_squash = mean + log_std.exp() * torch.randn_like(mean)
+        squashed = torch.tanh(pre_squash)
+        log_prob = (-0.5 * ((pre_squash - mean) / log_std.exp()).pow(2) - log_std - 0.5 * math.log(2 * math.pi))
+        log_prob = log_prob - torch.log(self.action_scale * (1 - squashed.pow(2)) + 1e-6)
+        return squashed * self.action_scale + self.action_bias, log_prob.sum(-1)
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        observation = tensordict.get("observation")
+        if interaction_type() in DETERMINISTIC:
+            mean, _ = self.distribution(observation)
+            action = torch.tanh(mean) * self.action_scale + self.action_bias
+        else:
+            action, _ = self.sample(observation)
+        tensordict.set("action", action)
+        return tensordict
+
+
+class QCritic(nn.Module):
+    """Q(observation, action): the observation's features (an encoder of its own) and the
+    action, through an MLP."""
+
+    def __init__(self, observation_space: gym.Space, action_dim: int, hidden_sizes: Sequence[int],
+                 encoder: str) -> None:
+        super().__init__()
+        self.encoder = make_encoder(resolve_encoder(encoder, observation_space), observation_space)
+        self.q = mlp(self.encoder.out_features + action_dim, hidden_sizes, 1, "relu")
+
+    def forward(self, observation, action: torch.Tensor) -> torch.Tensor:
+        return self.q(torch.cat([self.encoder(observation), action], -1)).squeeze(-1)
+
+
+class SACLearner(Learner):
+    """SAC from a replay buffer the collector writes into (see the module docstring).
+
+    Args:
+        policy: the SACActor the collectors run.
+        buffer: the ReplayBuffer (sampling ``algo.batch_size`` transitions).
+        observation_space, action_space: the env's (the critics are built for them).
+        gamma: discount. tau: Polyak step of the target critics.
+        actor_lr, critic_lr: Adam learning rates (alpha's is actor_lr).
+        alpha: the entropy weight (its start, with ``autotune``).
+        autotune: tune alpha towards ``target_entropy`` (None: -action_dim).
+        policy_frequency: critic steps per round of actor updates (that many actor updates).
+        target_network_frequency: critic steps between target updates.
+        gradient_steps_per_batch: gradient steps per collected batch (one per frame keeps
+            one update per env step, as the paper).
+        learning_starts: no update before this many frames (the collector's first frames
+            are random actions).
+        critic_hidden_sizes: the critics' MLPs.
+        terminal_keys: flags ``("next", key)`` that end the bootstrap as ``terminated`` does.
+    """
+
+    replay = True
+    policy_classes = (SACActor,)
+
+    def __init__(self, policy: SACActor, buffer, *, observation_space: gym.Space, action_space: gym.spaces.Box,
+                 gamma: float = 0.99, tau: float = 0.005, actor_lr: float = 3e-4, critic_lr: float = 1e-3,
+                 alpha: float = 0.2, autotune: bool = True, target_entropy: float | None = None,
+                 policy_frequency: int = 2, target_network_frequency: int = 1, gradient_steps_per_batch: int = 1,
+                 learning_starts: int = 5000, critic_hidden_sizes: Sequence[int] = (256, 256),
+                 terminal_keys: Sequence[str] = ()) -> None:
+        check_box_actions(action_space, "SAC")
+        self.actor, self.replay_buffer = policy, buffer
+        self.critics = nn.ModuleList(QCritic(observation_space, policy.action_dim, critic_hidden_sizes,
+                                             policy.encoder_kind) for _ in range(2)).to(policy.action_scale.device)
+        self.targets = copy.deepcopy(self.critics).requires_grad_(False)
+        self.gamma, self.tau = gamma, tau
+        self.policy_frequency, self.target_network_frequency = policy_frequency, target_network_frequency
+        self.gradient_steps, self.learning_starts = gradient_steps_per_batch, learning_starts
+        self.terminal_keys = list(terminal_keys)
+        self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=actor_lr)
+        self.critic_optimizer = torch.optim.Adam(self.critics.parameters(), lr=critic_lr)
+        self.autotune = autotune
+        self.target_entropy = -float(policy.action_dim) if target_entropy is None else float(target_entropy)
+        self.log_alpha = torch.tensor(math.log(alpha), device=policy.action_scale.device, requires_grad=autotune)
+        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=actor_lr) if autotune else None
+        self.updates = 0  # critic steps so far
+
+    @property
+    def alpha(self) -> float:
+        return float(self.log_alpha.detach().exp())
+
+    def normalized(self, observation):
+        """Observations as the critics read them: through the actor's RunningNorm, if any."""
+        norm = self.actor.obs_norm
+        return observation if norm is None else norm(observation)
+
+    def critic_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the twin critics' TD loss, the mean Q of the taken actions)."""
+        observation = self.normalized(batch.get("observation"))
+        action = batch.get("action")
+        with torch.no_grad():
+            next_observation = batch.get(("next", "observation"))
+            next_action, next_log_prob = self.actor.sample(next_observation)
+            next_normalized = self.normalized(next_observation)
+            next_q = torch.min(*(target(next_normalized, next_action) for target in self.targets))
+            next_value = next_q - self.log_alpha.exp() * next_log_prob
+            reward = batch.get(("next", "reward")).reshape(next_value.shape).to(next_value.dtype)
+            terminated = or_next_flags(batch.get(("next", "terminated")), batch, self.terminal_keys)
+            steps = batch.get(STEPS_TO_NEXT_OBS, None)  # n-step transitions: gamma ** steps ahead
+            discount = self.gamma if steps is None else self.gamma ** steps.reshape(reward.shape).to(reward.dtype)
+            target = reward + discount * (~terminated.reshape(reward.shape)).to(reward.dtype) * next_value
+        per_sample = sum((critic(observation, action) - target).pow(2) for critic in self.critics)
+        weight = batch.get(WEIGHT, None)
+        if weight is not None:
+            per_sample = per_sample * weight.reshape(per_sample.shape).to(per_sample.dtype)
+        return 0.5 * per_sample.mean(), self.critics[0](observation, action).detach().mean()
+
+    def actor_step(self, observation) -> dict[str, torch.Tensor]:
+        """One actor update (and one of alpha with autotune) on the batch's observations."""
+        action, log_prob = self.actor.sample(observation)
+        normalized = self.normalized(observation)
+        q = torch.min(*(critic(normalized, action) for critic in self.critics))
+        loss = (self.log_alpha.exp().detach() * log_prob - q).mean()
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.actor_optimizer.step()
+        metrics = {"loss_actor": loss.detach(), "entropy": -log_prob.detach().mean()}
+        if self.autotune:
+            alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+            self.alpha_optimizer.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_optimizer.step()
+            metrics["loss_alpha"] = alpha_loss.detach()
+        return metrics
+
+    def update(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
+        """One critic step on ``batch``; the actor rounds and target updates when due."""
+        loss, q_mean = self.critic_loss(batch)
+        self.critic_optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.critic_optimizer.step()
+        self.updates += 1
+        metrics = {"loss_q": loss.detach(), "q_mean": q_mean}
+        if self.updates % self.policy_frequency == 0:
+            for _ in range(self.policy_frequency):
+                metrics.update(self.actor_step(batch.get("observation")))
+        if self.updates % self.target_network_frequency == 0:
+            with torch.no_grad():
+                for target, online in zip(self.targets.parameters(), self.critics.parameters()):
+                    target.lerp_(online, self.tau)
+        return metrics
+
+    def learn(self, batch: TensorDictBase | None, frames: int) -> dict[str, float]:
+        if batch is not None:
+            self.replay_buffer.extend_batch(batch)
+            update_observation_norm(self.actor, batch.get("observation"))
+        metrics: dict[str, float] = {"buffer_size": float(len(self.replay_buffer)), "alpha": self.alpha}
+        if frames < self.learning_starts or len(self.replay_buffer) == 0:
+            return metrics
+        totals: dict[str, torch.Tensor] = {}
+        counts: dict[str, int] = {}
+        for step in range(self.gradient_steps):
+            sample = self.replay_buffer.sample()
+            if batch is None and step == 0:  # the new data went straight to the buffer: learn the stats from it
+                update_observation_norm(self.actor, sample.get("observation"))
+            for key, value in self.update(sample).items():
+                totals[key] = totals[key] + value if key in totals else value
+                counts[key] = counts.get(key, 0) + 1
+        metrics.update({key: value.item() / counts[key] for key, value in totals.items()})
+        metrics["alpha"] = self.alpha
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {"critics": self.critics.state_dict(), "targets": self.targets.state_dict(),
+                "actor_optimizer": self.actor_optimizer.state_dict(),
+                "critic_optimizer": self.critic_optimizer.state_dict(), "log_alpha": self.log_alpha.detach().clone(),
+                "alpha_optimizer": self.alpha_optimizer.state_dict() if self.alpha_optimizer else {},
+                "updates": self.updates, "replay_buffer": replay_state(self.replay_buffer)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.critics.load_state_dict(state["critics"])
+        self.targets.load_state_dict(state["targets"])
+        self.actor_optimizer.load_state_dict(state["actor_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        if self.alpha_optimizer is not None:
+            self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
+        self.updates = int(state["updates"])
+        self.replay_buffer.load_state_dict(state["replay_buffer"])

@@ -1,0 +1,35 @@
+"""The training loop's own state (``Progress``): what a checkpoint restores besides the objects."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+
+@dataclass
+class Progress:
+    """The training loop's own state: what a checkpoint restores besides the objects."""
+
+    summary: dict
+    next_eval: int
+    next_checkpoint: int | None
+    seconds_before: float = 0.0  # wall-clock spent by earlier sessions of a resumed run
+
+    @classmethod
+    def start(cls, *, env_id: str, solved_return: float | None, eval_every_frames: int,
+              checkpoint_every_frames: int | None) -> "Progress":
+        """A run's progress before its first batch."""
+        return cls(summary={"frames": 0, "seconds": 0.0, "env_id": env_id, "solved_return": solved_return,
+                            "frames_to_solve": None,
+                            "seconds_to_solve": None, "final_eval_return": None, "best_eval_return": None},
+                   next_eval=eval_every_frames, next_checkpoint=checkpoint_every_frames)
+
+    def state_dict(self) -> dict:
+        return {"summary": json.dumps(self.summary), "next_eval": self.next_eval,
+                "next_checkpoint": -1 if self.next_checkpoint is None else self.next_checkpoint,
+                "seconds_before": self.seconds_before}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "Progress":
+        next_checkpoint = int(state["next_checkpoint"])
+        return cls(json.loads(state["summary"]), int(state["next_eval"]),
+                   None if next_checkpoint < 0 else next_checkpoint, float(state["seconds_before"]))

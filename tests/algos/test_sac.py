@@ -1,0 +1,134 @@
+"""SAC: the squashed Gaussian, the critic targets, the update schedule, and runs from the CLI."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+from tensordict.nn import InteractionType, set_interaction_type
+
+from rlcollect import LazyTensorStorage, ReplayBuffer
+from rlcollect.algos.sac import SACActor, SACLearner
+from rlcollect.errors import ConfigError
+
+OBSERVATION = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+ACTION = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))
+
+
+def test_the_actor_squashes_into_the_action_bounds_with_the_jacobian_in_its_log_prob():
+    actor = SACActor(OBSERVATION, ACTION, hidden_sizes=(8,))
+    observation = torch.randn(5000, 3)
+    action, log_prob = actor.sample(observation)
+    assert action.shape == (5000, 2) and log_prob.shape == (5000,)
+    assert (action[:, 0].abs() <= 2).all() and ((action[:, 1] >= 0) & (action[:, 1] <= 1)).all()  # tanh saturates
+    mean, log_std = actor.distribution(observation)
+    # the same density from torch.distributions: a Normal through tanh, then scaled and shifted
+    squashed = torch.distributions.TransformedDistribution(
+        torch.distributions.Normal(mean, log_std.exp()),
+        [torch.distributions.TanhTransform(), torch.distributions.AffineTransform(actor.action_bias,
+                                                                                  actor.action_scale)])
+    far_from_the_bounds = (action - actor.action_bias).abs().div(actor.action_scale).max(-1).values < 0.99
+    assert far_from_the_bounds.sum() > 4000
+    with torch.no_grad():
+        expected = squashed.log_prob(action).sum(-1)
+    torch.testing.assert_close(log_prob[far_from_the_bounds].detach(), expected[far_from_the_bounds],
+                               atol=2e-3, rtol=1e-4)
+    with set_interaction_type(InteractionType.DETERMINISTIC):
+        deterministic = actor(TensorDict({"observation": observation[:4]}, [4]))["action"]
+    torch.testing.assert_close(deterministic, torch.tanh(mean[:4]) * actor.action_scale + actor.action_bias)
+
+
+def test_sac_refuses_discrete_or_unbounded_actions_in_one_line():
+    with pytest.raises(ConfigError, match=r"^SAC needs continuous actions \(a flat Box action space\), got "
+                                          r"Discrete\(2\)$"):
+        SACActor(OBSERVATION, gym.spaces.Discrete(2))
+    with pytest.raises(ConfigError, match="bounds: they must be finite"):
+        SACActor(OBSERVATION, gym.spaces.Box(-np.inf, np.inf, (2,), np.float32))
+
+
+def transitions(count: int, terminated: bool = False) -> TensorDict:
+    generator = torch.Generator().manual_seed(1)
+    return TensorDict({
+        "observation": torch.randn(count, 3, generator=generator),
+        "action": torch.rand(count, 2, generator=generator) * torch.tensor([4.0, 1.0]) - torch.tensor([2.0, 0.0]),
+        ("next", "observation"): torch.randn(count, 3, generator=generator),
+        ("next", "reward"): torch.randn(count, generator=generator),
+        ("next", "terminated"): torch.full((count,), terminated),
+        ("next", "done"): torch.full((count,), terminated),
+        ("next", "truncated"): torch.zeros(count, dtype=torch.bool),
+    }, [count])
+
+
+def learner(**options) -> SACLearner:
+    actor = SACActor(OBSERVATION, ACTION, hidden_sizes=(16,))
+    buffer = ReplayBuffer(LazyTensorStorage(64), batch_size=8)
+    return SACLearner(actor, buffer, observation_space=OBSERVATION, action_space=ACTION,
+                      critic_hidden_sizes=(16,), learning_starts=0, **options)
+
+
+def test_the_critic_target_is_the_soft_bellman_backup_and_stops_at_termination():
+    sac = learner(gamma=0.5, alpha=0.3, autotune=False)
+    for terminated in (False, True):
+        batch = transitions(6, terminated)
+        torch.manual_seed(7)
+        loss, _ = sac.critic_loss(batch)
+        torch.manual_seed(7)  # the same next actions
+        next_action, next_log_prob = sac.actor.sample(batch["next", "observation"])
+        next_q = torch.min(*(target(batch["next", "observation"], next_action) for target in sac.targets))
+        bootstrap = 0.0 if terminated else 0.5 * (next_q - 0.3 * next_log_prob)
+        target = batch["next", "reward"] + bootstrap
+        expected = 0.5 * sum((critic(batch["observation"], batch["action"]) - target).pow(2)
+                             for critic in sac.critics).mean()
+        torch.testing.assert_close(loss, expected.detach())
+
+
+def test_actor_rounds_and_target_updates_follow_their_frequencies():
+    sac = learner(policy_frequency=2, target_network_frequency=3, tau=0.5, gradient_steps_per_batch=6)
+    sac.replay_buffer.extend(transitions(32))
+    actor_steps = []
+    step = sac.actor_step
+    sac.actor_step = lambda observation: (actor_steps.append(sac.updates), step(observation))[1]
+    targets_before = [p.clone() for p in sac.targets.parameters()]
+    metrics = sac.learn(None, frames=32)
+    assert sac.updates == 6 and actor_steps == [2, 2, 4, 4, 6, 6]  # two actor updates every second critic step
+    assert metrics["alpha"] == pytest.approx(sac.alpha) and math.isfinite(metrics["loss_q"])
+    assert not all(torch.equal(a, b) for a, b in zip(targets_before, sac.targets.parameters()))  # moved at 3 and 6
+    state = sac.state_dict()
+    restored = learner(policy_frequency=2, target_network_frequency=3, tau=0.5)
+    restored.actor.load_state_dict(sac.actor.state_dict())
+    restored.load_state_dict(state)
+    assert restored.updates == 6 and restored.alpha == pytest.approx(sac.alpha)
+    assert all(torch.equal(a, b) for a, b in zip(restored.critics.parameters(), sac.critics.parameters()))
+
+
+TINY = ["algo=sac", "env=pendulum", "env.num_envs=2", "total_frames=512", "collector.frames_per_batch=128",
+        "algo.gradient_steps_per_batch=16", "algo.learning_starts=256", "algo.batch_size=32", "eval.every_frames=256",
+        "eval.episodes=2", "env.solved_return=null", "progress=false", "logger=none"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("collector", [["collector=sync"],
+                                       ["collector=multiasync", "collector.start_method=fork",
+                                        "collector.envs_per_worker=1"]], ids=["sync", "multiasync"])
+def test_sac_trains_from_the_cli_with_the_collector_writing_into_its_buffer(tmp_path, collector):
+    env = {**os.environ, "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0"}
+    result = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", *TINY, *collector, "hydra.run.dir=run"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [128, 256, 384, 512]
+    sizes = [row["train/buffer_size"] for row in rows]  # the collector wrote them (multiasync: its workers, ahead)
+    assert sizes == [128.0, 256.0, 384.0, 512.0] if collector == ["collector=sync"] else \
+        sizes == sorted(sizes) and all(size >= row["step"] for size, row in zip(sizes, rows))
+    assert "train/loss_q" not in rows[0] and all(math.isfinite(row["train/loss_q"]) for row in rows[1:])
+    assert "eval/episode_return" in rows[1]
+    evaluated = subprocess.run([sys.executable, "-m", "rlcollect.cli", "eval", "run", "--episodes", "1",
+                                "--format", "json"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                               timeout=120)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert json.loads(evaluated.stdout)[0]["lengths"] == [200]  # Pendulum's time limit

@@ -190,17 +190,22 @@ class SACLearner(Learner):
             steps = batch.get(STEPS_TO_NEXT_OBS, None)  # n-step transitions: gamma ** steps ahead
             discount = self.gamma if steps is None else self.gamma ** steps.reshape(reward.shape).to(reward.dtype)
             target = reward + discount * (~terminated.reshape(reward.shape)).to(reward.dtype) * next_value
-        per_sample = sum((critic(observation, action) - target).pow(2) for critic in self.critics)
+        q_values = [critic(observation, action) for critic in self.critics]
+        per_sample = sum((q - target).pow(2) for q in q_values)
         weight = batch.get(WEIGHT, None)
         if weight is not None:
             per_sample = per_sample * weight.reshape(per_sample.shape).to(per_sample.dtype)
-        return 0.5 * per_sample.mean(), self.critics[0](observation, action).detach().mean()
+        return 0.5 * per_sample.mean(), q_values[0].detach().mean()
 
     def actor_step(self, observation) -> dict[str, torch.Tensor]:
         """One actor update (and one of alpha with autotune) on the batch's observations."""
         action, log_prob = self.actor.sample(observation)
         normalized = self.normalized(observation)
-        q = torch.min(*(critic(normalized, action) for critic in self.critics))
+        self.critics.requires_grad_(False)  # the gradient flows through the critics to the action only
+        try:
+            q = torch.min(*(critic(normalized, action) for critic in self.critics))
+        finally:
+            self.critics.requires_grad_(True)
         loss = (self.log_alpha.exp().detach() * log_prob - q).mean()
         self.actor_optimizer.zero_grad(set_to_none=True)
         loss.backward()

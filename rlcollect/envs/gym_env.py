@@ -104,6 +104,11 @@ def _declared_info_dtype(key: str, dtype: Any) -> np.dtype:
     return numpy_dtype
 
 
+def _the_env(env: gym.Env) -> gym.Env:
+    """A factory returning ``env`` itself (GymEnv.as_batch)."""
+    return env
+
+
 class NonFiniteActionError(ValueError):
     """A policy wrote a NaN or infinite action (a diverged policy); the env never sees it."""
 
@@ -282,6 +287,21 @@ class GymEnv:
             self.device = device
             self._staging.bind(device)
         return self
+
+    def as_batch(self) -> "GymEnv":
+        """This single env (``num_envs=None``, batch_size ``[]``) as a batch of one
+        (``num_envs=1``): the same gymnasium env, info keys and device, for the collectors
+        that step their envs in batches. An env already batched is returned as it is."""
+        if self.num_envs is not None:
+            return self
+        if self.backend != "list":
+            raise ConfigError(f"a single GymEnv of backend {self.backend!r} cannot be batched: build it with "
+                              "num_envs=1")
+        [env] = self._backend.envs
+        batched = GymEnv(functools.partial(_the_env, env), 1, device=self.device, info_keys=self.info_keys)
+        batched.set_seed(self._seed)
+        self._closed = True  # its env lives on in the batch
+        return batched
 
     def close(self) -> None:
         """Close every sub-env; idempotent."""

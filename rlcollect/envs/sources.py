@@ -14,6 +14,7 @@ import gymnasium as gym
 from rlcollect.envs.gym_env import GymEnv
 from rlcollect.envs.staging import StagedEnv
 from rlcollect.envs.torch_cartpole import TorchCartPole
+from rlcollect.errors import ConfigError
 from rlcollect.seeding import env_seed
 from rlcollect.validation import check_positive_int
 
@@ -71,8 +72,10 @@ def _as_is(env: StagedEnv, num_envs, seed, env_kwargs) -> StagedEnv:
     if env_kwargs:
         raise TypeError(f"env kwargs {sorted(env_kwargs)} apply to a gymnasium id or a callable returning a "
                         f"gymnasium.Env, not to an env already built ({env!r})")
+    if num_envs == 1 and env.num_envs is None and callable(getattr(env, "as_batch", None)):
+        env = env.as_batch()  # a single env, where a batch of one is asked for
     if num_envs is not None and env.num_envs != num_envs:
-        raise ValueError(f"the env source built {env!r}, expected num_envs={num_envs}")
+        raise ConfigError(f"the env source built {env!r}, expected num_envs={num_envs}")
     if seed is not None:
         env.set_seed(seed)
     return env

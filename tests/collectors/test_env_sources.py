@@ -1,10 +1,12 @@
-"""Every collector takes the same env sources: a gymnasium id, a GymEnv, or a zero-argument
-callable returning a gymnasium.Env or a GymEnv (envs/sources.py)."""
+"""Every collector takes the same env sources (the one env-source rule, envs/sources.py
+``make_env``): a gymnasium id, a GymEnv of any size or unbatched, a gymnasium VectorEnv, or a
+zero-argument callable returning a gymnasium.Env or a GymEnv."""
 import functools
 
+import gymnasium as gym
 import pytest
 
-from rlcollect import ActionServerCollector, Collector, GymEnv, MultiSyncCollector
+from rlcollect import ActionServerCollector, AlternatingCollector, Collector, GymEnv, MultiSyncCollector, PoolCollector
 from rlcollect.testing import CountingEnv
 
 SOURCES = {
@@ -12,6 +14,7 @@ SOURCES = {
     "callable -> gymnasium.Env": functools.partial(CountingEnv, 3),
     "callable -> GymEnv": functools.partial(GymEnv, functools.partial(CountingEnv, 3), 2),
 }
+SINGLE = functools.partial(GymEnv, functools.partial(CountingEnv, 3))  # a callable -> an unbatched GymEnv
 
 
 @pytest.mark.parametrize("name", list(SOURCES))
@@ -31,3 +34,26 @@ def test_worker_collectors_take_every_source(no_leftovers, cls, name):
     [batch] = list(collector)
     assert batch.numel() == 8
     assert batch.batch_size[:-1].numel() == 4  # 2 workers x 2 envs
+
+
+def test_collector_takes_a_gymnasium_vector_env():
+    vector = gym.vector.SyncVectorEnv([functools.partial(CountingEnv, 3)] * 2)
+    [batch] = list(Collector(vector, frames_per_batch=8, total_frames=8, seed=0))
+    assert list(batch.batch_size) == [2, 4]
+    assert batch["next", "observation"][0, :, 0].tolist() == [1.0, 2.0, 3.0, 1.0]  # reset at once after the end
+
+
+@pytest.mark.parametrize("cls", [MultiSyncCollector, ActionServerCollector, AlternatingCollector, PoolCollector])
+def test_worker_collectors_take_a_callable_returning_an_unbatched_gym_env(no_leftovers, cls):
+    """One env per worker from a callable returning GymEnv(..., num_envs=None): a batch of one
+    (GymEnv.as_batch), where these collectors refused it before."""
+    collector = cls(SINGLE, num_workers=2, envs_per_worker=1, frames_per_batch=8, total_frames=8,
+                    start_method="fork", seed=0)
+    no_leftovers(collector)
+    [batch] = list(collector)
+    assert batch.numel() == 8
+    counts = batch["next", "observation"][..., 0]
+    if cls is PoolCollector:  # one flat dim of steps in arrival order: either env may have stepped more
+        assert set(counts.tolist()) <= {1.0, 2.0, 3.0} and counts.tolist().count(1.0) >= 2
+    else:
+        assert counts.reshape(2, 4).tolist() == [[1.0, 2.0, 3.0, 1.0]] * 2

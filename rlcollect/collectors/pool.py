@@ -329,9 +329,10 @@ class PoolCollector(CollectorBase):
             raise ValueError(f"the policy must write 'action' into the TensorDict it receives; it wrote "
                              f"{sorted(map(str, output.keys(True, True)))}")
         shape = [self.num_envs, self._time_steps] if self.layout == "per_env" else [self.frames_per_batch]
-        self.pool = PoolBatch(self._staged, output, shape, max_frames_per_traj=self.max_frames_per_traj,
+        self.pool = PoolBatch(self._staged, output, shape, traj_pool=self._traj_pool,
+                              max_frames_per_traj=self.max_frames_per_traj,
                               track_traj_ids=self.track_traj_ids)
-        self.pool.start(self._traj_pool)
+        self.pool.start()
 
     # ------------------------------------------------------------------ talking to the workers
     def _order(self, worker_ids, command: int) -> None:
@@ -395,7 +396,7 @@ class PoolCollector(CollectorBase):
         self._wait_for(everyone)
         self._to_act = list(everyone)
         if hasattr(self, "pool"):
-            self.pool.start(self._traj_pool)
+            self.pool.start()
         self._carrier_is_fresh = True
 
     def _reset_envs(self, envs: np.ndarray) -> None:

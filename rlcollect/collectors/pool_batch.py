@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict, TensorDictBase
 
+from rlcollect.collectors.trajectory_book import TrajectoryBook
 from rlcollect.keys import CARRIER_KEYS, ENV_ID, POLICY_VERSION, TIME_DIM, TRAJ_IDS, TRUNCATED
 from rlcollect.trajectories import TrajectoryPool
 
@@ -42,14 +43,19 @@ class PoolBatch:
         policy_output: what the policy wrote for a carrier of P envs (a dry run): the keys,
             trailing shapes and dtypes of its entries.
         batch_shape: ``[F]`` (flat layout) or ``[P, T]`` (per-env layout).
+        traj_pool: where fresh trajectory ids come from.
         max_frames_per_traj: cut trajectories after this many steps (None: never).
         track_traj_ids: write ``("collector", "traj_ids")``.
     """
 
     def __init__(self, staged: TensorDictBase, policy_output: TensorDictBase, batch_shape, *,
-                 max_frames_per_traj: int | None, track_traj_ids: bool) -> None:
+                 traj_pool: TrajectoryPool, max_frames_per_traj: int | None, track_traj_ids: bool) -> None:
         self.num_envs = staged.batch_size[0]
-        self.max_frames_per_traj, self.track_traj_ids = max_frames_per_traj, track_traj_ids
+        self.track_traj_ids = track_traj_ids
+        # each env's trajectory: its id and step count (collectors/trajectory_book.py)
+        self.book = TrajectoryBook(self.num_envs, traj_pool, max_frames_per_traj=max_frames_per_traj,
+                                   track_ids=track_traj_ids)
+        self._traj_ids = None if self.book.ids is None else self.book.ids.numpy()
         carrier = staged.select(*CARRIER_KEYS)
         self.carrier_keys = list(carrier.keys(True, True))
         self._carrier = [(key, staged.get(key).numpy()) for key in self.carrier_keys]
@@ -66,9 +72,6 @@ class PoolBatch:
         self._pending_version = np.zeros(self.num_envs, np.int64)
         self._env_range = np.arange(self.num_envs)  # env_ids: indexed as the envs are
         self._block_carriers: dict = {}  # (start, stop) -> (carrier over those staging rows, its tensors)
-        self.traj_ids = np.zeros(self.num_envs, np.int64)  # each env's current trajectory
-        self.steps_in_traj = np.zeros(self.num_envs, np.int64)
-        self._traj_pool: TrajectoryPool | None = None
         self._allocate(pending_entries, batch_shape)
 
     def _allocate(self, pending_entries, batch_shape) -> None:
@@ -92,11 +95,9 @@ class PoolBatch:
         self._truncated_rows, self._done_rows = flat[TRUNCATED], flat[("next", "done")]
 
     # ------------------------------------------------------------------ trajectories
-    def start(self, traj_pool: TrajectoryPool) -> None:
+    def start(self) -> None:
         """Every env starts a trajectory (after a reset of all envs)."""
-        self._traj_pool = traj_pool
-        self.traj_ids[:] = traj_pool.take(self.num_envs).numpy() if self.track_traj_ids else 0
-        self.steps_in_traj[:] = 0
+        self.book.start_all()
 
     def env_ids(self, envs: np.ndarray | slice) -> np.ndarray:
         """The env ids an index of envs (ids, or a slice of them) selects: a view for a slice."""
@@ -158,22 +159,16 @@ class PoolBatch:
         self._env_ids[rows] = ids
         self._versions[rows] = self._pending_version[envs]
         if self._traj_rows is not None:
-            self._traj_rows[rows] = self.traj_ids[envs]
+            self._traj_rows[rows] = self._traj_ids[envs]
         restarted = self._done[envs]
         cut = None
-        if self.max_frames_per_traj is not None:
-            self.steps_in_traj[envs] += 1
-            reached = (self.steps_in_traj[envs] >= self.max_frames_per_traj) & ~restarted
-            if reached.any():
-                cut_rows = np.arange(len(self._env_ids))[rows][reached]
-                self._truncated_rows[cut_rows] = True
-                self._done_rows[cut_rows] = True
-                cut = ids[reached]
-                restarted = restarted | reached
+        reached = self.book.count_step(envs, restarted)
+        if reached is not None and reached.any():
+            cut_rows = np.arange(len(self._env_ids))[rows][reached]
+            self._truncated_rows[cut_rows] = True
+            self._done_rows[cut_rows] = True
+            cut = ids[reached]
+            restarted = restarted | reached
         if restarted.any():
-            ended = ids[restarted]
-            self.steps_in_traj[ended] = 0
-            if self.track_traj_ids:
-                first = self._traj_pool.take_range(len(ended))
-                self.traj_ids[ended] = np.arange(first, first + len(ended))
+            self.book.start(ids[restarted])
         return cut

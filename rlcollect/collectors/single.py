@@ -52,6 +52,7 @@ from rlcollect.collectors.options import (
     check_total_frames,
     with_options_doc,
 )
+from rlcollect.collectors.trajectory_book import TrajectoryBook
 from rlcollect.envs.gym_env import NonFiniteActionError
 from rlcollect.envs.sources import EnvSource, make_env
 from rlcollect.errors import ConfigError
@@ -225,12 +226,11 @@ class Collector(CollectorBase):
         self.batch_size = torch.Size([*self._env_batch, self._time_steps])  # of every collected batch
         # a torch env returns its done mask as a tensor on its device: the bookkeeping stays there
         self._steps_on_device = bool(getattr(self.env, "steps_on_device", False))
-        if self._steps_on_device:
-            self._steps_in_traj = torch.zeros(self._num_envs, dtype=torch.int64, device=self.devices.env)
-        else:
-            self._steps_in_traj = np.zeros(self._num_envs, np.int64)
-        self._slot_ids: tuple = ()  # torch env: per step t, the trajectory ids of the batch's (t, env) slots
-        self._traj_ids: torch.Tensor | None = None
+        self._book = TrajectoryBook(self._num_envs, self._traj_pool, max_frames_per_traj=self.max_frames_per_traj,
+                                    track_ids=self.track_traj_ids, ids_device=self.devices.env,
+                                    on_device=self._steps_on_device, waiting=self._waiting)
+        # the carrier's ("collector", "traj_ids"): a view of the book's ids, which write plans point at
+        self._carried_ids = None if self._book.ids is None else self._book.ids.view(self._env_batch)
         self._primers = policy_primers(policy)
         self._hidden: dict = {}  # hidden-state key -> its persistent carrier tensor [*env_batch, L, H]
         self.policy_version = 0  # update_policy_weights_() calls so far
@@ -275,24 +275,15 @@ class Collector(CollectorBase):
     def _make_carrier(self) -> None:
         """Reset every env and start a trajectory in each (the carrier's initial state)."""
         self.env.reset()
-        self._steps_in_traj[:] = 0
-        if self._waiting is not None:
-            self._waiting[:] = False
+        self._book.start_all()
         carrier = self.env.staged.select(*CARRIER_KEYS)
-        if self.track_traj_ids:
-            traj_ids = self._traj_pool.take(self._num_envs).reshape(self._env_batch).to(self.devices.env)
-            if self._traj_ids is not None:  # the write plan points at this tensor: refill, never replace
-                self._traj_ids.copy_(traj_ids)
-            else:
-                self._traj_ids = traj_ids
-            carrier.set(TRAJ_IDS, self._traj_ids)
+        if self._carried_ids is not None:
+            carrier.set(TRAJ_IDS, self._carried_ids)
         self._prime(carrier)
         self._carried_keys = list(carrier.keys(True, True))
         # the env's leaves of the carrier (an observation's entries, nested as its space, then is_init)
         self._carrier_leaves = [key for key in self.env.staged.select(*CARRIER_KEYS).keys(True, True)]
         self._observation_leaf = self._carrier_leaves[0]  # checked each step: did the policy replace it?
-        on_cpu = self.track_traj_ids and self._traj_ids.device.type == "cpu" and not self._steps_on_device
-        self._traj_ids_numpy = self._traj_ids.numpy().reshape(self._num_envs) if on_cpu else None
         self._carrier = carrier
         self._carrier_is_fresh = True  # no step taken since this reset
 
@@ -303,6 +294,7 @@ class Collector(CollectorBase):
             for primer in self._primers:
                 primer.apply(carrier, device=self.devices.env)
             self._hidden = {key: carrier.get(key) for primer in self._primers for key in primer.keys}
+            self._book.hidden = self._hidden  # zeroed where an env is reset
             return
         for key, state in self._hidden.items():
             state.zero_()
@@ -535,11 +527,8 @@ class Collector(CollectorBase):
         self._carrier_is_fresh = False
         if self._waiting is not None:
             self._reset_waiting()
-        if self._steps_on_device and self.track_traj_ids:  # one id per (step, env) slot: no count read back
-            slots = self._num_envs * self._time_steps
-            first = self._traj_pool.take_range(slots)
-            self._slot_ids = torch.arange(first, first + slots, device=self.devices.env).view(
-                self._time_steps, *self._env_batch).unbind(0)
+        if self._steps_on_device:  # one id per (step, env) slot: no count read back
+            self._book.reserve_slots(self._time_steps)
         if self._policy_version_entry is not None:
             self._policy_version_entry.fill_(self.policy_version)
         if self.policy is None:
@@ -608,9 +597,7 @@ class Collector(CollectorBase):
             if not restarted.any():
                 return
         if restarted is not None:
-            self._start_trajectories(restarted)
-            if self._hidden:
-                self._zero_hidden(restarted)
+            self._book.start(restarted)
 
     def _record_waiting(self, t: int, done: np.ndarray | None) -> None:
         """``record``'s bookkeeping under reset_policy="wait": an env that finished at step t
@@ -637,42 +624,21 @@ class Collector(CollectorBase):
             restarted = waiting.copy()
             self.env.reset_some(np.flatnonzero(restarted))
             waiting[:] = False
-            self._start_trajectories(restarted)
-            if self._hidden:
-                self._zero_hidden(restarted)
+            self._book.start(restarted)
         self._mask.fill_(True)
 
     def _record_on_device(self, t: int, done: torch.Tensor) -> None:
         """``record``'s bookkeeping for a torch env, in tensor operations on its device (no
         host synchronisation): the time limit, new trajectory ids, hidden-state resets."""
         restarted = done if self.reset_when_done else torch.zeros_like(done)
-        if self.max_frames_per_traj is not None:
-            self._steps_in_traj += 1
-            cut = (self._steps_in_traj >= self.max_frames_per_traj) & ~done
+        cut = self._book.count_step_on_device(done)
+        if cut is not None:
             cut_mask = cut.reshape(self._env_batch).to(self.devices.storing, non_blocking=True)
             self._truncated_views[t].logical_or_(cut_mask)
             self._done_views[t].logical_or_(cut_mask)
             self.env.reset_some(cut)
             restarted = restarted | cut
-        self._start_trajectories_on_device(restarted, t)
-        if self._hidden:
-            self._zero_hidden(restarted)
-
-    def _start_trajectories_on_device(self, restarted: torch.Tensor, t: int) -> None:
-        """Envs where ``restarted`` is True start a trajectory after step t: the id of their
-        (step, env) slot in the batch's block (``_slot_ids[t]``), step count 0."""
-        if self.max_frames_per_traj is not None:
-            self._steps_in_traj.masked_fill_(restarted, 0)
-        if self.track_traj_ids:
-            torch.where(restarted.reshape(self._env_batch), self._slot_ids[t], self._traj_ids, out=self._traj_ids)
-
-    def _zero_hidden(self, restarted) -> None:
-        """Envs that were reset start from a zero hidden state (a numpy mask, or a tensor one)."""
-        if isinstance(restarted, np.ndarray):
-            restarted = torch.from_numpy(restarted)
-        mask = restarted.reshape(*self._env_batch, 1, 1).to(self.devices.env)
-        for state in self._hidden.values():
-            state.masked_fill_(mask, 0)
+        self._book.start_on_device(restarted, t)
 
     def _restore_carrier(self) -> None:
         for key, staged in self._carrier_entries:
@@ -681,12 +647,7 @@ class Collector(CollectorBase):
     def _cut_long_trajectories(self, t: int, done: np.ndarray | None, reset: bool = True) -> np.ndarray:
         """Mark truncated (and, with ``reset``, reset) the envs that reached
         max_frames_per_traj; returns them. Envs that wait (reset_policy="wait") are not cut."""
-        self._steps_in_traj += 1
-        cut = self._steps_in_traj >= self.max_frames_per_traj
-        if done is not None:
-            cut &= ~done
-        if self._waiting is not None:
-            cut &= ~self._waiting
+        cut = self._book.count_step(done=done)
         if cut.any():
             cut_mask = torch.from_numpy(cut).reshape(self._env_batch).to(self.devices.storing)
             self._truncated_views[t].logical_or_(cut_mask)
@@ -694,22 +655,6 @@ class Collector(CollectorBase):
             if reset:
                 self.env.reset_some(np.flatnonzero(cut))
         return cut
-
-    def _start_trajectories(self, restarted: np.ndarray) -> None:
-        """Envs that were reset start a trajectory: step count 0 (max_frames_per_traj counts
-        them) and a fresh id."""
-        if self.max_frames_per_traj is not None:
-            self._steps_in_traj[restarted] = 0
-        if not self.track_traj_ids:
-            return
-        count = int(np.count_nonzero(restarted))
-        first = self._traj_pool.take_range(count)
-        if self._traj_ids_numpy is not None:
-            self._traj_ids_numpy[restarted] = np.arange(first, first + count)
-        else:
-            mask = torch.from_numpy(restarted).reshape(self._env_batch).to(self.devices.env)
-            new_ids = torch.arange(first, first + count, device=self.devices.env)
-            self._traj_ids.masked_scatter_(mask, new_ids)
 
     def _truncate_last_step(self, last: int) -> None:
         """set_truncated: cut every trajectory at the batch boundary. The last step is
@@ -721,14 +666,14 @@ class Collector(CollectorBase):
         if self._steps_on_device:
             running = still_running.reshape(-1).to(self.devices.env)
             self.env.mark_init(running)
-            self._start_trajectories_on_device(running, last)
+            self._book.start_on_device(running, last, env_reset=False)  # the env runs on: its state stays
             return
         running = still_running.reshape(-1).cpu().numpy()
         if self._waiting is not None:
             running &= ~self._waiting  # they restart at the next batch
         if running.any():
             self.env.mark_init(np.flatnonzero(running))
-            self._start_trajectories(running)
+            self._book.start(running, env_reset=False)  # the env runs on: its state stays
 
     # ------------------------------------------------------------------ public API
     def _next_batch(self) -> TensorDictBase | None:

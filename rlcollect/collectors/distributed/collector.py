@@ -175,6 +175,7 @@ class DistributedCollector(CollectorBase):
         self._streaming = False  # sync=False: workers send batches back to back
         self._early: list = []  # batches received while pausing the workers for a call
         self._outgoing: dict = {}  # sync=False: worker -> sends not waited for [(version, work, tensor)]
+        self._owed: set = set()  # sync: workers told to collect whose batch was not received yet
         self._last_check = 0.0  # sync=False: when the workers' liveness was last looked at
         self._buffers: dict = {}  # worker -> (TensorDict, its leaves): where its batches land
         self._weights = policy_tensors(policy)
@@ -317,13 +318,19 @@ class DistributedCollector(CollectorBase):
         return buffer.clone()
 
     # ------------------------------------------------------------------ batches
+    def _receive_owed(self, index: int) -> TensorDictBase:
+        """Sync: the batch worker ``index`` was told to collect."""
+        batch = self._receive_batch(index, self._receive_header(index)[1])
+        self._owed.discard(index)
+        return batch
+
     def _next_batch(self) -> TensorDictBase:
         try:
             if self.sync:
                 for index in range(self.num_workers):
                     self._command(index, COLLECT)
-                parts = [self._receive_batch(index, self._receive_header(index)[1])
-                         for index in range(self.num_workers)]
+                    self._owed.add(index)
+                parts = [self._receive_owed(index) for index in range(self.num_workers)]
                 if self._delivery.writes:
                     for index, part in enumerate(parts):
                         self._delivery(part, index)
@@ -393,6 +400,8 @@ class DistributedCollector(CollectorBase):
         if self._group is not None:
             try:
                 running = [index for index in range(self.num_workers) if self._launcher.failure(index) is None]
+                for index in sorted(self._owed.intersection(running)):  # a survivor of a failed round
+                    self._receive_owed(index)  # sends its batch before it reads a command
                 for index in running:
                     self._command(index, STOP)
                 if self._streaming:  # each says goodbye after the batch it is sending

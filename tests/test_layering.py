@@ -207,6 +207,16 @@ def test_run_records_import_nothing_of_the_compare_tool():
             assert not others, f"{module} imports {others}"
 
 
+def test_collectors_import_nothing_of_the_policy_modules():
+    """Collectors carry a recurrent policy's state through the primer protocol
+    (rlcollect/primers.py), which the policy modules implement: neither knows the other."""
+    graph = import_graph()
+    for module in sorted(graph):
+        if module.startswith("rlcollect.collectors"):
+            policies = sorted(target for target in graph[module] if target.startswith("rlcollect.modules"))
+            assert not policies, f"{module} imports {policies}"
+
+
 def test_the_pipeline_names_no_concrete_collector_or_learner_class():
     """The pipeline builds every collector and learner through its contract: no class of
     rlcollect's collectors or learners is named in its code (comments aside)."""

@@ -74,7 +74,7 @@ from rlcollect.envs.spaces import random_actions, sample_shape, tree_map
 from rlcollect.envs.staging import Staging
 from rlcollect.errors import ConfigError
 from rlcollect.keys import ENV_ID
-from rlcollect.modules.recurrent import policy_primers
+from rlcollect.primers import policy_primers
 from rlcollect.trajectories import TrajectoryPool
 from rlcollect.validation import check_non_negative_int, check_positive_int
 
@@ -276,8 +276,8 @@ class PoolCollector(CollectorBase):
         """The policy as is, or a copy on policy_device when its weights live elsewhere
         (``update_policy_weights_()`` then refreshes the copy from the original)."""
         if policy is not None and policy_primers(policy):
-            raise ValueError("PoolCollector serves envs in changing groups and keeps no hidden state per env: "
-                             "recurrent policies are not supported (use ActionServerCollector)")
+            raise ConfigError("collector=pool serves envs in changing groups and carries no hidden state per env: "
+                              "a recurrent policy cannot run in it (collector=action_server runs one)")
         policy, self._source_policy = policy_on_device(policy, self.policy_device)
         return policy
 

@@ -57,7 +57,7 @@ from rlcollect.envs.gym_env import NonFiniteActionError
 from rlcollect.envs.sources import EnvSource, make_env
 from rlcollect.errors import ConfigError
 from rlcollect.keys import CARRIER_KEYS, MASK, POLICY_VERSION, TIME_DIM, TRAJ_IDS
-from rlcollect.modules.recurrent import policy_primers
+from rlcollect.primers import policy_primers
 from rlcollect.trajectories import TrajectoryPool
 
 Policy = Callable[[TensorDictBase], TensorDictBase]

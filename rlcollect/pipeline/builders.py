@@ -36,8 +36,8 @@ from rlcollect.envs.sources import make_env as make_env_source
 from rlcollect.envs.spaces import sample_shape, sample_shapes, torch_dtype, torch_dtypes
 from rlcollect.envs.staging import StagedEnv
 from rlcollect.logging.run_logger import EpisodeStatsHook, RunLogger, WandbLogger
-from rlcollect.modules.recurrent import policy_primers
 from rlcollect.pipeline.targets import build_node, named_arguments, target_class
+from rlcollect.primers import policy_primers
 
 # keys of an algo node the pipeline reads itself, passed to the learner only where its
 # constructor names them: the label, the replay buffer's sampling batch, n-step writes,

@@ -9,7 +9,7 @@ from tensordict import TensorDict
 from rlcollect.algos.ppo import PPO
 from rlcollect.buffers.rollout import RolloutBuffer, iterate_sequences
 from rlcollect.modules.actor_critic import RecurrentActorCritic
-from rlcollect.modules.recurrent import policy_primers
+from rlcollect.primers import policy_primers
 
 OBSERVATION_SPACE = gym.spaces.Box(-1.0, 1.0, (3,))
 ACTION_SPACE = gym.spaces.Discrete(2)

@@ -140,6 +140,9 @@ def plan_hosts(create_env_fn, num_hosts: int, *, collector_class: str, frames_pe
     reserved = sorted(set(kwargs) & set(RESERVED_COLLECTOR_KWARGS))
     if reserved:
         raise ValueError(f"collector_kwargs may not set {reserved}: {owner} sets them")
+    if collector_class == "multisync" and kwargs.get("cat_results", "stack") != "stack":
+        raise ValueError(f"collector_kwargs['cat_results']: a multisync {host} keeps its workers stacked ('stack'), "
+                         f"got {kwargs['cat_results']!r}")
     if sync and kwargs.get("split_trajs", False):
         raise ValueError(f"split_trajs=True gives each {host} a different padded shape, which sync=True cannot "
                          "stack: split the stacked batch with split_trajectories instead")

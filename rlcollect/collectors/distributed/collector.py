@@ -3,7 +3,6 @@ a torch.distributed (gloo) process group with the trainer; batches and weights t
 point to point over it (worker.py has the protocol)."""
 from __future__ import annotations
 
-import math
 import pickle
 import time
 from pathlib import Path
@@ -12,7 +11,7 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDict, TensorDictBase
 
-from rlcollect.collectors.base import CollectionPlan, CollectorBase
+from rlcollect.collectors.base import CollectionPlan
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.distributed.group import (
     ANSWER_TAG,
@@ -39,20 +38,19 @@ from rlcollect.collectors.distributed.worker import (
     weight_tensors,
     worker_main,
 )
-from rlcollect.collectors.hosted import host_collector_kwargs, plan_hosts
-from rlcollect.collectors.options import DeliveryOptions, check_total_frames
+from rlcollect.collectors.hosted import host_collector_kwargs
+from rlcollect.collectors.hosted_collector import HostedCollector
+from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.processes import WorkerError
 from rlcollect.errors import ConfigError
 from rlcollect.keys import WORKER_ID
-from rlcollect.seeding import env_seed
-from rlcollect.validation import check_positive_int
 
 BACKENDS = ("gloo",)
 LIVENESS_SECONDS = 0.5
 FAILURE_GRACE_SECONDS = 5.0
 
 
-class DistributedCollector(CollectorBase):
+class DistributedCollector(HostedCollector):
     """``num_workers`` workers, each running one of rlcollect's collectors, joined with this
     process (rank 0) in a torch.distributed gloo group.
 
@@ -153,7 +151,6 @@ class DistributedCollector(CollectorBase):
         # here: the replay-buffer write (the hook runs in the workers)
         self._delivery = Delivery(DeliveryOptions(replay_buffer=replay_buffer, trajs_per_batch=trajs_per_batch))
         self._group = self._rendezvous = self._launcher = None
-        self.num_workers = check_positive_int("num_workers", num_workers)
         if backend not in BACKENDS:
             available = {"nccl": dist.is_nccl_available(), "mpi": dist.is_mpi_available()}.get(backend)
             built = "" if available is None else f" (this torch build has it: {available})"
@@ -161,16 +158,13 @@ class DistributedCollector(CollectorBase):
                              "(CPU tensors); nccl and mpi are not supported by DistributedCollector yet")
         if launcher not in LAUNCHERS:
             raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}; got {launcher!r}")
-        self.collector_class, self.sync, self.policy = collector_class, bool(sync), policy
-        self.total_frames = check_total_frames(total_frames)
-        self.shutdown_timeout = shutdown_timeout
-        plan = plan_hosts(create_env_fn, self.num_workers, collector_class=collector_class,
-                          frames_per_batch=frames_per_batch, sync=self.sync, envs_per_worker=envs_per_worker,
-                          seed=seed, env_kwargs=env_kwargs,
+        plan = self._plan(create_env_fn, num_workers, frames_per_batch=frames_per_batch, total_frames=total_frames,
+                          sync=sync, collector_class=collector_class, envs_per_worker=envs_per_worker, seed=seed,
+                          env_kwargs=env_kwargs,
                           collector_kwargs=host_collector_kwargs(collector_kwargs, device=device,
-                                                                 init_random_frames=init_random_frames),
-                          owner="DistributedCollector")
-        self.frames_per_batch = plan.frames_per_batch
+                                                                 init_random_frames=init_random_frames))
+        self.num_workers, self.policy = self.num_hosts, policy
+        self.shutdown_timeout = shutdown_timeout
         self.policy_version = 0
         self._streaming = False  # sync=False: workers send batches back to back
         self._early: list = []  # batches received while pausing the workers for a call
@@ -190,9 +184,7 @@ class DistributedCollector(CollectorBase):
                                            cluster=cluster, slurm_kwargs=slurm_kwargs, ray_address=ray_address)
             self._launcher.start(worker_main, [(spec, policy) for spec in specs])
             self._group = make_group(self._rendezvous.spec, self._rendezvous.store, 0)
-            self._shapes = [shape for shape, _ in self._call_all("describe")]
-            self.batch_size = torch.Size([self.num_workers, *self._shapes[0]]) if self.sync else \
-                torch.Size(self._shapes[0])
+            self._set_host_shapes([shape for shape, _ in self._call_all("describe")])
         except BaseException:
             self.shutdown()
             raise
@@ -373,27 +365,6 @@ class DistributedCollector(CollectorBase):
                     work.wait()
         except RuntimeError as error:
             raise self._failed(None, error) from None
-
-    def set_seed(self, seed: int) -> int:
-        """Seed every worker by the seed rule (env i of the run seeded ``seed + i``)."""
-        firsts = [sum(math.prod(shape[:-1]) for shape in self._shapes[:index]) for index in range(self.num_workers)]
-        self._call_all("set_seed", [(env_seed(seed, first),) for first in firsts])
-        return seed
-
-    def reset(self) -> None:
-        """Reset every env of every worker; each starts a new trajectory."""
-        self._call_all("reset")
-
-    def state_dict(self) -> dict:
-        """Frame count, policy version and each worker's collector state (its trajectory-id pool)."""
-        return {"frames": self._frames, "policy_version": self.policy_version, "workers": self._call_all("state_dict")}
-
-    def load_state_dict(self, state: dict) -> None:
-        if len(state["workers"]) != self.num_workers:
-            raise ValueError(f"state holds {len(state['workers'])} workers, this collector has {self.num_workers}")
-        self._call_all("load_state_dict", [(worker,) for worker in state["workers"]])
-        self._frames = int(state["frames"])
-        self.policy_version = int(state.get("policy_version", 0))
 
     # ------------------------------------------------------------------ shutdown
     def _close(self) -> None:

@@ -18,14 +18,11 @@ import traceback
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.distributed.launchers import ProcessLauncher
 from rlcollect.collectors.distributed.worker import Host, HostSpec, policy_tensors, weight_tensors
-from rlcollect.collectors.hosted import plan_hosts
-from rlcollect.collectors.options import DeliveryOptions, check_total_frames
+from rlcollect.collectors.hosted_collector import HostedCollector
+from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.processes import WorkerError, initialize_worker
-from rlcollect.seeding import env_seed
-from rlcollect.validation import check_positive_int
 
 LOOPBACK_INTERFACE = "lo"
 _STARTED = []  # RPC agents this process started (torch.distributed.rpc does not start twice in a process)
@@ -85,7 +82,7 @@ def _create_host(spec: HostSpec, policy) -> RPCHost:
     return RPCHost(spec, policy)
 
 
-class RPCCollector(CollectorBase):
+class RPCCollector(HostedCollector):
     """``num_workers`` worker processes, each running one of rlcollect's collectors, driven
     by torch.distributed.rpc from this process (TensorPipe on loopback; one machine).
 
@@ -120,7 +117,6 @@ class RPCCollector(CollectorBase):
         from torch.distributed import rpc
 
         self._rpc, self._hosts, self._launcher, self._initialized = rpc, [], None, False
-        self.num_workers = check_positive_int("num_workers", num_workers)
         if not rpc.is_available():
             raise RuntimeError("RPCCollector needs torch.distributed.rpc, which this torch build lacks")
         if _STARTED:
@@ -129,13 +125,11 @@ class RPCCollector(CollectorBase):
         if start_method == "fork":
             raise ValueError("start_method='fork' would copy this process's RPC state into the workers (after an "
                              "RPCCollector, a forked worker cannot join a new group): use 'spawn' or 'forkserver'")
-        self.collector_class, self.sync, self.policy = collector_class, bool(sync), policy
-        self.total_frames = check_total_frames(total_frames)
+        plan = self._plan(create_env_fn, num_workers, frames_per_batch=frames_per_batch, total_frames=total_frames,
+                          sync=sync, collector_class=collector_class, envs_per_worker=envs_per_worker, seed=seed,
+                          env_kwargs=env_kwargs, collector_kwargs=collector_kwargs)
+        self.num_workers, self.policy = self.num_hosts, policy
         self.timeout, self.shutdown_timeout = timeout, shutdown_timeout
-        plan = plan_hosts(create_env_fn, self.num_workers, collector_class=collector_class,
-                          frames_per_batch=frames_per_batch, sync=self.sync, envs_per_worker=envs_per_worker,
-                          seed=seed, env_kwargs=env_kwargs, collector_kwargs=collector_kwargs, owner="RPCCollector")
-        self.frames_per_batch = plan.frames_per_batch
         self.policy_version = 0
         self._weights = policy_tensors(policy)
         self._in_flight: dict = {}  # sync=False: worker -> its collect future
@@ -156,8 +150,7 @@ class RPCCollector(CollectorBase):
                      for index in range(self.num_workers)]
             self._hosts = [rpc.remote(f"worker{index}", _create_host, args=(spec, policy))
                            for index, spec in enumerate(specs)]
-            shapes = self._gather([host.rpc_async(timeout=timeout).describe() for host in self._hosts])
-            self.batch_size = torch.Size([self.num_workers, *shapes[0]]) if self.sync else torch.Size(shapes[0])
+            self._set_host_shapes(self._gather([host.rpc_async(timeout=timeout).describe() for host in self._hosts]))
         except BaseException:
             self.shutdown()
             raise
@@ -220,21 +213,6 @@ class RPCCollector(CollectorBase):
         args_per_worker = args_per_worker or [()] * self.num_workers
         return self._gather([host.rpc_async(timeout=self.timeout).call(method, tuple(args))
                              for host, args in zip(self._hosts, args_per_worker)])
-
-    def set_seed(self, seed: int) -> int:
-        per_worker = self.batch_size[1:-1].numel() if self.sync else self.batch_size[:-1].numel()
-        self._call_all("set_seed", [(env_seed(seed, index * per_worker),) for index in range(self.num_workers)])
-        return seed
-
-    def reset(self) -> None:
-        self._call_all("reset")
-
-    def state_dict(self) -> dict:
-        return {"frames": self._frames, "policy_version": self.policy_version, "workers": self._call_all("state_dict")}
-
-    def load_state_dict(self, state: dict) -> None:
-        self._call_all("load_state_dict", [(worker,) for worker in state["workers"]])
-        self._frames, self.policy_version = int(state["frames"]), int(state.get("policy_version", 0))
 
     # ------------------------------------------------------------------ shutdown
     def _close(self) -> None:

@@ -42,11 +42,12 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.buffers.replay import ReplayBuffer
-from rlcollect.collectors.base import CollectionPlan, CollectorBase
-from rlcollect.collectors.hosted import COLLECTOR_CLASSES, host_collector_kwargs, host_env_sources
-from rlcollect.collectors.options import DeliveryOptions, check_total_frames
+from rlcollect.collectors.base import CollectionPlan
+from rlcollect.collectors.hosted import HostPlan, host_collector_kwargs
+from rlcollect.collectors.hosted_collector import HostedCollector
+from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.processes import WorkerError, WorkerLost
-from rlcollect.collectors.ray.actor import MAX_LIVES, TRAJ_ID_SHIFT, ActorSpec, CollectorActor
+from rlcollect.collectors.ray.actor import MAX_LIVES, ActorSpec, CollectorActor
 from rlcollect.collectors.ray.replay_buffer import RayReplayBuffer
 from rlcollect.collectors.ray.startup import (
     import_ray,
@@ -60,17 +61,16 @@ from rlcollect.collectors.restarts import Restarts
 from rlcollect.collectors.worker import resolve_model
 from rlcollect.envs.sources import EnvSpec
 from rlcollect.errors import ConfigError
-from rlcollect.seeding import env_seed, restart_seed
+from rlcollect.seeding import restart_seed
 from rlcollect.validation import check_positive_int
 from rlcollect.weight_sync import NoWeightSyncScheme, WeightSyncScheme
 from rlcollect.weight_sync.ray import RayWeightSender, RayWeightSyncScheme
 
 REMOTE_CONFIG_KEYS = ("num_cpus", "num_gpus", "memory", "resources")
-RESERVED_COLLECTOR_KWARGS = ("frames_per_batch", "total_frames", "traj_pool", "replay_buffer", "trajs_per_batch")
 WAIT_SLICE_SECONDS = 0.5
 
 
-class RayCollector(CollectorBase):
+class RayCollector(HostedCollector):
     """``num_collectors`` Ray actors, each running one of rlcollect's collectors.
 
     Batches (always on CPU in the driver) carry ("collector", "worker_id") = the actor index
@@ -134,6 +134,8 @@ class RayCollector(CollectorBase):
         restart_on_env_error: also replace an actor whose env or policy raised.
     """
 
+    host, count_name, state_key = "actor", "num_collectors", "actors"
+
     @classmethod
     def check_plan(cls, plan: CollectionPlan) -> None:
         """Its actors share no memory with the trainer: Ray's weight sync, or none."""
@@ -188,18 +190,16 @@ class RayCollector(CollectorBase):
         self._in_flight: dict = {}  # ObjectRef -> actor index (sync=False)
         self._started_ray = False
         self._owned_buffer: RayReplayBuffer | None = None
-        self.num_collectors = self._setup_num_collectors(num_collectors)
-        self.collector_class = self._setup_collector_class(collector_class)
-        self.sync = bool(sync)
+        plan = self._plan(create_env_fn, num_collectors, frames_per_batch=frames_per_batch, total_frames=total_frames,
+                          sync=sync, collector_class=collector_class, envs_per_worker=envs_per_worker, seed=seed,
+                          env_kwargs=env_kwargs,
+                          collector_kwargs=host_collector_kwargs(collector_kwargs, device=device,
+                                                                 init_random_frames=init_random_frames))
+        self.num_collectors = self.num_hosts
         self.policy = policy
-        self.total_frames = check_total_frames(total_frames)
         self.batch_timeout = batch_timeout
         self.shutdown_timeout = shutdown_timeout
-        self.collector_kwargs = self._setup_collector_kwargs(
-            host_collector_kwargs(collector_kwargs, device=device, init_random_frames=init_random_frames))
-        env_fns = self._setup_create_env_fn(create_env_fn, envs_per_worker, seed, dict(env_kwargs or {}))
         self.remote_config = self._setup_remote_config(remote_config)
-        actor_frames = self._setup_frames_per_batch(frames_per_batch)
         schemes = self._setup_weight_sync_schemes(weight_sync_schemes)
         if trajs_per_batch is not None and replay_buffer is None:
             raise ValueError("trajs_per_batch applies to writes into replay_buffer: pass replay_buffer=...")
@@ -209,7 +209,7 @@ class RayCollector(CollectorBase):
             self._senders = {model_id: scheme.make_sender(resolve_model(self, model_id), self.num_collectors, None)
                              for model_id, scheme in schemes.items()}
             self._replay_buffer = self._setup_replay_buffer(replay_buffer)
-            self._start_actors(ray, env_fns, actor_frames, trajs_per_batch)
+            self._start_actors(ray, plan, trajs_per_batch)
         except BaseException:
             self.shutdown()
             raise
@@ -227,41 +227,6 @@ class RayCollector(CollectorBase):
 
     # ------------------------------------------------------------------ construction
     @staticmethod
-    def _setup_num_collectors(num_collectors: int) -> int:
-        check_positive_int("num_collectors", num_collectors)
-        if num_collectors >= 1 << (63 - TRAJ_ID_SHIFT):
-            raise ValueError(f"num_collectors must be below {1 << (63 - TRAJ_ID_SHIFT)} (traj id ranges)")
-        return num_collectors
-
-    @staticmethod
-    def _setup_collector_class(collector_class: str) -> str:
-        if collector_class not in COLLECTOR_CLASSES:
-            raise ValueError(f"collector_class must be one of {COLLECTOR_CLASSES}, got {collector_class!r}")
-        return collector_class
-
-    def _setup_create_env_fn(self, create_env_fn, envs_per_worker, seed, env_kwargs: dict) -> list:
-        """One entry per actor: what its collector takes as create_env_fn (hosted.host_env_sources)."""
-        entries, self._actor_kwargs = host_env_sources(create_env_fn, self.num_collectors, self.collector_class,
-                                                       envs_per_worker, seed, env_kwargs, self.collector_kwargs,
-                                                       host="actor", count_name="num_collectors")
-        return entries
-
-    def _setup_collector_kwargs(self, collector_kwargs: dict | None) -> dict:
-        kwargs = dict(collector_kwargs or {})
-        reserved = sorted(set(kwargs) & set(RESERVED_COLLECTOR_KWARGS))
-        if reserved:
-            raise ValueError(f"collector_kwargs may not set {reserved}: RayCollector sets them (frames_per_batch, "
-                             "total_frames, replay_buffer and trajs_per_batch are its own arguments; traj ids come "
-                             "from per-actor ranges)")
-        if self.collector_class == "multisync" and kwargs.get("cat_results", "stack") != "stack":
-            raise ValueError("collector_kwargs['cat_results']: a multisync actor keeps its workers stacked "
-                             f"('stack'), got {kwargs['cat_results']!r}")
-        if self.sync and kwargs.get("split_trajs", False):
-            raise ValueError("split_trajs=True gives each actor a different padded shape, which sync=True cannot "
-                             "stack: split the stacked batch with split_trajectories instead")
-        return kwargs
-
-    @staticmethod
     def _setup_remote_config(remote_config: dict | None) -> dict:
         given = {key: value for key, value in (remote_config or {}).items() if value is not None}  # None: Ray's default
         config = {"num_cpus": 1, **given}
@@ -269,10 +234,6 @@ class RayCollector(CollectorBase):
         if unknown:
             raise ValueError(f"remote_config keys must be among {REMOTE_CONFIG_KEYS}, got {unknown}")
         return config
-
-    def _setup_frames_per_batch(self, frames_per_batch: int) -> int:
-        check_positive_int("frames_per_batch", frames_per_batch)
-        return math.ceil(frames_per_batch / self.num_collectors) if self.sync else frames_per_batch
 
     def _setup_weight_sync_schemes(self, schemes) -> dict:
         if schemes is None:
@@ -310,9 +271,10 @@ class RayCollector(CollectorBase):
                              "trajectories whole")
         return replay_buffer
 
-    def _start_actors(self, ray, env_fns: list, actor_frames: int, trajs_per_batch: int | None) -> None:
+    def _start_actors(self, ray, plan: HostPlan, trajs_per_batch: int | None) -> None:
         # kept to replace a failed actor (max_worker_restarts)
-        self._env_fns, self._spec_frames, self._trajs_per_batch = env_fns, actor_frames, trajs_per_batch
+        self._env_fns, self._spec_frames, self._trajs_per_batch = plan.env_sources, plan.host_frames, trajs_per_batch
+        self._actor_kwargs = plan.collector_kwargs
         self._run = uuid.uuid4().hex[:8]
         policy_ref = ray.put(self.policy)  # one copy in the object store for every actor
         for index in range(self.num_collectors):
@@ -321,25 +283,17 @@ class RayCollector(CollectorBase):
             self.actor_names.append(name)
         described = self._gather({actor.describe.remote(): index for index, actor in enumerate(self._actors)},
                                  what="start-up")
-        self._actor_shapes = [torch.Size(described[i][0]) for i in range(self.num_collectors)]
         self._actor_frames = [described[i][1] for i in range(self.num_collectors)]
         for model_id, sender in self._senders.items():
             if isinstance(sender, RayWeightSender):
                 sender.bind(functools.partial(self._deliver_weights, model_id))
-        if self.sync:
-            if len(set(self._actor_shapes)) > 1:
-                raise ValueError(f"sync=True stacks the actors' batches, which needs one shape; got "
-                                 f"{[list(s) for s in self._actor_shapes]} (give every actor the same envs)")
-            self.frames_per_batch = sum(self._actor_frames)
-            self.batch_size = torch.Size([self.num_collectors, *self._actor_shapes[0]])
-        else:
-            self.frames_per_batch = max(self._actor_frames)
-            self.batch_size = max(self._actor_shapes, key=lambda shape: shape.numel())
+        self._set_host_shapes([described[i][0] for i in range(self.num_collectors)])
+        self.frames_per_batch = sum(self._actor_frames) if self.sync else max(self._actor_frames)
 
     def _create_actor(self, index: int, life: int, policy_ref) -> tuple:
         """Actor ``index`` in its ``life``-th life (0: the first; later ones replace a failed
         actor: restart seeds, their own trajectory-id sub-range). Returns (handle, name)."""
-        env_fn, kwargs = self._env_fns[index], {**self.collector_kwargs, **self._actor_kwargs[index]}
+        env_fn, kwargs = self._env_fns[index], dict(self._actor_kwargs[index])
         seed = env_fn.seed if isinstance(env_fn, EnvSpec) else None  # the seed rule: its first env's
         if life:
             if isinstance(env_fn, EnvSpec):
@@ -428,12 +382,13 @@ class RayCollector(CollectorBase):
         self.shutdown()
         raise WorkerError(index, message)
 
-    def _call_all(self, method: str, *args_per_actor) -> list:
+    def _call_all(self, method: str, args_per_host: list[tuple] | None = None) -> list:
         """Call ``method`` on every actor (after the batches in flight), return results in actor order."""
         self._wait_in_flight()
+        args_per_host = args_per_host or [()] * self.num_collectors
 
         def call(index: int):
-            return getattr(self._actors[index], method).remote(*[arg[index] for arg in args_per_actor])
+            return getattr(self._actors[index], method).remote(*args_per_host[index])
 
         results = self._gather({call(index): index for index in range(self.num_collectors)},
                                what=f"answer to {method}", resend=call)
@@ -521,28 +476,8 @@ class RayCollector(CollectorBase):
         """The weights version each actor holds now (a round trip; waits for batches in flight)."""
         return self._call_all("get_policy_version")
 
-    # ------------------------------------------------------------------ seeds and state
-    def set_seed(self, seed: int) -> int:
-        """Seed every actor by the seed rule (rlcollect/seeding.py: the envs of all actors
-        are numbered in actor order, env i seeded ``seed + i``); returns ``seed``."""
-        firsts = [sum(shape[:-1].numel() for shape in self._actor_shapes[:index])
-                  for index in range(self.num_collectors)]
-        self._call_all("set_seed", [env_seed(seed, first) for first in firsts])
-        return seed
-
-    def reset(self) -> None:
-        """Reset every env of every actor; each starts a new trajectory."""
-        self._call_all("reset")
-
-    def state_dict(self) -> dict:
-        """Frame count and each actor's collector state (its trajectory-id pool)."""
-        return {"frames": self._frames, "actors": self._call_all("state_dict")}
-
-    def load_state_dict(self, state: dict) -> None:
-        if len(state["actors"]) != self.num_collectors:
-            raise ValueError(f"state holds {len(state['actors'])} actors, this collector has {self.num_collectors}")
-        self._call_all("load_state_dict", state["actors"])
-        self._frames = int(state["frames"])
+    def _restore_policy_version(self, version: int) -> None:
+        """The version counts the weights the senders pushed since this collector started."""
 
     # ------------------------------------------------------------------ shutdown
     def _close(self) -> None:

@@ -18,13 +18,15 @@ options.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Iterator, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, OmegaConf
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 
+from rlcollect.errors import ConfigError
 from rlcollect.logging.runs import for_env_id
 from rlcollect.validation import Range
 
@@ -34,7 +36,7 @@ RANGE = "range"  # a numeric field's metadata: the Range its value (each value, 
 def ranged(default: Any, spec: str) -> Any:
     """A numeric field (or a list of numbers) with ``default`` whose values must be in the
     range ``spec`` (validation.Range: ``">= 1"``, ``"(0, 1]"``, ``"any"``...); checked by
-    the pipeline before a run starts (pipeline/checks.py, ``check_ranges``)."""
+    before a run is built (``check_ranges``)."""
     metadata = {RANGE: Range.parse(spec)}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=metadata)
@@ -652,3 +654,32 @@ def register_configs() -> None:
     store.store(name="env_schema", node=EnvConfig)
     for (group, option), node in SCHEMAS.items():
         store.store(name=schema_name(group, option), node=node)
+
+
+def schema_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig]]:
+    """``(path, node)`` for ``node`` and the nodes under it that are typed by a schema."""
+    if dataclasses.is_dataclass(OmegaConf.get_type(node)):
+        yield path, node
+    for key in node.keys():
+        if key == "hydra" or OmegaConf.is_missing(node, key):
+            continue
+        child = node.get(key)
+        if isinstance(child, DictConfig):
+            yield from schema_nodes(child, f"{path}.{key}" if path else str(key))
+
+
+def check_ranges(cfg: DictConfig) -> None:
+    """Every numeric option in the range its schema declares (``config.ranged``), each
+    entry of a list of numbers too: a ConfigError naming the key and the range."""
+    for path, node in schema_nodes(cfg, ""):
+        prefix = f"{path}." if path else ""
+        for schema_field in dataclasses.fields(OmegaConf.get_type(node)):
+            allowed = schema_field.metadata.get(RANGE)
+            if allowed is None or schema_field.name not in node or OmegaConf.is_missing(node, schema_field.name):
+                continue
+            value = node[schema_field.name]
+            if isinstance(value, ListConfig):
+                if any(entry not in allowed for entry in value):
+                    raise ConfigError(f"{prefix}{schema_field.name}={list(value)}: every entry must be {allowed}")
+            else:
+                allowed.check(f"{prefix}{schema_field.name}", value)

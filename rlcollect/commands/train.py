@@ -35,7 +35,7 @@ from hydra.errors import ConfigCompositionException, MissingConfigException, Ove
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from rlcollect.config import register_configs
+from rlcollect.config import check_ranges, register_configs
 from rlcollect.errors import ConfigError, MissingDependencyError, one_line
 
 register_configs()
@@ -105,10 +105,15 @@ def train(cfg: DictConfig) -> float | None:
     """One training job: build the pipeline from ``cfg`` and run it in the Hydra run folder.
     Returns the run's ``objective`` (what a tuning sweep optimises); None for a job of a
     sweep that failed or was refused, or a run without that value (a failed trial)."""
-    from rlcollect import pipeline
-
     job = Job.current(cfg)
     hydra_cfg = HydraConfig.get()
+    if not job.resume:
+        try:
+            check_ranges(cfg)  # a value out of its range is said before torch loads (seconds sooner)
+        except ConfigError as error:
+            return refused(job, error)
+    from rlcollect import pipeline
+
     try:
         if job.resume:
             built = pipeline.resume(job.resume, overrides=resume_overrides(hydra_cfg.overrides.task, cfg))

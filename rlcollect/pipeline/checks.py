@@ -14,16 +14,15 @@ import dataclasses
 import difflib
 import functools
 import logging
-from typing import Iterator
 
 import torch
 from hydra.utils import get_class
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.buffers import PrioritizedSampler, RandomSampler, ReplayBuffer, RolloutBuffer
 from rlcollect.collectors.base import CollectionPlan, CollectorBase
 from rlcollect.collectors.options import RESET_POLICIES
-from rlcollect.config import OBJECTIVES, RANGE, SCHEMAS
+from rlcollect.config import OBJECTIVES, SCHEMAS, check_ranges, schema_nodes
 from rlcollect.envs.backends import BACKENDS, check_vector_entry_point
 from rlcollect.envs.gym_env import import_plugins, resolve_env_id
 from rlcollect.envs.sources import TORCH_ENVS
@@ -95,23 +94,6 @@ def check_keys(cfg: DictConfig) -> None:
                                   f"schema{where}{hint})")
 
 
-def check_ranges(cfg: DictConfig) -> None:
-    """Every numeric option in the range its schema declares (``config.ranged``), each
-    entry of a list of numbers too: a ConfigError naming the key and the range."""
-    for path, node in schema_nodes(cfg, ""):
-        prefix = f"{path}." if path else ""
-        for schema_field in dataclasses.fields(OmegaConf.get_type(node)):
-            allowed = schema_field.metadata.get(RANGE)
-            if allowed is None or schema_field.name not in node or OmegaConf.is_missing(node, schema_field.name):
-                continue
-            value = node[schema_field.name]
-            if isinstance(value, ListConfig):
-                if any(entry not in allowed for entry in value):
-                    raise ConfigError(f"{prefix}{schema_field.name}={list(value)}: every entry must be {allowed}")
-            else:
-                allowed.check(f"{prefix}{schema_field.name}", value)
-
-
 def check_config(cfg: DictConfig) -> None:
     """Everything about ``cfg`` that can be known before a part is built: its keys, the
     ranges of its values and the combinations of its options (ConfigError otherwise)."""
@@ -120,18 +102,6 @@ def check_config(cfg: DictConfig) -> None:
     if cfg.get("objective", "final_eval_return") not in OBJECTIVES:
         raise ConfigError(f"objective={cfg.objective}: choose one of {', '.join(OBJECTIVES)}")
     check_combination(cfg)
-
-
-def schema_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig]]:
-    """``(path, node)`` for ``node`` and the nodes under it that are typed by a schema."""
-    if dataclasses.is_dataclass(OmegaConf.get_type(node)):
-        yield path, node
-    for key in node.keys():
-        if key == "hydra" or OmegaConf.is_missing(node, key):
-            continue
-        child = node.get(key)
-        if isinstance(child, DictConfig):
-            yield from schema_nodes(child, f"{path}.{key}" if path else str(key))
 
 
 # ---------------------------------------------------------------------------- combinations

@@ -42,6 +42,24 @@ class CountingEnv(gym.Env):
         return np.array([self.count], np.float32), 1.0, terminated, truncated, {}
 
 
+
+class CountingImageEnv(CountingEnv):
+    """A CountingEnv seeing its count, times ``scale``, as a uint8 image of ``shape`` (all
+    pixels equal; zeros at reset): ``[C, H, W]`` or gymnasium's ``[H, W, C]``."""
+
+    def __init__(self, shape: tuple[int, ...] = (3, 64, 64), episode_length: int = 5, scale: int = 1) -> None:
+        super().__init__(episode_length=episode_length)
+        self.shape, self.scale = tuple(shape), scale
+        self.observation_space = gym.spaces.Box(0, 255, self.shape, np.uint8)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(self.shape, np.uint8), {}
+
+    def step(self, action):
+        _, *rest = super().step(action)
+        return np.full(self.shape, self.scale * self.count, np.uint8), *rest
+
 class ErrorAfterEnv(CountingEnv):
     """A CountingEnv that raises ``RuntimeError`` on its ``error_after + 1``-th step."""
 

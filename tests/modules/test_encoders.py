@@ -9,7 +9,7 @@ import torch
 from rlcollect import ActorCritic, Collector, GymEnv, MultiSyncCollector, QValuePolicy
 from rlcollect.errors import ConfigError
 from rlcollect.modules.encoders import NatureCNN, RunningNorm, image_layout, make_encoder, resolve_encoder
-from rlcollect.testing import CountingEnv, SpacesEnv
+from rlcollect.testing import CountingEnv, CountingImageEnv, SpacesEnv
 
 
 def test_running_norm_statistics_equal_numpys_on_a_fixed_stream():
@@ -45,20 +45,7 @@ def test_the_normaliser_reaches_a_worker_with_the_weights(no_leftovers):
         ActorCritic(gym.spaces.Discrete(3), env.action_space, encoder="multi_input", normalize_observation=True)
 
 
-class ImageEnv(CountingEnv):
-    """A CountingEnv seeing a [3, 64, 64] uint8 image of its count."""
-
-    def __init__(self):
-        super().__init__(episode_length=5)
-        self.observation_space = gym.spaces.Box(0, 255, (3, 64, 64), np.uint8)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.zeros((3, 64, 64), np.uint8), {}
-
-    def step(self, action):
-        _, *rest = super().step(action)
-        return np.full((3, 64, 64), self.count, np.uint8), *rest
+ImageEnv = functools.partial(CountingImageEnv, (3, 64, 64))  # a [3, 64, 64] uint8 image of its count
 
 
 @pytest.mark.parametrize("source, encoder", [(ImageEnv, "cnn"), (functools.partial(SpacesEnv, "dict"), "multi_input"),
@@ -124,20 +111,7 @@ def test_a_chw_image_is_encoded_as_before():
     assert torch.equal(cnn(images), cnn.head(cnn.conv(images.float() * (1.0 / 255.0))))
 
 
-class HWCImageEnv(ImageEnv):
-    """ImageEnv seeing its count as a [36, 40, 3] image (gymnasium's layout)."""
-
-    def __init__(self):
-        super().__init__()
-        self.observation_space = gym.spaces.Box(0, 255, (36, 40, 3), np.uint8)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.zeros((36, 40, 3), np.uint8), {}
-
-    def step(self, action):
-        _, *rest = super().step(action)
-        return np.full((36, 40, 3), self.count, np.uint8), *rest
+HWCImageEnv = functools.partial(CountingImageEnv, (36, 40, 3))  # its count as an image in gymnasium's layout
 
 
 @pytest.mark.timeout(60)

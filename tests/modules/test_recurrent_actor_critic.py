@@ -3,7 +3,6 @@ and image observations, in step mode and recurrent mode."""
 import functools
 
 import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 from tensordict import TensorDict
@@ -14,7 +13,7 @@ from rlcollect.errors import ConfigError
 from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
 from rlcollect.modules.encoders import MultiInputEncoder, NatureCNN
 from rlcollect.modules.recurrent import GRUModule, LSTMModule, set_recurrent_mode
-from rlcollect.testing import CountingEnv, SpacesEnv
+from rlcollect.testing import CountingImageEnv, SpacesEnv
 
 FLAT = gym.spaces.Box(-1.0, 1.0, (3,))
 # the parameter names of a flat-Box RecurrentActorCritic (2 layers, hidden_sizes=(64,)) before the
@@ -63,20 +62,8 @@ def test_a_flat_box_policy_is_the_rnn_over_the_observation_feeding_the_heads_as_
         assert torch.equal(a, b)
 
 
-class HWCImageEnv(CountingEnv):
-    """A CountingEnv (episodes of 3 steps) seeing its count as a [36, 36, 3] uint8 image."""
-
-    def __init__(self):
-        super().__init__(episode_length=3)
-        self.observation_space = gym.spaces.Box(0, 255, (36, 36, 3), np.uint8)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return np.zeros((36, 36, 3), np.uint8), {}
-
-    def step(self, action):
-        _, *rest = super().step(action)
-        return np.full((36, 36, 3), 40 * self.count, np.uint8), *rest
+# episodes of 3 steps seeing the count as a [36, 36, 3] uint8 image
+HWCImageEnv = functools.partial(CountingImageEnv, (36, 36, 3), episode_length=3, scale=40)
 
 
 DICT_ENV = functools.partial(SpacesEnv, "dict", episode_length=3)  # Box, Discrete, image [3, 4, 4], MultiBinary

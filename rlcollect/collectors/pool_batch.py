@@ -55,7 +55,6 @@ class PoolBatch:
         # each env's trajectory: its id and step count (collectors/trajectory_book.py)
         self.book = TrajectoryBook(self.num_envs, traj_pool, max_frames_per_traj=max_frames_per_traj,
                                    track_ids=track_traj_ids)
-        self._traj_ids = None if self.book.ids is None else self.book.ids.numpy()
         carrier = staged.select(*CARRIER_KEYS)
         self.carrier_keys = list(carrier.keys(True, True))
         self._carrier = [(key, staged.get(key).numpy()) for key in self.carrier_keys]
@@ -159,7 +158,7 @@ class PoolBatch:
         self._env_ids[rows] = ids
         self._versions[rows] = self._pending_version[envs]
         if self._traj_rows is not None:
-            self._traj_rows[rows] = self._traj_ids[envs]
+            self._traj_rows[rows] = self.book.host_ids[envs]
         restarted = self._done[envs]
         cut = None
         reached = self.book.count_step(envs, restarted)

@@ -288,16 +288,16 @@ class Collector(CollectorBase):
         self._carrier_is_fresh = True  # no step taken since this reset
 
     def _prime(self, carrier: TensorDictBase) -> None:
-        """Zero hidden states for a recurrent policy: added once (never twice), then refilled,
-        never replaced (the write plan points at these tensors)."""
+        """Zero hidden states for a recurrent policy: added once (never twice), then the same
+        tensors, never replaced (the write plan points at them), which the trajectory book
+        zeroes (``start_all`` before each call here, ``start`` where an env is reset)."""
         if not self._hidden:
             for primer in self._primers:
                 primer.apply(carrier, device=self.devices.env)
             self._hidden = {key: carrier.get(key) for primer in self._primers for key in primer.keys}
-            self._book.hidden = self._hidden  # zeroed where an env is reset
+            self._book.hidden = self._hidden
             return
         for key, state in self._hidden.items():
-            state.zero_()
             carrier.set(key, state)
 
     def _allocate_batch(self) -> None:

@@ -45,7 +45,7 @@ class TrajectoryBook:
                       else np.zeros(num_envs, np.int64))
         self.ids: torch.Tensor | None = torch.zeros(num_envs, dtype=torch.int64, device=device) if track_ids else None
         host = track_ids and device.type == "cpu" and not on_device
-        self._ids_numpy = self.ids.numpy() if host else None  # written by index on the host
+        self.host_ids: np.ndarray | None = self.ids.numpy() if host else None  # ``ids`` as numpy, on the host
         self.hidden: dict[str, torch.Tensor] = {}  # hidden-state key -> carrier tensor [*env_batch, L, H]
         self._slot_ids: tuple = ()  # on device: per step t, the ids of the batch's (t, env) slots
 
@@ -89,8 +89,8 @@ class TrajectoryBook:
         if self.ids is not None:
             count = int(np.count_nonzero(envs)) if envs.dtype == np.bool_ else len(envs)
             first = self.pool.take_range(count)
-            if self._ids_numpy is not None:
-                self._ids_numpy[envs] = np.arange(first, first + count)
+            if self.host_ids is not None:
+                self.host_ids[envs] = np.arange(first, first + count)
             else:
                 new_ids = torch.arange(first, first + count, device=self.ids.device)
                 self.ids.masked_scatter_(self._device_mask(envs, self.ids.device), new_ids)

@@ -20,7 +20,7 @@ train: setup
 	$(BIN)/rlcollect train $(ARGS)
 
 test: setup
-	$(BIN)/ruff check rlcollect tests scripts
+	$(BIN)/ruff check rlcollect tests scripts hydra_plugins
 	$(BIN)/python -m pytest -q $(ARGS)
 
 # torchrl 0.14.1 pins tensordict<0.15 (rlcollect needs 0.15), so the torchrl rows of the

@@ -28,6 +28,9 @@ The library, usable without the CLI (docs/README.md is the map):
   ``GRUModule`` / ``LSTMModule``, ``PPO``, ``DQN``, ``generalized_advantage_estimate``; the
   learners the runner trains with (``Learner``, the contract; ``PPOLearner``,
   ``DQNLearner``, ``SACLearner`` with its policy ``SACActor``).
+- Batched sweeps (``hydra/launcher=batched``): ``build_sweep`` (S runs differing in seed as
+  one ``Sweep``), ``stack_modules`` / ``StackedLinear`` (S policies as one module with a
+  leading member dim), ``MemberPolicy`` and ``MemberPPOLearner`` (PPO for each member).
 - Logging: ``RunLogger`` / ``WandbLogger`` (metrics.jsonl and W&B, usable as a post-collect hook).
 - Trained runs: ``load_policy`` (a run's policy from its folder and checkpoint); errors:
   ``ConfigError`` (a user's mistake, one line) and ``MissingDependencyError``.
@@ -137,6 +140,13 @@ _EXPORTS = {
     "GpuWaitResetCollector": "rlcollect.samplers",
     "NoOverlapAlternatingSampler": "rlcollect.samplers",
     "SerialSampler": "rlcollect.samplers",
+    # batched sweeps (docs/sweeps.md)
+    "MemberPPOLearner": "rlcollect.sweeps.members",
+    "MemberPolicy": "rlcollect.sweeps.members",
+    "StackedLinear": "rlcollect.sweeps.stacking",
+    "Sweep": "rlcollect.sweeps.run",
+    "build_sweep": "rlcollect.sweeps.run",
+    "stack_modules": "rlcollect.sweeps.stacking",
     # logging
     "RunLogger": "rlcollect.logging.run_logger",
     "WandbLogger": "rlcollect.logging.run_logger",
@@ -227,6 +237,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load
         NoOverlapAlternatingSampler,
         SerialSampler,
     )
+    from rlcollect.sweeps.members import MemberPolicy, MemberPPOLearner  # noqa: F401
+    from rlcollect.sweeps.run import Sweep, build_sweep  # noqa: F401
+    from rlcollect.sweeps.stacking import StackedLinear, stack_modules  # noqa: F401
     from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo, TrajectoryPool, split_trajectories  # noqa: F401
     from rlcollect.weight_sync.pipes import MultiProcessWeightSyncScheme  # noqa: F401
     from rlcollect.weight_sync.ray import RayWeightSyncScheme  # noqa: F401

@@ -13,13 +13,29 @@ episodes its predecessor played.
 """
 from __future__ import annotations
 
+from typing import Sequence, Union
+
 EVAL_SEED_OFFSET = 10_000
 RESTART_SEED_OFFSET = 1_000_000
 
 
-def env_seed(seed: int | None, env_index: int) -> int | None:
-    """The seed of the env with global index ``env_index`` (None: unseeded)."""
-    return None if seed is None else seed + env_index
+Seeds = Union[int, Sequence[int], None]  # a run's seed, or one seed per env (the members of a batched sweep)
+
+
+def env_seed(seed: Seeds, env_index: int) -> int | None:
+    """The seed of the env with global index ``env_index``: ``seed + env_index``, or
+    ``seed[env_index]`` when ``seed`` lists one seed per env (None: unseeded)."""
+    if seed is None:
+        return None
+    if isinstance(seed, int):
+        return seed + env_index
+    return int(seed[env_index])
+
+
+def member_env_seeds(seeds: Sequence[int], envs_per_member: int) -> list[int]:
+    """One seed per env of a batched sweep's env, whose rows ``m * P ... m * P + P - 1``
+    are member ``m``'s P envs: each member's envs seeded as its solo run seeds them."""
+    return [env_seed(seed, index) for seed in seeds for index in range(envs_per_member)]
 
 
 def worker_seed(seed: int | None, worker_id: int, envs_per_worker: int) -> int | None:

@@ -24,6 +24,14 @@ class RewardScaler:
     @torch.no_grad()
     def __call__(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
         """``reward``, ``done``: ``[N, T]`` (env rows, time last); the scaled rewards."""
+        returns = self.discounted_returns(reward, done)
+        self.stats.update(returns)
+        return self.scale(reward, self.stats)
+
+    @torch.no_grad()
+    def discounted_returns(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        """Every step's running discounted return ``[N, T]`` (float64), carried on from the
+        last batch's (the statistics are not updated)."""
         reward64 = reward.to(torch.float64)
         done = done.reshape(reward.shape)
         if self.returns is None or self.returns.shape != reward.shape[:1]:
@@ -35,9 +43,12 @@ class RewardScaler:
             returns[:, t] = running
             running = torch.where(done[:, t], torch.zeros_like(running), running)
         self.returns = running
-        self.stats.update(returns)
-        scale = torch.sqrt(self.stats.running_var + self.eps)
-        return (reward64 / scale).clamp(-self.clip, self.clip).to(reward.dtype)
+        return returns
+
+    def scale(self, reward: torch.Tensor, stats: RunningNorm) -> torch.Tensor:
+        """``reward`` divided by the running std of ``stats``, clipped."""
+        scale = torch.sqrt(stats.running_var + self.eps)
+        return (reward.to(torch.float64) / scale).clamp(-self.clip, self.clip).to(reward.dtype)
 
     @property
     def variance(self) -> float:

@@ -26,12 +26,14 @@ STEPS_PER_BATCH = 64  # per env: how often the stop conditions are checked
 @dataclass(frozen=True)
 class EvalResult:
     """The completed evaluation trajectories (``trajectories``), with their returns and
-    lengths as lists; ``cut`` counts those dropped because the step budget ran out."""
+    lengths as lists, and ``envs`` the eval env (its row) each one ran in; ``cut`` counts
+    those dropped because the step budget ran out."""
 
     returns: list[float]
     lengths: list[int]
     trajectories: list[TrajectoryInfo] = field(default_factory=list)
     cut: int = 0
+    envs: list[int] = field(default_factory=list)
 
     @property
     def mean_return(self) -> float:
@@ -79,14 +81,18 @@ class EvalCollector:
         tracker = EpisodeTracker(self.gamma)
         counted: set[int] | None = None  # one episode per env: the trajectory ids each env starts with
         completed: list[TrajectoryInfo] = []
+        env_of: dict[int, int] = {}  # trajectory id -> the env row it ran in
         steps, started = 0, set()
         for batch in self.collector:
             ids = batch.get(TRAJ_IDS)
             if counted is None and self.eval_max_trajectories is None:
                 counted = set(ids.reshape(self.num_envs, -1)[:, 0].tolist())
             started.update(ids.unique().tolist())
-            completed += _by_end_time(batch, [info for info in tracker.infos(batch)
-                                              if counted is None or info.traj_id in counted])
+            ended = _by_end_time(batch, [info for info in tracker.infos(batch)
+                                         if counted is None or info.traj_id in counted])
+            if ended:
+                env_of.update(_end_rows(batch))
+            completed += ended
             steps += batch.numel()
             if counted is not None and len(completed) == len(counted):
                 break
@@ -98,7 +104,8 @@ class EvalCollector:
         if self.eval_max_trajectories is not None:
             completed = completed[:self.eval_max_trajectories]
         return EvalResult(returns=[info.episode_return for info in completed],
-                          lengths=[info.length for info in completed], trajectories=completed, cut=max(cut, 0))
+                          lengths=[info.length for info in completed], trajectories=completed, cut=max(cut, 0),
+                          envs=[env_of.get(info.traj_id, -1) for info in completed])
 
     def shutdown(self) -> None:
         self.collector.shutdown()
@@ -112,6 +119,15 @@ def _by_end_time(batch, infos: list[TrajectoryInfo]) -> list[TrajectoryInfo]:
     ids, time = batch.get(TRAJ_IDS)[done], done.nonzero()[:, -1]
     end = dict(zip(ids.tolist(), time.tolist()))
     return sorted(infos, key=lambda info: end[info.traj_id])
+
+
+def _end_rows(batch) -> dict[int, int]:
+    """{trajectory id: its env row} of the trajectories that end in ``batch``."""
+    done, ids = batch.get(("next", "done")), batch.get(TRAJ_IDS)
+    if done.dim() == 1:
+        return {traj_id: 0 for traj_id in ids[done].tolist()}
+    where = done.nonzero()
+    return dict(zip(ids[where[:, 0], where[:, 1]].tolist(), where[:, 0].tolist()))
 
 
 def evaluate_episodes(env: GymEnv, policy, *, max_steps: int | None = None,

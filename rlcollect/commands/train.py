@@ -138,25 +138,113 @@ def train(cfg: DictConfig) -> float | None:
             print(interrupted_line(job, built.collector.frames, built.checkpoint_frames), file=sys.stderr)
             raise SystemExit(128 + stop.signal_number) from None
         except Exception as error:  # a worker, env or policy failed: one short block, the traceback in a file
-            log_file = job.run_dir / ERROR_LOG
-            log_file.write_text(traceback.format_exc())
-            print(f"rlcollect train: the run failed: {one_line(error)}\n"
-                  f"  full traceback: {log_file}\n  run status: failed (summary.json)", file=sys.stderr)
+            run_failed(job, error, traceback.format_exc())
             if job.multirun:
                 return FAILED
             raise SystemExit(1) from None
     if summary["status"] == "interrupted":
         print(interrupted_line(job, summary["frames"], summary.get("checkpoint_frames")), file=sys.stderr)
         raise SystemExit(128 + stop.signal_number)
+    print(finished_lines(job, summary))
+    return objective_value(cfg, summary, job.run_dir)
+
+
+def run_failed(job: Job, error: BaseException, trace: str) -> None:
+    """A run that failed while training: one short block, the traceback in its error.log."""
+    log_file = job.run_dir / ERROR_LOG
+    log_file.write_text(trace)
+    print(f"rlcollect train: the run failed: {one_line(error)}\n"
+          f"  full traceback: {log_file}\n  run status: failed (summary.json)", file=sys.stderr)
+
+
+def finished_lines(job: Job, summary: dict) -> str:
+    """What a finished or solved run says: its folder, frames, seconds, evaluation, solve."""
     threshold = summary.get("solved_return")
     target = (f"eval return >= {threshold} on {summary.get('env_id')}" if threshold is not None
               else f"no threshold for {summary.get('env_id')}")
-    print(f"run folder: {job.run_dir}\n"
-          f"frames: {summary['frames']}  seconds: {summary['seconds']:.1f}  "
-          f"final eval return: {summary['final_eval_return']}  "
-          f"frames to solve: {summary['frames_to_solve']} ({target})  seconds to solve: "
-          f"{'-' if summary['seconds_to_solve'] is None else format(summary['seconds_to_solve'], '.1f')}")
-    return objective_value(cfg, summary, job.run_dir)
+    return (f"run folder: {job.run_dir}\n"
+            f"frames: {summary['frames']}  seconds: {summary['seconds']:.1f}  "
+            f"final eval return: {summary['final_eval_return']}  "
+            f"frames to solve: {summary['frames_to_solve']} ({target})  seconds to solve: "
+            f"{'-' if summary['seconds_to_solve'] is None else format(summary['seconds_to_solve'], '.1f')}")
+
+
+def train_members(members: list[tuple[DictConfig, Job, dict]]) -> list[float | None]:
+    """The jobs of one group of a batched sweep (hydra/launcher=batched: ``(cfg, job, W&B
+    names)`` each, differing in seed only) trained as the members of one batched model
+    (rlcollect.sweeps). Each member ends as a solo sweep job would: refused, failed to
+    build, failed, finished or solved, its folder and its line the same; returns each
+    job's ``objective`` (None for one that did not finish)."""
+    values: list[float | None] = [FAILED] * len(members)
+    live = []
+    for index, (cfg, job, _) in enumerate(members):
+        try:
+            check_ranges(cfg)
+        except ConfigError as error:
+            refused(job, error)
+            continue
+        live.append(index)
+    if not live:
+        return values
+    from rlcollect.sweeps.run import build_sweep
+
+    jobs = [members[index][1] for index in live]
+    try:
+        sweep = build_sweep([members[index][0] for index in live], [job.run_dir for job in jobs],
+                            [members[index][2] for index in live])
+    except ConfigError as error:
+        for job in jobs:
+            refused(job, error)
+        return values
+    except KeyboardInterrupt:
+        for job in jobs:
+            (job.run_dir / SUMMARY_FILE).write_text(json.dumps({"status": "interrupted", "frames": 0}))
+        print("rlcollect train: interrupted while starting, before the first batch", file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT) from None
+    except Exception as error:
+        for job in jobs:
+            failed_to_build(job, error)
+        return values
+    with stop_on_signals() as stop:
+        try:
+            sweep.run(stop=stop)
+        except KeyboardInterrupt:  # a second Ctrl-C: every member stopped at once
+            for member, job in enumerate(jobs):
+                print(interrupted_line(job, sweep.pipelines[member].collector.frames,
+                                       sweep.pipelines[member].checkpoint_frames), file=sys.stderr)
+            raise SystemExit(128 + stop.signal_number) from None
+        except Exception:
+            pass  # the shared parts failed: every member's error is in sweep.errors
+    interrupted = False
+    for member, (index, job) in enumerate(zip(live, jobs)):
+        summary = sweep.pipelines[member].progress.summary
+        if member in sweep.errors:
+            error, trace = sweep.errors[member]
+            run_failed(job, error, trace)
+        elif summary["status"] == "interrupted":
+            interrupted = True
+            print(interrupted_line(job, summary["frames"], summary.get("checkpoint_frames")), file=sys.stderr)
+        else:
+            print(finished_lines(job, summary))
+            values[index] = objective_value(members[index][0], summary, job.run_dir)
+    if interrupted:
+        raise SystemExit(128 + stop.signal_number)
+    return values
+
+
+def member_of_batched_sweep(cfg: DictConfig) -> tuple[DictConfig, Job, dict]:
+    """A batched sweep's job as Hydra set it up (its folder made, its .hydra/ written):
+    ``(cfg, job, W&B names)`` for ``train_members``; what the launcher's task function keeps."""
+    job = Job.current(cfg)
+    hydra_cfg = HydraConfig.get()
+    from rlcollect.pipeline.checks import collector_name
+
+    try:
+        job_type = collector_name(cfg)
+    except ConfigError:
+        job_type = None
+    names = {"name": hydra_cfg.job.override_dirname or None, "group": sweep_group(hydra_cfg), "job_type": job_type}
+    return cfg, job, names
 
 
 def objective_value(cfg: DictConfig, summary: dict, run_dir: Path) -> float | None:

@@ -41,6 +41,7 @@ from gymnasium.vector import AutoresetMode
 
 from rlcollect.envs.spaces import is_nested, subspaces, tree_map, writer
 from rlcollect.errors import ConfigError, MissingDependencyError
+from rlcollect.seeding import env_seed
 
 BACKENDS = ("list", "sync", "async", "vector", "envpool")
 
@@ -94,12 +95,12 @@ class ListBackend:
 
     def reset(self, mask: np.ndarray, seed: int | None, arrays: dict) -> None:
         """Reset the sub-envs where ``mask`` is True into ``arrays["observation"]`` (env i
-        seeded ``seed + i`` when a seed is given)."""
+        seeded ``seed + i``, or ``seed[i]`` for a list, when a seed is given)."""
         observation, write = arrays["observation"], self._write
         for i in np.flatnonzero(mask).tolist():
             if seed is not None:
-                self.envs[i].action_space.seed(seed + i)
-            write(observation, i, self.envs[i].reset(seed=None if seed is None else seed + i)[0])
+                self.envs[i].action_space.seed(env_seed(seed, i))
+            write(observation, i, self.envs[i].reset(seed=env_seed(seed, i))[0])
 
     def first_info_values(self, keys: Sequence[str], max_steps: int) -> dict[str, Any]:
         """The first value of each of ``keys`` that sub-env 0 reports: in its reset's info,
@@ -158,6 +159,14 @@ class VectorBackend:
         step_into = getattr(vector_env, "step_into", None)
         self._step_into = step_into if mode == AutoresetMode.DISABLED and not self._nested else None
 
+    def _seed_list(self, seeds: Sequence[int]) -> list[int]:
+        """One seed per env for the vector env's reset: gymnasium's Sync and Async vector
+        envs take a list; a vector env that seeds all its envs from one seed cannot."""
+        if not isinstance(self.vector_env, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
+            raise ValueError(f"backend={self.name!r} seeds its envs seed, seed + 1, ... from one seed: one seed per "
+                             "env needs backend 'list', 'sync' or 'async'")
+        return [int(seed) for seed in seeds]
+
     def _as_tree(self, batched):
         """A batched observation as staging arrays are nested (gymnasium batches a Tuple
         space as a tuple; staging names its entries "0", "1", ...)."""
@@ -207,7 +216,7 @@ class VectorBackend:
                 _copy_rows(arrays["observation"], self._reset_observation, np.flatnonzero(already))
                 mask = mask & ~already
         if seed is not None and mask.all():
-            observation, _ = self.vector_env.reset(seed=seed)
+            observation, _ = self.vector_env.reset(seed=seed if isinstance(seed, int) else self._seed_list(seed))
         elif self._reset_rows is not None:  # only the reset envs' observations come back
             rows = np.flatnonzero(mask)
             if rows.size:
@@ -291,6 +300,9 @@ class EnvPoolBackend:
         return bool(done.any())
 
     def reset(self, mask: np.ndarray, seed: int | None, arrays: dict) -> None:
+        if seed is not None and not isinstance(seed, int):
+            raise ValueError("backend='envpool' seeds its envs seed, seed + 1, ...: one seed per env needs "
+                             "backend 'list', 'sync' or 'async'")
         if seed is not None and mask.all():
             self.pool.close()
             self.pool = self._make(seed)

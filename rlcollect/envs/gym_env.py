@@ -27,6 +27,7 @@ from rlcollect.envs.backends import BACKENDS, VectorBackend, make_backend
 from rlcollect.envs.spaces import check_supported, is_nested, random_actions, sample_shape, tree_map
 from rlcollect.envs.staging import INFO_DTYPES, Staging, allocate_arrays, info_dtype
 from rlcollect.errors import ConfigError, MissingDependencyError
+from rlcollect.seeding import Seeds
 from rlcollect.validation import check_positive_int
 
 EnvSource = Union[str, Callable[[], gym.Env]]
@@ -123,7 +124,8 @@ class GymEnv:
             gymnasium VectorEnv (used as it is: its autoreset must be DISABLED or
             SAME_STEP, envs/backends.py).
         num_envs: None for a single env, P for a batched env.
-        seed: sub-env i is seeded with ``seed + i`` at its first reset.
+        seed: sub-env i is seeded with ``seed + i`` at its first reset, or with ``seed[i]``
+            when ``seed`` lists one seed per sub-env (backends list, sync and async).
         device: where the returned tensors live.
         max_episode_steps: time limit (a gymnasium TimeLimit: its cut is ``truncated``).
         wrappers: callables env -> env applied to each sub-env in order (the first wraps the
@@ -157,7 +159,7 @@ class GymEnv:
         env: EnvSource | gym.vector.VectorEnv,
         num_envs: int | None = None,
         *,
-        seed: int | None = None,
+        seed: Seeds = None,
         device: str | torch.device = "cpu",
         max_episode_steps: int | None = None,
         wrappers: Sequence[Callable] = (),
@@ -253,8 +255,8 @@ class GymEnv:
         return self._staging.staged
 
     # ------------------------------------------------------------------ public API
-    def set_seed(self, seed: int | None) -> int | None:
-        """Seed sub-env i with ``seed + i`` at the next reset; returns the seed."""
+    def set_seed(self, seed: Seeds) -> Seeds:
+        """Seed sub-env i with ``seed + i`` (or ``seed[i]``) at the next reset; returns the seed."""
         self._seed = seed
         return seed
 

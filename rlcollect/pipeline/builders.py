@@ -133,9 +133,11 @@ def accepted_arguments(cls: type) -> frozenset[str]:
     return frozenset(named_arguments(cls))
 
 
-def make_collector(cfg: DictConfig, policy, run_dir: Path, replay_buffer=None) -> CollectorBase:
+def make_collector(cfg: DictConfig, policy, run_dir: Path, replay_buffer=None, **runtime_overrides) -> CollectorBase:
     """The configured collector, built with the runtime arguments of the collector contract
-    it takes (module docstring). With a replay buffer it writes into it directly."""
+    it takes (module docstring). With a replay buffer it writes into it directly.
+    ``runtime_overrides`` replace runtime arguments (a batched sweep's seed per env and its
+    members' episode hook)."""
     node = cfg.collector
     runtime = dict(total_frames=cfg.total_frames, seed=cfg.seed, env_kwargs=env_kwargs(cfg),
                    num_envs=cfg.env.num_envs, device=cfg.device,
@@ -144,7 +146,8 @@ def make_collector(cfg: DictConfig, policy, run_dir: Path, replay_buffer=None) -
                    weight_sync_schemes={"policy": make_weight_sync_scheme(cfg)}, run_dir=str(run_dir))
     if replay_buffer is not None:
         runtime.update(replay_buffer=replay_buffer, trajs_per_batch=cfg.buffer.get("trajs_per_batch"))
-    if cfg.env.num_envs is None:
+    runtime.update(runtime_overrides)
+    if runtime["num_envs"] is None:
         runtime["env_kwargs"].pop("backend", None)  # a single env is stepped as a list of one
     accepted = accepted_arguments(target_class(node, "collector"))
     return build_node(node, "collector", cfg.env.id, policy,

@@ -75,89 +75,126 @@ def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
     """Collect, update, evaluate every ``eval.every_frames``, checkpoint every
     ``checkpoint_every_frames``; stop at ``env.solved_return`` (deterministic evaluation
     mean) or at ``total_frames``. Returns the run summary, also written to summary.json."""
-    p, cfg = pipeline, pipeline.cfg
-    progress, summary = p.progress, p.progress.summary
-    start = time.perf_counter()
-
-    def seconds() -> float:
-        return progress.seconds_before + time.perf_counter() - start
-
-    bar = tqdm(total=cfg.total_frames, initial=p.collector.frames, unit="frame", disable=not cfg.progress,
-               dynamic_ncols=True)
-    status = "finished"
-    error: BaseException | None = None
-    phases = Phases(start_frames=p.collector.frames, concurrent=p.background)
+    session = Session(pipeline, stop)
     try:
-        p.open()  # the run folder's files and the W&B run: the clock starts after them
-        start = time.perf_counter()
-        p.logger.start_clock(progress.seconds_before)  # metrics' "time" and the summary share one clock
-        phases = Phases(start_frames=p.collector.frames, concurrent=p.background)
-        for batch, frames in collected(p):
-            phases.end("collect")
-            # the episodes the batch completed: what the post-collect hook returned, wherever it ran
-            p.logger.log_collection(frames, [info for infos in p.collector.hook_results() for info in infos])
-            for restart in p.collector.pop_worker_restarts():  # workers replaced during this batch
-                p.logger.log_event(restart.as_event(), step=frames)
-            if batch is not None:  # what the env returned, before anything learns from it
-                check_env_values(batch if batch.names[-1] != ROLLOUT_DIM else transition_view(batch), frames)
-            metrics = p.learner.learn(batch, frames)
-            p.logger.log({f"train/{k}": v for k, v in metrics.items()}, step=frames)
-            check_finite(p, metrics, frames, batch)  # before any checkpoint of this batch: none is poisoned
-            p.collector.update_policy_weights_()
-            phases.end("train")
-            bar.update(frames - bar.n)
-            postfix = {"fps": f"{frames / seconds():.0f}"}
-            if p.logger.recent_episode_return is not None:
-                postfix["return"] = f"{p.logger.recent_episode_return:.1f}"
-            solved = False
-            last = frames >= cfg.total_frames
-            if frames >= progress.next_eval or last:
-                progress.next_eval += eval_every_frames(cfg)
-                # skipping never hides the frame a run is solved at: only runs without a threshold skip
-                if not last and summary["solved_return"] is None and phases.over_share("eval", cfg.eval.max_time_share):
-                    skip_evaluation(summary, phases, cfg.eval.max_time_share)
-                else:
-                    best = summary["best_eval_return"]
-                    eval_return = evaluate(p, frames)
-                    if math.isfinite(eval_return) and (best is None or eval_return > best):
-                        p.save_best(frames, eval_return)
-                    phases.end("eval")
-                    postfix["eval"] = f"{eval_return:.1f}"
-                    threshold = summary["solved_return"]  # the env id's own (logging.runs.solved_threshold)
-                    solved = threshold is not None and eval_return >= threshold
-                    if solved:
-                        summary["frames_to_solve"], summary["seconds_to_solve"] = frames, seconds()
-            bar.set_postfix(postfix)
-            p.logger.log(phases.metrics(frames), step=frames)
-            if progress.next_checkpoint is not None and frames >= progress.next_checkpoint:
-                progress.next_checkpoint = frames + cfg.checkpoint_every_frames
-                p.save_checkpoint(seconds())
-            if solved:
-                status = "solved"
+        session.open()
+        for batch, frames in collected(pipeline):
+            if session.after_batch(batch, frames):
                 break
-            if stop is not None and stop.is_set():  # SIGINT / SIGTERM: this batch is the last
-                status = "interrupted"
-                break
-    except KeyboardInterrupt as interrupt:  # a second Ctrl-C: stop now, the last complete checkpoint stays
-        status, error = "interrupted", interrupt
-        raise
     except BaseException as failure:
-        status, error = "failed", failure
-        summary["error"] = one_line(failure)
+        session.failed(failure)
         raise
     finally:
-        bar.close()
-        if keeps_final_checkpoint(p, error):
-            save_final_checkpoint(p, seconds())
-        summary["status"] = status
+        session.close()
+    return pipeline.progress.summary
+
+
+class Session:
+    """One run's part of the training loop, batch by batch: ``open`` (the run folder, the
+    clock), ``after_batch`` for each collected batch (learn, log, evaluate, checkpoint;
+    True when the run stops there: solved, or a stop was asked for), ``failed`` with what
+    ended it early, and ``close`` (the final checkpoint, summary.json, the logger). ``run``
+    drives one; a batched sweep drives one per member (rlcollect.sweeps)."""
+
+    def __init__(self, pipeline: Pipeline, stop: threading.Event | None = None, *, bar: bool = True) -> None:
+        self.p, self.stop = pipeline, stop
+        self.status = "finished"
+        self.error: BaseException | None = None
+        self.start = time.perf_counter()
+        self.bar = tqdm(total=pipeline.cfg.total_frames, initial=pipeline.collector.frames, unit="frame",
+                        disable=not (bar and pipeline.cfg.progress), dynamic_ncols=True)
+        self.phases = Phases(start_frames=pipeline.collector.frames, concurrent=pipeline.background)
+        self.closed = False
+
+    def seconds(self) -> float:
+        return self.p.progress.seconds_before + time.perf_counter() - self.start
+
+    def open(self) -> None:
+        """The run folder's files and the W&B run: the clock starts after them."""
+        p = self.p
+        p.open()
+        self.start = time.perf_counter()
+        p.logger.start_clock(p.progress.seconds_before)  # metrics' "time" and the summary share one clock
+        self.phases = Phases(start_frames=p.collector.frames, concurrent=p.background)
+
+    def after_batch(self, batch: TensorDictBase | None, frames: int) -> bool:
+        """Learn from the batch that brought the run to ``frames``, log, evaluate and
+        checkpoint when due; True when the run stops after it (``status`` says why)."""
+        p, cfg, progress = self.p, self.p.cfg, self.p.progress
+        summary, phases = progress.summary, self.phases
+        phases.end("collect")
+        # the episodes the batch completed: what the post-collect hook returned, wherever it ran
+        p.logger.log_collection(frames, [info for infos in p.collector.hook_results() for info in infos])
+        for restart in p.collector.pop_worker_restarts():  # workers replaced during this batch
+            p.logger.log_event(restart.as_event(), step=frames)
+        if batch is not None:  # what the env returned, before anything learns from it
+            check_env_values(batch if batch.names[-1] != ROLLOUT_DIM else transition_view(batch), frames)
+        metrics = p.learner.learn(batch, frames)
+        p.logger.log({f"train/{k}": v for k, v in metrics.items()}, step=frames)
+        check_finite(p, metrics, frames, batch)  # before any checkpoint of this batch: none is poisoned
+        p.collector.update_policy_weights_()
+        phases.end("train")
+        self.bar.update(frames - self.bar.n)
+        postfix = {"fps": f"{frames / self.seconds():.0f}"}
+        if p.logger.recent_episode_return is not None:
+            postfix["return"] = f"{p.logger.recent_episode_return:.1f}"
+        solved = False
+        last = frames >= cfg.total_frames
+        if frames >= progress.next_eval or last:
+            progress.next_eval += eval_every_frames(cfg)
+            # skipping never hides the frame a run is solved at: only runs without a threshold skip
+            if not last and summary["solved_return"] is None and phases.over_share("eval", cfg.eval.max_time_share):
+                skip_evaluation(summary, phases, cfg.eval.max_time_share)
+            else:
+                best = summary["best_eval_return"]
+                eval_return = evaluate(p, frames)
+                if math.isfinite(eval_return) and (best is None or eval_return > best):
+                    p.save_best(frames, eval_return)
+                phases.end("eval")
+                postfix["eval"] = f"{eval_return:.1f}"
+                threshold = summary["solved_return"]  # the env id's own (logging.runs.solved_threshold)
+                solved = threshold is not None and eval_return >= threshold
+                if solved:
+                    summary["frames_to_solve"], summary["seconds_to_solve"] = frames, self.seconds()
+        self.bar.set_postfix(postfix)
+        p.logger.log(phases.metrics(frames), step=frames)
+        if progress.next_checkpoint is not None and frames >= progress.next_checkpoint:
+            progress.next_checkpoint = frames + cfg.checkpoint_every_frames
+            p.save_checkpoint(self.seconds())
+        if solved:
+            self.status = "solved"
+            return True
+        if self.stop is not None and self.stop.is_set():  # SIGINT / SIGTERM: this batch is the last
+            self.status = "interrupted"
+            return True
+        return False
+
+    def failed(self, failure: BaseException) -> None:
+        """What ended the run early: a second Ctrl-C (interrupted at once) or an error."""
+        self.error = failure
+        if isinstance(failure, KeyboardInterrupt):  # a second Ctrl-C: stop now, the last complete checkpoint stays
+            self.status = "interrupted"
+        else:
+            self.status = "failed"
+            self.p.progress.summary["error"] = one_line(failure)
+
+    def close(self) -> None:
+        """The final checkpoint (``keeps_final_checkpoint``), summary.json, and the parts shut down."""
+        if self.closed:
+            return
+        self.closed = True
+        p, summary = self.p, self.p.progress.summary
+        self.bar.close()
+        if keeps_final_checkpoint(p, self.error):
+            save_final_checkpoint(p, self.seconds())
+        summary["status"] = self.status
         summary["frames"] = p.collector.frames
         summary["checkpoint_frames"] = p.checkpoint_frames
-        summary["seconds"] = seconds()
+        summary["seconds"] = self.seconds()
         summary["frames_per_second"] = summary["frames"] / max(summary["seconds"], 1e-9)
-        summary.update({f"seconds_{name}": value for name, value in phases.seconds.items()})
+        summary.update({f"seconds_{name}": value for name, value in self.phases.seconds.items()})
         (p.run_dir / SUMMARY_FILE).write_text(strict_json(summary))
-        p.close(exit_code=0 if status in ("finished", "solved") else 1)
-    return summary
+        p.close(exit_code=0 if self.status in ("finished", "solved") else 1)
 
 
 class Phases:
@@ -274,7 +311,12 @@ def check_finite(p: Pipeline, metrics: dict, frames: int, batch: TensorDictBase 
 
 @torch.no_grad()
 def policy_outputs_finite(policy, batch: TensorDictBase, steps: int = 8) -> bool:
-    """Whether the policy's floating outputs on a few of the batch's steps are finite."""
+    """Whether the policy's floating outputs on a few of the batch's steps are finite (a
+    policy with an ``outputs_finite(batch)`` method answers itself: a member of a batched
+    sweep, whose sweep probes every member at once)."""
+    probe = getattr(policy, "outputs_finite", None)
+    if callable(probe):
+        return probe(batch)
     inputs = batch.reshape(-1)[:steps].exclude("next").clone()
     for key in ("action", "action_log_prob", "state_value", "action_value"):
         inputs.pop(key, None)

@@ -1,0 +1,32 @@
+"""``hydra/launcher=batched`` (rlcollect/conf/hydra/launcher/batched.yaml). Hydra takes
+launchers from the hydra_plugins namespace only: the class lives here, its work in
+rlcollect.sweeps.launcher (docs/sweeps.md)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from hydra.core.utils import JobReturn
+from hydra.plugins.launcher import Launcher
+
+
+class BatchedLauncher(Launcher):
+    """Trains the jobs of a sweep that differ only in ``seed`` as the members of one
+    batched model in this process; ``max_members`` caps the members of one model (a
+    larger group is cut in groups of at most that many; None: no cap)."""
+
+    def __init__(self, max_members: int | None = None) -> None:
+        super().__init__()
+        if max_members is not None and max_members < 1:
+            from rlcollect.errors import ConfigError
+
+            raise ConfigError(f"hydra.launcher.max_members must be >= 1 or null, got {max_members}")
+        self.max_members = max_members
+        self.config = self.hydra_context = self.task_function = None
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        from rlcollect.sweeps.launcher import launch
+
+        return launch(self, job_overrides, initial_job_idx)

@@ -1,0 +1,236 @@
+"""The S members of a batched sweep as one policy and one learner (docs/sweeps.md).
+
+Layout: the env of a batched sweep has S x P rows, member ``m``'s P envs in rows
+``m * P ... m * P + P - 1``, so every batch ``[S * P, T]`` splits into the members' own
+``[P, T]`` batches along its first dim (``unflatten(0, (S, P))``), with no copy.
+
+    MemberPolicy        the collector's policy: splits the rows, runs the stacked
+                        ActorCritic (stacking.py), joins them again
+    MemberPPO           PPO on stacked parameters: every member's own advantage
+                        normalisation, minibatch permutation, loss, gradient clipping and
+                        Adam state (Adam is elementwise, so one Adam over the stack is S);
+                        its losses are summed, which leaves each member's gradient its own
+    MemberPPOLearner    the Learner contract for the sweep's loop; per member metrics
+    MemberRewardScaler  normalize_reward with each member's own return statistics
+"""
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictModuleBase
+
+from rlcollect.algos.learners import Learner
+from rlcollect.algos.ppo import PPO
+from rlcollect.algos.reward_scaling import RewardScaler
+from rlcollect.buffers.rollout import RolloutBuffer, transition_view
+from rlcollect.modules.encoders import RunningNorm
+from rlcollect.sweeps.stacking import member_state_dict
+
+
+class MemberPolicy(TensorDictModuleBase):
+    """The stacked ActorCritic ``stacked`` of ``members`` members as a policy over
+    ``[S * P, ...]`` tensordicts (the sweep's env rows), and, for the learner,
+    ``state_value`` on such rows and ``evaluate`` on ``[S, N]`` minibatches."""
+
+    def __init__(self, stacked, members: int) -> None:
+        super().__init__()
+        self.stacked, self.members = stacked, members
+        self.observation_key = stacked.observation_key
+        self.in_keys, self.out_keys = list(stacked.in_keys), list(stacked.out_keys)
+
+    def split(self, value: torch.Tensor) -> torch.Tensor:
+        return value.unflatten(0, (self.members, -1))
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        observation = self.split(tensordict.get(self.observation_key))
+        rows = TensorDict({self.observation_key: observation}, batch_size=observation.shape[:2],
+                          device=tensordict.device)
+        self.stacked(rows)
+        for key in self.out_keys:
+            tensordict.set(key, rows.get(key).flatten(0, 1))
+        return tensordict
+
+    def state_value(self, tensordict: TensorDictBase) -> torch.Tensor:
+        return self.stacked.value(self.split(tensordict.get(self.observation_key))).flatten(0, 1)
+
+    def evaluate(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log_prob, entropy, value), each ``[S, N]``, of a minibatch ``[S, N]``."""
+        return self.stacked.evaluate(tensordict)
+
+    @property
+    def obs_norm(self):
+        return getattr(self.stacked, "obs_norm", None)
+
+
+class MemberRewardScaler(RewardScaler):
+    """RewardScaler for the sweep's ``[S * P, T]`` rows: the discounted returns of every
+    row as one (elementwise), the return statistics and the scale each member's own."""
+
+    def __init__(self, gamma: float, members: int, eps: float = 1e-8, clip: float = 10.0) -> None:
+        super().__init__(gamma, eps, clip)
+        self.members = [RunningNorm(()) for _ in range(members)]
+
+    @torch.no_grad()
+    def __call__(self, reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
+        returns = self.discounted_returns(reward, done).unflatten(0, (len(self.members), -1))
+        rewards = reward.unflatten(0, (len(self.members), -1))
+        scaled = []
+        for stats, member_returns, member_rewards in zip(self.members, returns, rewards):
+            stats.update(member_returns)
+            scaled.append(self.scale(member_rewards, stats))
+        return torch.cat(scaled)
+
+    def member_state_dict(self, member: int) -> dict:
+        """Member ``member``'s state as its solo run's RewardScaler holds it."""
+        rows = None if self.returns is None else self.returns.unflatten(0, (len(self.members), -1))[member]
+        return {"stats": self.members[member].state_dict(),
+                "returns": torch.zeros(0, dtype=torch.float64) if rows is None else rows.clone()}
+
+
+class MemberPPO(PPO):
+    """PPO (rlcollect.PPO, its arguments) for a MemberPolicy: each member updated exactly
+    as its solo run's PPO would update it, the members side by side. ``active[m]`` False
+    (``freeze``) keeps member m's parameters as they are from then on."""
+
+    def __init__(self, actor_critic: MemberPolicy, **ppo_options) -> None:
+        normalize_reward = ppo_options.pop("normalize_reward", False)
+        super().__init__(actor_critic, **ppo_options)
+        self.members = actor_critic.members
+        if self.members > 1:  # Adam's multi-tensor form: the same arithmetic per element, a fraction of the calls
+            self.optimizer = torch.optim.Adam(actor_critic.parameters(), lr=self.lr, eps=1e-5, foreach=True)
+        if normalize_reward:
+            self.reward_scaler = MemberRewardScaler(self.gamma, self.members)
+        self.active = torch.ones(self.members, device=next(actor_critic.parameters()).device)
+        self._frozen: dict[int, list[torch.Tensor]] = {}
+
+    @torch.no_grad()
+    def freeze(self, member: int) -> None:
+        """Member ``member`` stops learning: its parameters stay as they are now."""
+        self.active[member] = 0.0
+        self._frozen[member] = [parameter[member].clone() for parameter in self.actor_critic.parameters()]
+
+    def update(self, buffer: RolloutBuffer, frames: int) -> list[dict[str, float]]:
+        """PPO.update for every member: a list of each member's mean losses."""
+        progress = min(frames / self.total_frames, 1.0) if self.total_frames > 0 else 0.0
+        remaining = 1.0 - progress
+        lr = self.lr * remaining if self.anneal_lr else self.lr
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        clip = self.clip_epsilon * remaining if self.anneal_clip else self.clip_epsilon
+        self.compute_advantages(buffer)
+        transitions = buffer.get(flatten=False)  # [S * P, T]: member m's flat steps are row m of [S, P * T]
+        flat = transitions.reshape(-1)
+        steps_per_member = flat.shape[0] // self.members
+        offsets = torch.arange(self.members, device=flat.device).unsqueeze(1) * steps_per_member
+        totals: dict[str, torch.Tensor] = {}
+        steps = 0
+        for _ in range(self.epochs):
+            # each member's own permutation, drawn in member order (one member: the solo run's draw)
+            order = torch.stack([torch.randperm(steps_per_member, device=flat.device) for _ in range(self.members)])
+            for start in range(0, steps_per_member, self.minibatch_size):
+                index = order[:, start:start + self.minibatch_size]
+                minibatch = flat[(index + offsets).reshape(-1)].reshape(self.members, index.shape[1])
+                for key, value in self._minibatch_step(minibatch, clip).items():
+                    totals[key] = totals[key] + value if key in totals else value
+                steps += 1
+        values = {key: value.tolist() for key, value in totals.items()}  # one sync per update
+        return [{**{key: value[member] / steps for key, value in values.items()}, "lr": lr}
+                for member in range(self.members)]
+
+    def _minibatch_step(self, minibatch, clip: float) -> dict[str, torch.Tensor]:
+        log_prob, entropy, value = self.actor_critic.evaluate(minibatch)
+        advantage = minibatch.get("advantage")
+        if self.normalize_advantage and advantage.shape[1] > 1:
+            advantage = (advantage - advantage.mean(1, keepdim=True)) / (advantage.std(1, keepdim=True) + 1e-8)
+        log_ratio = log_prob - minibatch.get("action_log_prob")
+        ratio = log_ratio.exp()
+        loss_policy = -torch.min(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage).mean(1)
+        loss_value = 0.5 * (value - minibatch.get("value_target")).pow(2).mean(1)
+        entropy_mean = entropy.mean(1)
+        loss = loss_policy + self.value_coef * loss_value - self.entropy_coef * entropy_mean
+        self.optimizer.zero_grad(set_to_none=True)
+        (loss * self.active).sum().backward()  # each member's parameters get their own loss's gradient
+        parameters = list(self.actor_critic.parameters())
+        clip_member_grad_norms(parameters, self.max_grad_norm, self.members)
+        self.optimizer.step()
+        self._restore_frozen(parameters)
+        with torch.no_grad():
+            return {"loss_policy": loss_policy.detach(), "loss_value": loss_value.detach(),
+                    "entropy": entropy_mean.detach(), "approx_kl": ((ratio - 1) - log_ratio).mean(1),
+                    "clip_fraction": ((ratio - 1).abs() > clip).to(ratio.dtype).mean(1)}
+
+    @torch.no_grad()
+    def _restore_frozen(self, parameters: list[torch.Tensor]) -> None:
+        for member, saved in self._frozen.items():
+            for parameter, value in zip(parameters, saved):
+                parameter[member].copy_(value)
+
+    def member_state_dict(self, member: int, solo_parameters: list[torch.Tensor]) -> dict:
+        """Member ``member``'s PPO state as its solo run's PPO.state_dict() holds it: the
+        Adam moments of its slice of each parameter, in the solo parameters' shapes."""
+        stacked = self.optimizer.state_dict()
+        state = {}
+        for index, entry in stacked["state"].items():
+            shape = solo_parameters[index].shape
+            state[index] = {key: value if key == "step" else value[member].reshape(shape).clone()
+                            for key, value in entry.items()}
+        ppo = {"optimizer": {"state": state, "param_groups": [dict(group) for group in stacked["param_groups"]]}}
+        if self.reward_scaler is not None:
+            ppo["reward_scaler"] = self.reward_scaler.member_state_dict(member)
+        return ppo
+
+
+@torch.no_grad()
+def clip_member_grad_norms(parameters: list[torch.Tensor], max_norm: float, members: int) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` for each member alone: member m's gradients
+    (row m of every parameter's) scaled by ``min(1, max_norm / (their total norm + 1e-6))``.
+    Returns the members' total norms ``[S]``."""
+    grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
+    norms = torch.stack([torch.linalg.vector_norm(grad.reshape(members, -1), 2.0, dim=1) for grad in grads])
+    total = torch.linalg.vector_norm(norms, 2.0, dim=0)
+    coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for grad in grads:
+        grad.mul_(coefficient.reshape(members, *([1] * (grad.dim() - 1))))
+    return total
+
+
+class MemberPPOLearner(Learner):
+    """PPOLearner for the members of a batched sweep: ``learn`` updates them all and
+    returns a list of each member's metrics (the sweep's loop hands member m its own).
+
+    Args:
+        policy: the MemberPolicy.
+        buffer: the RolloutBuffer ``[S * P, T + 1]`` of the sweep's batches.
+        total_frames: one member's frames (what the annealing runs over).
+        **ppo_options: PPO's own arguments.
+    """
+
+    def __init__(self, policy: MemberPolicy, buffer: RolloutBuffer, *, total_frames: int = -1,
+                 **ppo_options) -> None:
+        self.ppo, self.buffer = MemberPPO(policy, total_frames=total_frames, **ppo_options), buffer
+        self.members = policy.members
+
+    def learn(self, batch: TensorDictBase | None, frames: int) -> list[dict[str, float]]:
+        """``frames``: one member's frames so far."""
+        self.buffer.add(batch if batch is self.buffer.rollout else
+                        batch.reshape(self.buffer.num_envs, self.buffer.rollout_len))
+        metrics = self.ppo.update(self.buffer, frames)
+        norm = self.ppo.actor_critic.obs_norm
+        if norm is not None:  # after the update, as PPOLearner: each member folds in its own rows
+            norm.update(self.ppo.actor_critic.split(transition_view(self.buffer.rollout).get("observation")))
+        return metrics
+
+    def member_state_dict(self, member: int, solo_policy: torch.nn.Module) -> dict:
+        """Member ``member``'s learner state as its solo run's PPOLearner saves it."""
+        return {"ppo": self.ppo.member_state_dict(member, list(solo_policy.parameters()))}
+
+    def state_dict(self) -> dict:
+        return {"ppo": self.ppo.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ppo.load_state_dict(state["ppo"])
+
+
+def member_policy_state(policy: MemberPolicy, solo: torch.nn.Module, member: int) -> dict:
+    """Member ``member``'s policy state dict in the solo policy's shapes."""
+    return member_state_dict(policy.stacked.state_dict(), solo, member)

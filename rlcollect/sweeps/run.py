@@ -1,0 +1,410 @@
+"""A batched sweep: S members built as one stacked policy, one collector, one learner and
+one evaluator (``build_sweep``), trained together, each member a normal run in its own
+folder (``Sweep.run``; docs/sweeps.md).
+
+Every member gets a Pipeline of its own, whose collector, learner, evaluator and policy
+are views of its share of the shared parts, and is driven by the training loop's own
+``Session``: its metrics, evaluations, best.pt, checkpoints (in its solo run's shapes, so
+``rlcollect eval``, ``export`` and ``resume=`` read them as a solo run's), summary.json and
+W&B run are those of a solo run. A member that is solved, diverges or finds a non-finite
+env value stops there (its parameters frozen from then on) while the others go on.
+"""
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+from tqdm import tqdm
+
+from rlcollect.algos.learners import Learner, PPOLearner
+from rlcollect.collectors.evaluation import EvalCollector, EvalResult
+from rlcollect.collectors.single import Collector
+from rlcollect.config import eval_every_frames
+from rlcollect.errors import ConfigError
+from rlcollect.logging.run_logger import episode_tracker
+from rlcollect.logging.runs import solved_threshold
+from rlcollect.modules.actor_critic import ActorCritic
+from rlcollect.pipeline.builders import (
+    discount,
+    make_collector,
+    make_env,
+    make_learner,
+    make_logger,
+    make_policy,
+    probe_spaces,
+)
+from rlcollect.pipeline.checks import check_config, collector_name, warn_combination
+from rlcollect.pipeline.lifecycle import Pipeline
+from rlcollect.pipeline.loop import Session, collected
+from rlcollect.pipeline.progress import Progress
+from rlcollect.pipeline.targets import target_class
+from rlcollect.seeding import eval_seed, member_env_seeds
+from rlcollect.sweeps.members import MemberPolicy, MemberPPOLearner
+from rlcollect.sweeps.stacking import MemberRunningNorm, member_state_dict, stack_modules
+
+log = logging.getLogger(__name__)
+
+MEMBER_LEARNER = f"{MemberPPOLearner.__module__}.{MemberPPOLearner.__name__}"
+PROBE_STEPS = 8  # the steps of each member's batch its policy's outputs are checked on (as a solo run's)
+SEED_KEYS = ("seed",)  # what may differ between the members of one batched sweep
+PER_ENV_SEED_BACKENDS = ("list", "sync", "async")  # backends that seed each env on its own (a list of seeds)
+
+
+# ---------------------------------------------------------------------------- what can batch
+def batch_refusal(cfg: DictConfig) -> str | None:
+    """Why runs of ``cfg`` cannot be members of a batched sweep (None: they can)."""
+    if target_class(cfg.algo, "algo") is not PPOLearner:
+        return f"algo={cfg.algo.get('name', '?')}: a batched sweep trains PPO (algo=ppo)"
+    if target_class(cfg.model, "model") is not ActorCritic:
+        return "model: a batched sweep stacks the MLP ActorCritic (model=actor_critic)"
+    if target_class(cfg.collector, "collector") is not Collector:
+        return f"collector={collector_name(cfg)}: a batched sweep collects with collector=sync"
+    if cfg.collector.get("reset_policy", "immediate") != "immediate":
+        return "collector.reset_policy=wait: a batched sweep steps every env at every step (reset_policy=immediate)"
+    if cfg.eval.get("max_trajectories") is not None:
+        return "eval.max_trajectories: a batched sweep evaluates one episode per eval env (eval.max_trajectories=null)"
+    if cfg.eval.get("video"):
+        return "eval.video: a batched sweep records no evaluation video"
+    if cfg.env.backend not in (*PER_ENV_SEED_BACKENDS, "torch"):
+        return f"env.backend={cfg.env.backend}: a batched sweep seeds each env itself (env.backend=list, sync or async)"
+    return None
+
+
+def without_seed(cfg: DictConfig) -> dict:
+    """``cfg`` as plain containers, without the keys members may differ in."""
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    for key in SEED_KEYS:
+        plain.pop(key, None)
+    return plain
+
+
+def check_sweep(cfgs: list[DictConfig]) -> None:
+    """A ConfigError unless ``cfgs`` can train as the members of one batched sweep."""
+    refusal = batch_refusal(cfgs[0])
+    if refusal is not None:
+        raise ConfigError(refusal)
+    first = without_seed(cfgs[0])
+    for cfg in cfgs[1:]:
+        if without_seed(cfg) != first:
+            raise ConfigError("the members of a batched sweep differ only in seed (hydra/launcher=batched groups "
+                              "the jobs that do)")
+    seeds = [cfg.seed for cfg in cfgs]
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seed: the members of a batched sweep need distinct seeds, got {seeds}")
+
+
+# ---------------------------------------------------------------------------- the members' views
+class MemberModule(nn.Module):
+    """Member ``member`` of the stacked policy, seen as its solo policy: its parameters (views
+    of its rows), its state dict in the solo shapes, and its forward pass."""
+
+    def __init__(self, sweep: "Sweep", solo: nn.Module, member: int) -> None:
+        super().__init__()
+        self._sweep, self._policy, self._member = sweep, sweep.policy, member
+        self._solo = [solo]  # not a submodule: its own weights are never used
+
+    def parameters(self, recurse: bool = True):
+        return (parameter[self._member] for parameter in self._policy.stacked.parameters())
+
+    def state_dict(self, *args, **kwargs) -> dict:
+        return member_state_dict(self._policy.stacked.state_dict(), self._solo[0], self._member)
+
+    def outputs_finite(self, batch: TensorDictBase) -> bool:
+        """Whether this member's outputs on a few of its batch's steps are finite (the
+        sweep's one probe of every member, ``Sweep.outputs_finite``)."""
+        return self._sweep.outputs_finite()[self._member]
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        solo = self._solo[0]
+        shapes = {key: value.shape for key, value in solo.state_dict().items()}
+        state = {key: value[self._member].reshape(shapes[key])
+                 for key, value in self._policy.stacked.state_dict(keep_vars=True).items()}
+        return torch.func.functional_call(solo, state, (tensordict,))
+
+
+class MemberCollector:
+    """Member ``member``'s share of the shared collector: its frames, its episodes."""
+
+    background = False
+
+    def __init__(self, sweep: "Sweep", member: int) -> None:
+        self.sweep, self.member = sweep, member
+        self.total_frames = sweep.cfgs[member].total_frames
+        self.frames_per_batch = sweep.collector.frames_per_batch // sweep.members
+
+    @property
+    def frames(self) -> int:
+        return self.sweep.collector.frames // self.sweep.members
+
+    def hook_results(self) -> list:
+        return [episodes[self.member] for episodes in self.sweep.hook_results]
+
+    def pop_worker_restarts(self) -> list:
+        return []
+
+    def update_policy_weights_(self) -> None:
+        pass  # the sweep's collector gets the weights once per batch, for every member
+
+    def state_dict(self) -> dict:
+        return {**self.sweep.collector.state_dict(), "frames": self.frames}
+
+    def shutdown(self) -> None:
+        pass
+
+
+class MemberLearner(Learner):
+    """Member ``member``'s share of the sweep's learner: its metrics of the batch's update,
+    its state as its solo run's PPOLearner saves it."""
+
+    def __init__(self, sweep: "Sweep", member: int) -> None:
+        self.sweep, self.member = sweep, member
+
+    def learn(self, batch, frames: int) -> dict[str, float]:
+        return self.sweep.metrics[self.member]
+
+    def state_dict(self) -> dict:
+        return self.sweep.learner.member_state_dict(self.member, self.sweep.solo)
+
+    def load_state_dict(self, state: dict) -> None:
+        raise NotImplementedError("a member of a batched sweep resumes as a solo run (rlcollect train resume=<folder>)")
+
+
+class MemberEvaluator:
+    """Member ``member``'s episodes of the sweep's evaluation at the current frame."""
+
+    def __init__(self, sweep: "Sweep", member: int) -> None:
+        self.sweep, self.member = sweep, member
+
+    def evaluate(self) -> EvalResult:
+        return self.sweep.evaluation()[self.member]
+
+    def shutdown(self) -> None:
+        pass
+
+
+class MemberEpisodeHook:
+    """The sweep collector's post-collect hook: each member's completed episodes, from its
+    own rows (a list of S lists of TrajectoryInfo per batch)."""
+
+    def __init__(self, members: int, gamma: float, info_keys) -> None:
+        self.trackers = [episode_tracker(gamma, info_keys) for _ in range(members)]
+
+    def __call__(self, batch: TensorDictBase) -> list[list]:
+        rows = batch.shape[0] // len(self.trackers)
+        return [tracker.infos(batch[member * rows:(member + 1) * rows])
+                for member, tracker in enumerate(self.trackers)]
+
+
+def split_evaluation(result: EvalResult, members: int, envs_per_member: int) -> list[EvalResult]:
+    """Each member's part of an evaluation of all members' eval envs (one episode per env)."""
+    parts = []
+    for member in range(members):
+        mine = [index for index, env in enumerate(result.envs) if env // envs_per_member == member]
+        parts.append(EvalResult(returns=[result.returns[i] for i in mine], lengths=[result.lengths[i] for i in mine],
+                                trajectories=[result.trajectories[i] for i in mine], cut=envs_per_member - len(mine),
+                                envs=[result.envs[i] - member * envs_per_member for i in mine]))
+    return parts
+
+
+# ---------------------------------------------------------------------------- the sweep
+@dataclass
+class Sweep:
+    """The shared parts of a batched sweep and its members' pipelines (``build_sweep``)."""
+
+    cfgs: list[DictConfig]
+    policy: MemberPolicy
+    solo: nn.Module  # member 0's solo policy: the shapes a member's state is saved in
+    collector: Collector
+    learner: MemberPPOLearner
+    evaluator: EvalCollector
+    envs_per_member: int
+    pipelines: list[Pipeline] = field(default_factory=list)
+    metrics: list[dict] = field(default_factory=list)  # the last update's, member by member
+    hook_results: list = field(default_factory=list)  # the last batch's episodes, [batch][member]
+    errors: dict[int, tuple[BaseException, str]] = field(default_factory=dict)  # a failed member's error, traceback
+    batch: TensorDictBase | None = None  # the batch being learnt from
+    _evaluated: tuple[int, list[EvalResult]] | None = None
+    _probed: tuple[int, list[bool]] | None = None
+
+    @property
+    def members(self) -> int:
+        return len(self.cfgs)
+
+    def evaluation(self) -> list[EvalResult]:
+        """Every member's evaluation at the current frame: one evaluation of all members'
+        eval envs, run for the first member that asks."""
+        frames = self.collector.frames
+        if self._evaluated is None or self._evaluated[0] != frames:
+            self._evaluated = (frames, split_evaluation(self.evaluator.evaluate(), self.members,
+                                                        self.evaluator.num_envs // self.members))
+        return self._evaluated[1]
+
+    @torch.no_grad()
+    def outputs_finite(self) -> list[bool]:
+        """Whether each member's policy outputs on the first few steps of its rows of the
+        current batch are finite (as ``policy_outputs_finite`` probes a solo run's policy):
+        one forward pass of the stacked policy, without moving the RNG streams."""
+        frames = self.collector.frames
+        if self._probed is None or self._probed[0] != frames:
+            observation = self.batch.get("observation")
+            steps = observation.unflatten(0, (self.members, -1)).flatten(1, 2)[:, :PROBE_STEPS]
+            probe = TensorDict({"observation": steps.flatten(0, 1)}, batch_size=[steps.shape[0] * steps.shape[1]])
+            cuda = [steps.device.index or 0] if steps.device.type == "cuda" else []
+            with torch.random.fork_rng(devices=cuda):
+                outputs = self.policy(probe)
+            finite = torch.ones(self.members, dtype=torch.bool, device=steps.device)
+            for key in self.policy.out_keys:
+                value = outputs.get(key)
+                if value.is_floating_point():
+                    finite &= torch.isfinite(value.reshape(self.members, -1)).all(1)
+            self._probed = (frames, finite.tolist())
+        return self._probed[1]
+
+    def member_batch(self, batch: TensorDictBase, member: int) -> TensorDictBase:
+        rows = self.envs_per_member
+        return batch if self.members == 1 else batch[member * rows:(member + 1) * rows]
+
+    @torch.no_grad()
+    def stop_member(self, member: int, failed: bool) -> None:
+        """Member ``member`` learns no more; a failed one's parameters are zeroed first (its
+        envs go on stepping with finite actions, unread)."""
+        if failed:
+            for parameter in self.policy.stacked.parameters():
+                parameter[member].zero_()
+            for module in self.policy.stacked.modules():
+                if isinstance(module, MemberRunningNorm):
+                    module.running_mean[member].zero_()
+                    module.running_var[member].fill_(1.0)
+        self.learner.ppo.freeze(member)
+
+    def run(self, stop: threading.Event | None = None) -> list[dict]:
+        """Train every member until each is solved, finished, failed or stopped; returns
+        their summaries (each also in its folder's summary.json)."""
+        sessions = [Session(pipeline, stop, bar=False) for pipeline in self.pipelines]
+        active = list(range(self.members))
+        cfg = self.cfgs[0]
+        bar = tqdm(total=cfg.total_frames, unit="frame", desc=f"{self.members} members",
+                   disable=not cfg.progress, dynamic_ncols=True)
+        shared = SimpleNamespace(collector=self.collector, learner=self.learner, background=False)
+        try:
+            for member in list(active):
+                self._step(sessions, active, member, sessions[member].open)
+            for batch, frames in collected(shared):
+                member_frames = frames // self.members
+                self.hook_results = self.collector.hook_results()
+                self.metrics = self.learner.learn(batch, member_frames)
+                self.batch = batch
+                for member in list(active):
+                    self._step(sessions, active, member, sessions[member].after_batch,
+                               self.member_batch(batch, member), member_frames)
+                self.collector.update_policy_weights_()
+                bar.update(member_frames - bar.n)
+                bar.set_postfix(active=len(active))
+                if not active:
+                    break
+        except BaseException as failure:  # the shared parts failed (an env, the collector): every member did
+            for member in active:
+                sessions[member].failed(failure)
+                self.errors[member] = (failure, traceback.format_exc())
+            raise
+        finally:
+            bar.close()
+            for session in sessions:
+                session.close()
+            self.shutdown()
+        return [pipeline.progress.summary for pipeline in self.pipelines]
+
+    def _step(self, sessions: list[Session], active: list[int], member: int, step, *args) -> None:
+        """Run one member's ``step``; a member that ends there (True) or fails stops alone."""
+        try:
+            ended = step(*args)
+        except Exception as error:
+            sessions[member].failed(error)
+            self.errors[member] = (error, traceback.format_exc())
+            ended = True
+        if ended:
+            active.remove(member)
+            self.stop_member(member, failed=member in self.errors)
+            sessions[member].close()
+
+    def shutdown(self) -> None:
+        self.collector.shutdown()
+        self.evaluator.shutdown()
+
+
+def shared_config(cfg: DictConfig, members: int) -> DictConfig:
+    """The config the shared parts are built from: ``members`` times the frames per batch,
+    the member learner."""
+    shared = copy.deepcopy(cfg)
+    OmegaConf.set_struct(shared, False)
+    shared.collector.frames_per_batch = cfg.collector.frames_per_batch * members
+    shared.algo._target_ = MEMBER_LEARNER
+    return shared
+
+
+def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict]) -> Sweep:
+    """Check, seed and build a batched sweep of ``cfgs`` (one config per member, differing
+    in seed only), member m in ``run_dirs[m]`` with W&B names ``names[m]`` (name, group,
+    job_type). Member m's policy is initialised as its solo run's (torch seeded with its
+    seed), and its envs are seeded as its solo run's. No file is written before
+    ``Sweep.run`` opens the members' folders."""
+    check_sweep(cfgs)
+    for cfg in cfgs:
+        check_config(cfg)
+    cfg, members = cfgs[0], len(cfgs)
+    torch.set_num_threads(cfg.torch_threads)
+    solos = []
+    for index, member_cfg in enumerate(cfgs):
+        torch.manual_seed(member_cfg.seed)
+        if index == 0:
+            observation_space, action_space = probe_spaces(cfg)
+        solos.append(make_policy(member_cfg, observation_space, action_space))
+    warn_combination(cfg)
+    policy = MemberPolicy(stack_modules(solos), members)
+    envs_per_member = cfg.env.num_envs or 1
+    seeds = [member_cfg.seed for member_cfg in cfgs]
+    per_env = cfg.env.backend in PER_ENV_SEED_BACKENDS
+    shared = shared_config(cfg, members)
+    built: list = []
+    loggers = []
+    try:
+        collector = make_collector(
+            shared, policy, run_dirs[0], total_frames=cfg.total_frames * members, num_envs=members * envs_per_member,
+            seed=member_env_seeds(seeds, envs_per_member) if per_env else seeds[0],
+            post_collect_hook=MemberEpisodeHook(members, discount(cfg), list(cfg.env.info_keys)))
+        built.append(collector)
+        learner = make_learner(shared, policy, collector, observation_space, action_space)
+        eval_seeds = [eval_seed(seed) for seed in seeds]
+        evaluator = EvalCollector(
+            make_env(cfg, num_envs=members * cfg.eval.episodes,
+                     seed=member_env_seeds(eval_seeds, cfg.eval.episodes) if per_env else eval_seeds[0]),
+            policy, eval_max_steps=None if cfg.eval.max_steps is None else members * cfg.eval.max_steps,
+            gamma=discount(cfg))
+        built.append(evaluator)
+        sweep = Sweep(list(cfgs), policy, solos[0], collector, learner, evaluator, envs_per_member)
+        for member, (member_cfg, run_dir, member_names) in enumerate(zip(cfgs, run_dirs, names)):
+            logger = make_logger(member_cfg, Path(run_dir), **member_names)
+            loggers.append(logger)
+            progress = Progress.start(env_id=cfg.env.id, solved_return=solved_threshold(cfg.env.id,
+                                                                                        cfg.env.solved_return),
+                                      eval_every_frames=eval_every_frames(cfg),
+                                      checkpoint_every_frames=cfg.checkpoint_every_frames)
+            sweep.pipelines.append(Pipeline(
+                member_cfg, Path(run_dir), MemberModule(sweep, solos[0], member), MemberCollector(sweep, member),
+                MemberLearner(sweep, member), MemberEvaluator(sweep, member), logger, progress, names=member_names))
+    except BaseException:
+        for part in reversed(built):
+            part.shutdown()
+        for logger in loggers:
+            logger.close(exit_code=1)
+        raise
+    return sweep

@@ -1,0 +1,139 @@
+"""S copies of one policy as one module: every parameter gets a leading member dim
+(docs/sweeps.md, "How members are stacked").
+
+``stack_modules([policy_0, ..., policy_S-1])`` (S modules of one architecture, each
+initialised as its solo run initialises it) returns one module of that architecture that
+reads inputs ``[S, N, ...]``, member ``m`` computing on row ``m`` with its own weights:
+
+    nn.Linear         -> StackedLinear: weight [S, out, in], bias [S, out] (one batched
+                         matmul; with S = 1 the very nn.Linear call, so bit-equal)
+    RunningNorm       -> MemberRunningNorm: statistics [S, 1, *shape], each member folding in
+                         its own rows
+    other parameters  -> [S, 1, *shape] (e.g. a Gaussian's log-std [A]: broadcast over N)
+    and buffers
+
+Other layers with weights (convolutions, recurrent cells, layer norms) are refused: the
+members stack MLP policies. ``member_state_dict(stacked_state, solo_module, m)`` is member
+m's state in the solo module's shapes (what its run folder's checkpoints hold), and
+``load_member_state`` the reverse.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from rlcollect.errors import ConfigError
+from rlcollect.modules.encoders import RunningNorm
+
+# modules without weights of their own, which work on any leading dims as they are
+SHAPE_AGNOSTIC = (nn.Sequential, nn.Tanh, nn.ReLU, nn.ELU, nn.Identity, nn.Flatten)
+
+
+class StackedLinear(nn.Module):
+    """S linear layers of one shape: ``x [S, ..., in] -> [S, ..., out]``, member m's rows
+    through member m's weight ``[out, in]`` and bias ``[out]``."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight)
+        self.bias = None if bias is None else nn.Parameter(bias)
+        self.members = weight.shape[0]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.weight, self.bias
+        if self.members == 1:  # the solo layer's own call: a run of one member is bit-equal to its solo run
+            return F.linear(x[0], weight[0], None if bias is None else bias[0]).unsqueeze(0)
+        rows = x.reshape(self.members, -1, x.shape[-1])
+        out = torch.bmm(rows, weight.transpose(1, 2)) if bias is None else \
+            torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+class MemberRunningNorm(RunningNorm):
+    """RunningNorm with one set of statistics per member (``[S, 1, *shape]``): the forward
+    pass broadcasts over each member's rows, ``update(x [S, ..., *shape])`` folds member
+    m's rows into member m's statistics with RunningNorm's own arithmetic."""
+
+    def __init__(self, norm: RunningNorm, members: Sequence[RunningNorm]) -> None:
+        nn.Module.__init__(self)
+        self.eps, self.clip = norm.eps, norm.clip
+        for name in ("running_mean", "running_var", "count"):
+            self.register_buffer(name, stack_values([getattr(member, name) for member in members]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        members, shape = self.running_mean.shape[0], self.running_mean.shape[2:]
+        return super().forward(x.reshape(members, -1, *shape)).reshape(x.shape)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        shape, members = self.running_mean.shape[2:], self.running_mean.shape[0]
+        x = x.reshape(members, -1, *shape)
+        for member in range(members):
+            solo = RunningNorm.__new__(RunningNorm)  # a view of this member's statistics
+            nn.Module.__init__(solo)
+            solo.eps, solo.clip = self.eps, self.clip
+            solo.running_mean, solo.running_var = self.running_mean[member, 0], self.running_var[member, 0]
+            solo.count = self.count[member, 0]
+            RunningNorm.update(solo, x[member])
+
+
+def stack_values(values: Sequence[torch.Tensor]) -> torch.Tensor:
+    """S tensors of one shape ``[*shape]`` -> ``[S, 1, *shape]`` (broadcast over a member's rows)."""
+    return torch.stack([value.detach() for value in values]).unsqueeze(1).clone()
+
+
+def stack_modules(modules: Sequence[nn.Module]) -> nn.Module:
+    """One module computing as ``modules`` (S copies of one architecture) side by side on
+    inputs ``[S, N, ...]`` (module docstring)."""
+    stacked = copy.deepcopy(modules[0])
+    names = [name for name, _ in stacked.named_modules()]
+    for name in names:
+        module = stacked.get_submodule(name)
+        members = [source.get_submodule(name) for source in modules]
+        if isinstance(module, nn.Linear):
+            replace(stacked, name, StackedLinear(torch.stack([m.weight.detach() for m in members]).clone(),
+                                                 None if module.bias is None else
+                                                 torch.stack([m.bias.detach() for m in members]).clone()))
+        elif isinstance(module, RunningNorm):
+            replace(stacked, name, MemberRunningNorm(module, members))
+    for name, module in stacked.named_modules():
+        if isinstance(module, (StackedLinear, MemberRunningNorm, *SHAPE_AGNOSTIC)):
+            continue
+        if any(True for _ in module.parameters(recurse=False)) or any(True for _ in module.buffers(recurse=False)):
+            if type(module).__module__.startswith("torch.nn"):
+                raise ConfigError(f"a batched sweep stacks MLP policies (Linear layers); the model's "
+                                  f"{name or 'module'!r} is a {type(module).__name__}: run this sweep with the basic "
+                                  "launcher")
+    for name, module in stacked.named_modules():  # the policy's own parameters (e.g. log_std): [S, 1, *shape]
+        if isinstance(module, (StackedLinear, MemberRunningNorm)):
+            continue
+        for key, _ in list(module.named_parameters(recurse=False)):
+            full = f"{name}.{key}" if name else key
+            setattr(module, key, nn.Parameter(stack_values([source.get_parameter(full) for source in modules])))
+        for key, _ in list(module.named_buffers(recurse=False)):
+            full = f"{name}.{key}" if name else key
+            module.register_buffer(key, stack_values([source.get_buffer(full) for source in modules]))
+    return stacked
+
+
+def replace(root: nn.Module, name: str, module: nn.Module) -> None:
+    parent, _, child = name.rpartition(".")
+    setattr(root.get_submodule(parent) if parent else root, child, module)
+
+
+def member_state_dict(stacked_state: dict, solo: nn.Module, member: int) -> dict:
+    """Member ``member``'s entries of a stacked module's state dict, in the shapes of the
+    solo module ``solo`` (the state dict its solo run saves)."""
+    shapes = {key: value.shape for key, value in solo.state_dict().items()}
+    return {key: value[member].reshape(shapes[key]).clone() for key, value in stacked_state.items()}
+
+
+@torch.no_grad()
+def load_member_state(stacked: nn.Module, solo_state: dict, member: int) -> None:
+    """Write a solo module's state dict into member ``member`` of ``stacked``."""
+    for key, value in stacked.state_dict(keep_vars=True).items():
+        value[member].copy_(solo_state[key].reshape(value[member].shape))

@@ -1,0 +1,110 @@
+"""Batched sweeps against one run at a time (docs/sweeps.md, "Figures").
+
+    python scripts/bench_sweeps.py scaling --members 1,2,4,8 --frames 20480
+        one batched sweep of S seeds per S (S members x --frames each), beside one solo run
+        of --frames: wall-clock, frames per second over all members, peak RSS
+    python scripts/bench_sweeps.py solve --seeds 8
+        S seeds of CartPole to solve: the batched sweep, the basic launcher (one job after
+        the other) and joblib with 2 workers, interleaved --repeats times; wall-clock and
+        every job's frames to solve
+
+Every command runs ``rlcollect train`` in a process of its own (logger=none, progress off),
+in a temporary folder; extra overrides follow ``--`` (e.g. ``-- experiment=mujoco_ppo
+env=halfcheetah``). Wall-clock is the process's, start-up included.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+QUIET = ["logger=none", "progress=false"]
+
+
+def run(args: list[str], cwd: Path) -> tuple[float, float]:
+    """Wall-clock seconds and peak RSS (MB) of ``rlcollect train <args>``."""
+    start = time.perf_counter()
+    process = subprocess.Popen([sys.executable, "-m", "rlcollect.cli", "train", *args], cwd=cwd,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"})
+    _, status, usage = os.wait4(process.pid, 0)
+    wall = time.perf_counter() - start
+    stderr = process.stderr.read()
+    process.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"rlcollect train {' '.join(args)} failed:\n{stderr[-2000:]}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def summaries(sweep_dir: Path) -> list[dict]:
+    jobs = sorted(sweep_dir.glob("*/summary.json"), key=lambda path: int(path.parent.name.split("_")[0]))
+    return [json.loads(path.read_text()) for path in jobs]
+
+
+def scaling(options, extra: list[str]) -> None:
+    frames = [f"total_frames={options.frames}", "eval.every_frames=100000000"]
+    print("| members S | wall s | frames/s (all members) | x solo frames/s | peak RSS MB |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as folder:
+        cwd = Path(folder)
+        solo_wall, solo_rss = run([*frames, *QUIET, *extra, "hydra.run.dir=solo"], cwd)
+        solo_fps = options.frames / solo_wall
+        print(f"| solo | {solo_wall:.1f} | {solo_fps:,.0f} | 1.00 | {solo_rss:.0f} |", flush=True)
+        for members in options.members:
+            seeds = ",".join(str(seed) for seed in range(members))
+            wall, rss = run(["--multirun", f"seed={seeds}", "hydra/launcher=batched", *frames, *QUIET, *extra,
+                             f"hydra.sweep.dir=batched{members}"], cwd)
+            fps = members * options.frames / wall
+            print(f"| {members} | {wall:.1f} | {fps:,.0f} | {fps / solo_fps:.2f} | {rss:.0f} |", flush=True)
+
+
+def solve(options, extra: list[str]) -> None:
+    seeds = ",".join(str(seed) for seed in range(options.seeds))
+    ways = {"batched": ["hydra/launcher=batched"], "one by one": [],
+            "joblib x2": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]}
+    walls: dict[str, list[float]] = {way: [] for way in ways}
+    solved: dict[str, list] = {way: [] for way in ways}
+    with tempfile.TemporaryDirectory() as folder:
+        cwd = Path(folder)
+        solo_walls = []
+        for repeat in range(options.repeats):  # interleaved: each way once per round
+            solo_walls.append(run([f"seed={repeat}", *QUIET, *extra, f"hydra.run.dir=solo{repeat}"], cwd)[0])
+            for way, launcher in ways.items():
+                sweep = f"{way.replace(' ', '_')}{repeat}"
+                wall, _ = run(["--multirun", f"seed={seeds}", *launcher, *QUIET, *extra, f"hydra.sweep.dir={sweep}"],
+                              cwd)
+                walls[way].append(wall)
+                solved[way].append([summary.get("frames_to_solve") for summary in summaries(cwd / sweep)])
+                print(f"round {repeat}: {way}: {wall:.1f} s, frames to solve {solved[way][-1]}", flush=True)
+    solo = statistics.median(solo_walls)
+    print(f"\none solo run (seed 0..{options.repeats - 1}): median {solo:.1f} s")
+    print(f"| {options.seeds} seeds | median wall s | x one solo run | frames to solve (every job, round 0) |")
+    print("|---|---|---|---|")
+    for way in ways:
+        wall = statistics.median(walls[way])
+        print(f"| {way} | {wall:.1f} | {wall / solo:.2f} | {solved[way][0]} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    scale = commands.add_parser("scaling")
+    scale.add_argument("--members", type=lambda text: [int(part) for part in text.split(",")], default=[1, 2, 4, 8])
+    scale.add_argument("--frames", type=int, default=20480)
+    solving = commands.add_parser("solve")
+    solving.add_argument("--seeds", type=int, default=8)
+    solving.add_argument("--repeats", type=int, default=1)
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    options = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    (scaling if options.command == "scaling" else solve)(options, extra)
+
+
+if __name__ == "__main__":
+    main()

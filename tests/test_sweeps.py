@@ -1,0 +1,262 @@
+"""Batched sweeps (hydra/launcher=batched, rlcollect.sweeps): the seeds of a sweep trained as
+one stacked model, each member a normal run."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+
+from rlcollect.algos.ppo import PPO
+from rlcollect.buffers.rollout import RolloutBuffer
+from rlcollect.checkpoint import load_checkpoint
+from rlcollect.collectors.evaluation import EvalCollector
+from rlcollect.config import register_configs
+from rlcollect.envs.gym_env import GymEnv
+from rlcollect.errors import ConfigError
+from rlcollect.modules.actor_critic import ActorCritic
+from rlcollect.seeding import member_env_seeds
+from rlcollect.sweeps.members import MemberPolicy, MemberPPO, clip_member_grad_norms
+from rlcollect.sweeps.run import build_sweep, check_sweep
+from rlcollect.sweeps.stacking import StackedLinear, member_state_dict, stack_modules
+
+TINY = ["total_frames=1024", "collector.frames_per_batch=128", "algo.minibatch_size=64", "env.num_envs=4",
+        "eval.every_frames=256", "eval.episodes=2", "algo.epochs=2", "progress=false", "logger=none"]
+TIMING_KEYS = ("time", "_timestamp", "_runtime")
+
+
+def cli(cwd, *args, timeout=300):
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}
+    return subprocess.run([sys.executable, "-m", "rlcollect.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def metric_rows(run_dir: Path) -> list[dict]:
+    """metrics.jsonl without the wall-clock entries."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{key: value for key, value in row.items() if not key.startswith(TIMING_KEYS) and "per_second" not in key}
+            for row in rows]
+
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    folders = [path for path in sweep_dir.iterdir() if path.is_dir()]
+    return sorted(folders, key=lambda path: int(path.name.split("_")[0]))
+
+
+def configs(*overrides_per_member):
+    register_configs()
+    with initialize_config_module("rlcollect.conf", version_base="1.3"):
+        return [compose("train", overrides=list(overrides)) for overrides in overrides_per_member]
+
+
+# ---------------------------------------------------------------------------- the pieces
+def test_an_env_seeded_per_env_starts_each_member_as_its_solo_run():
+    """Rows m * P ... m * P + P - 1 start as a P-env GymEnv seeded with member m's seed."""
+    seeds = member_env_seeds([3, 7], 2)
+    assert seeds == [3, 4, 7, 8]
+    for backend in ("list", "sync"):
+        batched = GymEnv("CartPole-v1", 4, seed=seeds, backend=backend)
+        solos = [GymEnv("CartPole-v1", 2, seed=seed, backend=backend) for seed in (3, 7)]
+        for env in (batched, *solos):
+            env.reset()
+        assert torch.equal(batched.staged["observation"],
+                           torch.cat([solo.staged["observation"] for solo in solos]))
+        for env in (batched, *solos):
+            env.close()
+    with pytest.raises(ValueError, match="one seed per env needs backend 'list', 'sync' or 'async'"):
+        GymEnv("CartPole-v1", 4, seed=seeds, backend="vector").reset()
+
+
+def test_stacked_layers_compute_each_member_with_its_own_weights():
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(3, 5) for _ in range(4)]
+    stacked = stack_modules([torch.nn.Sequential(layer, torch.nn.Tanh()) for layer in layers])
+    assert isinstance(stacked[0], StackedLinear) and stacked[0].weight.shape == (4, 5, 3)
+    x = torch.randn(4, 6, 2, 3)  # [S, N, extra, features]
+    expected = torch.stack([torch.tanh(layer(row)) for layer, row in zip(layers, x)])
+    torch.testing.assert_close(stacked(x), expected)
+    one = stack_modules([torch.nn.Sequential(layers[0])])
+    assert torch.equal(one(x[:1]), layers[0](x[:1]))  # one member: the very nn.Linear call
+    solo = member_state_dict(stacked.state_dict(), torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh()), 2)
+    assert torch.equal(solo["0.weight"], layers[2].weight) and torch.equal(solo["0.bias"], layers[2].bias)
+    with pytest.raises(ConfigError, match="stacks MLP policies"):
+        stack_modules([torch.nn.Conv2d(1, 1, 3)])
+
+
+def test_members_clip_their_gradients_alone():
+    grads = [torch.tensor([[3.0, 4.0], [0.3, 0.4]]), torch.tensor([[0.0], [0.0]])]
+    parameters = [torch.zeros_like(grad, requires_grad=True) for grad in grads]
+    for parameter, grad in zip(parameters, grads):
+        parameter.grad = grad.clone()
+    total = clip_member_grad_norms(parameters, 1.0, 2)
+    torch.testing.assert_close(total, torch.tensor([5.0, 0.5]))
+    torch.testing.assert_close(parameters[0].grad, torch.tensor([[0.6, 0.8], [0.3, 0.4]]), atol=1e-6, rtol=0)
+
+
+def rollout_of(env_id: str, policy, num_envs: int, seeds, steps: int = 32) -> RolloutBuffer:
+    from rlcollect.collectors.single import Collector
+
+    env = GymEnv(env_id, num_envs, seed=seeds)
+    buffer = RolloutBuffer(num_envs, steps, env.observation_space.shape, env.action_space.shape,
+                           observation_dtype=torch.float32, action_dtype=torch.int64)
+    collector = Collector(env, policy, frames_per_batch=num_envs * steps, total_frames=num_envs * steps)
+    buffer.add(next(iter(collector)))
+    collector.shutdown()
+    return buffer
+
+
+def test_three_members_update_as_three_solo_runs():
+    """One minibatch of the whole rollout (the order no longer matters but for rounding):
+    each member's update equals its solo PPO update on its rows."""
+    space, actions = gym.spaces.Box(-5, 5, (4,)), gym.spaces.Discrete(2)
+    options = dict(epochs=2, minibatch_size=4 * 32, total_frames=10_000, max_grad_norm=0.1)
+    solos = []
+    for seed in (0, 1, 2):
+        torch.manual_seed(seed)
+        solos.append(ActorCritic(space, actions))
+    members = MemberPolicy(stack_modules(solos), 3)
+    buffer = rollout_of("CartPole-v1", members, 12, member_env_seeds([0, 1, 2], 4))
+    rows = buffer.rollout
+    member_metrics = MemberPPO(members, **options).update(buffer, 1_000)
+    for member, solo in enumerate(solos):
+        solo_buffer = RolloutBuffer(4, 32, (4,), (), observation_dtype=torch.float32, action_dtype=torch.int64)
+        solo_buffer.rollout.update(rows[member * 4:(member + 1) * 4].clone())
+        solo_buffer.add(solo_buffer.rollout)
+        metrics = PPO(solo, **options).update(solo_buffer, 1_000)
+        for key, value in metrics.items():
+            assert member_metrics[member][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+        state = member_state_dict(members.stacked.state_dict(), solo, member)
+        for key, value in solo.state_dict().items():
+            torch.testing.assert_close(state[key], value, atol=1e-5, rtol=1e-4)
+
+
+def test_an_evaluation_result_names_each_episodes_env():
+    """Env row i's episode is the one a one-env evaluation seeded seed + i plays."""
+    env = GymEnv("CartPole-v1", 3, seed=5)
+    torch.manual_seed(0)
+    policy = ActorCritic(env.observation_space, env.action_space, hidden_sizes=(8,))
+    result = EvalCollector(env, policy).evaluate()
+    assert sorted(result.envs) == [0, 1, 2]
+    for row, length in zip(result.envs, result.lengths):
+        alone = EvalCollector(GymEnv("CartPole-v1", 1, seed=5 + row), policy).evaluate()
+        assert alone.lengths == [length] and alone.envs == [0]
+
+
+# ---------------------------------------------------------------------------- what batches
+def test_only_runs_that_differ_in_seed_batch():
+    same = configs(["seed=0"], ["seed=1"])
+    check_sweep(same)
+    with pytest.raises(ConfigError, match="differ only in seed"):
+        check_sweep(configs(["seed=0"], ["seed=1", "algo.lr=0.000123"]))
+    with pytest.raises(ConfigError, match="distinct seeds"):
+        check_sweep(configs(["seed=0"], ["seed=0"]))
+    with pytest.raises(ConfigError, match="algo=dqn: a batched sweep trains PPO"):
+        check_sweep(configs(["algo=dqn", "seed=0"]))
+    with pytest.raises(ConfigError, match="collector=multisync"):
+        check_sweep(configs(["collector=multisync", "seed=0"]))
+    with pytest.raises(ConfigError, match="env.backend=vector"):
+        check_sweep(configs(["env.backend=vector", "seed=0"]))
+
+
+# ---------------------------------------------------------------------------- from the command line
+@pytest.mark.timeout(300)
+def test_one_member_is_its_solo_run_bit_for_bit(tmp_path):
+    """S = 1: the same metrics, evaluations, summary and checkpoint as the basic launcher's job."""
+    batched = cli(tmp_path, "train", "--multirun", "seed=3", "hydra/launcher=batched", *TINY, "hydra.sweep.dir=b")
+    solo = cli(tmp_path, "train", "--multirun", "seed=3", *TINY, "hydra.sweep.dir=s")
+    assert batched.returncode == 0 and solo.returncode == 0, batched.stderr + solo.stderr
+    [member], [run] = job_dirs(tmp_path / "b"), job_dirs(tmp_path / "s")
+    assert metric_rows(member) == metric_rows(run)
+    assert len(metric_rows(run)) == 8 and "train/loss_value" in metric_rows(run)[-1]
+    summaries = [json.loads((folder / "summary.json").read_text()) for folder in (member, run)]
+    for key in ("status", "frames", "final_eval_return", "best_eval_return", "frames_to_solve", "checkpoint_frames"):
+        assert summaries[0][key] == summaries[1][key], key
+    checkpoints = [load_checkpoint(folder / "checkpoint.pt") for folder in (member, run)]
+    for key, value in checkpoints[1]["policy"].items():
+        assert torch.equal(checkpoints[0]["policy"][key], value), key
+    adam = [checkpoint["learner"]["ppo"]["optimizer"]["state"] for checkpoint in checkpoints]
+    assert all(torch.equal(adam[0][index]["exp_avg_sq"], adam[1][index]["exp_avg_sq"]) for index in adam[1])
+
+
+@pytest.mark.timeout(300)
+def test_members_are_runs_of_their_own_that_eval_resume_and_compare_read(tmp_path):
+    """Three seeds and a DQN job: the seeds train as one model (one line says so), the DQN job
+    alone; each member's folder is a solo run's (config with its seed, metrics, summary,
+    checkpoints in solo shapes); eval, resume of one member alone and compare read them."""
+    result = cli(tmp_path, "train", "--multirun", "seed=0,1,2", "hydra/launcher=batched", *TINY, "hydra.sweep.dir=sw")
+    assert result.returncode == 0, result.stderr
+    assert "jobs #0, #1, #2 train as one batched model of 3 members" in result.stdout + result.stderr
+    members = job_dirs(tmp_path / "sw")
+    assert len(members) == 3
+    returns = []
+    for seed, member in enumerate(members):
+        summary = json.loads((member / "summary.json").read_text())
+        assert summary["status"] == "finished" and summary["frames"] == 1024 and summary["checkpoint_frames"] == 1024
+        assert "seed: %d" % seed in (member / "config.yaml").read_text()
+        rows = metric_rows(member)
+        assert [row["step"] for row in rows if "eval/episode_return" in row] == [256, 512, 768, 1024]
+        checkpoint = load_checkpoint(member / "checkpoint.pt")
+        assert checkpoint["frames"] == 1024 and checkpoint["collector"]["frames"] == 1024
+        assert checkpoint["policy"]["actor.0.weight"].shape == (64, 4)
+        assert checkpoint["policy"]["log_std" if "log_std" in checkpoint["policy"] else "actor.4.bias"].dim() == 1
+        returns.append(summary["final_eval_return"])
+    assert len(set(returns)) > 1  # three seeds, three runs
+    evaluated = cli(tmp_path, "eval", str(members[1]), "--episodes", "2")
+    assert evaluated.returncode == 0, evaluated.stderr
+    resumed = cli(tmp_path, "train", f"resume={members[1]}", "total_frames=1280")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((members[1] / "summary.json").read_text())["frames"] == 1280
+    assert json.loads((members[0] / "summary.json").read_text())["frames"] == 1024
+    compared = cli(tmp_path, "compare", "sw")
+    assert compared.returncode == 0, compared.stderr
+
+
+@pytest.mark.timeout(300)
+def test_jobs_that_cannot_batch_run_one_by_one(tmp_path):
+    result = cli(tmp_path, "train", "--multirun", "seed=0,1", "algo=dqn", "hydra/launcher=batched",
+                 "total_frames=256", "collector.frames_per_batch=64", "env.num_envs=2", "eval.every_frames=256",
+                 "eval.episodes=2", "progress=false", "logger=none", "algo.learning_starts=64",
+                 "hydra.sweep.dir=sw")
+    assert result.returncode == 0, result.stderr
+    assert "run one by one: algo=dqn: a batched sweep trains PPO" in result.stdout + result.stderr
+    assert [json.loads((job / "summary.json").read_text())["status"] for job in job_dirs(tmp_path / "sw")] == \
+        ["finished", "finished"]
+
+
+# ---------------------------------------------------------------------------- a member's failure
+@pytest.mark.timeout(300)
+def test_a_diverged_member_fails_alone_and_the_others_train_as_before(tmp_path):
+    """Member 1's weights made NaN before training: it fails at its first batch (its summary
+    says so), members 0 and 2 collect and train exactly as they do when member 1 is healthy.
+    (Their evaluations after the first may differ: the shared evaluation runs until every
+    member's episodes end, so their eval envs may start later episodes from other states.)"""
+    def run(folder: str, poison: bool):
+        cfgs = configs(*([f"seed={seed}", *TINY] for seed in (0, 1, 2)))
+        dirs = [tmp_path / folder / str(seed) for seed in (0, 1, 2)]
+        torch.manual_seed(0)
+        sweep = build_sweep(cfgs, dirs, [dict(name=None, group=None, job_type=None)] * 3)
+        if poison:
+            with torch.no_grad():
+                for parameter in sweep.policy.stacked.parameters():
+                    parameter[1].fill_(float("nan"))
+        sweep.run()
+        return dirs, sweep
+
+    healthy, _ = run("healthy", poison=False)
+    poisoned, sweep = run("poisoned", poison=True)
+    failed = json.loads((poisoned[1] / "summary.json").read_text())
+    assert failed["status"] == "failed" and "training diverged at frame 128" in failed["error"]
+    assert list(sweep.errors) == [1]
+    assert not (poisoned[1] / "checkpoint.pt").exists()  # a diverged run keeps no poisoned checkpoint
+    for member in (0, 2):
+        assert json.loads((poisoned[member] / "summary.json").read_text())["status"] == "finished"
+        rows = [[{key: value for key, value in row.items() if key != "eval/episode_return"}
+                 for row in metric_rows(folder[member])] for folder in (poisoned, healthy)]
+        assert rows[0] == rows[1]
+        first_eval = [next(row["eval/episode_return"] for row in metric_rows(folder[member])
+                           if "eval/episode_return" in row) for folder in (poisoned, healthy)]
+        assert first_eval[0] == first_eval[1]

@@ -12,6 +12,7 @@ import torch
 from hydra import compose, initialize_config_module
 
 from rlcollect.algos.ppo import PPO
+from rlcollect.analysis.wandb_offline import read_offline_run
 from rlcollect.buffers.rollout import RolloutBuffer
 from rlcollect.checkpoint import load_checkpoint
 from rlcollect.collectors.evaluation import EvalCollector
@@ -187,7 +188,9 @@ def test_members_are_runs_of_their_own_that_eval_resume_and_compare_read(tmp_pat
     """Three seeds and a DQN job: the seeds train as one model (one line says so), the DQN job
     alone; each member's folder is a solo run's (config with its seed, metrics, summary,
     checkpoints in solo shapes); eval, resume of one member alone and compare read them."""
-    result = cli(tmp_path, "train", "--multirun", "seed=0,1,2", "hydra/launcher=batched", *TINY, "hydra.sweep.dir=sw")
+    with_wandb = [override for override in TINY if override != "logger=none"]  # offline W&B runs, read back below
+    result = cli(tmp_path, "train", "--multirun", "seed=0,1,2", "hydra/launcher=batched", *with_wandb,
+                 "hydra.sweep.dir=sw")
     assert result.returncode == 0, result.stderr
     assert "jobs #0, #1, #2 train as one batched model of 3 members" in result.stdout + result.stderr
     members = job_dirs(tmp_path / "sw")
@@ -204,6 +207,11 @@ def test_members_are_runs_of_their_own_that_eval_resume_and_compare_read(tmp_pat
         assert checkpoint["policy"]["actor.0.weight"].shape == (64, 4)
         assert checkpoint["policy"]["log_std" if "log_std" in checkpoint["policy"] else "actor.4.bias"].dim() == 1
         returns.append(summary["final_eval_return"])
+        [offline] = (member / "wandb").glob("offline-run-*")
+        run = read_offline_run(offline)
+        assert run.finished and run.exit_code == 0 and run.group == "sw" and run.job_type == "sync"
+        assert run.name == member.name.split("_", 1)[1] and run.config["seed"] == seed
+        assert [row["_step"] for row in run.history if "eval/episode_return" in row] == [256, 512, 768, 1024]
     assert len(set(returns)) > 1  # three seeds, three runs
     evaluated = cli(tmp_path, "eval", str(members[1]), "--episodes", "2")
     assert evaluated.returncode == 0, evaluated.stderr

@@ -180,8 +180,10 @@ class WandbLogger(RunLogger):
             raise ValueError("logger.mode=online needs a W&B login: run `wandb login` or set WANDB_API_KEY "
                                "(or keep the default logger.mode=offline and `wandb sync` later)")
         super().__init__(run_dir, start_frames=start_frames, gamma=gamma, info_keys=info_keys)
+        # reinit="create_new": runs open side by side in one process (the members of a batched sweep)
         self._init = dict(project=project, entity=entity, name=name, group=group, job_type=job_type, config=config,
-                          dir=str(self.run_dir), mode=mode, id=run_id, resume="allow" if run_id else None)
+                          dir=str(self.run_dir), mode=mode, id=run_id, resume="allow" if run_id else None,
+                          reinit="create_new")
         self._run = None  # from open() on
 
     def open(self) -> None:

@@ -2,8 +2,10 @@
 one stacked model, each member a normal run."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import gymnasium as gym
@@ -184,6 +186,7 @@ def test_one_member_is_its_solo_run_bit_for_bit(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:DeprecationWarning")
 def test_members_are_runs_of_their_own_that_eval_resume_and_compare_read(tmp_path):
     """Three seeds and a DQN job: the seeds train as one model (one line says so), the DQN job
     alone; each member's folder is a solo run's (config with its seed, metrics, summary,
@@ -213,8 +216,17 @@ def test_members_are_runs_of_their_own_that_eval_resume_and_compare_read(tmp_pat
         assert run.name == member.name.split("_", 1)[1] and run.config["seed"] == seed
         assert [row["_step"] for row in run.history if "eval/episode_return" in row] == [256, 512, 768, 1024]
     assert len(set(returns)) > 1  # three seeds, three runs
-    evaluated = cli(tmp_path, "eval", str(members[1]), "--episodes", "2")
+    evaluated = cli(tmp_path, "eval", str(members[1]), "--episodes", "2", "--format", "json")
     assert evaluated.returncode == 0, evaluated.stderr
+    exported = cli(tmp_path, "export", str(members[1]), "--format", "torchscript", "--out", "member.pt")
+    assert exported.returncode == 0, exported.stderr
+    scripted = torch.jit.load(str(tmp_path / "member.pt"))
+    observation = torch.tensor([[0.01, -0.02, 0.03, 0.04]])
+    torch.manual_seed(0)
+    solo = ActorCritic(gym.spaces.Box(-5, 5, (4,)), gym.spaces.Discrete(2))
+    solo.load_state_dict(load_checkpoint(members[1] / "checkpoint.pt")["policy"])
+    action, head = scripted(observation)
+    assert torch.equal(head, solo.actor(observation)) and action.tolist() == head.argmax(-1).tolist()
     resumed = cli(tmp_path, "train", f"resume={members[1]}", "total_frames=1280")
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads((members[1] / "summary.json").read_text())["frames"] == 1280
@@ -233,6 +245,39 @@ def test_jobs_that_cannot_batch_run_one_by_one(tmp_path):
     assert "run one by one: algo=dqn: a batched sweep trains PPO" in result.stdout + result.stderr
     assert [json.loads((job / "summary.json").read_text())["status"] for job in job_dirs(tmp_path / "sw")] == \
         ["finished", "finished"]
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_stops_every_member_after_the_batch_and_each_resumes_alone(tmp_path):
+    """SIGINT: every member ends its batch, checkpoints and says how to continue; exit 130.
+    A member resumed alone goes on from its checkpoint with no row twice."""
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rlcollect.cli", "train", "--multirun", "seed=0,1", "hydra/launcher=batched",
+         "logger=none", "progress=false", "total_frames=10000000", "env.solved_return=100000", "env.num_envs=4",
+         "collector.frames_per_batch=128", "algo.minibatch_size=64", "hydra.sweep.dir=sw"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(list((tmp_path / "sw").glob("*/metrics.jsonl"))) < 2 or not all(
+            path.read_text().count("\n") >= 2 for path in (tmp_path / "sw").glob("*/metrics.jsonl")):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and stderr.count("interrupted at frame") == 2
+    members = job_dirs(tmp_path / "sw")
+    summaries = [json.loads((member / "summary.json").read_text()) for member in members]
+    assert [summary["status"] for summary in summaries] == ["interrupted", "interrupted"]
+    frames = summaries[0]["frames"]
+    assert summaries[1]["frames"] == frames and frames % 128 == 0
+    for member in members:
+        assert load_checkpoint(member / "checkpoint.pt")["frames"] == frames
+        assert f"rlcollect train resume={member.relative_to(tmp_path)}" in stderr
+    resumed = cli(tmp_path, "train", f"resume={members[1]}", f"total_frames={frames + 256}")
+    assert resumed.returncode == 0, resumed.stderr
+    steps = [row["step"] for row in metric_rows(members[1])]
+    assert steps == list(range(128, frames + 256 + 1, 128))
 
 
 # ---------------------------------------------------------------------------- a member's failure

@@ -202,6 +202,17 @@ def _pad(trajectories: list[TensorDict]) -> TensorDict:
 
 
 # ---------------------------------------------------------------------------- trajectory info
+def end_rows(batch: TensorDictBase) -> dict[int, int]:
+    """``{trajectory id: its env row}`` of the trajectories that end (done) in a batch
+    ``[envs, T]`` (a batch ``[T]`` has one row, 0)."""
+    done, ids = batch.get(DONE), batch.get(TRAJ_IDS)
+    done = done.reshape(ids.shape)
+    if done.dim() == 1:
+        return {traj_id: 0 for traj_id in ids[done].tolist()}
+    where = done.nonzero()
+    return dict(zip(ids[where[:, 0], where[:, 1]].tolist(), where[:, 0].tolist()))
+
+
 @dataclass(frozen=True)
 class TrajectoryInfo:
     """One completed trajectory (rlpyt's TrajInfo): ``totals`` sums the tracker's

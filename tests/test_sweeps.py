@@ -165,6 +165,14 @@ def test_only_runs_that_differ_in_seed_batch():
         check_sweep(configs(["env.backend=vector", "seed=0"]))
 
 
+def test_the_launcher_groups_jobs_by_their_configs_without_seed():
+    from rlcollect.sweeps.launcher import group_jobs
+
+    jobs = configs(["seed=0"], ["seed=1"], ["seed=0", "algo.lr=0.000123"], ["seed=2"], ["seed=1", "algo.lr=0.000123"])
+    assert group_jobs(jobs) == [[0, 1, 3], [2, 4]]
+    assert group_jobs(jobs, max_members=2) == [[0, 1], [3], [2, 4]]
+
+
 # ---------------------------------------------------------------------------- from the command line
 @pytest.mark.timeout(300)
 def test_one_member_is_its_solo_run_bit_for_bit(tmp_path):

@@ -18,7 +18,7 @@ from rlcollect.collectors.single import Collector
 from rlcollect.envs.gym_env import EnvSource, GymEnv
 from rlcollect.envs.staging import StagedEnv
 from rlcollect.keys import TRAJ_IDS
-from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo
+from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo, end_rows
 
 STEPS_PER_BATCH = 64  # per env: how often the stop conditions are checked
 
@@ -91,7 +91,7 @@ class EvalCollector:
             ended = _by_end_time(batch, [info for info in tracker.infos(batch)
                                          if counted is None or info.traj_id in counted])
             if ended:
-                env_of.update(_end_rows(batch))
+                env_of.update(end_rows(batch))
             completed += ended
             steps += batch.numel()
             if counted is not None and len(completed) == len(counted):
@@ -119,15 +119,6 @@ def _by_end_time(batch, infos: list[TrajectoryInfo]) -> list[TrajectoryInfo]:
     ids, time = batch.get(TRAJ_IDS)[done], done.nonzero()[:, -1]
     end = dict(zip(ids.tolist(), time.tolist()))
     return sorted(infos, key=lambda info: end[info.traj_id])
-
-
-def _end_rows(batch) -> dict[int, int]:
-    """{trajectory id: its env row} of the trajectories that end in ``batch``."""
-    done, ids = batch.get(("next", "done")), batch.get(TRAJ_IDS)
-    if done.dim() == 1:
-        return {traj_id: 0 for traj_id in ids[done].tolist()}
-    where = done.nonzero()
-    return dict(zip(ids[where[:, 0], where[:, 1]].tolist(), where[:, 0].tolist()))
 
 
 def evaluate_episodes(env: GymEnv, policy, *, max_steps: int | None = None,

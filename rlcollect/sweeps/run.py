@@ -50,6 +50,7 @@ from rlcollect.pipeline.targets import target_class
 from rlcollect.seeding import eval_seed, member_env_seeds
 from rlcollect.sweeps.members import MemberPolicy, MemberPPOLearner
 from rlcollect.sweeps.stacking import MemberRunningNorm, member_state_dict, stack_modules
+from rlcollect.trajectories import end_rows
 
 log = logging.getLogger(__name__)
 
@@ -192,16 +193,22 @@ class MemberEvaluator:
 
 
 class MemberEpisodeHook:
-    """The sweep collector's post-collect hook: each member's completed episodes, from its
-    own rows (a list of S lists of TrajectoryInfo per batch)."""
+    """The sweep collector's post-collect hook: the episodes a batch completed, as a list of
+    S lists of TrajectoryInfo (member m's from its rows), from one tracker of every row."""
 
     def __init__(self, members: int, gamma: float, info_keys) -> None:
-        self.trackers = [episode_tracker(gamma, info_keys) for _ in range(members)]
+        self.members, self.tracker = members, episode_tracker(gamma, info_keys)
 
     def __call__(self, batch: TensorDictBase) -> list[list]:
-        rows = batch.shape[0] // len(self.trackers)
-        return [tracker.infos(batch[member * rows:(member + 1) * rows])
-                for member, tracker in enumerate(self.trackers)]
+        infos = self.tracker.infos(batch)
+        if self.members == 1:
+            return [infos]
+        rows_per_member = batch.shape[0] // self.members
+        row_of = end_rows(batch)
+        episodes: list[list] = [[] for _ in range(self.members)]
+        for info in infos:
+            episodes[row_of[info.traj_id] // rows_per_member].append(info)
+        return episodes
 
 
 def split_evaluation(result: EvalResult, members: int, envs_per_member: int) -> list[EvalResult]:

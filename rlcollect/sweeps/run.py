@@ -110,14 +110,14 @@ class MemberModule(nn.Module):
 
     def __init__(self, sweep: "Sweep", solo: nn.Module, member: int) -> None:
         super().__init__()
-        self._sweep, self._policy, self._member = sweep, sweep.policy, member
+        self._sweep, self._member = sweep, member  # the sweep is no Module: nothing is registered
         self._solo = [solo]  # not a submodule: its own weights are never used
 
     def parameters(self, recurse: bool = True):
-        return (parameter[self._member] for parameter in self._policy.stacked.parameters())
+        return (parameter[self._member] for parameter in self._sweep.policy.stacked.parameters())
 
     def state_dict(self, *args, **kwargs) -> dict:
-        return member_state_dict(self._policy.stacked.state_dict(), self._solo[0], self._member)
+        return member_state_dict(self._sweep.policy.stacked.state_dict(), self._solo[0], self._member)
 
     def outputs_finite(self, batch: TensorDictBase) -> bool:
         """Whether this member's outputs on a few of its batch's steps are finite (the
@@ -128,7 +128,7 @@ class MemberModule(nn.Module):
         solo = self._solo[0]
         shapes = {key: value.shape for key, value in solo.state_dict().items()}
         state = {key: value[self._member].reshape(shapes[key])
-                 for key, value in self._policy.stacked.state_dict(keep_vars=True).items()}
+                 for key, value in self._sweep.policy.stacked.state_dict(keep_vars=True).items()}
         return torch.func.functional_call(solo, state, (tensordict,))
 
 

@@ -137,6 +137,34 @@ def test_three_members_update_as_three_solo_runs():
             torch.testing.assert_close(state[key], value, atol=1e-5, rtol=1e-4)
 
 
+def test_members_with_settings_of_their_own_update_as_their_solo_runs():
+    """lr, clip range, loss weights and gradient-norm cap per member (MEMBER_OPTIONS): each
+    member's update is its solo PPO's with its own values."""
+    space, actions = gym.spaces.Box(-5, 5, (4,)), gym.spaces.Discrete(2)
+    own = {"lr": [3e-4, 1e-3, 3e-3], "clip_epsilon": [0.1, 0.2, 0.3], "entropy_coef": [0.0, 0.01, 0.1],
+           "value_coef": [0.5, 1.0, 0.25], "max_grad_norm": [0.1, 0.5, 10.0]}
+    options = dict(epochs=2, minibatch_size=4 * 32, total_frames=10_000, anneal_clip=True)
+    solos = []
+    for seed in (0, 1, 2):
+        torch.manual_seed(seed)
+        solos.append(ActorCritic(space, actions))
+    members = MemberPolicy(stack_modules(solos), 3)
+    buffer = rollout_of("CartPole-v1", members, 12, member_env_seeds([0, 1, 2], 4))
+    rows = buffer.rollout
+    member_metrics = MemberPPO(members, member_options=own, **options).update(buffer, 1_000)
+    for member, solo in enumerate(solos):
+        solo_buffer = RolloutBuffer(4, 32, (4,), (), observation_dtype=torch.float32, action_dtype=torch.int64)
+        solo_buffer.rollout.update(rows[member * 4:(member + 1) * 4].clone())
+        solo_buffer.add(solo_buffer.rollout)
+        settings = {key: values[member] for key, values in own.items()}
+        metrics = PPO(solo, **options, **settings).update(solo_buffer, 1_000)
+        for key, value in metrics.items():
+            assert member_metrics[member][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+        state = member_state_dict(members.stacked.state_dict(), solo, member)
+        for key, value in solo.state_dict().items():
+            torch.testing.assert_close(state[key], value, atol=1e-5, rtol=1e-4)
+
+
 def test_an_evaluation_result_names_each_episodes_env():
     """Env row i's episode is the one a one-env evaluation seeded seed + i plays."""
     env = GymEnv("CartPole-v1", 3, seed=5)
@@ -153,10 +181,9 @@ def test_an_evaluation_result_names_each_episodes_env():
 def test_only_runs_that_differ_in_seed_batch():
     same = configs(["seed=0"], ["seed=1"])
     check_sweep(same)
-    with pytest.raises(ConfigError, match="differ only in seed"):
-        check_sweep(configs(["seed=0"], ["seed=1", "algo.lr=0.000123"]))
-    with pytest.raises(ConfigError, match="distinct seeds"):
-        check_sweep(configs(["seed=0"], ["seed=0"]))
+    check_sweep(configs(["seed=0"], ["seed=1", "algo.lr=0.000123", "algo.entropy_coef=0.01"]))
+    with pytest.raises(ConfigError, match="differ only in seed and algo.lr, algo.entropy_coef"):
+        check_sweep(configs(["seed=0"], ["seed=1", "algo.epochs=3"]))
     with pytest.raises(ConfigError, match="algo=dqn: a batched sweep trains PPO"):
         check_sweep(configs(["algo=dqn", "seed=0"]))
     with pytest.raises(ConfigError, match="collector=multisync"):
@@ -168,8 +195,9 @@ def test_only_runs_that_differ_in_seed_batch():
 def test_the_launcher_groups_jobs_by_their_configs_without_seed():
     from rlcollect.sweeps.launcher import group_jobs
 
-    jobs = configs(["seed=0"], ["seed=1"], ["seed=0", "algo.lr=0.000123"], ["seed=2"], ["seed=1", "algo.lr=0.000123"])
-    assert group_jobs(jobs) == [[0, 1, 3], [2, 4]]
+    jobs = configs(["seed=0"], ["seed=1"], ["seed=0", "algo.epochs=3"], ["seed=2", "algo.lr=0.000123"],
+                   ["seed=1", "algo.epochs=3"])
+    assert group_jobs(jobs) == [[0, 1, 3], [2, 4]]  # algo.lr may differ inside a model, algo.epochs may not
     assert group_jobs(jobs, max_members=2) == [[0, 1], [3], [2, 4]]
 
 

@@ -217,11 +217,12 @@ def learner_class(cfg: DictConfig) -> type[Learner]:
 
 
 def make_learner(cfg: DictConfig, policy, collector: CollectorBase, observation_space, action_space,
-                 replay_buffer=None) -> Learner:
+                 replay_buffer=None, **runtime_overrides) -> Learner:
     """``algo``'s learner on the buffer it asks for (the replay buffer the collector writes
     into, or a rollout buffer sized for the collector's batches), with the runtime
     arguments its constructor names; the algo keys the pipeline reads itself
-    (ALGO_PIPELINE_KEYS) go to it only when it names them too."""
+    (ALGO_PIPELINE_KEYS) go to it only when it names them too. ``runtime_overrides`` are
+    passed on as they are (a batched sweep's per-member settings)."""
     cls = learner_class(cfg)
     buffer = replay_buffer if cls.replay else make_rollout_buffer(cfg, policy, collector, observation_space,
                                                                    action_space)
@@ -229,4 +230,4 @@ def make_learner(cfg: DictConfig, policy, collector: CollectorBase, observation_
     accepted = named_arguments(cls)
     drop = tuple(key for key in ALGO_PIPELINE_KEYS if key in cfg.algo and key not in accepted)
     return build_node(cfg.algo, "algo", policy, buffer, drop=drop,
-                      **{key: value for key, value in runtime.items() if key in accepted})
+                      **{key: value for key, value in runtime.items() if key in accepted}, **runtime_overrides)

@@ -87,21 +87,44 @@ class MemberRewardScaler(RewardScaler):
                 "returns": torch.zeros(0, dtype=torch.float64) if rows is None else rows.clone()}
 
 
+# PPO's float settings the members of one batched model may differ in (algo.<name>), each
+# applied per member: Adam's step scaled by the member's lr, its clip range, loss weights and
+# gradient-norm cap
+MEMBER_OPTIONS = ("lr", "entropy_coef", "clip_epsilon", "value_coef", "max_grad_norm")
+
+
 class MemberPPO(PPO):
     """PPO (rlcollect.PPO, its arguments) for a MemberPolicy: each member updated exactly
-    as its solo run's PPO would update it, the members side by side. ``active[m]`` False
-    (``freeze``) keeps member m's parameters as they are from then on."""
+    as its solo run's PPO would update it, the members side by side. ``member_options``
+    gives the settings of MEMBER_OPTIONS in which the members differ, one value per member
+    (the others are PPO's arguments, shared). ``active[m]`` False (``freeze``) keeps member
+    m's parameters as they are from then on."""
 
-    def __init__(self, actor_critic: MemberPolicy, **ppo_options) -> None:
+    def __init__(self, actor_critic: MemberPolicy, *, member_options: dict[str, list[float]] | None = None,
+                 **ppo_options) -> None:
         normalize_reward = ppo_options.pop("normalize_reward", False)
         super().__init__(actor_critic, **ppo_options)
         self.members = actor_critic.members
+        device = next(actor_critic.parameters()).device
         if self.members > 1:  # Adam's multi-tensor form: the same arithmetic per element, a fraction of the calls
             self.optimizer = torch.optim.Adam(actor_critic.parameters(), lr=self.lr, eps=1e-5, foreach=True)
         if normalize_reward:
             self.reward_scaler = MemberRewardScaler(self.gamma, self.members)
-        self.active = torch.ones(self.members, device=next(actor_critic.parameters()).device)
+        self.active = torch.ones(self.members, device=device)
         self._frozen: dict[int, list[torch.Tensor]] = {}
+        # each member's own value of a float setting (MEMBER_OPTIONS), where the members differ in it
+        self.member_options = {key: list(values) for key, values in (member_options or {}).items()}
+        unknown = sorted(set(self.member_options) - set(MEMBER_OPTIONS))
+        if unknown or any(len(values) != self.members for values in self.member_options.values()):
+            raise ValueError(f"member_options: one value per member of {', '.join(MEMBER_OPTIONS)}; got "
+                             f"{ {key: len(values) for key, values in self.member_options.items()} }")
+        for key, values in self.member_options.items():
+            setattr(self, key, torch.tensor(values, dtype=torch.float32, device=device))
+
+    def _member_values(self, key: str, scale: float = 1.0) -> list[float]:
+        """Each member's value of setting ``key`` (as given, not rounded to float32), times ``scale``."""
+        values = self.member_options.get(key) or [getattr(self, key)] * self.members
+        return [value * scale for value in values]
 
     @torch.no_grad()
     def freeze(self, member: int) -> None:
@@ -113,10 +136,14 @@ class MemberPPO(PPO):
         """PPO.update for every member: a list of each member's mean losses."""
         progress = min(frames / self.total_frames, 1.0) if self.total_frames > 0 else 0.0
         remaining = 1.0 - progress
-        lr = self.lr * remaining if self.anneal_lr else self.lr
+        lr_scale = remaining if self.anneal_lr else 1.0
+        # members with lrs of their own: Adam steps with lr 1, each member's step then scaled by its lr
+        lr = lr_scale if torch.is_tensor(self.lr) else self.lr * lr_scale
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         clip = self.clip_epsilon * remaining if self.anneal_clip else self.clip_epsilon
+        if torch.is_tensor(clip):
+            clip = clip.unsqueeze(1)  # [S, 1]: against the members' [S, N] ratios
         self.compute_advantages(buffer)
         transitions = buffer.get(flatten=False)  # [S * P, T]: member m's flat steps are row m of [S, P * T]
         flat = transitions.reshape(-1)
@@ -134,7 +161,8 @@ class MemberPPO(PPO):
                     totals[key] = totals[key] + value if key in totals else value
                 steps += 1
         values = {key: value.tolist() for key, value in totals.items()}  # one sync per update
-        return [{**{key: value[member] / steps for key, value in values.items()}, "lr": lr}
+        lrs = self._member_values("lr", lr_scale)
+        return [{**{key: value[member] / steps for key, value in values.items()}, "lr": lrs[member]}
                 for member in range(self.members)]
 
     def _minibatch_step(self, minibatch, clip: float) -> dict[str, torch.Tensor]:
@@ -144,7 +172,8 @@ class MemberPPO(PPO):
             advantage = (advantage - advantage.mean(1, keepdim=True)) / (advantage.std(1, keepdim=True) + 1e-8)
         log_ratio = log_prob - minibatch.get("action_log_prob")
         ratio = log_ratio.exp()
-        loss_policy = -torch.min(ratio * advantage, ratio.clamp(1 - clip, 1 + clip) * advantage).mean(1)
+        clipped = torch.clamp(ratio, 1 - clip, 1 + clip) if torch.is_tensor(clip) else ratio.clamp(1 - clip, 1 + clip)
+        loss_policy = -torch.min(ratio * advantage, clipped * advantage).mean(1)
         loss_value = 0.5 * (value - minibatch.get("value_target")).pow(2).mean(1)
         entropy_mean = entropy.mean(1)
         loss = loss_policy + self.value_coef * loss_value - self.entropy_coef * entropy_mean
@@ -152,12 +181,24 @@ class MemberPPO(PPO):
         (loss * self.active).sum().backward()  # each member's parameters get their own loss's gradient
         parameters = list(self.actor_critic.parameters())
         clip_member_grad_norms(parameters, self.max_grad_norm, self.members)
-        self.optimizer.step()
+        if torch.is_tensor(self.lr):
+            before = [parameter.detach().clone() for parameter in parameters]
+            self.optimizer.step()
+            self._scale_steps(parameters, before)
+        else:
+            self.optimizer.step()
         self._restore_frozen(parameters)
         with torch.no_grad():
             return {"loss_policy": loss_policy.detach(), "loss_value": loss_value.detach(),
                     "entropy": entropy_mean.detach(), "approx_kl": ((ratio - 1) - log_ratio).mean(1),
                     "clip_fraction": ((ratio - 1).abs() > clip).to(ratio.dtype).mean(1)}
+
+    @torch.no_grad()
+    def _scale_steps(self, parameters: list[torch.Tensor], before: list[torch.Tensor]) -> None:
+        """Each member's Adam step (taken with lr 1) times its own lr."""
+        for parameter, old in zip(parameters, before):
+            lr = self.lr.reshape(self.members, *([1] * (parameter.dim() - 1)))
+            parameter.sub_(old).mul_(lr).add_(old)
 
     @torch.no_grad()
     def _restore_frozen(self, parameters: list[torch.Tensor]) -> None:
@@ -181,10 +222,12 @@ class MemberPPO(PPO):
 
 
 @torch.no_grad()
-def clip_member_grad_norms(parameters: list[torch.Tensor], max_norm: float, members: int) -> torch.Tensor:
+def clip_member_grad_norms(parameters: list[torch.Tensor], max_norm: float | torch.Tensor,
+                           members: int) -> torch.Tensor:
     """``torch.nn.utils.clip_grad_norm_`` for each member alone: member m's gradients
-    (row m of every parameter's) scaled by ``min(1, max_norm / (their total norm + 1e-6))``.
-    Returns the members' total norms ``[S]``."""
+    (row m of every parameter's) scaled by ``min(1, max_norm / (their total norm + 1e-6))``
+    (``max_norm``: one for all, or ``[S]``, one per member). Returns the members' total
+    norms ``[S]``."""
     grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
     if members == 1:  # clip_grad_norm_'s own arithmetic: one member is bit-equal to its solo run
         norms = torch.stack([torch.linalg.vector_norm(grad.reshape(members, -1), 2.0, dim=1) for grad in grads])

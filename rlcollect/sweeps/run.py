@@ -48,7 +48,7 @@ from rlcollect.pipeline.loop import Session, collected
 from rlcollect.pipeline.progress import Progress
 from rlcollect.pipeline.targets import target_class
 from rlcollect.seeding import eval_seed, member_env_seeds
-from rlcollect.sweeps.members import MemberPolicy, MemberPPOLearner
+from rlcollect.sweeps.members import MEMBER_OPTIONS, MemberPolicy, MemberPPOLearner
 from rlcollect.sweeps.stacking import MemberRunningNorm, member_state_dict, stack_modules
 from rlcollect.trajectories import end_rows
 
@@ -56,7 +56,6 @@ log = logging.getLogger(__name__)
 
 MEMBER_LEARNER = f"{MemberPPOLearner.__module__}.{MemberPPOLearner.__name__}"
 PROBE_STEPS = 8  # the steps of each member's batch its policy's outputs are checked on (as a solo run's)
-SEED_KEYS = ("seed",)  # what may differ between the members of one batched sweep
 PER_ENV_SEED_BACKENDS = ("list", "sync", "async")  # backends that seed each env on its own (a list of seeds)
 
 
@@ -81,11 +80,19 @@ def batch_refusal(cfg: DictConfig) -> str | None:
 
 
 def without_seed(cfg: DictConfig) -> dict:
-    """``cfg`` as plain containers, without the keys members may differ in."""
+    """``cfg`` as plain containers, without the keys the members of one batched model may
+    differ in: ``seed`` and the float settings of MEMBER_OPTIONS (``algo.lr``, ...)."""
     plain = OmegaConf.to_container(cfg, resolve=True)
-    for key in SEED_KEYS:
-        plain.pop(key, None)
+    plain.pop("seed", None)
+    for key in MEMBER_OPTIONS:
+        plain.get("algo", {}).pop(key, None)
     return plain
+
+
+def member_options(cfgs: list[DictConfig]) -> dict[str, list[float]]:
+    """The MEMBER_OPTIONS the members differ in, one value per member."""
+    values = {key: [float(cfg.algo[key]) for cfg in cfgs] for key in MEMBER_OPTIONS if key in cfgs[0].algo}
+    return {key: member_values for key, member_values in values.items() if len(set(member_values)) > 1}
 
 
 def check_sweep(cfgs: list[DictConfig]) -> None:
@@ -96,11 +103,9 @@ def check_sweep(cfgs: list[DictConfig]) -> None:
     first = without_seed(cfgs[0])
     for cfg in cfgs[1:]:
         if without_seed(cfg) != first:
-            raise ConfigError("the members of a batched sweep differ only in seed (hydra/launcher=batched groups "
-                              "the jobs that do)")
-    seeds = [cfg.seed for cfg in cfgs]
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"seed: the members of a batched sweep need distinct seeds, got {seeds}")
+            settings = ", ".join(f"algo.{key}" for key in MEMBER_OPTIONS)
+            raise ConfigError(f"the members of a batched sweep differ only in seed and {settings} "
+                              "(hydra/launcher=batched groups the jobs that do)")
 
 
 # ---------------------------------------------------------------------------- the members' views
@@ -389,7 +394,8 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict])
             seed=member_env_seeds(seeds, envs_per_member) if per_env else seeds[0],
             post_collect_hook=MemberEpisodeHook(members, discount(cfg), list(cfg.env.info_keys)))
         built.append(collector)
-        learner = make_learner(shared, policy, collector, observation_space, action_space)
+        learner = make_learner(shared, policy, collector, observation_space, action_space,
+                               member_options=member_options(cfgs))
         eval_seeds = [eval_seed(seed) for seed in seeds]
         evaluator = EvalCollector(
             make_env(cfg, num_envs=members * cfg.eval.episodes,

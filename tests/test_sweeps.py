@@ -74,6 +74,32 @@ def test_an_env_seeded_per_env_starts_each_member_as_its_solo_run():
         GymEnv("CartPole-v1", 4, seed=seeds, backend="vector").reset()
 
 
+def test_paused_envs_are_never_stepped_again_and_evaluations_count_only_the_rows_asked_for():
+    """A stopped member's envs (GymEnv.pause): their rows keep their values, never done,
+    while the others count on; an evaluation over some rows ends with their episodes."""
+    from rlcollect.collectors.single import Collector
+    from rlcollect.testing import CountingEnv
+
+    env = GymEnv(lambda: CountingEnv(episode_length=3), 4, seed=0)
+    collector = Collector(env, None, frames_per_batch=4 * 2, total_frames=-1)
+    batches = iter(collector)
+    next(batches)
+    assert env.pause([1, 2])
+    batch = next(batches)
+    observation = batch.get("observation").squeeze(-1)
+    assert observation[[0, 3]].tolist() == [[2.0, 0.0], [2.0, 0.0]]  # counting on, done at 3, reset
+    assert observation[[1, 2]].tolist() == [[2.0, 2.0], [2.0, 2.0]]  # as paused: never stepped again
+    assert not batch.get(("next", "done"))[[1, 2]].any()
+    collector.shutdown()
+    assert not GymEnv("CartPole-v1", 2, seed=0, backend="sync").pause([0])  # other backends step on
+
+    lengths = [3, 50, 3, 50]
+    evaluated = GymEnv([lambda length=length: CountingEnv(episode_length=length) for length in lengths], 4, seed=0)
+    evaluated.pause([1, 3])
+    result = EvalCollector(evaluated, None, exploration_type="random").evaluate(rows=[0, 2])
+    assert sorted(result.envs) == [0, 2] and result.lengths == [3, 3] and result.cut == 0
+
+
 def test_stacked_layers_compute_each_member_with_its_own_weights():
     torch.manual_seed(0)
     layers = [torch.nn.Linear(3, 5) for _ in range(4)]
@@ -163,6 +189,35 @@ def test_members_with_settings_of_their_own_update_as_their_solo_runs():
         state = member_state_dict(members.stacked.state_dict(), solo, member)
         for key, value in solo.state_dict().items():
             torch.testing.assert_close(state[key], value, atol=1e-5, rtol=1e-4)
+
+
+def test_a_frozen_member_costs_no_update_and_the_others_update_as_before():
+    space, actions = gym.spaces.Box(-5, 5, (4,)), gym.spaces.Discrete(2)
+    options = dict(epochs=2, minibatch_size=4 * 32, total_frames=10_000,
+                   member_options={"lr": [1e-3, 3e-4, 3e-3], "clip_epsilon": [0.1, 0.2, 0.3]})
+    policies = []
+    for _ in range(2):
+        solos = []
+        for seed in (0, 1, 2):
+            torch.manual_seed(seed)
+            solos.append(ActorCritic(space, actions))
+        policies.append(MemberPolicy(stack_modules(solos), 3))
+    buffer = rollout_of("CartPole-v1", policies[0], 12, member_env_seeds([0, 1, 2], 4))
+    rows = buffer.rollout.clone()
+    before = {key: value.clone() for key, value in policies[1].stacked.state_dict().items()}
+    every = MemberPPO(policies[0], **options).update(buffer, 1_000)
+    some = MemberPPO(policies[1], **options)
+    some.freeze(1)
+    buffer.rollout.update(rows)
+    buffer.add(buffer.rollout)
+    metrics = some.update(buffer, 1_000)
+    for key, value in policies[1].stacked.state_dict().items():
+        torch.testing.assert_close(value[1], before[key][1], atol=0, rtol=0)  # frozen: as it was
+        for member in (0, 2):
+            torch.testing.assert_close(value[member], policies[0].stacked.state_dict()[key][member], atol=1e-6,
+                                       rtol=1e-5)
+    assert metrics[1]["loss_value"] == 0.0
+    assert metrics[2]["loss_value"] == pytest.approx(every[2]["loss_value"], rel=1e-5)
 
 
 def test_an_evaluation_result_names_each_episodes_env():

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from rlcollect.collectors.single import Collector
 from rlcollect.envs.gym_env import EnvSource, GymEnv
 from rlcollect.envs.staging import StagedEnv
@@ -75,8 +77,10 @@ class EvalCollector:
                                    exploration_type=exploration_type)
         self.env = env
 
-    def evaluate(self) -> EvalResult:
-        """Reset the eval envs and run them until done (see the class doc)."""
+    def evaluate(self, rows=None) -> EvalResult:
+        """Reset the eval envs and run them until done (see the class doc). ``rows``: with
+        one episode per env, count only the episodes of these env rows (the others may be
+        paused, ``GymEnv.pause``); None: every row."""
         self.collector.reset()
         tracker = EpisodeTracker(self.gamma)
         counted: set[int] | None = None  # one episode per env: the trajectory ids each env starts with
@@ -86,7 +90,8 @@ class EvalCollector:
         for batch in self.collector:
             ids = batch.get(TRAJ_IDS)
             if counted is None and self.eval_max_trajectories is None:
-                counted = set(ids.reshape(self.num_envs, -1)[:, 0].tolist())
+                first = ids.reshape(self.num_envs, -1)[:, 0]
+                counted = set((first if rows is None else first[torch.as_tensor(rows, dtype=torch.long)]).tolist())
             started.update(ids.unique().tolist())
             ended = _by_end_time(batch, [info for info in tracker.infos(batch)
                                          if counted is None or info.traj_id in counted])

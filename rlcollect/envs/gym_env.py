@@ -183,6 +183,8 @@ class GymEnv:
         check_supported(self.action_space, "action")
         self._seed = seed
         self._closed = False
+        self._paused: np.ndarray | None = None  # pause(): sub-envs never stepped again
+        self._stepped_rows: list[int] | None = None
         box = isinstance(self.action_space, gym.spaces.Box)
         self._action_bounds = (self.action_space.low, self.action_space.high) if box else None
         self._actions_shape = (self._backend.num_envs, *sample_shape(self.action_space))
@@ -335,7 +337,10 @@ class GymEnv:
             actions = np.clip(actions, *self._action_bounds)
         arrays = self._staging.arrays
         if not auto_reset and arrays["waiting"].any():  # reset_policy="wait": finished envs wait
-            any_done = self._backend.step_some(actions, arrays, arrays["waiting"])
+            waiting = arrays["waiting"] if self._paused is None else arrays["waiting"] | self._paused
+            any_done = self._backend.step_some(actions, arrays, waiting)
+        elif self._paused is not None:
+            any_done = self._backend.step_rows(actions, arrays, self._stepped_rows)
         else:
             any_done = self._backend.step(actions, arrays)
         done = arrays["done"]
@@ -349,6 +354,22 @@ class GymEnv:
         else:
             self._staging.refresh()
         return done if any_done else None
+
+    def pause(self, indices) -> bool:
+        """Stop stepping the given sub-envs for good (the envs of a batched sweep's member
+        that stopped): from now on their rows keep their last values with a reward of 0 and
+        are never done, so they are never reset. Only backend "list" leaves an env
+        unstepped: returns whether the envs are paused (False: they go on stepping)."""
+        if self._backend.name != "list":
+            return False
+        paused = np.zeros(self._backend.num_envs, bool) if self._paused is None else self._paused
+        paused[np.asarray(indices, dtype=np.int64)] = True
+        self._paused, self._stepped_rows = paused, np.flatnonzero(~paused).tolist()
+        arrays = self._staging.arrays
+        for key in ("done", "terminated", "truncated", "reward"):
+            arrays[key][paused] = 0
+        self._staging.refresh()
+        return True
 
     @property
     def waiting(self) -> np.ndarray | None:

@@ -148,25 +148,42 @@ class MemberPPO(PPO):
         transitions = buffer.get(flatten=False)  # [S * P, T]: member m's flat steps are row m of [S, P * T]
         flat = transitions.reshape(-1)
         steps_per_member = flat.shape[0] // self.members
-        offsets = torch.arange(self.members, device=flat.device).unsqueeze(1) * steps_per_member
+        learning = self.active.nonzero().squeeze(1)  # the members still learning: the others cost no update
+        every = learning.numel() == self.members
+        offsets = learning.unsqueeze(1) * steps_per_member
         totals: dict[str, torch.Tensor] = {}
         steps = 0
         for _ in range(self.epochs):
-            # each member's own permutation, drawn in member order (one member: the solo run's draw)
+            # each member's own permutation, drawn in member order (one member: the solo run's draw), the
+            # frozen members' too: no member's draws depend on which others still learn
             order = torch.stack([torch.randperm(steps_per_member, device=flat.device) for _ in range(self.members)])
+            order = order if every else order[learning]
             for start in range(0, steps_per_member, self.minibatch_size):
                 index = order[:, start:start + self.minibatch_size]
-                minibatch = flat[(index + offsets).reshape(-1)].reshape(self.members, index.shape[1])
-                for key, value in self._minibatch_step(minibatch, clip).items():
+                minibatch = flat[(index + offsets).reshape(-1)].reshape(len(learning), index.shape[1])
+                for key, value in self._minibatch_step(minibatch, clip, None if every else learning).items():
                     totals[key] = totals[key] + value if key in totals else value
                 steps += 1
+        if not every:  # the frozen members' rows: zeros
+            totals = {key: torch.zeros(self.members, dtype=value.dtype, device=value.device).index_copy_(
+                0, learning, value) for key, value in totals.items()}
         values = {key: value.tolist() for key, value in totals.items()}  # one sync per update
         lrs = self._member_values("lr", lr_scale)
         return [{**{key: value[member] / steps for key, value in values.items()}, "lr": lrs[member]}
                 for member in range(self.members)]
 
-    def _minibatch_step(self, minibatch, clip: float) -> dict[str, torch.Tensor]:
-        log_prob, entropy, value = self.actor_critic.evaluate(minibatch)
+    def _minibatch_step(self, minibatch, clip, learning: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """One minibatch step of every member (``learning`` None), or of the members
+        ``learning`` only (the minibatch holds their rows; the others' weights get no
+        gradient and their share of the work is not done)."""
+        if learning is None:
+            log_prob, entropy, value = self.actor_critic.evaluate(minibatch)
+            value_coef, entropy_coef, weight = self.value_coef, self.entropy_coef, self.active
+        else:
+            log_prob, entropy, value = self._evaluate_some(minibatch, learning)
+            value_coef, entropy_coef = (coef[learning] if torch.is_tensor(coef) else coef
+                                        for coef in (self.value_coef, self.entropy_coef))
+            clip, weight = clip[learning] if torch.is_tensor(clip) else clip, 1.0
         advantage = minibatch.get("advantage")
         if self.normalize_advantage and advantage.shape[1] > 1:
             advantage = (advantage - advantage.mean(1, keepdim=True)) / (advantage.std(1, keepdim=True) + 1e-8)
@@ -176,9 +193,9 @@ class MemberPPO(PPO):
         loss_policy = -torch.min(ratio * advantage, clipped * advantage).mean(1)
         loss_value = 0.5 * (value - minibatch.get("value_target")).pow(2).mean(1)
         entropy_mean = entropy.mean(1)
-        loss = loss_policy + self.value_coef * loss_value - self.entropy_coef * entropy_mean
+        loss = loss_policy + value_coef * loss_value - entropy_coef * entropy_mean
         self.optimizer.zero_grad(set_to_none=True)
-        (loss * self.active).sum().backward()  # each member's parameters get their own loss's gradient
+        (loss * weight).sum().backward()  # each member's parameters get their own loss's gradient
         parameters = list(self.actor_critic.parameters())
         clip_member_grad_norms(parameters, self.max_grad_norm, self.members)
         if torch.is_tensor(self.lr):
@@ -192,6 +209,14 @@ class MemberPPO(PPO):
             return {"loss_policy": loss_policy.detach(), "loss_value": loss_value.detach(),
                     "entropy": entropy_mean.detach(), "approx_kl": ((ratio - 1) - log_ratio).mean(1),
                     "clip_fraction": ((ratio - 1).abs() > clip).to(ratio.dtype).mean(1)}
+
+    def _evaluate_some(self, minibatch, learning: torch.Tensor):
+        """``evaluate`` with the weights of the members ``learning`` alone (their rows of
+        every parameter and buffer), on their minibatch ``[len(learning), N]``."""
+        stacked = self.actor_critic.stacked
+        state = {f"module.{name}": value.index_select(0, learning)
+                 for name, value in (*stacked.named_parameters(), *stacked.named_buffers())}
+        return torch.func.functional_call(Evaluating(stacked), state, (minibatch,))
 
     @torch.no_grad()
     def _scale_steps(self, parameters: list[torch.Tensor], before: list[torch.Tensor]) -> None:
@@ -219,6 +244,17 @@ class MemberPPO(PPO):
         if self.reward_scaler is not None:
             ppo["reward_scaler"] = self.reward_scaler.member_state_dict(member)
         return ppo
+
+
+class Evaluating(torch.nn.Module):
+    """``module.evaluate`` as a forward pass (what ``torch.func.functional_call`` calls)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, tensordict):
+        return self.module.evaluate(tensordict)
 
 
 @torch.no_grad()

@@ -244,6 +244,7 @@ class Sweep:
     hook_results: list = field(default_factory=list)  # the last batch's episodes, [batch][member]
     errors: dict[int, tuple[BaseException, str]] = field(default_factory=dict)  # a failed member's error, traceback
     batch: TensorDictBase | None = None  # the batch being learnt from
+    active: list[int] = field(default_factory=list)  # the members still training
     _evaluated: tuple[int, list[EvalResult]] | None = None
     _probed: tuple[int, list[bool]] | None = None
 
@@ -256,8 +257,9 @@ class Sweep:
         eval envs, run for the first member that asks."""
         frames = self.collector.frames
         if self._evaluated is None or self._evaluated[0] != frames:
-            self._evaluated = (frames, split_evaluation(self.evaluator.evaluate(), self.members,
-                                                        self.evaluator.num_envs // self.members))
+            episodes = self.evaluator.num_envs // self.members
+            rows = [member * episodes + env for member in self.active for env in range(episodes)]
+            self._evaluated = (frames, split_evaluation(self.evaluator.evaluate(rows=rows), self.members, episodes))
         return self._evaluated[1]
 
     @torch.no_grad()
@@ -287,8 +289,15 @@ class Sweep:
 
     @torch.no_grad()
     def stop_member(self, member: int, failed: bool) -> None:
-        """Member ``member`` learns no more; a failed one's parameters are zeroed first (its
-        envs go on stepping with finite actions, unread)."""
+        """Member ``member`` learns no more and its envs stop stepping (``GymEnv.pause``,
+        backend list; on other backends they step on, unread); a failed one's parameters
+        are zeroed first (so that every action stays finite)."""
+        self.active.remove(member)
+        for env, rows_per_member in ((self.collector.env, self.envs_per_member),
+                                     (self.evaluator.env, self.evaluator.num_envs // self.members)):
+            pause = getattr(env, "pause", None)
+            if callable(pause):
+                pause(range(member * rows_per_member, (member + 1) * rows_per_member))
         if failed:
             for parameter in self.policy.stacked.parameters():
                 parameter[member].zero_()
@@ -302,29 +311,29 @@ class Sweep:
         """Train every member until each is solved, finished, failed or stopped; returns
         their summaries (each also in its folder's summary.json)."""
         sessions = [Session(pipeline, stop, bar=False) for pipeline in self.pipelines]
-        active = list(range(self.members))
+        self.active = list(range(self.members))
         cfg = self.cfgs[0]
         bar = tqdm(total=cfg.total_frames, unit="frame", desc=f"{self.members} members",
                    disable=not cfg.progress, dynamic_ncols=True)
         shared = SimpleNamespace(collector=self.collector, learner=self.learner, background=False)
         try:
-            for member in list(active):
-                self._step(sessions, active, member, sessions[member].open)
+            for member in list(self.active):
+                self._step(sessions, member, sessions[member].open)
             for batch, frames in collected(shared):
                 member_frames = frames // self.members
                 self.hook_results = self.collector.hook_results()
                 self.metrics = self.learner.learn(batch, member_frames)
                 self.batch = batch
-                for member in list(active):
-                    self._step(sessions, active, member, sessions[member].after_batch,
+                for member in list(self.active):
+                    self._step(sessions, member, sessions[member].after_batch,
                                self.member_batch(batch, member), member_frames)
                 self.collector.update_policy_weights_()
                 bar.update(member_frames - bar.n)
-                bar.set_postfix(active=len(active))
-                if not active:
+                bar.set_postfix(active=len(self.active))
+                if not self.active:
                     break
         except BaseException as failure:  # the shared parts failed (an env, the collector): every member did
-            for member in active:
+            for member in self.active:
                 sessions[member].failed(failure)
                 self.errors[member] = (failure, traceback.format_exc())
             raise
@@ -335,7 +344,7 @@ class Sweep:
             self.shutdown()
         return [pipeline.progress.summary for pipeline in self.pipelines]
 
-    def _step(self, sessions: list[Session], active: list[int], member: int, step, *args) -> None:
+    def _step(self, sessions: list[Session], member: int, step, *args) -> None:
         """Run one member's ``step``; a member that ends there (True) or fails stops alone."""
         try:
             ended = step(*args)
@@ -344,7 +353,6 @@ class Sweep:
             self.errors[member] = (error, traceback.format_exc())
             ended = True
         if ended:
-            active.remove(member)
             self.stop_member(member, failed=member in self.errors)
             sessions[member].close()
 

@@ -45,9 +45,10 @@ class StackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight, bias = self.weight, self.bias
-        if self.members == 1:  # the solo layer's own call: a run of one member is bit-equal to its solo run
+        members = weight.shape[0]  # fewer than self.members when called with some members' weights
+        if members == 1:  # the solo layer's own call: a run of one member is bit-equal to its solo run
             return F.linear(x[0], weight[0], None if bias is None else bias[0]).unsqueeze(0)
-        rows = x.reshape(self.members, -1, x.shape[-1])
+        rows = x.reshape(members, -1, x.shape[-1])
         out = torch.bmm(rows, weight.transpose(1, 2)) if bias is None else \
             torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
         return out.reshape(*x.shape[:-1], out.shape[-1])

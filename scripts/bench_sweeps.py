@@ -4,9 +4,10 @@
         one batched sweep of S seeds per S (S members x --frames each), beside one solo run
         of --frames: wall-clock, frames per second over all members, peak RSS
     python scripts/bench_sweeps.py solve --seeds 8
-        S seeds of CartPole to solve: the batched sweep, the basic launcher (one job after
-        the other) and joblib with 2 workers, interleaved --repeats times; wall-clock and
-        every job's frames to solve
+        S seeds of CartPole to solve: each seed's solo run (a process each), then the batched
+        sweep, the basic launcher (one job after the other, one process) and joblib with 2
+        workers, --repeats rounds; wall-clock (x the mean solo run) and every job's frames to
+        solve
 
 Every command runs ``rlcollect train`` in a process of its own (logger=none, progress off),
 in a temporary folder; extra overrides follow ``--`` (e.g. ``-- experiment=mujoco_ppo
@@ -65,25 +66,32 @@ def scaling(options, extra: list[str]) -> None:
 
 
 def solve(options, extra: list[str]) -> None:
-    seeds = ",".join(str(seed) for seed in range(options.seeds))
+    seeds = list(range(options.seeds))
     ways = {"batched": ["hydra/launcher=batched"], "one by one": [],
             "joblib x2": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]}
     walls: dict[str, list[float]] = {way: [] for way in ways}
     solved: dict[str, list] = {way: [] for way in ways}
+    solo_walls: list[float] = []
+    solo_solved: list = []
     with tempfile.TemporaryDirectory() as folder:
         cwd = Path(folder)
-        solo_walls = []
         for repeat in range(options.repeats):  # interleaved: each way once per round
-            solo_walls.append(run([f"seed={repeat}", *QUIET, *extra, f"hydra.run.dir=solo{repeat}"], cwd)[0])
+            for seed in seeds:  # one solo run per seed, each a process of its own
+                wall, _ = run([f"seed={seed}", *QUIET, *extra, f"hydra.run.dir=solo{repeat}_{seed}"], cwd)
+                solo_walls.append(wall)
+                solo_solved.append(json.loads((cwd / f"solo{repeat}_{seed}" / "summary.json").read_text())
+                                   .get("frames_to_solve"))
+            print(f"round {repeat}: solo runs: {solo_walls[-len(seeds):]} s", flush=True)
             for way, launcher in ways.items():
                 sweep = f"{way.replace(' ', '_')}{repeat}"
-                wall, _ = run(["--multirun", f"seed={seeds}", *launcher, *QUIET, *extra, f"hydra.sweep.dir={sweep}"],
-                              cwd)
+                wall, _ = run(["--multirun", f"seed={','.join(map(str, seeds))}", *launcher, *QUIET, *extra,
+                               f"hydra.sweep.dir={sweep}"], cwd)
                 walls[way].append(wall)
                 solved[way].append([summary.get("frames_to_solve") for summary in summaries(cwd / sweep)])
                 print(f"round {repeat}: {way}: {wall:.1f} s, frames to solve {solved[way][-1]}", flush=True)
-    solo = statistics.median(solo_walls)
-    print(f"\none solo run (seed 0..{options.repeats - 1}): median {solo:.1f} s")
+    solo = statistics.mean(solo_walls)
+    print(f"\none solo run: mean {solo:.1f} s over {len(solo_walls)} (seeds {seeds[0]}..{seeds[-1]}); "
+          f"frames to solve {solo_solved}")
     print(f"| {options.seeds} seeds | median wall s | x one solo run | frames to solve (every job, round 0) |")
     print("|---|---|---|---|")
     for way in ways:

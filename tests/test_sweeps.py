@@ -258,18 +258,27 @@ def test_the_launcher_groups_jobs_by_their_configs_without_seed():
 
 # ---------------------------------------------------------------------------- from the command line
 @pytest.mark.timeout(300)
-def test_one_member_is_its_solo_run_bit_for_bit(tmp_path):
-    """S = 1: the same metrics, evaluations, summary and checkpoint as the basic launcher's job."""
-    batched = cli(tmp_path, "train", "--multirun", "seed=3", "hydra/launcher=batched", *TINY, "hydra.sweep.dir=b")
-    solo = cli(tmp_path, "train", "--multirun", "seed=3", *TINY, "hydra.sweep.dir=s")
-    assert batched.returncode == 0 and solo.returncode == 0, batched.stderr + solo.stderr
-    [member], [run] = job_dirs(tmp_path / "b"), job_dirs(tmp_path / "s")
-    assert metric_rows(member) == metric_rows(run)
-    assert len(metric_rows(run)) == 8 and "train/loss_value" in metric_rows(run)[-1]
-    summaries = [json.loads((folder / "summary.json").read_text()) for folder in (member, run)]
+@pytest.mark.parametrize("overrides", [[], ["experiment=mujoco_ppo", "env=pendulum", "collector.frames_per_batch=256",
+                                            "algo.minibatch_size=64", "eval.every_frames=256"]],
+                         ids=["cartpole", "normalized_continuous"])
+def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, overrides):
+    """A sweep of one member (build_sweep, run): the same metrics, evaluations, summary and
+    checkpoint as the solo run (pipeline.build, run), for CartPole and for a Gaussian policy
+    with normalize_observation and normalize_reward."""
+    from rlcollect.pipeline import build, run
+
+    [cfg] = configs([*TINY, *overrides, "seed=3"])
+    solo = build(cfg, tmp_path / "solo")
+    run(solo)
+    sweep = build_sweep([cfg], [tmp_path / "member"], [dict(name=None, group=None, job_type=None)])
+    sweep.run()
+    member, alone = tmp_path / "member", tmp_path / "solo"
+    assert metric_rows(member) == metric_rows(alone)
+    assert len(metric_rows(alone)) >= 4 and "train/loss_value" in metric_rows(alone)[-1]
+    summaries = [json.loads((folder / "summary.json").read_text()) for folder in (member, alone)]
     for key in ("status", "frames", "final_eval_return", "best_eval_return", "frames_to_solve", "checkpoint_frames"):
         assert summaries[0][key] == summaries[1][key], key
-    checkpoints = [load_checkpoint(folder / "checkpoint.pt") for folder in (member, run)]
+    checkpoints = [load_checkpoint(folder / "checkpoint.pt") for folder in (member, alone)]
     for key, value in checkpoints[1]["policy"].items():
         assert torch.equal(checkpoints[0]["policy"][key], value), key
     adam = [checkpoint["learner"]["ppo"]["optimizer"]["state"] for checkpoint in checkpoints]
@@ -333,7 +342,7 @@ def test_jobs_that_cannot_batch_run_one_by_one(tmp_path):
                  "eval.episodes=2", "progress=false", "logger=none", "algo.learning_starts=64",
                  "hydra.sweep.dir=sw")
     assert result.returncode == 0, result.stderr
-    assert "run one by one: algo=dqn: a batched sweep trains PPO" in result.stdout + result.stderr
+    assert "jobs #0, #1 run one by one: algo=dqn: a batched sweep trains PPO" in result.stdout + result.stderr
     assert [json.loads((job / "summary.json").read_text())["status"] for job in job_dirs(tmp_path / "sw")] == \
         ["finished", "finished"]
 

@@ -4,9 +4,10 @@ process (docs/sweeps.md).
 
 Every job is set up as Hydra's basic launcher sets it up (its folder, .hydra/, job log,
 callbacks); the jobs are then grouped by their composed configs without ``seed``. A group
-whose runs can batch (``rlcollect.sweeps.run.batch_refusal``) trains as one batched sweep
-(``rlcollect.commands.train.train_members``), each member returning its job's value; the
-jobs of any other group run one after the other, each as the basic launcher runs it.
+of two jobs or more whose runs can batch (``rlcollect.sweeps.run.batch_refusal``) trains as
+one batched sweep (``rlcollect.commands.train.train_members``), each member returning its
+job's value; the jobs of any other group (a job alone among them: the batched path would
+only add its overhead) run one after the other, each as the basic launcher runs it.
 """
 from __future__ import annotations
 
@@ -38,9 +39,12 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     results: list[JobReturn | None] = [None] * len(configs)
     for group in group_jobs([task_config(config) for config in configs], launcher.max_members):
         numbers = ", ".join(f"#{configs[index].hydra.job.num}" for index in group)
-        refusal = batch_refusal(task_config(configs[group[0]]))
-        if refusal is not None:
+        refusal = None if len(group) == 1 else batch_refusal(task_config(configs[group[0]]))
+        if len(group) == 1:
+            log.info("job %s runs as a solo run (no other job of the sweep can share its model)", numbers)
+        elif refusal is not None:
             log.info("jobs %s run one by one: %s", numbers, refusal)
+        if len(group) == 1 or refusal is not None:
             for index in group:
                 results[index] = run_one(launcher, configs[index], launcher.task_function)
             continue

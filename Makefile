@@ -21,7 +21,7 @@ train: setup
 
 test: setup
 	$(BIN)/ruff check rlcollect tests scripts hydra_plugins
-	$(BIN)/python -m pytest -q $(ARGS)
+	$(BIN)/python -m pytest -q --durations=25 $(ARGS)
 
 # torchrl 0.14.1 pins tensordict<0.15 (rlcollect needs 0.15), so the torchrl rows of the
 # benchmark run in their own venv; torch is pinned there too (same CUDA-build reason).

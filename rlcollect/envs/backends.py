@@ -251,10 +251,6 @@ class VectorBackend:
         raise NotImplementedError(f"random steps per sub-env (max_decorrelation_steps) need backend='list', not "
                                   f"{self.name!r}: a vector env steps all its envs at once")
 
-    def step_rows(self, actions: np.ndarray, arrays: dict, rows: list[int]) -> bool:
-        """``step`` for the sub-envs of ``rows`` only; the others are left as they are."""
-        return self._step(((i, self.envs[i]) for i in rows), actions, arrays)
-
     def step_some(self, actions: np.ndarray, arrays: dict, waiting: np.ndarray) -> bool:
         raise NotImplementedError(f"reset_policy='wait' leaves finished sub-envs unstepped, which needs "
                                   f"backend='list', not {self.name!r}: a vector env steps all its envs at once")
@@ -322,10 +318,6 @@ class EnvPoolBackend:
         the same entries at every reset and step)."""
         info = self.pool.reset(self._all)[1]
         return {key: np.asarray(info[key])[0] for key in keys if key in info}
-
-    def step_rows(self, actions: np.ndarray, arrays: dict, rows: list[int]) -> bool:
-        """``step`` for the sub-envs of ``rows`` only; the others are left as they are."""
-        return self._step(((i, self.envs[i]) for i in rows), actions, arrays)
 
     def step_some(self, actions: np.ndarray, arrays: dict, waiting: np.ndarray) -> bool:
         raise NotImplementedError("reset_policy='wait' leaves finished sub-envs unstepped, which needs "

@@ -3,11 +3,12 @@ sweep that differ only in ``seed`` train as the members of one batched model, in
 process (docs/sweeps.md).
 
 Every job is set up as Hydra's basic launcher sets it up (its folder, .hydra/, job log,
-callbacks); the jobs are then grouped by their composed configs without ``seed``. A group
-of two jobs or more whose runs can batch (``rlcollect.sweeps.run.batch_refusal``) trains as
-one batched sweep (``rlcollect.commands.train.train_members``), each member returning its
-job's value; the jobs of any other group (a job alone among them: the batched path would
-only add its overhead) run one after the other, each as the basic launcher runs it.
+callbacks); the jobs are then grouped by their composed configs without ``seed`` and PPO's
+per-member float settings (``shared_settings``). A group of two jobs or more whose runs can
+batch (``rlcollect.sweeps.run.batch_refusal``) trains as one batched sweep
+(``rlcollect.commands.train.train_members``), each member returning its job's value; the
+jobs of any other group (a job alone among them: the batched path would only add its
+overhead) run one after the other, each as the basic launcher runs it.
 """
 from __future__ import annotations
 
@@ -70,13 +71,14 @@ def task_config(config: DictConfig) -> DictConfig:
 
 
 def group_jobs(configs: list[DictConfig], max_members: int | None = None) -> list[list[int]]:
-    """The jobs' indices grouped by their configs without seed, in launch order, each group
-    cut into groups of at most ``max_members`` (None: no cap)."""
-    from rlcollect.sweeps.run import without_seed
+    """The jobs' indices grouped by their shared settings (their configs without seed and
+    PPO's per-member float settings), in launch order, each group cut into groups of at
+    most ``max_members`` (None: no cap)."""
+    from rlcollect.sweeps.run import shared_settings
 
     groups: dict[str, list[int]] = {}
     for index, config in enumerate(configs):
-        groups.setdefault(repr(without_seed(config)), []).append(index)
+        groups.setdefault(repr(shared_settings(config)), []).append(index)
     return [group[start:start + (max_members or len(group))] for group in groups.values()
             for start in range(0, len(group), max_members or len(group))]
 

@@ -79,9 +79,10 @@ def batch_refusal(cfg: DictConfig) -> str | None:
     return None
 
 
-def without_seed(cfg: DictConfig) -> dict:
+def shared_settings(cfg: DictConfig) -> dict:
     """``cfg`` as plain containers, without the keys the members of one batched model may
-    differ in: ``seed`` and the float settings of MEMBER_OPTIONS (``algo.lr``, ...)."""
+    differ in (``seed`` and the float settings of MEMBER_OPTIONS: ``algo.lr``, ...): what
+    every member of one model has in common."""
     plain = OmegaConf.to_container(cfg, resolve=True)
     plain.pop("seed", None)
     for key in MEMBER_OPTIONS:
@@ -100,9 +101,9 @@ def check_sweep(cfgs: list[DictConfig]) -> None:
     refusal = batch_refusal(cfgs[0])
     if refusal is not None:
         raise ConfigError(refusal)
-    first = without_seed(cfgs[0])
+    first = shared_settings(cfgs[0])
     for cfg in cfgs[1:]:
-        if without_seed(cfg) != first:
+        if shared_settings(cfg) != first:
             settings = ", ".join(f"algo.{key}" for key in MEMBER_OPTIONS)
             raise ConfigError(f"the members of a batched sweep differ only in seed and {settings} "
                               "(hydra/launcher=batched groups the jobs that do)")
@@ -110,8 +111,9 @@ def check_sweep(cfgs: list[DictConfig]) -> None:
 
 # ---------------------------------------------------------------------------- the members' views
 class MemberModule(nn.Module):
-    """Member ``member`` of the stacked policy, seen as its solo policy: its parameters (views
-    of its rows), its state dict in the solo shapes, and its forward pass."""
+    """Member ``member`` of the stacked policy, as the training loop sees a run's policy: its
+    parameters (views of its rows), its state dict in the solo shapes, and whether its
+    outputs are finite (the sweep computes its actions, with every member's)."""
 
     def __init__(self, sweep: "Sweep", solo: nn.Module, member: int) -> None:
         super().__init__()
@@ -129,12 +131,6 @@ class MemberModule(nn.Module):
         sweep's one probe of every member, ``Sweep.outputs_finite``)."""
         return self._sweep.outputs_finite()[self._member]
 
-    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        solo = self._solo[0]
-        shapes = {key: value.shape for key, value in solo.state_dict().items()}
-        state = {key: value[self._member].reshape(shapes[key])
-                 for key, value in self._sweep.policy.stacked.state_dict(keep_vars=True).items()}
-        return torch.func.functional_call(solo, state, (tensordict,))
 
 
 class MemberCollector:

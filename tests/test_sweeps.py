@@ -138,42 +138,21 @@ def rollout_of(env_id: str, policy, num_envs: int, seeds, steps: int = 32) -> Ro
     return buffer
 
 
-def test_three_members_update_as_three_solo_runs():
-    """One minibatch of the whole rollout (the order no longer matters but for rounding):
-    each member's update equals its solo PPO update on its rows."""
+def cartpole_solos(seeds=(0, 1, 2)) -> list[ActorCritic]:
+    """CartPole ActorCritics, each initialised as its solo run seeded ``seed`` initialises it."""
     space, actions = gym.spaces.Box(-5, 5, (4,)), gym.spaces.Discrete(2)
-    options = dict(epochs=2, minibatch_size=4 * 32, total_frames=10_000, max_grad_norm=0.1)
     solos = []
-    for seed in (0, 1, 2):
+    for seed in seeds:
         torch.manual_seed(seed)
         solos.append(ActorCritic(space, actions))
-    members = MemberPolicy(stack_modules(solos), 3)
-    buffer = rollout_of("CartPole-v1", members, 12, member_env_seeds([0, 1, 2], 4))
-    rows = buffer.rollout
-    member_metrics = MemberPPO(members, **options).update(buffer, 1_000)
-    for member, solo in enumerate(solos):
-        solo_buffer = RolloutBuffer(4, 32, (4,), (), observation_dtype=torch.float32, action_dtype=torch.int64)
-        solo_buffer.rollout.update(rows[member * 4:(member + 1) * 4].clone())
-        solo_buffer.add(solo_buffer.rollout)
-        metrics = PPO(solo, **options).update(solo_buffer, 1_000)
-        for key, value in metrics.items():
-            assert member_metrics[member][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
-        state = member_state_dict(members.stacked.state_dict(), solo, member)
-        for key, value in solo.state_dict().items():
-            torch.testing.assert_close(state[key], value, atol=1e-5, rtol=1e-4)
+    return solos
 
 
-def test_members_with_settings_of_their_own_update_as_their_solo_runs():
-    """lr, clip range, loss weights and gradient-norm cap per member (MEMBER_OPTIONS): each
-    member's update is its solo PPO's with its own values."""
-    space, actions = gym.spaces.Box(-5, 5, (4,)), gym.spaces.Discrete(2)
-    own = {"lr": [3e-4, 1e-3, 3e-3], "clip_epsilon": [0.1, 0.2, 0.3], "entropy_coef": [0.0, 0.01, 0.1],
-           "value_coef": [0.5, 1.0, 0.25], "max_grad_norm": [0.1, 0.5, 10.0]}
-    options = dict(epochs=2, minibatch_size=4 * 32, total_frames=10_000, anneal_clip=True)
-    solos = []
-    for seed in (0, 1, 2):
-        torch.manual_seed(seed)
-        solos.append(ActorCritic(space, actions))
+def assert_members_update_as_solo_runs(options: dict, own: dict[str, list[float]] | None = None) -> None:
+    """Three members' MemberPPO update (PPO ``options``, each member's ``own`` settings) on
+    a CartPole rollout equals each solo PPO's update with its own settings on its 4 rows:
+    metrics and weights."""
+    solos = cartpole_solos()
     members = MemberPolicy(stack_modules(solos), 3)
     buffer = rollout_of("CartPole-v1", members, 12, member_env_seeds([0, 1, 2], 4))
     rows = buffer.rollout
@@ -182,7 +161,7 @@ def test_members_with_settings_of_their_own_update_as_their_solo_runs():
         solo_buffer = RolloutBuffer(4, 32, (4,), (), observation_dtype=torch.float32, action_dtype=torch.int64)
         solo_buffer.rollout.update(rows[member * 4:(member + 1) * 4].clone())
         solo_buffer.add(solo_buffer.rollout)
-        settings = {key: values[member] for key, values in own.items()}
+        settings = {key: values[member] for key, values in (own or {}).items()}
         metrics = PPO(solo, **options, **settings).update(solo_buffer, 1_000)
         for key, value in metrics.items():
             assert member_metrics[member][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
@@ -191,17 +170,25 @@ def test_members_with_settings_of_their_own_update_as_their_solo_runs():
             torch.testing.assert_close(state[key], value, atol=1e-5, rtol=1e-4)
 
 
+def test_three_members_update_as_three_solo_runs():
+    """One minibatch of the whole rollout (the order no longer matters but for rounding):
+    each member's update equals its solo PPO update on its rows."""
+    assert_members_update_as_solo_runs(dict(epochs=2, minibatch_size=4 * 32, total_frames=10_000, max_grad_norm=0.1))
+
+
+def test_members_with_settings_of_their_own_update_as_their_solo_runs():
+    """lr, clip range, loss weights and gradient-norm cap per member (MEMBER_OPTIONS): each
+    member's update is its solo PPO's with its own values."""
+    own = {"lr": [3e-4, 1e-3, 3e-3], "clip_epsilon": [0.1, 0.2, 0.3], "entropy_coef": [0.0, 0.01, 0.1],
+           "value_coef": [0.5, 1.0, 0.25], "max_grad_norm": [0.1, 0.5, 10.0]}
+    assert_members_update_as_solo_runs(dict(epochs=2, minibatch_size=4 * 32, total_frames=10_000, anneal_clip=True),
+                                       own)
+
+
 def test_a_frozen_member_costs_no_update_and_the_others_update_as_before():
-    space, actions = gym.spaces.Box(-5, 5, (4,)), gym.spaces.Discrete(2)
     options = dict(epochs=2, minibatch_size=4 * 32, total_frames=10_000,
                    member_options={"lr": [1e-3, 3e-4, 3e-3], "clip_epsilon": [0.1, 0.2, 0.3]})
-    policies = []
-    for _ in range(2):
-        solos = []
-        for seed in (0, 1, 2):
-            torch.manual_seed(seed)
-            solos.append(ActorCritic(space, actions))
-        policies.append(MemberPolicy(stack_modules(solos), 3))
+    policies = [MemberPolicy(stack_modules(cartpole_solos()), 3) for _ in range(2)]
     buffer = rollout_of("CartPole-v1", policies[0], 12, member_env_seeds([0, 1, 2], 4))
     rows = buffer.rollout.clone()
     before = {key: value.clone() for key, value in policies[1].stacked.state_dict().items()}

@@ -5,9 +5,9 @@
         of --frames: wall-clock, frames per second over all members, peak RSS
     python scripts/bench_sweeps.py solve --seeds 8
         S seeds of CartPole to solve: each seed's solo run (a process each), then the batched
-        sweep, the basic launcher (one job after the other, one process) and joblib with 2
-        workers, --repeats rounds; wall-clock (x the mean solo run) and every job's frames to
-        solve
+        sweep (one process; two processes of S/2 members), the basic launcher (one job after
+        the other, one process) and joblib with 2 workers, --repeats rounds; wall-clock (x the
+        mean solo run) and every job's frames to solve
 
 Every command runs ``rlcollect train`` in a process of its own (logger=none, progress off),
 in a temporary folder; extra overrides follow ``--`` (e.g. ``-- experiment=mujoco_ppo
@@ -67,7 +67,8 @@ def scaling(options, extra: list[str]) -> None:
 
 def solve(options, extra: list[str]) -> None:
     seeds = list(range(options.seeds))
-    ways = {"batched": ["hydra/launcher=batched"], "one by one": [],
+    ways = {"batched": ["hydra/launcher=batched"],
+            "batched, 2 processes": ["hydra/launcher=batched", "hydra.launcher.processes=2"], "one by one": [],
             "joblib x2": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]}
     walls: dict[str, list[float]] = {way: [] for way in ways}
     solved: dict[str, list] = {way: [] for way in ways}
@@ -83,7 +84,7 @@ def solve(options, extra: list[str]) -> None:
                                    .get("frames_to_solve"))
             print(f"round {repeat}: solo runs: {solo_walls[-len(seeds):]} s", flush=True)
             for way, launcher in ways.items():
-                sweep = f"{way.replace(' ', '_')}{repeat}"
+                sweep = f"{way.replace(' ', '_').replace(',', '')}{repeat}"
                 wall, _ = run(["--multirun", f"seed={','.join(map(str, seeds))}", *launcher, *QUIET, *extra,
                                f"hydra.sweep.dir={sweep}"], cwd)
                 walls[way].append(wall)

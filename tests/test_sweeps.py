@@ -26,6 +26,7 @@ from rlcollect.seeding import member_env_seeds
 from rlcollect.sweeps.members import MemberPolicy, MemberPPO, clip_member_grad_norms
 from rlcollect.sweeps.run import build_sweep, check_sweep
 from rlcollect.sweeps.stacking import StackedLinear, member_state_dict, stack_modules
+from rlcollect.testing import CountingEnv
 
 TINY = ["total_frames=1024", "collector.frames_per_batch=128", "algo.minibatch_size=64", "env.num_envs=4",
         "eval.every_frames=256", "eval.episodes=2", "algo.epochs=2", "progress=false", "logger=none"]
@@ -78,7 +79,6 @@ def test_paused_envs_are_never_stepped_again_and_evaluations_count_only_the_rows
     """A stopped member's envs (GymEnv.pause): their rows keep their values, never done,
     while the others count on; an evaluation over some rows ends with their episodes."""
     from rlcollect.collectors.single import Collector
-    from rlcollect.testing import CountingEnv
 
     env = GymEnv(lambda: CountingEnv(episode_length=3), 4, seed=0)
     collector = Collector(env, None, frames_per_batch=4 * 2, total_frames=-1)
@@ -98,6 +98,58 @@ def test_paused_envs_are_never_stepped_again_and_evaluations_count_only_the_rows
     evaluated.pause([1, 3])
     result = EvalCollector(evaluated, None, exploration_type="random").evaluate(rows=[0, 2])
     assert sorted(result.envs) == [0, 2] and result.lengths == [3, 3] and result.cut == 0
+
+
+def test_an_evaluation_leaves_an_env_unstepped_once_its_episode_is_counted():
+    """How far an eval env runs depends on its own episode alone (how often it is reset
+    does too, so a batched sweep's member is evaluated as its solo run): the 3-step env
+    steps to the end of the batch its episode ended in, not for as long as the 100-step
+    one runs, and steps again at the next evaluation."""
+    from rlcollect.collectors.evaluation import STEPS_PER_BATCH
+
+    steps = [0, 0]
+
+    class Counted(CountingEnv):
+        def __init__(self, row: int, length: int) -> None:
+            super().__init__(episode_length=length)
+            self.row = row
+
+        def step(self, action):
+            steps[self.row] += 1
+            return super().step(action)
+
+    env = GymEnv([lambda: Counted(0, 3), lambda: Counted(1, 100)], 2, seed=0)
+    evaluator = EvalCollector(env, None, exploration_type="random")
+    for evaluation in (1, 2):
+        result = evaluator.evaluate()
+        assert sorted(result.lengths) == [3, 100] and result.cut == 0
+        assert steps == [evaluation * STEPS_PER_BATCH, evaluation * 2 * STEPS_PER_BATCH]
+    evaluator.shutdown()
+
+
+def test_each_member_draws_from_its_own_stream_as_its_solo_run(tmp_path):
+    """Three members' first batches (sampled actions) and first updates (minibatch
+    permutations) come from each member's own generator: each batch is its solo run's, bit
+    for bit, and each update its solo run's (to rounding)."""
+    from rlcollect.pipeline import build
+
+    cfgs = configs(*[[*TINY, f"seed={seed}"] for seed in (0, 1, 2)])
+    sweep = build_sweep(cfgs, [tmp_path / f"m{seed}" for seed in range(3)],
+                        [dict(name=None, group=None, job_type=None)] * 3)
+    batch = next(iter(sweep.collector))
+    sweep.learner.learn(batch, 128)
+    for member, cfg in enumerate(cfgs):
+        solo = build(cfg, tmp_path / f"solo{member}")
+        solo_batch = next(iter(solo.collector))
+        mine = sweep.member_batch(batch, member)
+        for key in ("observation", "action", "action_log_prob", ("next", "observation"), ("next", "done")):
+            assert torch.equal(mine.get(key), solo_batch.get(key)), key
+        solo.learner.learn(solo_batch, 128)
+        state = member_state_dict(sweep.policy.stacked.state_dict(), solo.policy, member)
+        for key, value in solo.policy.state_dict().items():
+            torch.testing.assert_close(state[key], value, atol=1e-6, rtol=1e-5)
+        solo.close()
+    sweep.shutdown()
 
 
 def test_stacked_layers_compute_each_member_with_its_own_weights():
@@ -243,6 +295,59 @@ def test_the_launcher_groups_jobs_by_their_configs_without_seed():
     assert group_jobs(jobs, max_members=2) == [[0, 1], [3], [2, 4]]
 
 
+def test_a_model_splits_into_shares_of_consecutive_members():
+    from rlcollect.sweeps.launcher import shares
+
+    assert shares(8, 2) == [range(0, 4), range(4, 8)]
+    assert shares(5, 2) == [range(0, 2), range(2, 5)]
+    assert shares(2, 4) == [range(0, 1), range(1, 2)]
+    assert shares(3, 1) == [range(0, 3)]
+
+
+def tens(members: list[int]) -> list[int]:
+    return [member * 10 for member in members]
+
+
+def in_a_child(then):
+    """A share's training that does ``then`` in a forked process and trains in the parent."""
+    import multiprocessing
+
+    def train(members: list[int]) -> list[int]:
+        if multiprocessing.parent_process() is not None:
+            then()
+        return tens(members)
+    return train
+
+
+def stop_130():
+    raise SystemExit(130)
+
+
+def fail():
+    raise ValueError("a bug in a share")
+
+
+@pytest.mark.timeout(60)
+def test_shares_train_in_processes_of_their_own_and_report_how_each_ended(capsys):
+    """train_shares forks a process per share past the first: the values come back in
+    member order; a share stopped by a signal stops the command with its code once all
+    ended; an error in a share is raised as rlcollect's bug; a share whose process died
+    is reported in one line."""
+    from rlcollect.sweeps.launcher import train_shares
+
+    assert train_shares(tens, [0, 1, 2, 3, 4], 3) == [0, 10, 20, 30, 40]
+    with pytest.raises(SystemExit) as stopped:
+        train_shares(in_a_child(stop_130), [0, 1, 2, 3], 2)
+    assert stopped.value.code == 130
+    with pytest.raises(RuntimeError, match="a bug in rlcollect") as failed:
+        train_shares(in_a_child(fail), [0, 1], 2)
+    assert "ValueError: a bug in a share" in str(failed.value)
+    with pytest.raises(SystemExit) as died:
+        train_shares(in_a_child(lambda: os._exit(9)), [0, 1, 2], 2)
+    assert died.value.code == 1
+    assert "the process training members 1-2 of a batched model ended with exit code 9" in capsys.readouterr().err
+
+
 # ---------------------------------------------------------------------------- from the command line
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("overrides", [[], ["experiment=mujoco_ppo", "env=pendulum", "collector.frames_per_batch=256",
@@ -270,6 +375,7 @@ def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, overrides):
         assert torch.equal(checkpoints[0]["policy"][key], value), key
     adam = [checkpoint["learner"]["ppo"]["optimizer"]["state"] for checkpoint in checkpoints]
     assert all(torch.equal(adam[0][index]["exp_avg_sq"], adam[1][index]["exp_avg_sq"]) for index in adam[1])
+    assert torch.equal(checkpoints[0]["rng"]["torch"], checkpoints[1]["rng"]["torch"])  # its own stream, as far
 
 
 @pytest.mark.timeout(300)
@@ -280,9 +386,10 @@ def test_members_are_runs_of_their_own_that_eval_resume_and_compare_read(tmp_pat
     checkpoints in solo shapes); eval, resume of one member alone and compare read them."""
     with_wandb = [override for override in TINY if override != "logger=none"]  # offline W&B runs, read back below
     result = cli(tmp_path, "train", "--multirun", "seed=0,1,2", "hydra/launcher=batched", *with_wandb,
-                 "hydra.sweep.dir=sw")
+                 "hydra.launcher.processes=2", "hydra.sweep.dir=sw")
     assert result.returncode == 0, result.stderr
-    assert "jobs #0, #1, #2 train as one batched model of 3 members" in result.stdout + result.stderr
+    assert "jobs #0, #1, #2 train as 2 batched models (1 + 2 members), each in a process of its own" in \
+        result.stdout + result.stderr
     members = job_dirs(tmp_path / "sw")
     assert len(members) == 3
     returns = []
@@ -371,9 +478,8 @@ def test_ctrl_c_stops_every_member_after_the_batch_and_each_resumes_alone(tmp_pa
 @pytest.mark.timeout(300)
 def test_a_diverged_member_fails_alone_and_the_others_train_as_before(tmp_path):
     """Member 1's weights made NaN before training: it fails at its first batch (its summary
-    says so), members 0 and 2 collect and train exactly as they do when member 1 is healthy.
-    (Their evaluations after the first may differ: the shared evaluation runs until every
-    member's episodes end, so their eval envs may start later episodes from other states.)"""
+    says so), members 0 and 2 collect, train and evaluate exactly as they do when member 1
+    is healthy."""
     def run(folder: str, poison: bool):
         cfgs = configs(*([f"seed={seed}", *TINY] for seed in (0, 1, 2)))
         dirs = [tmp_path / folder / str(seed) for seed in (0, 1, 2)]
@@ -394,9 +500,6 @@ def test_a_diverged_member_fails_alone_and_the_others_train_as_before(tmp_path):
     assert not (poisoned[1] / "checkpoint.pt").exists()  # a diverged run keeps no poisoned checkpoint
     for member in (0, 2):
         assert json.loads((poisoned[member] / "summary.json").read_text())["status"] == "finished"
-        rows = [[{key: value for key, value in row.items() if key != "eval/episode_return"}
-                 for row in metric_rows(folder[member])] for folder in (poisoned, healthy)]
+        rows = [metric_rows(folder[member]) for folder in (poisoned, healthy)]
         assert rows[0] == rows[1]
-        first_eval = [next(row["eval/episode_return"] for row in metric_rows(folder[member])
-                           if "eval/episode_return" in row) for folder in (poisoned, healthy)]
-        assert first_eval[0] == first_eval[1]
+        assert [row["step"] for row in rows[0] if "eval/episode_return" in row] == [256, 512, 768, 1024]

@@ -12,18 +12,26 @@ from hydra.plugins.launcher import Launcher
 class BatchedLauncher(Launcher):
     """Trains the jobs of a sweep that differ only in ``seed`` as the members of one
     batched model in this process; ``max_members`` caps the members of one model (a
-    larger group is cut in groups of at most that many; None: no cap)."""
+    larger group is cut in groups of at most that many; None: no cap); ``processes``
+    splits a model's members into that many shares trained at once, each a batched model
+    in a process of its own (1: all in this one)."""
 
-    def __init__(self, max_members: int | None = None) -> None:
+    def __init__(self, max_members: int | None = None, processes: int = 1) -> None:
         super().__init__()
-        if max_members is not None and max_members < 1:
-            from rlcollect.errors import ConfigError
+        from rlcollect.errors import ConfigError
 
+        if max_members is not None and max_members < 1:
             raise ConfigError(f"hydra.launcher.max_members must be >= 1 or null, got {max_members}")
-        self.max_members = max_members
+        if processes < 1:
+            raise ConfigError(f"hydra.launcher.processes must be >= 1, got {processes}")
+        self.max_members, self.processes = max_members, processes
         self.config = self.hydra_context = self.task_function = None
 
     def setup(self, *, hydra_context, task_function, config) -> None:
+        from rlcollect.sweeps.launcher import ComposeOnce
+
+        # the sweeper composes every job to check the sweep, then this launcher composes it: once will do
+        hydra_context.config_loader = ComposeOnce(hydra_context.config_loader)
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:

@@ -87,30 +87,44 @@ class EvalCollector:
         completed: list[TrajectoryInfo] = []
         env_of: dict[int, int] = {}  # trajectory id -> the env row it ran in
         steps, started = 0, set()
-        for batch in self.collector:
-            ids = batch.get(TRAJ_IDS)
-            if counted is None and self.eval_max_trajectories is None:
-                first = ids.reshape(self.num_envs, -1)[:, 0]
-                counted = set((first if rows is None else first[torch.as_tensor(rows, dtype=torch.long)]).tolist())
-            started.update(ids.unique().tolist())
-            ended = _by_end_time(batch, [info for info in tracker.infos(batch)
-                                         if counted is None or info.traj_id in counted])
-            if ended:
-                env_of.update(end_rows(batch))
-            completed += ended
-            steps += batch.numel()
-            if counted is not None and len(completed) == len(counted):
-                break
-            if self.eval_max_trajectories is not None and len(completed) >= self.eval_max_trajectories:
-                break
-            if self.eval_max_steps is not None and steps + self.collector.frames_per_batch > self.eval_max_steps:
-                break
+        paused: list[int] = []  # envs whose one episode is counted: left unstepped (list backend) till the end
+        try:
+            for batch in self.collector:
+                ids = batch.get(TRAJ_IDS)
+                if counted is None and self.eval_max_trajectories is None:
+                    first = ids.reshape(self.num_envs, -1)[:, 0]
+                    counted = set((first if rows is None else first[torch.as_tensor(rows, dtype=torch.long)]).tolist())
+                started.update(ids.unique().tolist())
+                ended = _by_end_time(batch, [info for info in tracker.infos(batch)
+                                             if counted is None or info.traj_id in counted])
+                if ended:
+                    env_of.update(end_rows(batch))
+                completed += ended
+                steps += batch.numel()
+                if counted is not None and len(completed) == len(counted):
+                    break
+                if self.eval_max_trajectories is not None and len(completed) >= self.eval_max_trajectories:
+                    break
+                if self.eval_max_steps is not None and steps + self.collector.frames_per_batch > self.eval_max_steps:
+                    break
+                if counted is not None and ended:
+                    paused += self._pause([env_of[info.traj_id] for info in ended])
+        finally:
+            if paused:
+                self.env.unpause(paused)
         cut = len(counted if counted is not None else started) - len(completed)
         if self.eval_max_trajectories is not None:
             completed = completed[:self.eval_max_trajectories]
         return EvalResult(returns=[info.episode_return for info in completed],
                           lengths=[info.length for info in completed], trajectories=completed, cut=max(cut, 0),
                           envs=[env_of.get(info.traj_id, -1) for info in completed])
+
+    def _pause(self, rows: list[int]) -> list[int]:
+        """Pause the eval envs of ``rows`` (their episode is counted) where the env can
+        (``GymEnv.pause``): they step no further, so how often each env is reset depends
+        on its own episodes alone, not on how long the others run. Returns the rows paused."""
+        pause = getattr(self.env, "pause", None)
+        return rows if callable(pause) and pause(rows) else []
 
     def shutdown(self) -> None:
         self.collector.shutdown()

@@ -356,10 +356,11 @@ class GymEnv:
         return done if any_done else None
 
     def pause(self, indices) -> bool:
-        """Stop stepping the given sub-envs for good (the envs of a batched sweep's member
-        that stopped): from now on their rows keep their last values with a reward of 0 and
-        are never done, so they are never reset. Only backend "list" leaves an env
-        unstepped: returns whether the envs are paused (False: they go on stepping)."""
+        """Stop stepping the given sub-envs (the envs of a batched sweep's member that
+        stopped; an eval env whose episode is counted) until ``unpause``: their rows keep
+        their last values with a reward of 0 and are never done, so they are never reset
+        by a step. Only backend "list" leaves an env unstepped: returns whether the envs
+        are paused (False: they go on stepping)."""
         if self._backend.name != "list":
             return False
         paused = np.zeros(self._backend.num_envs, bool) if self._paused is None else self._paused
@@ -370,6 +371,16 @@ class GymEnv:
             arrays[key][paused] = 0
         self._staging.refresh()
         return True
+
+    def unpause(self, indices) -> None:
+        """Step the given paused sub-envs again, from the values they were paused with (an
+        evaluation's envs: reset with the others at the next evaluation)."""
+        if self._paused is None:
+            return
+        self._paused[np.asarray(indices, dtype=np.int64)] = False
+        stepped = np.flatnonzero(~self._paused).tolist()
+        self._paused, self._stepped_rows = (None, None) if len(stepped) == self._backend.num_envs else \
+            (self._paused, stepped)
 
     @property
     def waiting(self) -> np.ndarray | None:

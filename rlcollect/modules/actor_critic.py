@@ -69,6 +69,9 @@ class ActorCritic(TensorDictModuleBase):
     """
 
     out_keys = ["action", "action_log_prob", "state_value"]
+    # where actions are sampled from: torch's global generator (None), or, for the stacked
+    # policy of a batched sweep (rlcollect.sweeps), one torch.Generator per member
+    generators = None
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
                  hidden_sizes: Sequence[int] = (64, 64), activation: str = "tanh",
@@ -116,11 +119,11 @@ class ActorCritic(TensorDictModuleBase):
         head = self.actor(observation)
         deterministic = interaction_type() in DETERMINISTIC
         if self.discrete:
-            index = head.argmax(-1) if deterministic else D.categorical_sample(head)
+            index = head.argmax(-1) if deterministic else D.categorical_sample(head, self.generators)
             log_prob = D.categorical_log_prob(head, index)
             action = index + self.action_offset if self.action_offset else index
         else:
-            action = head if deterministic else D.normal_sample(head, self.log_std)
+            action = head if deterministic else D.normal_sample(head, self.log_std, self.generators)
             log_prob = D.normal_log_prob(head, self.log_std, action)
         tensordict.set("action", action)
         tensordict.set("action_log_prob", log_prob)

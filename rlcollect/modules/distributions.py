@@ -13,9 +13,22 @@ import torch
 LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
 
-def categorical_sample(logits: torch.Tensor) -> torch.Tensor:
-    """argmax(logits + Gumbel noise): an exact sample of Categorical(logits)."""
-    uniform = torch.rand_like(logits).clamp_(min=torch.finfo(logits.dtype).tiny)
+def noise(like: torch.Tensor, normal: bool, generators=None) -> torch.Tensor:
+    """Standard normal (``normal``) or uniform noise shaped as ``like``: from torch's global
+    generator (``generators`` None), or row m of ``like``'s first dim from
+    ``generators[m]``, each row drawn exactly as it would be alone (the members of a
+    batched sweep: each samples from its own stream, docs/sweeps.md)."""
+    if generators is None:
+        return torch.randn_like(like) if normal else torch.rand_like(like)
+    draw = torch.randn if normal else torch.rand
+    return torch.stack([draw(like.shape[1:], generator=generator, dtype=like.dtype, device=like.device)
+                        for generator in generators])
+
+
+def categorical_sample(logits: torch.Tensor, generators=None) -> torch.Tensor:
+    """argmax(logits + Gumbel noise): an exact sample of Categorical(logits) (``generators``:
+    see ``noise``)."""
+    uniform = noise(logits, False, generators).clamp_(min=torch.finfo(logits.dtype).tiny)
     return (logits - torch.log(-torch.log(uniform))).argmax(-1)
 
 
@@ -28,8 +41,8 @@ def categorical_entropy(logits: torch.Tensor) -> torch.Tensor:
     return -(log_probs.exp() * log_probs).sum(-1)
 
 
-def normal_sample(mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
-    return mean + log_std.exp() * torch.randn_like(mean)
+def normal_sample(mean: torch.Tensor, log_std: torch.Tensor, generators=None) -> torch.Tensor:
+    return mean + log_std.exp() * noise(mean, True, generators)
 
 
 def normal_log_prob(mean: torch.Tensor, log_std: torch.Tensor, action: torch.Tensor) -> torch.Tensor:

@@ -75,14 +75,20 @@ class Pipeline:
     resumed_frames: int | None = None  # a resumed run: the frames of the checkpoint it continues from
     checkpoint_frames: int | None = None  # the frames of the run's last complete checkpoint.pt
     opened: bool = False  # open() ran: the run writes to its folder
+    # where the run's torch draws come from: torch's global generator (None), or a CPU generator
+    # of its own (a member of a batched sweep), whose state its checkpoints keep as the global one's
+    generator: torch.Generator | None = None
 
     def state_dict(self, seconds: float) -> dict:
         """Everything needed to continue this run (all weights_only-loadable)."""
         progress = Progress(self.progress.summary, self.progress.next_eval, self.progress.next_checkpoint,
                             seconds)
+        rng = rng_state()
+        if self.generator is not None:
+            rng["torch"] = self.generator.get_state()
         return {"frames": self.collector.frames, "policy": self.policy.state_dict(),
                 "learner": self.learner.state_dict(), "collector": self.collector.state_dict(),
-                "rng": rng_state(), "progress": progress.state_dict(), "wandb_run_id": self.logger.run_id or "",
+                "rng": rng, "progress": progress.state_dict(), "wandb_run_id": self.logger.run_id or "",
                 "run_names": {key: value or "" for key, value in (self.names or {}).items()}}
 
     def load_state_dict(self, state: dict) -> None:

@@ -6,15 +6,19 @@ Every job is set up as Hydra's basic launcher sets it up (its folder, .hydra/, j
 callbacks); the jobs are then grouped by their composed configs without ``seed`` and PPO's
 per-member float settings (``shared_settings``). A group of two jobs or more whose runs can
 batch (``rlcollect.sweeps.run.batch_refusal``) trains as one batched sweep
-(``rlcollect.commands.train.train_members``), each member returning its job's value; the
+(``rlcollect.commands.train.train_members``), or as ``processes`` of them at once
+(``train_shares``), each member returning its job's value; the
 jobs of any other group (a job alone among them: the batched path would only add its
 overhead) run one after the other, each as the basic launcher runs it.
 """
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import sys
+import traceback
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -24,7 +28,7 @@ log = logging.getLogger(__name__)
 
 def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
     """``Launcher.launch`` of hydra_plugins.rlcollect_batched.BatchedLauncher (``launcher``:
-    its config, hydra_context, task_function and max_members)."""
+    its config, hydra_context, task_function, max_members and processes)."""
     from rlcollect.commands.train import member_of_batched_sweep, train_members
     from rlcollect.sweeps.run import batch_refusal
 
@@ -49,7 +53,12 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
             for index in group:
                 results[index] = run_one(launcher, configs[index], launcher.task_function)
             continue
-        log.info("jobs %s train as one batched model of %d members", numbers, len(group))
+        parts = shares(len(group), launcher.processes)
+        if len(parts) == 1:
+            log.info("jobs %s train as one batched model of %d members", numbers, len(group))
+        else:
+            log.info("jobs %s train as %d batched models (%s members), each in a process of its own", numbers,
+                     len(parts), " + ".join(str(len(part)) for part in parts))
         members: list = []
 
         def keep(cfg, members=members) -> None:  # the job's folder, .hydra/ and callbacks are Hydra's
@@ -57,12 +66,109 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
 
         for index in group:
             results[index] = run_one(launcher, configs[index], keep)
-        values = train_members(members)
+        values = train_shares(train_members, members, launcher.processes)
         for index, value in zip(group, values):
             if results[index].status == JobStatus.COMPLETED:
                 results[index].return_value = value
         configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
     return results
+
+
+class ComposeOnce:
+    """Hydra's ConfigLoader (``loader``; every other method its own), composing each job's
+    config once: Hydra's sweeper composes every job of a batch to check that it can
+    (``Sweeper.validate_batch_is_legal``), then the launcher composes it again; that second
+    ``load_sweep_config`` of the same overrides is handed the first one's config (which
+    the sweeper discards), and the next one composes anew."""
+
+    def __init__(self, loader) -> None:
+        self.loader = loader
+        self.composed: dict[tuple, DictConfig] = {}
+
+    def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        key = (id(master_config), tuple(sweep_overrides))
+        config = self.composed.pop(key, None)
+        if config is None:
+            config = self.loader.load_sweep_config(master_config, sweep_overrides)
+            self.composed[key] = config
+        return config
+
+    def __getattr__(self, name: str):
+        return getattr(self.loader, name)
+
+
+def shares(count: int, processes: int) -> list[range]:
+    """``range(count)`` cut into at most ``processes`` runs of consecutive indices, as even as can be."""
+    processes = max(1, min(processes, count))
+    bounds = [count * share // processes for share in range(processes + 1)]
+    return [range(start, end) for start, end in zip(bounds, bounds[1:])]
+
+
+def train_shares(train: Callable[[list], list], members: list, processes: int) -> list:
+    """``train(members)`` (``train_members``: each member's value) with the members cut into
+    ``processes`` shares trained at once, each as a batched model of its own: the first in
+    this process, each other in a process forked from it (it has every import, the
+    members' configs and folders; it sends back its values). The processes share nothing
+    else, so each member trains as it would in one model. A share stopped by a signal
+    (exit 130, 143) stops the command with its code once every share has ended; a share
+    whose process died leaves its members as far as they got, reported in one line."""
+    parts = shares(len(members), processes)
+    if len(parts) == 1:
+        return train(members)
+    context = multiprocessing.get_context("fork")
+    sys.stdout.flush()  # a fork copies unwritten output: written once, here
+    sys.stderr.flush()
+    children = []
+    for part in parts[1:]:
+        receive, send = context.Pipe(duplex=False)
+        child = context.Process(target=train_share, args=(train, [members[index] for index in part], send),
+                                name=f"rlcollect batched share {part.start}-{part.stop - 1}")
+        child.start()
+        send.close()
+        children.append((child, receive, part))
+    outcomes = [outcome(train, [members[index] for index in parts[0]])]
+    for child, receive, part in children:
+        try:
+            outcomes.append(receive.recv())
+        except EOFError:  # it died before sending (killed, out of memory)
+            child.join()
+            outcomes.append(("died", child.exitcode))
+        child.join()
+    values: list = []
+    exit_code = 0
+    for part, (kind, value) in zip(parts, outcomes):
+        if kind == "values":
+            values += value
+            continue
+        values += [None] * len(part)
+        if kind == "exit":
+            exit_code = max(exit_code, value if isinstance(value, int) else 1)
+        elif kind == "died":
+            print(f"rlcollect train: the process training members {part.start}-{part.stop - 1} of a batched model "
+                  f"ended with exit code {value}; their folders hold what it wrote", file=sys.stderr)
+            exit_code = max(exit_code, 1)
+        else:
+            raise RuntimeError(f"a batched sweep's process failed (a bug in rlcollect):\n{value}")
+    if exit_code:
+        raise SystemExit(exit_code)
+    return values
+
+
+def outcome(train: Callable[[list], list], members: list) -> tuple[str, object]:
+    """``train(members)`` as ``("values", its values)``, ``("exit", code)`` (SystemExit) or
+    ``("error", traceback)``."""
+    try:
+        return "values", train(members)
+    except SystemExit as stop:
+        return "exit", stop.code
+    except BaseException:  # noqa: BLE001 - handed to the parent, which raises it as rlcollect's bug
+        return "error", traceback.format_exc()
+
+
+def train_share(train: Callable[[list], list], members: list, send) -> None:
+    """A forked process's share of ``train_shares``: its outcome, sent to the parent."""
+    send.send(outcome(train, members))
+    send.close()
 
 
 def task_config(config: DictConfig) -> DictConfig:

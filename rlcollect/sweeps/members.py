@@ -15,6 +15,8 @@ Layout: the env of a batched sweep has S x P rows, member ``m``'s P envs in rows
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
@@ -30,11 +32,18 @@ from rlcollect.sweeps.stacking import member_state_dict
 class MemberPolicy(TensorDictModuleBase):
     """The stacked ActorCritic ``stacked`` of ``members`` members as a policy over
     ``[S * P, ...]`` tensordicts (the sweep's env rows), and, for the learner,
-    ``state_value`` on such rows and ``evaluate`` on ``[S, N]`` minibatches."""
+    ``state_value`` on such rows and ``evaluate`` on ``[S, N]`` minibatches.
+    ``generators``: one torch.Generator per member, the stream its actions and minibatch
+    permutations are drawn from (as its solo run draws them from torch's global one);
+    None: every draw from torch's global generator."""
 
-    def __init__(self, stacked, members: int) -> None:
+    def __init__(self, stacked, members: int, generators: list[torch.Generator] | None = None) -> None:
         super().__init__()
         self.stacked, self.members = stacked, members
+        if generators is not None and len(generators) != members:
+            raise ValueError(f"MemberPolicy: one generator per member ({members}), got {len(generators)}")
+        self.generators = generators
+        stacked.generators = generators
         self.observation_key = stacked.observation_key
         self.in_keys, self.out_keys = list(stacked.in_keys), list(stacked.out_keys)
 
@@ -60,6 +69,22 @@ class MemberPolicy(TensorDictModuleBase):
     @property
     def obs_norm(self):
         return getattr(self.stacked, "obs_norm", None)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.stacked.parameters()).device
+
+    @contextlib.contextmanager
+    def rng_kept(self):
+        """Run the policy without moving any RNG stream (torch's global ones, the members')."""
+        states = [generator.get_state() for generator in self.generators or []]
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        try:
+            with torch.random.fork_rng(devices=devices):
+                yield
+        finally:
+            for generator, state in zip(self.generators or [], states):
+                generator.set_state(state)
 
 
 class MemberRewardScaler(RewardScaler):
@@ -105,6 +130,7 @@ class MemberPPO(PPO):
         normalize_reward = ppo_options.pop("normalize_reward", False)
         super().__init__(actor_critic, **ppo_options)
         self.members = actor_critic.members
+        self.generators = actor_critic.generators or [None] * self.members
         device = next(actor_critic.parameters()).device
         if self.members > 1:  # Adam's multi-tensor form: the same arithmetic per element, a fraction of the calls
             self.optimizer = torch.optim.Adam(actor_critic.parameters(), lr=self.lr, eps=1e-5, foreach=True)
@@ -154,9 +180,10 @@ class MemberPPO(PPO):
         totals: dict[str, torch.Tensor] = {}
         steps = 0
         for _ in range(self.epochs):
-            # each member's own permutation, drawn in member order (one member: the solo run's draw), the
-            # frozen members' too: no member's draws depend on which others still learn
-            order = torch.stack([torch.randperm(steps_per_member, device=flat.device) for _ in range(self.members)])
+            # each member's own permutation, from its own generator (as its solo run draws it), the frozen
+            # members' too: no member's draws depend on which others still learn
+            order = torch.stack([torch.randperm(steps_per_member, device=flat.device, generator=generator)
+                                 for generator in self.generators])
             order = order if every else order[learning]
             for start in range(0, steps_per_member, self.minibatch_size):
                 index = order[:, start:start + self.minibatch_size]

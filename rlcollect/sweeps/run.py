@@ -268,8 +268,7 @@ class Sweep:
             observation = self.batch.get("observation")
             steps = observation.unflatten(0, (self.members, -1)).flatten(1, 2)[:, :PROBE_STEPS]
             probe = TensorDict({"observation": steps.flatten(0, 1)}, batch_size=[steps.shape[0] * steps.shape[1]])
-            cuda = [steps.device.index or 0] if steps.device.type == "cuda" else []
-            with torch.random.fork_rng(devices=cuda):
+            with self.policy.rng_kept():
                 outputs = self.policy(probe)
             finite = torch.ones(self.members, dtype=torch.bool, device=steps.device)
             for key in self.policy.out_keys:
@@ -367,6 +366,20 @@ def shared_config(cfg: DictConfig, members: int) -> DictConfig:
     return shared
 
 
+def member_generator(cfg: DictConfig) -> torch.Generator:
+    """A member's own RNG stream, where its solo run's torch draws stand once its policy is
+    initialised: on the CPU torch's global generator as it is now (right after the member's
+    policy was built from ``torch.manual_seed(seed)``); on CUDA the device's generator,
+    seeded with the member's seed as ``torch.manual_seed`` seeds it."""
+    device = torch.device(cfg.device)
+    generator = torch.Generator(device=device)
+    if device.type == "cpu":
+        generator.set_state(torch.get_rng_state())
+    else:
+        generator.manual_seed(cfg.seed)
+    return generator
+
+
 def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict]) -> Sweep:
     """Check, seed and build a batched sweep of ``cfgs`` (one config per member, differing
     in seed only), member m in ``run_dirs[m]`` with W&B names ``names[m]`` (name, group,
@@ -378,14 +391,15 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict])
         check_config(cfg)
     cfg, members = cfgs[0], len(cfgs)
     torch.set_num_threads(cfg.torch_threads)
-    solos = []
+    solos, generators = [], []
     for index, member_cfg in enumerate(cfgs):
         torch.manual_seed(member_cfg.seed)
         if index == 0:
             observation_space, action_space = probe_spaces(cfg)
         solos.append(make_policy(member_cfg, observation_space, action_space))
+        generators.append(member_generator(member_cfg))
     warn_combination(cfg)
-    policy = MemberPolicy(stack_modules(solos), members)
+    policy = MemberPolicy(stack_modules(solos), members, generators)
     envs_per_member = cfg.env.num_envs or 1
     seeds = [member_cfg.seed for member_cfg in cfgs]
     per_env = cfg.env.backend in PER_ENV_SEED_BACKENDS
@@ -417,7 +431,8 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict])
                                       checkpoint_every_frames=cfg.checkpoint_every_frames)
             sweep.pipelines.append(Pipeline(
                 member_cfg, Path(run_dir), MemberModule(sweep, solos[0], member), MemberCollector(sweep, member),
-                MemberLearner(sweep, member), MemberEvaluator(sweep, member), logger, progress, names=member_names))
+                MemberLearner(sweep, member), MemberEvaluator(sweep, member), logger, progress, names=member_names,
+                generator=generators[member] if generators[member].device.type == "cpu" else None))
     except BaseException:
         for part in reversed(built):
             part.shutdown()

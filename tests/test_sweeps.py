@@ -304,18 +304,18 @@ def test_a_model_splits_into_shares_of_consecutive_members():
     assert shares(3, 1) == [range(0, 3)]
 
 
-def tens(members: list[int]) -> list[int]:
-    return [member * 10 for member in members]
+def tens(members: list[int], share: int) -> list[int]:
+    return [member * 10 + share for member in members]
 
 
 def in_a_child(then):
     """A share's training that does ``then`` in a forked process and trains in the parent."""
     import multiprocessing
 
-    def train(members: list[int]) -> list[int]:
+    def train(members: list[int], share: int) -> list[int]:
         if multiprocessing.parent_process() is not None:
             then()
-        return tens(members)
+        return tens(members, share)
     return train
 
 
@@ -335,7 +335,7 @@ def test_shares_train_in_processes_of_their_own_and_report_how_each_ended(capsys
     is reported in one line."""
     from rlcollect.sweeps.launcher import train_shares
 
-    assert train_shares(tens, [0, 1, 2, 3, 4], 3) == [0, 10, 20, 30, 40]
+    assert train_shares(tens, [0, 1, 2, 3, 4], 3) == [0, 11, 21, 32, 42]  # shares [0], [1, 2], [3, 4]
     with pytest.raises(SystemExit) as stopped:
         train_shares(in_a_child(stop_130), [0, 1, 2, 3], 2)
     assert stopped.value.code == 130

@@ -169,12 +169,13 @@ def finished_lines(job: Job, summary: dict) -> str:
             f"{'-' if summary['seconds_to_solve'] is None else format(summary['seconds_to_solve'], '.1f')}")
 
 
-def train_members(members: list[tuple[DictConfig, Job, dict]]) -> list[float | None]:
+def train_members(members: list[tuple[DictConfig, Job, dict]], share: int = 0) -> list[float | None]:
     """The jobs of one group of a batched sweep (hydra/launcher=batched: ``(cfg, job, W&B
     names)`` each, differing in seed only) trained as the members of one batched model
     (rlcollect.sweeps). Each member ends as a solo sweep job would: refused, failed to
     build, failed, finished or solved, its folder and its line the same; returns each
-    job's ``objective`` (None for one that did not finish)."""
+    job's ``objective`` (None for one that did not finish). ``share``: which of the
+    group's shares this is, when it trains in several processes (its progress bar's line)."""
     values: list[float | None] = [FAILED] * len(members)
     live = []
     for index, (cfg, job, _) in enumerate(members):
@@ -207,7 +208,7 @@ def train_members(members: list[tuple[DictConfig, Job, dict]]) -> list[float | N
         return values
     with stop_on_signals() as stop:
         try:
-            sweep.run(stop=stop)
+            sweep.run(stop=stop, bar_position=share)
         except KeyboardInterrupt:  # a second Ctrl-C: every member stopped at once
             for member, job in enumerate(jobs):
                 print(interrupted_line(job, sweep.pipelines[member].collector.frames,

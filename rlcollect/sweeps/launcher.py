@@ -104,9 +104,10 @@ def shares(count: int, processes: int) -> list[range]:
     return [range(start, end) for start, end in zip(bounds, bounds[1:])]
 
 
-def train_shares(train: Callable[[list], list], members: list, processes: int) -> list:
-    """``train(members)`` (``train_members``: each member's value) with the members cut into
-    ``processes`` shares trained at once, each as a batched model of its own: the first in
+def train_shares(train: Callable[[list, int], list], members: list, processes: int) -> list:
+    """``train(members, 0)`` (``train_members``: each member's value) with the members cut
+    into ``processes`` shares trained at once, share ``i`` as ``train(its members, i)``, each
+    as a batched model of its own: the first in
     this process, each other in a process forked from it (it has every import, the
     members' configs and folders; it sends back its values). The processes share nothing
     else, so each member trains as it would in one model. A share stopped by a signal
@@ -114,19 +115,19 @@ def train_shares(train: Callable[[list], list], members: list, processes: int) -
     whose process died leaves its members as far as they got, reported in one line."""
     parts = shares(len(members), processes)
     if len(parts) == 1:
-        return train(members)
+        return train(members, 0)
     context = multiprocessing.get_context("fork")
     sys.stdout.flush()  # a fork copies unwritten output: written once, here
     sys.stderr.flush()
     children = []
-    for part in parts[1:]:
+    for share, part in enumerate(parts[1:], start=1):
         receive, send = context.Pipe(duplex=False)
-        child = context.Process(target=train_share, args=(train, [members[index] for index in part], send),
+        child = context.Process(target=train_share, args=(train, [members[index] for index in part], share, send),
                                 name=f"rlcollect batched share {part.start}-{part.stop - 1}")
         child.start()
         send.close()
         children.append((child, receive, part))
-    outcomes = [outcome(train, [members[index] for index in parts[0]])]
+    outcomes = [outcome(train, [members[index] for index in parts[0]], 0)]
     for child, receive, part in children:
         try:
             outcomes.append(receive.recv())
@@ -154,20 +155,20 @@ def train_shares(train: Callable[[list], list], members: list, processes: int) -
     return values
 
 
-def outcome(train: Callable[[list], list], members: list) -> tuple[str, object]:
-    """``train(members)`` as ``("values", its values)``, ``("exit", code)`` (SystemExit) or
-    ``("error", traceback)``."""
+def outcome(train: Callable[[list, int], list], members: list, share: int) -> tuple[str, object]:
+    """``train(members, share)`` as ``("values", its values)``, ``("exit", code)``
+    (SystemExit) or ``("error", traceback)``."""
     try:
-        return "values", train(members)
+        return "values", train(members, share)
     except SystemExit as stop:
         return "exit", stop.code
     except BaseException:  # noqa: BLE001 - handed to the parent, which raises it as rlcollect's bug
         return "error", traceback.format_exc()
 
 
-def train_share(train: Callable[[list], list], members: list, send) -> None:
+def train_share(train: Callable[[list, int], list], members: list, share: int, send) -> None:
     """A forked process's share of ``train_shares``: its outcome, sent to the parent."""
-    send.send(outcome(train, members))
+    send.send(outcome(train, members, share))
     send.close()
 
 

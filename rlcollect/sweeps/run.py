@@ -302,14 +302,15 @@ class Sweep:
                     module.running_var[member].fill_(1.0)
         self.learner.ppo.freeze(member)
 
-    def run(self, stop: threading.Event | None = None) -> list[dict]:
+    def run(self, stop: threading.Event | None = None, bar_position: int = 0) -> list[dict]:
         """Train every member until each is solved, finished, failed or stopped; returns
-        their summaries (each also in its folder's summary.json)."""
+        their summaries (each also in its folder's summary.json). ``bar_position``: the
+        terminal line of the progress bar (one per process of a sweep in several)."""
         sessions = [Session(pipeline, stop, bar=False) for pipeline in self.pipelines]
         self.active = list(range(self.members))
         cfg = self.cfgs[0]
         bar = tqdm(total=cfg.total_frames, unit="frame", desc=f"{self.members} members",
-                   disable=not cfg.progress, dynamic_ncols=True)
+                   disable=not cfg.progress, dynamic_ncols=True, position=bar_position)
         shared = SimpleNamespace(collector=self.collector, learner=self.learner, background=False)
         try:
             for member in list(self.active):

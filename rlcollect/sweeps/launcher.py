@@ -126,9 +126,9 @@ def train_shares(train: Callable[[list, int], list], members: list, processes: i
                                 name=f"rlcollect batched share {part.start}-{part.stop - 1}")
         child.start()
         send.close()
-        children.append((child, receive, part))
+        children.append((child, receive))
     outcomes = [outcome(train, [members[index] for index in parts[0]], 0)]
-    for child, receive, part in children:
+    for child, receive in children:
         try:
             outcomes.append(receive.recv())
         except EOFError:  # it died before sending (killed, out of memory)

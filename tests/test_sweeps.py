@@ -443,31 +443,35 @@ def test_jobs_that_cannot_batch_run_one_by_one(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_ctrl_c_stops_every_member_after_the_batch_and_each_resumes_alone(tmp_path):
-    """SIGINT: every member ends its batch, checkpoints and says how to continue; exit 130.
-    A member resumed alone goes on from its checkpoint with no row twice."""
+    """SIGINT to the command's process group (Ctrl-C), three members trained as two shares
+    in two processes: every member ends its batch, checkpoints and says how to continue;
+    exit 130 once both shares have ended. A member resumed alone goes on from its
+    checkpoint with no row twice."""
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "rlcollect.cli", "train", "--multirun", "seed=0,1", "hydra/launcher=batched",
-         "logger=none", "progress=false", "total_frames=10000000", "env.solved_return=100000", "env.num_envs=4",
-         "collector.frames_per_batch=128", "algo.minibatch_size=64", "hydra.sweep.dir=sw"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [sys.executable, "-m", "rlcollect.cli", "train", "--multirun", "seed=0,1,2", "hydra/launcher=batched",
+         "hydra.launcher.processes=2", "logger=none", "progress=false", "total_frames=10000000",
+         "env.solved_return=100000", "env.num_envs=4", "collector.frames_per_batch=128", "algo.minibatch_size=64",
+         "hydra.sweep.dir=sw"],
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 120
-    while len(list((tmp_path / "sw").glob("*/metrics.jsonl"))) < 2 or not all(
+    while len(list((tmp_path / "sw").glob("*/metrics.jsonl"))) < 3 or not all(
             path.read_text().count("\n") >= 2 for path in (tmp_path / "sw").glob("*/metrics.jsonl")):
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.2)
-    process.send_signal(signal.SIGINT)
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal sends: every process of the group
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
-    assert "Traceback" not in stderr and stderr.count("interrupted at frame") == 2
+    assert "Traceback" not in stderr and stderr.count("interrupted at frame") == 3
     members = job_dirs(tmp_path / "sw")
     summaries = [json.loads((member / "summary.json").read_text()) for member in members]
-    assert [summary["status"] for summary in summaries] == ["interrupted", "interrupted"]
-    frames = summaries[0]["frames"]
-    assert summaries[1]["frames"] == frames and frames % 128 == 0
-    for member in members:
-        assert load_checkpoint(member / "checkpoint.pt")["frames"] == frames
+    assert [summary["status"] for summary in summaries] == ["interrupted"] * 3
+    assert summaries[1]["frames"] == summaries[2]["frames"]  # one model: members 1 and 2 (the second share)
+    for member, summary in zip(members, summaries):
+        assert summary["frames"] % 128 == 0
+        assert load_checkpoint(member / "checkpoint.pt")["frames"] == summary["frames"]
         assert f"rlcollect train resume={member.relative_to(tmp_path)}" in stderr
+    frames = summaries[1]["frames"]
     resumed = cli(tmp_path, "train", f"resume={members[1]}", f"total_frames={frames + 256}")
     assert resumed.returncode == 0, resumed.stderr
     steps = [row["step"] for row in metric_rows(members[1])]

@@ -37,7 +37,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     Path(str(launcher.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
     configs = []
     for offset, overrides in enumerate(job_overrides):
-        config = launcher.hydra_context.config_loader.load_sweep_config(launcher.config, list(overrides))
+        config = launcher.hydra_context.config_loader.take(launcher.config, list(overrides))
         with open_dict(config):
             config.hydra.job.id = config.hydra.job.num = initial_job_idx + offset
         configs.append(config)
@@ -77,21 +77,23 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
 class ComposeOnce:
     """Hydra's ConfigLoader (``loader``; every other method its own), composing each job's
     config once: Hydra's sweeper composes every job of a batch to check that it can
-    (``Sweeper.validate_batch_is_legal``), then the launcher composes it again; that second
-    ``load_sweep_config`` of the same overrides is handed the first one's config (which
-    the sweeper discards), and the next one composes anew."""
+    (``Sweeper.validate_batch_is_legal``, through ``load_sweep_config``), then the launcher
+    ``take``s the job's config: the one the sweeper composed (which it discards), else a
+    new one. Only what the sweeper composed is kept, and each is handed out once."""
 
     def __init__(self, loader) -> None:
         self.loader = loader
         self.composed: dict[tuple, DictConfig] = {}
 
     def load_sweep_config(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
-        key = (id(master_config), tuple(sweep_overrides))
-        config = self.composed.pop(key, None)
-        if config is None:
-            config = self.loader.load_sweep_config(master_config, sweep_overrides)
-            self.composed[key] = config
+        config = self.loader.load_sweep_config(master_config, sweep_overrides)
+        self.composed[(id(master_config), tuple(sweep_overrides))] = config
         return config
+
+    def take(self, master_config: DictConfig, sweep_overrides: list[str]) -> DictConfig:
+        """The job's config for the launcher (``load_sweep_config``'s result)."""
+        config = self.composed.pop((id(master_config), tuple(sweep_overrides)), None)
+        return self.loader.load_sweep_config(master_config, sweep_overrides) if config is None else config
 
     def __getattr__(self, name: str):
         return getattr(self.loader, name)
@@ -130,11 +132,11 @@ def train_shares(train: Callable[[list, int], list], members: list, processes: i
     outcomes = [outcome(train, [members[index] for index in parts[0]], 0)]
     for child, receive in children:
         try:
-            outcomes.append(receive.recv())
+            sent = receive.recv()
         except EOFError:  # it died before sending (killed, out of memory)
-            child.join()
-            outcomes.append(("died", child.exitcode))
+            sent = None
         child.join()
+        outcomes.append(("died", child.exitcode) if sent is None else sent)
     values: list = []
     exit_code = 0
     for part, (kind, value) in zip(parts, outcomes):

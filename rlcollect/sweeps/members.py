@@ -42,8 +42,7 @@ class MemberPolicy(TensorDictModuleBase):
         self.stacked, self.members = stacked, members
         if generators is not None and len(generators) != members:
             raise ValueError(f"MemberPolicy: one generator per member ({members}), got {len(generators)}")
-        self.generators = generators
-        stacked.generators = generators
+        stacked.generators = generators  # where the stacked ActorCritic samples from
         self.observation_key = stacked.observation_key
         self.in_keys, self.out_keys = list(stacked.in_keys), list(stacked.out_keys)
 
@@ -69,6 +68,10 @@ class MemberPolicy(TensorDictModuleBase):
     @property
     def obs_norm(self):
         return getattr(self.stacked, "obs_norm", None)
+
+    @property
+    def generators(self) -> list[torch.Generator] | None:
+        return self.stacked.generators
 
     @property
     def device(self) -> torch.device:

@@ -132,7 +132,6 @@ class MemberModule(nn.Module):
         return self._sweep.outputs_finite()[self._member]
 
 
-
 class MemberCollector:
     """Member ``member``'s share of the shared collector: its frames, its episodes."""
 

@@ -328,6 +328,44 @@ def fail():
 
 
 @pytest.mark.timeout(60)
+def test_a_job_differing_only_in_seed_is_an_earlier_job_reseeded_as_composing_it_would_give(tmp_path, monkeypatch):
+    """ComposeOnce composes a sweep over seeds once: jobs 2 and 3 (seed=1, seed=12) are job
+    1's config copied, equal to what Hydra composes for them, Hydra's own node included; a
+    job that differs in another key, or whose seed is not a plain int, is composed."""
+    from hydra._internal.hydra import Hydra
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.types import RunMode
+    from omegaconf import OmegaConf
+
+    from rlcollect.sweeps.launcher import ComposeOnce, seed_override
+
+    assert seed_override(["seed=3", "total_frames=64"]) == (0, 3)
+    for overrides in (["seed=1,2"], ["+seed=1"], ["seed=a"], ["seed=true"], ["total_frames=64"], ["seed=1", "seed=2"]):
+        assert seed_override(overrides) is None, overrides
+    monkeypatch.chdir(tmp_path)
+    register_configs()
+    with initialize_config_module("rlcollect.conf", version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        assert isinstance(GlobalHydra.instance().hydra, Hydra)
+        master = loader.load_configuration("train", overrides=["env.num_envs=2"], run_mode=RunMode.MULTIRUN)
+        once = ComposeOnce(loader)
+        compositions = []
+        compose_job = loader.load_sweep_config
+        monkeypatch.setattr(loader, "load_sweep_config",
+                            lambda *args: compositions.append(args[1]) or compose_job(*args))
+        jobs = [["total_frames=64", "seed=0"], ["total_frames=64", "seed=1"], ["total_frames=64", "seed=12"],
+                ["total_frames=128", "seed=1"], ["total_frames=64", "seed='7'"]]
+        fast = [once.load_sweep_config(master, job) for job in jobs]
+        assert compositions == [jobs[0], jobs[3], jobs[4]]
+        for job, config in zip(jobs, fast):
+            assert once.take(master, job) is config
+            composed = compose_job(master, job)
+            assert OmegaConf.to_yaml(config) == OmegaConf.to_yaml(composed), job
+            assert config.hydra.job.override_dirname == composed.hydra.job.override_dirname
+        assert (fast[2].seed, fast[2].hydra.job.override_dirname) == (12, "seed=12,total_frames=64")
+        assert fast[1] is not fast[0] and fast[0].seed == 0
+
+
 def test_shares_train_in_processes_of_their_own_and_report_how_each_ended(capsys):
     """train_shares forks a process per share past the first: the values come back in
     member order; a share stopped by a signal stops the command with its code once all

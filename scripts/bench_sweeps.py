@@ -7,7 +7,10 @@
         S seeds of CartPole to solve: each seed's solo run (a process each), then the batched
         sweep (one process; two processes of S/2 members), the basic launcher (one job after
         the other, one process) and joblib with 2 workers, --repeats rounds; wall-clock (x the
-        mean solo run) and every job's frames to solve
+        mean solo run) and every job's frames to solve. --ways picks some of them (batched,
+        batched2, basic, joblib) and --solo N runs the solo runs of the first N seeds only:
+            python scripts/bench_sweeps.py solve --seeds 256 --ways batched --solo 3 \
+                -- env=cartpole_torch device=cuda
 
 Every command runs ``rlcollect train`` in a process of its own (logger=none, progress off),
 in a temporary folder; extra overrides follow ``--`` (e.g. ``-- experiment=mujoco_ppo
@@ -26,6 +29,11 @@ import time
 from pathlib import Path
 
 QUIET = ["logger=none", "progress=false"]
+PHASES = ("seconds", "seconds_collect", "seconds_train", "seconds_eval")  # a run's summary.json
+# --ways name: the launcher overrides ("name:label", the label printed)
+WAYS = {"batched:batched": ["hydra/launcher=batched"],
+        "batched2:batched, 2 processes": ["hydra/launcher=batched", "hydra.launcher.processes=2"],
+        "basic:one by one": [], "joblib:joblib x2": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]}
 
 
 def run(args: list[str], cwd: Path) -> tuple[float, float]:
@@ -67,9 +75,7 @@ def scaling(options, extra: list[str]) -> None:
 
 def solve(options, extra: list[str]) -> None:
     seeds = list(range(options.seeds))
-    ways = {"batched": ["hydra/launcher=batched"],
-            "batched, 2 processes": ["hydra/launcher=batched", "hydra.launcher.processes=2"], "one by one": [],
-            "joblib x2": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]}
+    ways = {way: WAYS[way] for way in WAYS if way.split(":")[0] in options.ways}
     walls: dict[str, list[float]] = {way: [] for way in ways}
     solved: dict[str, list] = {way: [] for way in ways}
     solo_walls: list[float] = []
@@ -77,27 +83,37 @@ def solve(options, extra: list[str]) -> None:
     with tempfile.TemporaryDirectory() as folder:
         cwd = Path(folder)
         for repeat in range(options.repeats):  # interleaved: each way once per round
-            for seed in seeds:  # one solo run per seed, each a process of its own
+            for seed in seeds[:options.solo]:  # one solo run per seed, each a process of its own
                 wall, _ = run([f"seed={seed}", *QUIET, *extra, f"hydra.run.dir=solo{repeat}_{seed}"], cwd)
                 solo_walls.append(wall)
                 solo_solved.append(json.loads((cwd / f"solo{repeat}_{seed}" / "summary.json").read_text())
                                    .get("frames_to_solve"))
-            print(f"round {repeat}: solo runs: {solo_walls[-len(seeds):]} s", flush=True)
+            print(f"round {repeat}: solo runs: {solo_walls[-len(seeds[:options.solo]):]} s", flush=True)
             for way, launcher in ways.items():
-                sweep = f"{way.replace(' ', '_').replace(',', '')}{repeat}"
+                sweep = f"{way.split(':')[0]}{repeat}"
                 wall, _ = run(["--multirun", f"seed={','.join(map(str, seeds))}", *launcher, *QUIET, *extra,
                                f"hydra.sweep.dir={sweep}"], cwd)
                 walls[way].append(wall)
-                solved[way].append([summary.get("frames_to_solve") for summary in summaries(cwd / sweep)])
-                print(f"round {repeat}: {way}: {wall:.1f} s, frames to solve {solved[way][-1]}", flush=True)
+                jobs = summaries(cwd / sweep)
+                solved[way].append([summary.get("frames_to_solve") for summary in jobs])
+                slowest = max(jobs, key=lambda summary: summary["seconds"])
+                print(f"round {repeat}: {way.split(':')[-1]}: the slowest job's run: " + ", ".join(
+                    f"{key} {slowest.get(key, 0):.1f} s" for key in PHASES), flush=True)
+                print(f"round {repeat}: {way.split(':')[-1]}: {wall:.1f} s, frames to solve {solved[way][-1]}",
+                      flush=True)
     solo = statistics.mean(solo_walls)
-    print(f"\none solo run: mean {solo:.1f} s over {len(solo_walls)} (seeds {seeds[0]}..{seeds[-1]}); "
+    print(f"\none solo run: mean {solo:.1f} s over {len(solo_walls)} (seeds {seeds[0]}..{seeds[:options.solo][-1]}); "
           f"frames to solve {solo_solved}")
-    print(f"| {options.seeds} seeds | median wall s | x one solo run | frames to solve (every job, round 0) |")
-    print("|---|---|---|---|")
+    print(f"| {options.seeds} seeds | median wall s | x one solo run | solved | frames to solve: median, max |")
+    print("|---|---|---|---|---|")
     for way in ways:
         wall = statistics.median(walls[way])
-        print(f"| {way} | {wall:.1f} | {wall / solo:.2f} | {solved[way][0]} |")
+        frames = sorted(value for value in solved[way][0] if value is not None)
+        spread = f"{statistics.median(frames):,.0f}, {frames[-1]:,}" if frames else "-"
+        print(f"| {way.split(':')[-1]} | {wall:.1f} | {wall / solo:.2f} | {len(frames)} of {len(solved[way][0])} "
+              f"| {spread} |")
+    for way in ways:
+        print(f"{way.split(':')[-1]}: frames to solve (every job, round 0): {solved[way][0]}")
 
 
 def main() -> None:
@@ -109,6 +125,9 @@ def main() -> None:
     solving = commands.add_parser("solve")
     solving.add_argument("--seeds", type=int, default=8)
     solving.add_argument("--repeats", type=int, default=1)
+    solving.add_argument("--ways", type=lambda text: text.split(","),
+                         default=[way.split(":")[0] for way in WAYS])
+    solving.add_argument("--solo", type=int, default=None, help="solo runs of the first N seeds (default: all)")
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     options = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)

@@ -31,6 +31,7 @@ from rlcollect.testing import CountingEnv
 TINY = ["total_frames=1024", "collector.frames_per_batch=128", "algo.minibatch_size=64", "env.num_envs=4",
         "eval.every_frames=256", "eval.episodes=2", "algo.epochs=2", "progress=false", "logger=none"]
 TIMING_KEYS = ("time", "_timestamp", "_runtime")
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
 def cli(cwd, *args, timeout=300):
@@ -127,13 +128,15 @@ def test_an_evaluation_leaves_an_env_unstepped_once_its_episode_is_counted():
     evaluator.shutdown()
 
 
-def test_each_member_draws_from_its_own_stream_as_its_solo_run(tmp_path):
+@pytest.mark.parametrize("overrides", [[], pytest.param(["device=cuda"], marks=CUDA)], ids=["cpu", "cuda"])
+def test_each_member_draws_from_its_own_stream_as_its_solo_run(tmp_path, overrides):
     """Three members' first batches (sampled actions) and first updates (minibatch
     permutations) come from each member's own generator: each batch is its solo run's, bit
-    for bit, and each update its solo run's (to rounding)."""
+    for bit, and each update its solo run's (to rounding); on CUDA too, where each member's
+    generator is a CUDA generator seeded as its solo run seeds the device's."""
     from rlcollect.pipeline import build
 
-    cfgs = configs(*[[*TINY, f"seed={seed}"] for seed in (0, 1, 2)])
+    cfgs = configs(*[[*TINY, *overrides, f"seed={seed}"] for seed in (0, 1, 2)])
     sweep = build_sweep(cfgs, [tmp_path / f"m{seed}" for seed in range(3)],
                         [dict(name=None, group=None, job_type=None)] * 3)
     batch = next(iter(sweep.collector))
@@ -389,8 +392,9 @@ def test_shares_train_in_processes_of_their_own_and_report_how_each_ended(capsys
 # ---------------------------------------------------------------------------- from the command line
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("overrides", [[], ["experiment=mujoco_ppo", "env=pendulum", "collector.frames_per_batch=256",
-                                            "algo.minibatch_size=64", "eval.every_frames=256"]],
-                         ids=["cartpole", "normalized_continuous"])
+                                            "algo.minibatch_size=64", "eval.every_frames=256"],
+                                       pytest.param(["env=cartpole_torch", "device=cuda"], marks=CUDA)],
+                         ids=["cartpole", "normalized_continuous", "cuda"])
 def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, overrides):
     """A sweep of one member (build_sweep, run): the same metrics, evaluations, summary and
     checkpoint as the solo run (pipeline.build, run), for CartPole and for a Gaussian policy

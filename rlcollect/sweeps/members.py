@@ -294,12 +294,11 @@ def clip_member_grad_norms(parameters: list[torch.Tensor], max_norm: float | tor
     (row m of every parameter's) scaled by ``min(1, max_norm / (their total norm + 1e-6))``
     (``max_norm``: one for all, or ``[S]``, one per member). Returns the members' total
     norms ``[S]``."""
+    if members == 1 and not torch.is_tensor(max_norm):  # the solo run's own call, on every device: bit-equal
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm).reshape(1)
     grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
-    if members == 1:  # clip_grad_norm_'s own arithmetic: one member is bit-equal to its solo run
-        norms = torch.stack([torch.linalg.vector_norm(grad.reshape(members, -1), 2.0, dim=1) for grad in grads])
-        total = torch.linalg.vector_norm(norms, 2.0, dim=0)
-    else:  # one norm over each member's gradients laid end to end
-        total = torch.linalg.vector_norm(torch.cat([grad.reshape(members, -1) for grad in grads], 1), 2.0, dim=1)
+    # one norm over each member's gradients laid end to end
+    total = torch.linalg.vector_norm(torch.cat([grad.reshape(members, -1) for grad in grads], 1), 2.0, dim=1)
     coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     for grad in grads:
         grad.mul_(coefficient.reshape(members, *([1] * (grad.dim() - 1))))

@@ -140,7 +140,8 @@ class MemberPPO(PPO):
         if normalize_reward:
             self.reward_scaler = MemberRewardScaler(self.gamma, self.members)
         self.active = torch.ones(self.members, device=device)
-        self._frozen: dict[int, list[torch.Tensor]] = {}
+        # the frozen members' parameters as they were when each froze (their rows; the others' rows unused)
+        self._kept: list[torch.Tensor] | None = None
         # each member's own value of a float setting (MEMBER_OPTIONS), where the members differ in it
         self.member_options = {key: list(values) for key, values in (member_options or {}).items()}
         unknown = sorted(set(self.member_options) - set(MEMBER_OPTIONS))
@@ -159,7 +160,12 @@ class MemberPPO(PPO):
     def freeze(self, member: int) -> None:
         """Member ``member`` stops learning: its parameters stay as they are now."""
         self.active[member] = 0.0
-        self._frozen[member] = [parameter[member].clone() for parameter in self.actor_critic.parameters()]
+        parameters = list(self.actor_critic.parameters())
+        if self._kept is None:
+            self._kept = [parameter.detach().clone() for parameter in parameters]
+        else:
+            for kept, parameter in zip(self._kept, parameters):
+                kept[member].copy_(parameter[member])
 
     def update(self, buffer: RolloutBuffer, frames: int) -> list[dict[str, float]]:
         """PPO.update for every member: a list of each member's mean losses."""
@@ -257,9 +263,13 @@ class MemberPPO(PPO):
 
     @torch.no_grad()
     def _restore_frozen(self, parameters: list[torch.Tensor]) -> None:
-        for member, saved in self._frozen.items():
-            for parameter, value in zip(parameters, saved):
-                parameter[member].copy_(value)
+        """The frozen members' rows back to their kept values (Adam's momentum moves a
+        parameter with no gradient): one select per parameter, however many are frozen."""
+        if self._kept is None:
+            return
+        frozen = self.active == 0
+        for parameter, kept in zip(parameters, self._kept):
+            torch.where(frozen.reshape(self.members, *([1] * (parameter.dim() - 1))), kept, parameter, out=parameter)
 
     def member_state_dict(self, member: int, solo_parameters: list[torch.Tensor]) -> dict:
         """Member ``member``'s PPO state as its solo run's PPO.state_dict() holds it: the

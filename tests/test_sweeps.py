@@ -158,6 +158,27 @@ def test_each_member_draws_from_its_own_stream_as_its_solo_run(tmp_path, overrid
     sweep.shutdown()
 
 
+def test_non_finite_parameters_are_found_per_member_in_one_check(tmp_path):
+    """The divergence check's parameter test: a solo policy with one NaN weight is not
+    finite; in a sweep only the member whose rows hold it is, each member's Pipeline policy
+    answering from the sweep's one check."""
+    from rlcollect.pipeline.loop import parameters_finite
+
+    solo = ActorCritic(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), hidden_sizes=(8,))
+    assert parameters_finite(solo)
+    with torch.no_grad():
+        next(solo.parameters())[0, 0] = float("nan")
+    assert not parameters_finite(solo)
+    cfgs = configs(*[[*TINY, f"seed={seed}"] for seed in (0, 1, 2)])
+    sweep = build_sweep(cfgs, [tmp_path / f"m{seed}" for seed in range(3)],
+                        [dict(name=None, group=None, job_type=None)] * 3)
+    with torch.no_grad():
+        list(sweep.policy.stacked.parameters())[-1][1].fill_(float("inf"))
+    assert sweep.parameters_finite() == [True, False, True]
+    assert [parameters_finite(pipeline.policy) for pipeline in sweep.pipelines] == [True, False, True]
+    sweep.shutdown()
+
+
 def test_stacked_layers_compute_each_member_with_its_own_weights():
     torch.manual_seed(0)
     layers = [torch.nn.Linear(3, 5) for _ in range(4)]

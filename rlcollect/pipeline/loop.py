@@ -298,7 +298,7 @@ def check_finite(p: Pipeline, metrics: dict, frames: int, batch: TensorDictBase 
     non-finite outputs on a few of the batch's steps (finite but exploded weights)."""
     bad = [f"train/{key}={value}" for key, value in metrics.items()
            if isinstance(value, float) and not math.isfinite(value)]
-    if not bad and not all(bool(torch.isfinite(parameter).all()) for parameter in p.policy.parameters()):
+    if not bad and not parameters_finite(p.policy):
         bad = ["a policy parameter"]
     if not bad and batch is not None and not policy_outputs_finite(p.policy, batch):
         bad = ["the updated policy's output"]
@@ -307,6 +307,20 @@ def check_finite(p: Pipeline, metrics: dict, frames: int, batch: TensorDictBase 
         raise DivergedError(f"training diverged at frame {frames}: {', '.join(bad)} is not finite; the last "
                             f"checkpoint (if any) is from before; train again with a smaller algo.lr"
                             + (f" than {lr} (e.g. algo.lr={lr / 2:g})" if lr else ""))
+
+
+@torch.no_grad()
+def parameters_finite(policy) -> bool:
+    """Whether every parameter of the policy is finite, with one host synchronisation per
+    device (a policy with a ``parameters_finite()`` method answers itself: a member of a
+    batched sweep, whose sweep checks every member at once)."""
+    probe = getattr(policy, "parameters_finite", None)
+    if callable(probe):
+        return probe()
+    checks: dict[torch.device, list[torch.Tensor]] = {}
+    for parameter in policy.parameters():
+        checks.setdefault(parameter.device, []).append(torch.isfinite(parameter).all())
+    return all(bool(torch.stack(values).all()) for values in checks.values())
 
 
 @torch.no_grad()

@@ -131,6 +131,10 @@ class MemberModule(nn.Module):
         sweep's one probe of every member, ``Sweep.outputs_finite``)."""
         return self._sweep.outputs_finite()[self._member]
 
+    def parameters_finite(self) -> bool:
+        """Whether this member's parameters are finite (``Sweep.parameters_finite``)."""
+        return self._sweep.parameters_finite()[self._member]
+
 
 class MemberCollector:
     """Member ``member``'s share of the shared collector: its frames, its episodes."""
@@ -242,6 +246,7 @@ class Sweep:
     active: list[int] = field(default_factory=list)  # the members still training
     _evaluated: tuple[int, list[EvalResult]] | None = None
     _probed: tuple[int, list[bool]] | None = None
+    _checked: tuple[int, list[bool]] | None = None  # (frames, each member's parameters finite)
 
     @property
     def members(self) -> int:
@@ -276,6 +281,17 @@ class Sweep:
                     finite &= torch.isfinite(value.reshape(self.members, -1)).all(1)
             self._probed = (frames, finite.tolist())
         return self._probed[1]
+
+    @torch.no_grad()
+    def parameters_finite(self) -> list[bool]:
+        """Whether each member's parameters are finite after this batch's update: one
+        check of the stacked parameters, one host synchronisation, for every member."""
+        frames = self.collector.frames
+        if self._checked is None or self._checked[0] != frames:
+            finite = torch.stack([torch.isfinite(parameter.reshape(self.members, -1)).all(1)
+                                  for parameter in self.policy.stacked.parameters()]).all(0)
+            self._checked = (frames, finite.tolist())
+        return self._checked[1]
 
     def member_batch(self, batch: TensorDictBase, member: int) -> TensorDictBase:
         rows = self.envs_per_member

@@ -476,6 +476,11 @@ def test_members_are_runs_of_their_own_that_eval_resume_and_compare_read(tmp_pat
         assert run.name == member.name.split("_", 1)[1] and run.config["seed"] == seed
         assert [row["_step"] for row in run.history if "eval/episode_return" in row] == [256, 512, 768, 1024]
     assert len(set(returns)) > 1  # three seeds, three runs
+    # members 1 and 2 are one model: they share its clock (the same time/ entries at every step), its
+    # update charged to train and its evaluation to eval
+    clocks = [[{key: value for key, value in json.loads(line).items() if key.startswith("time/")}
+               for line in (member / "metrics.jsonl").read_text().splitlines()] for member in members[1:]]
+    assert clocks[0] == clocks[1] and clocks[0][-1]["time/train"] > 0 and clocks[0][-1]["time/eval"] > 0
     evaluated = cli(tmp_path, "eval", str(members[1]), "--episodes", "2", "--format", "json")
     assert evaluated.returncode == 0, evaluated.stderr
     exported = cli(tmp_path, "export", str(members[1]), "--format", "torchscript", "--out", "member.pt")

@@ -96,14 +96,17 @@ class Session:
     ended it early, and ``close`` (the final checkpoint, summary.json, the logger). ``run``
     drives one; a batched sweep drives one per member (rlcollect.sweeps)."""
 
-    def __init__(self, pipeline: Pipeline, stop: threading.Event | None = None, *, bar: bool = True) -> None:
+    def __init__(self, pipeline: Pipeline, stop: threading.Event | None = None, *, bar: bool = True,
+                 phases: Phases | None = None) -> None:
+        """``phases``: where the run's wall-clock is charged (None: a Phases of its own,
+        charged by ``after_batch``; a batched sweep's members share a DrivenPhases)."""
         self.p, self.stop = pipeline, stop
         self.status = "finished"
         self.error: BaseException | None = None
         self.start = time.perf_counter()
         self.bar = tqdm(total=pipeline.cfg.total_frames, initial=pipeline.collector.frames, unit="frame",
                         disable=not (bar and pipeline.cfg.progress), dynamic_ncols=True)
-        self.phases = Phases(start_frames=pipeline.collector.frames, concurrent=pipeline.background)
+        self.phases = phases or Phases(start_frames=pipeline.collector.frames, concurrent=pipeline.background)
         self.closed = False
 
     def seconds(self) -> float:
@@ -115,7 +118,7 @@ class Session:
         p.open()
         self.start = time.perf_counter()
         p.logger.start_clock(p.progress.seconds_before)  # metrics' "time" and the summary share one clock
-        self.phases = Phases(start_frames=p.collector.frames, concurrent=p.background)
+        self.phases.restart(p.collector.frames)
 
     def after_batch(self, batch: TensorDictBase | None, frames: int) -> bool:
         """Learn from the batch that brought the run to ``frames``, log, evaluate and
@@ -205,7 +208,12 @@ class Phases:
     collection, which overlaps training, over all the time instead)."""
 
     def __init__(self, start_frames: int, concurrent: bool = False) -> None:
-        self.start_frames, self.concurrent = start_frames, concurrent
+        self.concurrent = concurrent
+        self.restart(start_frames)
+
+    def restart(self, start_frames: int) -> None:
+        """Nothing charged yet; the clock runs from now, the frames from ``start_frames``."""
+        self.start_frames = start_frames
         self.seconds = {"collect": 0.0, "train": 0.0, "eval": 0.0}
         self._mark = time.perf_counter()
 
@@ -222,6 +230,18 @@ class Phases:
         collecting = sum(self.seconds.values()) if self.concurrent else self.seconds["collect"]
         return {"collect/frames_per_second": (frames - self.start_frames) / max(collecting, 1e-9),
                 **{f"time/{phase}": seconds for phase, seconds in self.seconds.items()}}
+
+
+class DrivenPhases(Phases):
+    """Phases charged by what drives several sessions at once (a batched sweep, whose
+    members share one clock: one collection, one update, one evaluation for all), not by
+    the sessions that read them: ``end`` does nothing, ``charge`` is Phases' ``end``."""
+
+    def end(self, phase: str) -> None:
+        pass
+
+    def charge(self, phase: str) -> None:
+        super().end(phase)
 
 
 def skip_evaluation(summary: dict, phases: Phases, share: float) -> None:

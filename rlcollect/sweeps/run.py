@@ -44,7 +44,7 @@ from rlcollect.pipeline.builders import (
 )
 from rlcollect.pipeline.checks import check_config, collector_name, warn_combination
 from rlcollect.pipeline.lifecycle import Pipeline
-from rlcollect.pipeline.loop import Session, collected
+from rlcollect.pipeline.loop import DrivenPhases, Session, collected
 from rlcollect.pipeline.progress import Progress
 from rlcollect.pipeline.targets import target_class
 from rlcollect.seeding import eval_seed, member_env_seeds
@@ -321,7 +321,9 @@ class Sweep:
         """Train every member until each is solved, finished, failed or stopped; returns
         their summaries (each also in its folder's summary.json). ``bar_position``: the
         terminal line of the progress bar (one per process of a sweep in several)."""
-        sessions = [Session(pipeline, stop, bar=False) for pipeline in self.pipelines]
+        # the members' wall-clock is the sweep's: one collection, update and evaluation for all of them
+        phases = DrivenPhases(start_frames=0)
+        sessions = [Session(pipeline, stop, bar=False, phases=phases) for pipeline in self.pipelines]
         self.active = list(range(self.members))
         cfg = self.cfgs[0]
         bar = tqdm(total=cfg.total_frames, unit="frame", desc=f"{self.members} members",
@@ -331,13 +333,18 @@ class Sweep:
             for member in list(self.active):
                 self._step(sessions, member, sessions[member].open)
             for batch, frames in collected(shared):
+                phases.charge("collect")
                 member_frames = frames // self.members
                 self.hook_results = self.collector.hook_results()
                 self.metrics = self.learner.learn(batch, member_frames)
                 self.batch = batch
+                phases.charge("train")
                 for member in list(self.active):
                     self._step(sessions, member, sessions[member].after_batch,
                                self.member_batch(batch, member), member_frames)
+                # the members' records, checks and checkpoints: with the evaluation when there was one
+                evaluated = self._evaluated is not None and self._evaluated[0] == self.collector.frames
+                phases.charge("eval" if evaluated else "train")
                 self.collector.update_policy_weights_()
                 bar.update(member_frames - bar.n)
                 bar.set_postfix(active=len(self.active))

@@ -128,11 +128,13 @@ def test_an_evaluation_leaves_an_env_unstepped_once_its_episode_is_counted():
     evaluator.shutdown()
 
 
-@pytest.mark.parametrize("overrides", [[], pytest.param(["device=cuda"], marks=CUDA)], ids=["cpu", "cuda"])
+@pytest.mark.parametrize("overrides", [[], ["env=cartpole_torch"], pytest.param(["device=cuda"], marks=CUDA)],
+                         ids=["cpu", "torch_env", "cuda"])
 def test_each_member_draws_from_its_own_stream_as_its_solo_run(tmp_path, overrides):
     """Three members' first batches (sampled actions) and first updates (minibatch
     permutations) come from each member's own generator: each batch is its solo run's, bit
-    for bit, and each update its solo run's (to rounding); on CUDA too, where each member's
+    for bit, and each update its solo run's (to rounding); with the torch env, whose every
+    member's envs reset from a generator of their own; on CUDA too, where each member's
     generator is a CUDA generator seeded as its solo run seeds the device's."""
     from rlcollect.pipeline import build
 

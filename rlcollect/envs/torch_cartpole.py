@@ -11,11 +11,14 @@ The dynamics are gymnasium's CartPole-v1 (Euler integration, the same constants 
 thresholds, reward 1 on every step, a 500-step time limit as a truncation), computed in
 float32: from the same state and actions the trajectory is gymnasium's to float32
 precision. Resets draw from one torch.Generator on the env's device (``seed``), so the
-initial states differ from gymnasium's own numpy RNG.
+initial states differ from gymnasium's own numpy RNG; with a list of G seeds, from G
+generators, one per group of ``num_envs / G`` consecutive envs, each group drawing as a
+TorchCartPole of that size seeded with its seed would (a batched sweep's members).
 """
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -43,7 +46,10 @@ class TorchCartPole(TorchEnv):
     Args:
         num_envs: P, the number of CartPoles.
         device: where the state, the actions and every output live.
-        seed: seeds the reset generator (at the next reset of every env).
+        seed: seeds the reset generator (at the next reset of every env); a list of G seeds
+            (G dividing num_envs) gives each group of num_envs / G consecutive envs a
+            generator of its own: group g resets as ``TorchCartPole(num_envs // G,
+            seed=seed[g])`` would.
         max_episode_steps: the time limit (a truncation), gymnasium's 500 by default.
     """
 
@@ -55,19 +61,18 @@ class TorchCartPole(TorchEnv):
         high = np.array([X_THRESHOLD * 2, np.inf, THETA_THRESHOLD * 2, np.inf], np.float32)
         self.observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
         self.action_space = gym.spaces.Discrete(2)
-        self._seed = seed
+        self._groups = 1  # reset generators, one per group of num_envs / _groups consecutive envs
         self.device = torch.device(device)
+        self.set_seed(seed)
         self._allocate()
 
     def _allocate(self, arrays: dict | None = None) -> None:
         """The state and the staged tensors on ``self.device`` (aliasing ``arrays``, numpy
         staging arrays, when given: ``stage_into``)."""
         P, device = self.num_envs, self.device
-        # "meta" (shapes only, no data: a test that the loop never reads a value back) has no generator
-        self._generator = None if device.type == "meta" else torch.Generator(device=device)
-        self._reseed()
         self._steps = torch.zeros(P, dtype=torch.int64, device=device)
         self._fresh = torch.empty(P, 4, device=device)  # reset states, drawn for every env at once
+        self._make_generators()
         if arrays is None:
             zeros = {"observation": torch.zeros(P, 4), "is_init": torch.zeros(P, dtype=torch.bool),
                      "next_observation": torch.zeros(P, 4), "reward": torch.zeros(P),
@@ -122,14 +127,45 @@ class TorchCartPole(TorchEnv):
             self._is_init.zero_()
         return self._done
 
+    def set_seed(self, seed: int | Sequence[int] | None) -> int | list[int] | None:
+        """Seed the envs' resets at the next reset of every env: one seed, or one per group
+        of consecutive envs (the class docstring); None keeps the generators as they are."""
+        groups = self._groups if seed is None else 1
+        if isinstance(seed, Sequence) and not isinstance(seed, str):
+            seed = [int(value) for value in seed]
+            if not seed or self.num_envs % len(seed):
+                raise ValueError(f"seed: {len(seed)} seeds, one per group of envs, must divide num_envs="
+                                 f"{self.num_envs}")
+            groups = len(seed)
+        self._seed = seed
+        if groups != self._groups:
+            self._groups = groups
+            if hasattr(self, "_fresh"):  # built: new generators (seeded at the next reset)
+                self._make_generators()
+        return seed
+
+    def _make_generators(self) -> None:
+        """One reset generator per group of envs, and each group's rows of the fresh states."""
+        # "meta" (shapes only, no data: a test that the loop never reads a value back) has no generator
+        self._generators = [None] if self.device.type == "meta" else \
+            [torch.Generator(device=self.device) for _ in range(self._groups)]
+        self._fresh_groups = self._fresh.view(self._groups, self.num_envs // self._groups, 4).unbind(0)
+        self._reseed()
+
     def _reseed(self) -> None:
-        if self._seed is not None and self._generator is not None:
-            self._generator.manual_seed(self._seed)
+        if self._seed is None or self._generators[0] is None:
+            return
+        for generator, seed in zip(self._generators, self._seed if isinstance(self._seed, list) else [self._seed]):
+            generator.manual_seed(seed)
 
     def _reset_state(self, mask: torch.Tensor) -> None:
         """Fresh states for the envs where ``mask`` is True, with no host synchronisation:
         every env draws one, the others keep their own."""
-        self._fresh.uniform_(-RESET_BOUND, RESET_BOUND, generator=self._generator)
+        if self._groups == 1:
+            self._fresh.uniform_(-RESET_BOUND, RESET_BOUND, generator=self._generators[0])
+        else:
+            for fresh, generator in zip(self._fresh_groups, self._generators):
+                fresh.uniform_(-RESET_BOUND, RESET_BOUND, generator=generator)
         torch.where(mask.unsqueeze(-1), self._fresh, self._state, out=self._state)
         self._steps.masked_fill_(mask, 0)
 

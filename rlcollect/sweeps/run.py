@@ -425,6 +425,7 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict])
     policy = MemberPolicy(stack_modules(solos), members, generators)
     envs_per_member = cfg.env.num_envs or 1
     seeds = [member_cfg.seed for member_cfg in cfgs]
+    # gymnasium backends seed each env (member m's env i: seed_m + i); a torch env seeds each member's group of envs
     per_env = cfg.env.backend in PER_ENV_SEED_BACKENDS
     shared = shared_config(cfg, members)
     built: list = []
@@ -432,7 +433,7 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict])
     try:
         collector = make_collector(
             shared, policy, run_dirs[0], total_frames=cfg.total_frames * members, num_envs=members * envs_per_member,
-            seed=member_env_seeds(seeds, envs_per_member) if per_env else seeds[0],
+            seed=member_env_seeds(seeds, envs_per_member) if per_env else seeds,
             post_collect_hook=MemberEpisodeHook(members, discount(cfg), list(cfg.env.info_keys)))
         built.append(collector)
         learner = make_learner(shared, policy, collector, observation_space, action_space,
@@ -440,7 +441,7 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict])
         eval_seeds = [eval_seed(seed) for seed in seeds]
         evaluator = EvalCollector(
             make_env(cfg, num_envs=members * cfg.eval.episodes,
-                     seed=member_env_seeds(eval_seeds, cfg.eval.episodes) if per_env else eval_seeds[0]),
+                     seed=member_env_seeds(eval_seeds, cfg.eval.episodes) if per_env else eval_seeds),
             policy, eval_max_steps=None if cfg.eval.max_steps is None else members * cfg.eval.max_steps,
             gamma=discount(cfg))
         built.append(evaluator)

@@ -37,3 +37,28 @@ def test_time_limit_is_a_truncation_and_steps_reset_with_the_env():
         flags.append(env.staged["next", "truncated"].tolist())
     # 3 steps from a near-upright start never terminate: truncated at steps 3 and 6
     assert flags == [[False, False], [False, False], [True, True]] * 2
+
+
+def test_a_list_of_seeds_gives_each_group_of_envs_the_resets_of_a_solo_env_so_seeded():
+    """TorchCartPole(6, seed=[3, 7, 11]): envs 2g, 2g + 1 reset (at the start and whenever
+    they finish) as TorchCartPole(2, seed=[3, 7, 11][g]) does, step for step; the number of
+    seeds must divide num_envs; one seed again gives one generator."""
+    batched, solos = TorchCartPole(6, seed=[3, 7, 11]), [TorchCartPole(2, seed=seed) for seed in (3, 7, 11)]
+    actions = torch.Generator().manual_seed(0)
+    finished = 0
+    for env in (batched, *solos):
+        env.reset()
+    for _ in range(300):
+        action = torch.randint(0, 2, (6,), generator=actions)
+        finished += int(batched.stage_step(action).sum())
+        for group, solo in enumerate(solos):
+            solo.stage_step(action[2 * group:2 * group + 2])
+        assert torch.equal(batched.staged["observation"], torch.cat([solo.staged["observation"] for solo in solos]))
+    assert finished >= 6  # every group reset several times
+    with pytest.raises(ValueError, match="2 seeds, one per group of envs, must divide num_envs=5"):
+        TorchCartPole(5, seed=[1, 2])
+    batched.set_seed(4)
+    batched.reset()
+    alone = TorchCartPole(6, seed=4)
+    alone.reset()
+    assert torch.equal(batched.staged["observation"], alone.staged["observation"])

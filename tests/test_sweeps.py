@@ -364,7 +364,7 @@ def test_a_job_differing_only_in_seed_is_an_earlier_job_reseeded_as_composing_it
     from hydra._internal.hydra import Hydra
     from hydra.core.global_hydra import GlobalHydra
     from hydra.types import RunMode
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf, open_dict
 
     from rlcollect.sweeps.launcher import ComposeOnce, seed_override
 
@@ -393,6 +393,12 @@ def test_a_job_differing_only_in_seed_is_an_earlier_job_reseeded_as_composing_it
             assert config.hydra.job.override_dirname == composed.hydra.job.override_dirname
         assert (fast[2].seed, fast[2].hydra.job.override_dirname) == (12, "seed=12,total_frames=64")
         assert fast[1] is not fast[0] and fast[0].seed == 0
+        with open_dict(fast[0]):  # what the launcher and run_job write into a job's config once it runs
+            fast[0].hydra.job.num = fast[0].hydra.job.id = 7
+            fast[0].hydra.runtime.output_dir = str(tmp_path / "job0")
+        later = ["total_frames=64", "seed=5"]  # a later batch (a sweeper that launches batch by batch)
+        assert OmegaConf.to_yaml(once.load_sweep_config(master, later)) == OmegaConf.to_yaml(compose_job(master, later))
+        assert compositions == [jobs[0], jobs[3], jobs[4]]
 
 
 def test_shares_train_in_processes_of_their_own_and_report_how_each_ended(capsys):

@@ -104,8 +104,8 @@ class ComposeOnce:
             config = reseeded(earlier, master_config, sweep_overrides[seed[0]], seed[1])
         else:
             config = self.loader.load_sweep_config(master_config, sweep_overrides)
-            if pattern is not None:
-                self.by_pattern[pattern] = config
+            if pattern is not None:  # a copy: the launcher and run_job write into the job's own config
+                self.by_pattern[pattern] = copy.deepcopy(config)
         self.composed[(id(master_config), tuple(sweep_overrides))] = config
         return config
 

@@ -30,10 +30,10 @@ from pathlib import Path
 
 QUIET = ["logger=none", "progress=false"]
 PHASES = ("seconds", "seconds_collect", "seconds_train", "seconds_eval")  # a run's summary.json
-# --ways name: the launcher overrides ("name:label", the label printed)
-WAYS = {"batched:batched": ["hydra/launcher=batched"],
-        "batched2:batched, 2 processes": ["hydra/launcher=batched", "hydra.launcher.processes=2"],
-        "basic:one by one": [], "joblib:joblib x2": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]}
+# --ways name: (the label printed, the launcher overrides)
+WAYS = {"batched": ("batched", ["hydra/launcher=batched"]),
+        "batched2": ("batched, 2 processes", ["hydra/launcher=batched", "hydra.launcher.processes=2"]),
+        "basic": ("one by one", []), "joblib": ("joblib x2", ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"])}
 
 
 def run(args: list[str], cwd: Path) -> tuple[float, float]:
@@ -75,7 +75,7 @@ def scaling(options, extra: list[str]) -> None:
 
 def solve(options, extra: list[str]) -> None:
     seeds = list(range(options.seeds))
-    ways = {way: WAYS[way] for way in WAYS if way.split(":")[0] in options.ways}
+    ways = [way for way in WAYS if way in options.ways]
     walls: dict[str, list[float]] = {way: [] for way in ways}
     solved: dict[str, list] = {way: [] for way in ways}
     solo_walls: list[float] = []
@@ -89,17 +89,18 @@ def solve(options, extra: list[str]) -> None:
                 solo_solved.append(json.loads((cwd / f"solo{repeat}_{seed}" / "summary.json").read_text())
                                    .get("frames_to_solve"))
             print(f"round {repeat}: solo runs: {solo_walls[-len(seeds[:options.solo]):]} s", flush=True)
-            for way, launcher in ways.items():
-                sweep = f"{way.split(':')[0]}{repeat}"
+            for way in ways:
+                label, launcher = WAYS[way]
+                sweep = f"{way}{repeat}"
                 wall, _ = run(["--multirun", f"seed={','.join(map(str, seeds))}", *launcher, *QUIET, *extra,
                                f"hydra.sweep.dir={sweep}"], cwd)
                 walls[way].append(wall)
                 jobs = summaries(cwd / sweep)
                 solved[way].append([summary.get("frames_to_solve") for summary in jobs])
                 slowest = max(jobs, key=lambda summary: summary["seconds"])
-                print(f"round {repeat}: {way.split(':')[-1]}: the slowest job's run: " + ", ".join(
+                print(f"round {repeat}: {label}: the slowest job's run: " + ", ".join(
                     f"{key} {slowest.get(key, 0):.1f} s" for key in PHASES), flush=True)
-                print(f"round {repeat}: {way.split(':')[-1]}: {wall:.1f} s, frames to solve {solved[way][-1]}",
+                print(f"round {repeat}: {label}: {wall:.1f} s, frames to solve {solved[way][-1]}",
                       flush=True)
     solo = statistics.mean(solo_walls)
     print(f"\none solo run: mean {solo:.1f} s over {len(solo_walls)} (seeds {seeds[0]}..{seeds[:options.solo][-1]}); "
@@ -110,10 +111,10 @@ def solve(options, extra: list[str]) -> None:
         wall = statistics.median(walls[way])
         frames = sorted(value for value in solved[way][0] if value is not None)
         spread = f"{statistics.median(frames):,.0f}, {frames[-1]:,}" if frames else "-"
-        print(f"| {way.split(':')[-1]} | {wall:.1f} | {wall / solo:.2f} | {len(frames)} of {len(solved[way][0])} "
+        print(f"| {WAYS[way][0]} | {wall:.1f} | {wall / solo:.2f} | {len(frames)} of {len(solved[way][0])} "
               f"| {spread} |")
     for way in ways:
-        print(f"{way.split(':')[-1]}: frames to solve (every job, round 0): {solved[way][0]}")
+        print(f"{WAYS[way][0]}: frames to solve (every job, round 0): {solved[way][0]}")
 
 
 def main() -> None:
@@ -125,12 +126,15 @@ def main() -> None:
     solving = commands.add_parser("solve")
     solving.add_argument("--seeds", type=int, default=8)
     solving.add_argument("--repeats", type=int, default=1)
-    solving.add_argument("--ways", type=lambda text: text.split(","),
-                         default=[way.split(":")[0] for way in WAYS])
+    solving.add_argument("--ways", type=lambda text: text.split(","), default=list(WAYS),
+                         help=f"comma-separated, of {', '.join(WAYS)}")
     solving.add_argument("--solo", type=int, default=None, help="solo runs of the first N seeds (default: all)")
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     options = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    unknown = [way for way in getattr(options, "ways", []) if way not in WAYS]
+    if unknown:
+        parser.error(f"--ways: unknown {', '.join(unknown)}; the ways are {', '.join(WAYS)}")
     (scaling if options.command == "scaling" else solve)(options, extra)
 
 

@@ -9,12 +9,19 @@ while the others keep stepping:
     act(group): policy(carrier of the group's envs)   ... the other workers step ...
                 actions -> shared rows, STEP  ──────▶ group steps its envs
     group = the first k workers in the ReadyQueue ◀── first done, first in the queue
-    record(group): its steps -> the next rows of the batch (PoolBatch), fresh traj ids
+    record(group): its steps -> the next rows of the batch, fresh traj ids
     repeat until the batch is full
 
 At the start every worker is acted on (one policy call for all P envs); from then on
 each pool step records and acts on k = batch_size / E workers, so a step of the slowest
-env never holds up the others. Trajectory bookkeeping is per env (collectors/pool_batch.py).
+env never holds up the others.
+
+The main process's halves are a Collector's: a Collector over the pool's P envs
+(collectors/pool_env.py, the step buffer seen as one env) keeps every env's step under way
+in a one-step batch ``[P, 1]``, and ``act``/``record`` given the group's envs run the
+policy on them and keep their trajectories (ids, cuts by max_frames_per_traj: its
+TrajectoryBook). PoolBatch (collectors/pool_batch.py) copies each finished step to its
+row of the batch, with its env id and policy version.
 
 Batch layouts (``layout``):
 
@@ -31,9 +38,6 @@ Batch layouts (``layout``):
 """
 from __future__ import annotations
 
-import time
-from collections import deque
-from contextlib import ExitStack
 from dataclasses import replace
 
 import numpy as np
@@ -43,7 +47,7 @@ from tensordict.nn import set_interaction_type
 
 from rlcollect.collectors.base import CollectionPlan, CollectorBase, check_env_device
 from rlcollect.collectors.delivery import Delivery
-from rlcollect.collectors.devices import as_device, load_policy_weights, policy_on_device, policy_param_device
+from rlcollect.collectors.devices import as_device, policy_param_device
 from rlcollect.collectors.options import (
     OPTION_GROUPS,
     BatchSpec,
@@ -57,21 +61,11 @@ from rlcollect.collectors.options import (
     with_options_doc,
 )
 from rlcollect.collectors.pool_batch import PoolBatch
-from rlcollect.collectors.processes import WAIT_SLICE_SECONDS, WorkerProcesses
-from rlcollect.collectors.step_buffer import (
-    CLOSE,
-    FAILED,
-    RESET_ALL,
-    RESET_ALL_SEEDED,
-    RESET_SOME,
-    STEP,
-    StepBuffer,
-    StepWorkerSpec,
-    step_worker_main,
-)
+from rlcollect.collectors.pool_env import PoolEnv
+from rlcollect.collectors.processes import WorkerProcesses
+from rlcollect.collectors.single import Collector
+from rlcollect.collectors.step_buffer import CLOSE, StepBuffer, StepWorkerSpec, step_worker_main
 from rlcollect.envs.sources import EnvSource, worker_env_specs
-from rlcollect.envs.spaces import random_actions, sample_shape, tree_map
-from rlcollect.envs.staging import Staging
 from rlcollect.errors import ConfigError
 from rlcollect.keys import ENV_ID
 from rlcollect.primers import policy_primers
@@ -207,7 +201,7 @@ class PoolCollector(CollectorBase):
         self.batch_timeout, self.shutdown_timeout = workers.batch_timeout, workers.shutdown_timeout
         self._torch_threads = workers.worker_torch_threads
         self.policy_device, self.storing_device = self._setup_devices(devices, policy)
-        self.policy = self._setup_policy(policy)
+        self._check_policy(policy)
         self._delivery = Delivery(delivery, self._hook_results)
         self.policy_version = 0
         per_worker_sources = isinstance(create_env_fn, (list, tuple))  # each builds its worker's E envs
@@ -220,9 +214,9 @@ class PoolCollector(CollectorBase):
         self._workers = WorkerProcesses(workers.mp_context, on_failure=self.shutdown, name="rlcollect-pool-worker")
         try:
             self._start_workers(env_specs, cpus)
-            self._bind_buffer()
-            self._restart()
-            self._allocate_batch()
+            self.env = PoolEnv(self._step_buffer, self._workers, observation_space, self.action_space,
+                               batch_timeout=self.batch_timeout)
+            self._build_steps(policy, step)
         except BaseException:
             self.shutdown()
             raise
@@ -272,14 +266,11 @@ class PoolCollector(CollectorBase):
         policy_device = devices.policy_device or devices.device or policy_param_device(policy) or "cpu"
         return as_device(policy_device), as_device(devices.storing_device or devices.device or "cpu")
 
-    def _setup_policy(self, policy):
-        """The policy as is, or a copy on policy_device when its weights live elsewhere
-        (``update_policy_weights_()`` then refreshes the copy from the original)."""
+    @staticmethod
+    def _check_policy(policy) -> None:
         if policy is not None and policy_primers(policy):
             raise ConfigError("collector=pool serves envs in changing groups and carries no hidden state per env: "
                               "a recurrent policy cannot run in it (collector=action_server runs one)")
-        policy, self._source_policy = policy_on_device(policy, self.policy_device)
-        return policy
 
     @staticmethod
     def _probe_spaces(env_spec):
@@ -299,171 +290,57 @@ class PoolCollector(CollectorBase):
         for _ in self._workers.receive(range(self.num_workers), expect="ready", timeout=self.batch_timeout):
             pass
 
-    def _bind_buffer(self) -> None:
-        """Numpy views of the step buffer for the hot path, and the pool's state."""
-        buffer = self._step_buffer
-        self._queue = buffer.ready_queue
-        self._commands, self._status = buffer.command.numpy(), buffer.status.numpy()
-        self._actions, self._reset_rows = buffer.action.numpy(), buffer.reset.numpy()
-        self._act_ready = buffer.act_ready
-        self._action_shape = sample_shape(self.action_space)
-        arrays = tree_map(lambda tensor: tensor.numpy(), buffer.staging)
-        self._staged = Staging(arrays, batched=True, device=torch.device("cpu")).staged
-        self._worker_envs = [np.arange(w * self.envs_per_worker, (w + 1) * self.envs_per_worker)
-                             for w in range(self.num_workers)]
-        self._in_flight: set[int] = set()  # workers ordered a command not answered yet
-        self._ready: deque[int] = deque()  # workers that answered, taken from the queue while waiting for others
-        self._to_act: list[int] = []  # workers whose last step was recorded (or that were reset): next to act on
-        self._deadline: float | None = None
-        self._next_check = 0.0  # time.monotonic() of the next liveness check while answers keep coming
-        self._frames_acted = 0  # init_random_frames counts the actions chosen
+    def _build_steps(self, policy, step: StepOptions) -> None:
+        """The Collector that runs the policy and keeps the trajectories of the envs, a group
+        at a time (its act/record halves with ``envs``; building it resets every env and
+        dry-runs the policy), and the batch its steps are copied into (PoolBatch)."""
         self._traj_pool = TrajectoryPool()
-
-    def _allocate_batch(self) -> None:
-        """Dry-run the policy on every env's carrier to learn what it writes, then
-        preallocate the pending steps and the batch (PoolBatch)."""
-        carrier = self._staged.select("observation", "is_init").clone()
-        with self._policy_context():
-            output = self._policy_output(carrier, random=self.policy is None)
-        if "action" not in output.keys():
-            raise ValueError(f"the policy must write 'action' into the TensorDict it receives; it wrote "
-                             f"{sorted(map(str, output.keys(True, True)))}")
+        self._steps = Collector.from_options(
+            self.env, policy, frames_per_batch=self.num_envs,
+            devices=DeviceOptions(policy_device=self.policy_device, storing_device="cpu"),
+            step=replace(step, reset_at_each_iter=False, init_random_frames=0), traj_pool=self._traj_pool)
+        self.policy = self._steps.policy
         shape = [self.num_envs, self._time_steps] if self.layout == "per_env" else [self.frames_per_batch]
-        self.pool = PoolBatch(self._staged, output, shape, traj_pool=self._traj_pool,
-                              max_frames_per_traj=self.max_frames_per_traj,
-                              track_traj_ids=self.track_traj_ids)
-        self.pool.start()
-
-    # ------------------------------------------------------------------ talking to the workers
-    def _order(self, worker_ids, command: int) -> None:
-        commands, act_ready = self._commands, self._act_ready
-        for worker_id in worker_ids:
-            commands[worker_id] = command
-            act_ready[worker_id].release()
-            self._in_flight.add(worker_id)
-
-    def _take(self) -> int:
-        """The next worker that answered (first come, first served)."""
-        return self._ready.popleft() if self._ready else self._receive()
-
-    def _receive(self) -> int:
-        """The next answer from the ReadyQueue, watching the workers while waiting; a
-        worker that answered with a failure is reported (WorkerError)."""
-        while True:
-            worker_id = self._queue.get(WAIT_SLICE_SECONDS)
-            if worker_id is not None:
-                break
-            self._check_workers()
-        if time.monotonic() > self._next_check:  # answers keep coming: check on the others now and then
-            self._check_workers()
-        self._in_flight.discard(worker_id)
-        if self._status[worker_id] == FAILED:
-            self._workers.report(worker_id)
-        return worker_id
-
-    def _check_workers(self) -> None:
-        """Every worker in flight is alive, and the batch is within batch_timeout."""
-        self._next_check = time.monotonic() + WAIT_SLICE_SECONDS
-        for worker_id in sorted(self._in_flight):
-            if not self._workers.is_alive(worker_id):
-                self._workers.report(worker_id)
-        if self._deadline is not None and time.monotonic() > self._deadline and self._in_flight:
-            self._workers.fail(min(self._in_flight), f"no step within batch_timeout={self.batch_timeout} s",
-                               kind="timeout")
-
-    def _wait_for(self, worker_ids) -> None:
-        """Wait until each of ``worker_ids`` that is in flight answered; the others that
-        answer meanwhile join the ready ones (served next, in their order)."""
-        waiting = set(worker_ids) & self._in_flight
-        while waiting:
-            worker_id = self._receive()
-            if worker_id in waiting:
-                waiting.discard(worker_id)
-            else:
-                self._ready.append(worker_id)
+        self.pool = PoolBatch(self._steps.batch, shape)
+        self._to_act = list(range(self.num_workers))  # workers whose last step was recorded (or reset): next to act
+        self._frames_acted = 0  # init_random_frames counts the actions chosen
+        self._carrier_is_fresh = True
 
     def _restart(self, seed: int | None = None) -> None:
         """Let every step under way end (its result is dropped), then reset every env
         (seeded when ``seed`` is given; decorrelation steps included): each env starts a
         trajectory."""
-        self._wait_for(set(self._in_flight))
-        self._ready.clear()
-        if seed is not None:
-            for worker_id in range(self.num_workers):
-                self._step_buffer.seed[worker_id] = seed + worker_id * self.envs_per_worker
-        everyone = range(self.num_workers)
-        self._order(everyone, RESET_ALL if seed is None else RESET_ALL_SEEDED)
-        self._wait_for(everyone)
-        self._to_act = list(everyone)
-        if hasattr(self, "pool"):
-            self.pool.start()
+        if seed is None:
+            self._steps.reset()
+        else:
+            self._steps.set_seed(seed)
+        self._to_act = list(range(self.num_workers))
         self._carrier_is_fresh = True
 
-    def _reset_envs(self, envs: np.ndarray) -> None:
-        """Reset some envs of idle workers (cut by max_frames_per_traj)."""
-        self._reset_rows[:] = False
-        self._reset_rows[envs] = True
-        owners = sorted(set((envs // self.envs_per_worker).tolist()))
-        self._order(owners, RESET_SOME)
-        self._wait_for(owners)
-
     # ------------------------------------------------------------------ the pool step
-    def _policy_output(self, carrier, random: bool):
-        """The policy's output for ``carrier`` (or random actions), on the CPU; called under
-        ``_policy_context``."""
-        if random:
-            carrier.set("action", random_actions(self.action_space, tuple(carrier.batch_size), torch.device("cpu")))
-            return carrier
-        policy_input = carrier.to(self.policy_device) if self.policy_device.type != "cpu" else carrier
-        output = self.policy(policy_input)
-        if output is None or output is policy_input:
-            output = policy_input
-        else:
-            output = policy_input.update(output)
-        return output.cpu() if self.policy_device.type != "cpu" else output
-
-    def _policy_context(self) -> ExitStack:
-        """No gradients and the exploration type, entered once around a batch's policy calls."""
-        stack = ExitStack()
-        stack.enter_context(torch.no_grad())
-        stack.enter_context(set_interaction_type(self.exploration_type))
-        return stack
-
     def _act(self, worker_ids: list[int]) -> None:
         """Choose the actions of the workers' envs and let the workers step."""
         if not worker_ids:
             return
-        envs = self._envs_of(worker_ids)
-        count = len(worker_ids) * self.envs_per_worker
-        carrier = self.pool.carrier(envs)
+        envs = self.env.envs_of(worker_ids)
         random = self.policy is None or self._frames_acted < self.init_random_frames
-        output = self._policy_output(carrier, random)
-        action = output.get("action").numpy().reshape(count, *self._action_shape)
-        self.pool.keep_output(envs, None if random else output, self.policy_version)
-        self.pool.keep_action(envs, action)
-        self._actions[envs] = action
-        self._frames_acted += count
-        self._order(worker_ids, STEP)
+        action = self._steps.act(0, random, envs)
+        self.pool.keep_version(envs, self.policy_version)
+        self._frames_acted += len(worker_ids) * self.envs_per_worker
+        self.env.send(worker_ids, envs, action)
 
-    def _envs_of(self, worker_ids: list[int]) -> np.ndarray | slice:
-        """The envs of ``worker_ids``: a slice when the workers are consecutive (one worker
-        always is), else their ids in the workers' order."""
-        first, last = worker_ids[0], worker_ids[-1]
-        if last - first == len(worker_ids) - 1 and all(a < b for a, b in zip(worker_ids, worker_ids[1:])):
-            return slice(first * self.envs_per_worker, (last + 1) * self.envs_per_worker)
-        return np.concatenate([self._worker_envs[w] for w in worker_ids])
-
-    def _record(self, worker_ids: list[int], rows: np.ndarray) -> None:
-        cut = self.pool.record(self._envs_of(worker_ids), rows)
-        if cut is not None:
-            self._reset_envs(cut)
+    def _record(self, worker_ids: list[int], rows: np.ndarray | slice) -> None:
+        """Record the step the workers' envs took into ``rows`` of the batch."""
+        envs = self.env.envs_of(worker_ids)
+        self._steps.record(0, self.env.done_of(envs), envs)
+        self.pool.record(envs, rows)
 
     def _collect_flat(self) -> None:
         workers_per_step = self.envs_per_step // self.envs_per_worker
         filled = 0
         while filled < self.frames_per_batch:
             self._act(self._to_act)
-            group = [self._take() for _ in range(workers_per_step)]
+            group = [self.env.take() for _ in range(workers_per_step)]
             rows = slice(filled, filled + self.envs_per_step)
             self._record(group, rows)
             self._to_act = group
@@ -476,11 +353,11 @@ class PoolCollector(CollectorBase):
         while True:
             parked = [w for w in self._to_act if steps[w] >= time_steps]
             self._act([w for w in self._to_act if steps[w] < time_steps])
-            if not self._in_flight and not self._ready:
+            if not self.env.answered:
                 self._to_act = parked
                 return
-            group = [self._take() for _ in range(min(workers_per_step, len(self._in_flight) + len(self._ready)))]
-            envs = self.pool.env_ids(self._envs_of(group))
+            group = [self.env.take() for _ in range(min(workers_per_step, self.env.answered))]
+            envs = self.pool.env_ids(self.env.envs_of(group))
             self._record(group, envs * time_steps + np.repeat(steps[group], self.envs_per_worker))
             steps[group] += 1
             self._to_act = parked + group
@@ -494,10 +371,10 @@ class PoolCollector(CollectorBase):
             if self.reset_at_each_iter and not self._carrier_is_fresh:
                 self._restart()
             self._carrier_is_fresh = False
-            self._deadline = None if self.batch_timeout is None else time.monotonic() + self.batch_timeout
-            with self._policy_context():
+            self.env.begin_batch()
+            with torch.no_grad(), set_interaction_type(self.exploration_type):
                 self._collect_per_env() if self.layout == "per_env" else self._collect_flat()
-            self._deadline = None
+            self.env.end_batch()
         except BaseException:
             self.shutdown()  # steps may be in flight: the workers' state is unknown
             raise
@@ -535,12 +412,11 @@ class PoolCollector(CollectorBase):
         refreshes the copy on policy_device from the original (a no-op when there is no
         copy), or loads ``weights`` (a module, state_dict or TensorDict) into the policy."""
         self.policy_version += 1
-        load_policy_weights(self.policy, self._source_policy, weights)
+        self._steps.update_policy_weights_(weights)
 
     def set_seed(self, seed: int) -> int:
         """Seed torch's RNG here and env i with ``seed + i``, then reset every env: the
         steps under way are dropped and each env starts a trajectory. Returns the seed."""
-        torch.manual_seed(seed)
         self._guarded(lambda: self._restart(seed))
         return seed
 
@@ -577,7 +453,7 @@ class PoolCollector(CollectorBase):
         if self._workers is not None:
             self._workers.close(self.shutdown_timeout, ask=lambda worker_id: self._step_buffer.order(worker_id, CLOSE))
         # the last references to the shared memory and the semaphores (named ones are unlinked with them)
-        self._step_buffer = self._queue = self._act_ready = self._staged = None
+        self._step_buffer = self.env = self._steps = None
 
     def __del__(self):
         if not getattr(self, "_shut_down", True) and getattr(self, "_workers", None) is not None:

@@ -52,9 +52,11 @@ from rlcollect.collectors.options import (
     check_total_frames,
     with_options_doc,
 )
+from rlcollect.collectors.rows import put_rows, row_elements
 from rlcollect.collectors.trajectory_book import TrajectoryBook
 from rlcollect.envs.gym_env import NonFiniteActionError
 from rlcollect.envs.sources import EnvSource, make_env
+from rlcollect.envs.spaces import random_actions
 from rlcollect.errors import ConfigError
 from rlcollect.keys import CARRIER_KEYS, MASK, POLICY_VERSION, TIME_DIM, TRAJ_IDS
 from rlcollect.primers import policy_primers
@@ -65,20 +67,6 @@ Policy = Callable[[TensorDictBase], TensorDictBase]
 
 def _as_tuple(key) -> tuple:
     return key if isinstance(key, tuple) else (key,)
-
-
-def _row_elements(array: np.ndarray) -> np.ndarray:
-    """``array`` ``[P, *feature]`` with contiguous feature dims as ``[P]`` elements of one
-    row's bytes each (a view): numpy then copies a strided column of a batch row by row
-    (1,024 CartPole observations: 1.2 us instead of 8). Other arrays are returned as they are."""
-    if array.ndim < 2 or array.dtype.hasobject or 0 in array.shape[1:]:
-        return array
-    feature = array.shape[1:]
-    contiguous = tuple(int(np.prod(feature[i + 1:], dtype=np.int64)) * array.itemsize for i in range(len(feature)))
-    if array.strides[1:] != contiguous:  # the C-order strides of the feature dims
-        return array
-    flat = array.reshape(array.shape[0], -1)  # a view: the feature dims are contiguous
-    return flat.view(np.dtype((np.void, flat.shape[1] * array.itemsize)))[:, 0]
 
 
 @with_options_doc(DeviceOptions, StepOptions, DeliveryOptions)
@@ -231,6 +219,7 @@ class Collector(CollectorBase):
                                     on_device=self._steps_on_device, waiting=self._waiting)
         # the carrier's ("collector", "traj_ids"): a view of the book's ids, which write plans point at
         self._carried_ids = None if self._book.ids is None else self._book.ids.view(self._env_batch)
+        self._env_ids = np.arange(self._num_envs)  # indexed as envs are (a slice gives a view)
         self._primers = policy_primers(policy)
         self._hidden: dict = {}  # hidden-state key -> its persistent carrier tensor [*env_batch, L, H]
         self.policy_version = 0  # update_policy_weights_() calls so far
@@ -285,6 +274,7 @@ class Collector(CollectorBase):
         self._carrier_leaves = [key for key in self.env.staged.select(*CARRIER_KEYS).keys(True, True)]
         self._observation_leaf = self._carrier_leaves[0]  # checked each step: did the policy replace it?
         self._carrier = carrier
+        self._carrier_views: dict = {}  # act(envs=slice): (start, stop) -> (view of those rows, its entries)
         self._carrier_is_fresh = True  # no step taken since this reset
 
     def _prime(self, carrier: TensorDictBase) -> None:
@@ -348,7 +338,7 @@ class Collector(CollectorBase):
         def numpy_views(key, rows: bool = False) -> list:
             stored = target.get(key)
             flat = stored.numpy().reshape(self._num_envs, time_steps, *stored.shape[time_dim + 1:])
-            return [_row_elements(flat[:, t]) if rows else flat[:, t] for t in range(time_steps)]
+            return [row_elements(flat[:, t]) if rows else flat[:, t] for t in range(time_steps)]
 
         carrier_keys = self._carried_keys
         plan = dict(
@@ -368,7 +358,7 @@ class Collector(CollectorBase):
             # numpy writes cost a third of Tensor.copy_ for these tiny per-step slices
             plan["_copy_env_output"] = np.copyto
             # each env's entry as one element: a strided copy of P rows, not of P x feature values
-            sources = [(_row_elements(self._env_source(key).numpy()), numpy_views(key, rows=True)) for key in env_keys]
+            sources = [(row_elements(self._env_source(key).numpy()), numpy_views(key, rows=True)) for key in env_keys]
             plan["_action_numpy_views"] = numpy_views("action") if self.devices.policy.type == "cpu" else None
         else:
             plan["_action_numpy_views"] = None
@@ -544,11 +534,19 @@ class Collector(CollectorBase):
         self._sync_storage()
         self._frames += self._num_envs * self.steps_collected
 
-    def act(self, t: int, random: bool = False):
+    def act(self, t: int, random: bool = False, envs: np.ndarray | slice | None = None):
         """First half of step t: record the carrier, run the policy (or take a random
         action), record its output. Returns the action to step the env with: a numpy
         array with a numpy write plan, the stored CPU copy when the batch is on the CPU,
-        else the policy's tensor."""
+        else the policy's tensor.
+
+        ``envs``: only these envs act (env ids, or a slice of them; a batched env on the
+        CPU): their carrier rows go to rows ``envs`` of step t, the policy runs on those
+        envs alone, and their action comes back as a numpy array. The env pool drives its
+        envs so, a group at a time (collectors/pool.py); ``record(t, done, envs)`` is the
+        other half."""
+        if envs is not None:
+            return self._act_some(t, random, envs)
         carrier, copy = self._carrier, self._copy_env_output
         for source, views in self._carrier_plan:
             copy(views[t], source)
@@ -577,10 +575,14 @@ class Collector(CollectorBase):
                 state.copy_(next_state)  # the next step reads it (zeroed below where an env restarts)
         return action
 
-    def record(self, t: int, done: np.ndarray | None) -> None:
+    def record(self, t: int, done: np.ndarray | None, envs: np.ndarray | slice | None = None) -> None:
         """Second half of step t, once the env stepped (``done``: its done mask, or None
         when no env finished): record what the step produced, cut trajectories that reached
-        max_frames_per_traj, give restarted envs new trajectory ids."""
+        max_frames_per_traj, give restarted envs new trajectory ids. ``envs``: only these
+        envs stepped (as in ``act``); ``done`` is then their done mask, in their order."""
+        if envs is not None:
+            self._record_some(t, done, envs)
+            return
         copy = self._copy_env_output
         for source, views in self._next_plan:
             copy(views[t], source)
@@ -598,6 +600,66 @@ class Collector(CollectorBase):
                 return
         if restarted is not None:
             self._book.start(restarted)
+
+    # ------------------------------------------------------------------ a subset of the envs
+    def _act_some(self, t: int, random: bool, envs: np.ndarray | slice) -> np.ndarray:
+        """``act`` for the envs ``envs`` alone (see ``act``)."""
+        if self._hidden or self._waiting is not None or self._steps_on_device or self._graphed is not None:
+            raise ValueError("act(envs=...) steps some envs of a batched CPU env with a feed-forward policy; this "
+                             "collector carries hidden states, waits, keeps its bookkeeping on a device or replays a "
+                             "CUDA graph")
+        for source, views in self._carrier_plan:
+            put_rows(views[t], envs, source[envs])
+        carrier = self._carrier_of(envs)
+        if random:
+            carrier.set("action", random_actions(self.env.action_space, tuple(carrier.batch_size), self.devices.env))
+            policy_output = carrier
+        else:
+            policy_output = self._act(carrier, random)
+        action = policy_output.get("action")
+        if self._action_numpy_views is not None:
+            views = self._action_numpy_views[t]
+            action = action.numpy().reshape(-1, *views.shape[1:])
+            views[envs] = action
+        else:
+            action = action.cpu()
+            put_rows(self._action_views[t], envs, action)
+            action = action.numpy()
+        for key, views in self._other_policy_views:
+            put_rows(views[t], envs, 0 if random else policy_output.get(key))
+        return action
+
+    def _carrier_of(self, envs: np.ndarray | slice) -> TensorDictBase:
+        """The carrier of ``envs``: for a slice, a view of the carrier's rows built once per
+        slice (its entries are pointed back at the carrier's where the policy replaced
+        them); for env ids, a copy of their rows."""
+        if not isinstance(envs, slice):
+            return self._carrier[torch.from_numpy(np.asarray(envs))]
+        found = self._carrier_views.get((envs.start, envs.stop))
+        if found is None:
+            view = self._carrier[envs]
+            found = self._carrier_views[(envs.start, envs.stop)] = (view, list(view.items(True, True)))
+        view, entries = found
+        for key, tensor in entries:
+            if view.get(key) is not tensor:
+                view.set(key, tensor)
+        return view
+
+    def _record_some(self, t: int, done: np.ndarray, envs: np.ndarray | slice) -> None:
+        """``record`` for the envs ``envs`` alone (``done``: theirs, in their order)."""
+        for source, views in self._next_plan:
+            put_rows(views[t], envs, source[envs])
+        ids = self._env_ids[envs]
+        restarted = done if self.reset_when_done else np.zeros_like(done)
+        cut = self._book.count_step(envs, done)
+        if cut is not None and cut.any():
+            cut_ids = ids[cut]
+            self._truncated_views[t][cut_ids] = True
+            self._done_views[t][cut_ids] = True
+            self.env.reset_some(cut_ids)
+            restarted = restarted | cut
+        if restarted.any():
+            self._book.start(ids[restarted])
 
     def _record_waiting(self, t: int, done: np.ndarray | None) -> None:
         """``record``'s bookkeeping under reset_policy="wait": an env that finished at step t

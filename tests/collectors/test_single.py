@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 from checks import check_keys_and_shapes, check_trajectories
@@ -282,3 +283,55 @@ def test_env_errors_propagate_with_their_message():
 def test_a_policy_that_writes_no_action_is_rejected_at_construction():
     with pytest.raises(ValueError, match="must write 'action'"):
         Collector(counting(), lambda td: td, frames_per_batch=2)
+
+
+def _value_policy(td):
+    """Action 1 at odd counts, and a value naming the step (10 x the observation)."""
+    observation = td.get("observation")[..., 0]
+    td.set("action", (observation.long() % 2))
+    td.set("state_value", 10 * observation)
+    return td
+
+
+@pytest.mark.parametrize("max_frames_per_traj", [None, 4])
+def test_act_and_record_on_groups_of_envs_equal_the_whole_step(max_frames_per_traj):
+    """The env pool's form of the two halves: a step taken as two groups of envs (a slice,
+    then env ids out of order) writes what the step of every env at once writes; only the
+    numbering of fresh trajectory ids follows the groups' order."""
+    lengths = (2, 3, 5, 6)
+
+    def make():
+        return Collector(counting(lengths), _value_policy, frames_per_batch=4 * 9,
+                         max_frames_per_traj=max_frames_per_traj)
+
+    whole, grouped = make(), make()
+    expected = whole.collect().clone()
+    groups = [slice(0, 2), np.array([3, 2])]
+    grouped.begin_batch()
+    with torch.no_grad():
+        for t in range(9):
+            actions = np.zeros(4, np.int64)
+            for envs in groups:
+                actions[envs] = grouped.act(t, envs=envs)
+            grouped.env.stage_step(actions)
+            done = grouped.env.staged.get(("next", "done")).numpy().copy()
+            for envs in groups:
+                grouped.record(t, done[envs], envs=envs)
+    grouped.end_batch()
+    got = grouped.batch
+    assert set(got.keys(True, True)) == set(expected.keys(True, True))
+    for key in expected.keys(True, True):
+        if key != TRAJ_IDS:
+            assert torch.equal(got[key], expected[key]), key
+    # the same trajectories: an id changes exactly where the whole step's changes
+    assert torch.equal(got[TRAJ_IDS].diff(dim=1) != 0, expected[TRAJ_IDS].diff(dim=1) != 0)
+    assert got[TRAJ_IDS].unique().numel() == expected[TRAJ_IDS].unique().numel()
+    assert obs(got)[3] == ([0, 1, 2, 3, 0, 1, 2, 3, 0] if max_frames_per_traj else [0, 1, 2, 3, 4, 5, 0, 1, 2])
+    assert got["state_value"][1].tolist() == [0.0, 10.0, 20.0, 0.0, 10.0, 20.0, 0.0, 10.0, 20.0]
+    check_trajectories(got)
+
+
+def test_act_on_groups_of_envs_refuses_waiting_envs():
+    collector = Collector(counting((2, 3)), _value_policy, frames_per_batch=4, reset_policy="wait")
+    with pytest.raises(ValueError, match=r"act\(envs=...\) steps some envs"):
+        collector.act(0, envs=slice(0, 1))

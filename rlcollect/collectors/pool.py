@@ -68,7 +68,6 @@ from rlcollect.collectors.step_buffer import CLOSE, StepBuffer, StepWorkerSpec, 
 from rlcollect.envs.sources import EnvSource, worker_env_specs
 from rlcollect.errors import ConfigError
 from rlcollect.keys import ENV_ID
-from rlcollect.primers import policy_primers
 from rlcollect.trajectories import TrajectoryPool
 from rlcollect.validation import check_non_negative_int, check_positive_int
 
@@ -104,8 +103,8 @@ class PoolCollector(CollectorBase):
         create_env_fn: a gymnasium id, a zero-argument callable returning a gymnasium.Env
             or a GymEnv of envs_per_worker envs (picklable for spawn), or a list of one
             such source per worker; each worker builds its own.
-        policy: callable TensorDict -> TensorDict writing ``"action"`` (not recurrent);
-            None: uniform random.
+        policy: callable TensorDict -> TensorDict writing ``"action"`` (a recurrent policy
+            gets its hidden state per env, as in a Collector); None: uniform random.
         num_workers: worker processes (W).
         envs_per_worker: envs each worker steps (E, in turn); P = W x E.
         batch_size: envs served per pool step, a multiple of envs_per_worker up to P
@@ -201,7 +200,6 @@ class PoolCollector(CollectorBase):
         self.batch_timeout, self.shutdown_timeout = workers.batch_timeout, workers.shutdown_timeout
         self._torch_threads = workers.worker_torch_threads
         self.policy_device, self.storing_device = self._setup_devices(devices, policy)
-        self._check_policy(policy)
         self._delivery = Delivery(delivery, self._hook_results)
         self.policy_version = 0
         per_worker_sources = isinstance(create_env_fn, (list, tuple))  # each builds its worker's E envs
@@ -265,12 +263,6 @@ class PoolCollector(CollectorBase):
                              f"{devices.env_device!r}); set policy_device and storing_device instead")
         policy_device = devices.policy_device or devices.device or policy_param_device(policy) or "cpu"
         return as_device(policy_device), as_device(devices.storing_device or devices.device or "cpu")
-
-    @staticmethod
-    def _check_policy(policy) -> None:
-        if policy is not None and policy_primers(policy):
-            raise ConfigError("collector=pool serves envs in changing groups and carries no hidden state per env: "
-                              "a recurrent policy cannot run in it (collector=action_server runs one)")
 
     @staticmethod
     def _probe_spaces(env_spec):

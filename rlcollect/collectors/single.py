@@ -604,9 +604,9 @@ class Collector(CollectorBase):
     # ------------------------------------------------------------------ a subset of the envs
     def _act_some(self, t: int, random: bool, envs: np.ndarray | slice) -> np.ndarray:
         """``act`` for the envs ``envs`` alone (see ``act``)."""
-        if self._hidden or self._waiting is not None or self._steps_on_device or self._graphed is not None:
-            raise ValueError("act(envs=...) steps some envs of a batched CPU env with a feed-forward policy; this "
-                             "collector carries hidden states, waits, keeps its bookkeeping on a device or replays a "
+        if self._waiting is not None or self._steps_on_device or self._graphed is not None:
+            raise ValueError("act(envs=...) steps some envs of a batched CPU env; this collector's envs wait "
+                             "(reset_policy='wait'), keep their bookkeeping on a device or its policy replays a "
                              "CUDA graph")
         for source, views in self._carrier_plan:
             put_rows(views[t], envs, source[envs])
@@ -627,6 +627,10 @@ class Collector(CollectorBase):
             action = action.numpy()
         for key, views in self._other_policy_views:
             put_rows(views[t], envs, 0 if random else policy_output.get(key))
+        for key, state, views in self._next_hidden_views:  # as in ``act``: no policy call, the state stays
+            next_state = state[envs] if random else policy_output.get(("next", key))
+            put_rows(views[t], envs, next_state)
+            put_rows(state, envs, next_state)
         return action
 
     def _carrier_of(self, envs: np.ndarray | slice) -> TensorDictBase:

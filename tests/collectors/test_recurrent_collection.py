@@ -11,9 +11,10 @@ from rlcollect.buffers.rollout import iterate_sequences
 from rlcollect.collectors import Collector
 from rlcollect.collectors.action_server import ActionServerCollector
 from rlcollect.collectors.multi import MultiSyncCollector
+from rlcollect.collectors.pool import PoolCollector
 from rlcollect.envs import GymEnv
 from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
-from rlcollect.testing import CountingEnv, counting_env_factories
+from rlcollect.testing import CountingEnv, counting_env_factories, counting_envs
 
 STATE = "recurrent_state"
 HIDDEN = 6
@@ -113,6 +114,23 @@ def test_the_action_server_carries_hidden_states_for_every_worker(no_leftovers):
     data = torch.cat(list(collector), dim=-1)
     check_hidden_states(data, "gru")
     replays_in_recurrent_mode(policy, data)
+
+
+@pytest.mark.timeout(120)
+def test_the_pool_carries_hidden_states_for_envs_served_in_groups(no_leftovers):
+    """Envs served a worker at a time, in the order the workers finish (uneven horizons, one
+    cut by max_frames_per_traj): every env's states, in its row, replay as its sequence."""
+    policy = recurrent_policy()
+    envs = [functools.partial(GymEnv, counting_envs(lengths), 2) for lengths in ((3, 4), (5, 9))]
+    collector = PoolCollector(envs, policy, num_workers=2, envs_per_worker=2, batch_size=2, frames_per_batch=24,
+                              total_frames=72, layout="per_env", max_frames_per_traj=7, start_method="fork")
+    no_leftovers(collector)
+    data = torch.cat(list(collector), dim=-1)  # [4 envs, 18]
+    assert data.batch_size == (4, 18)
+    check_trajectories(data)
+    check_hidden_states(data, "gru")
+    replays_in_recurrent_mode(policy, data)
+    assert data["observation"][3, :9, 0].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 0.0, 1.0]  # cut at 7
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

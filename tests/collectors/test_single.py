@@ -333,5 +333,6 @@ def test_act_and_record_on_groups_of_envs_equal_the_whole_step(max_frames_per_tr
 
 def test_act_on_groups_of_envs_refuses_waiting_envs():
     collector = Collector(counting((2, 3)), _value_policy, frames_per_batch=4, reset_policy="wait")
-    with pytest.raises(ValueError, match=r"act\(envs=...\) steps some envs"):
+    with pytest.raises(ValueError, match=r"act\(envs=...\) steps some envs of a batched CPU env; this collector's "
+                                         r"envs wait"):
         collector.act(0, envs=slice(0, 1))

@@ -38,6 +38,7 @@ Batch layouts (``layout``):
 """
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import numpy as np
@@ -212,8 +213,7 @@ class PoolCollector(CollectorBase):
         self._workers = WorkerProcesses(workers.mp_context, on_failure=self.shutdown, name="rlcollect-pool-worker")
         try:
             self._start_workers(env_specs, cpus)
-            self.env = PoolEnv(self._step_buffer, self._workers, observation_space, self.action_space,
-                               batch_timeout=self.batch_timeout)
+            self.env = PoolEnv(self._step_buffer, self._workers, observation_space, self.action_space)
             self._build_steps(policy, step)
         except BaseException:
             self.shutdown()
@@ -319,7 +319,7 @@ class PoolCollector(CollectorBase):
         action = self._steps.act(0, random, envs)
         self.pool.keep_version(envs, self.policy_version)
         self._frames_acted += len(worker_ids) * self.envs_per_worker
-        self.env.send(worker_ids, envs, action)
+        self.env.send_to(worker_ids, envs, action)
 
     def _record(self, worker_ids: list[int], rows: np.ndarray | slice) -> None:
         """Record the step the workers' envs took into ``rows`` of the batch."""
@@ -363,10 +363,10 @@ class PoolCollector(CollectorBase):
             if self.reset_at_each_iter and not self._carrier_is_fresh:
                 self._restart()
             self._carrier_is_fresh = False
-            self.env.begin_batch()
+            self.env.deadline = None if self.batch_timeout is None else time.monotonic() + self.batch_timeout
             with torch.no_grad(), set_interaction_type(self.exploration_type):
                 self._collect_per_env() if self.layout == "per_env" else self._collect_flat()
-            self.env.end_batch()
+            self.env.deadline = None
         except BaseException:
             self.shutdown()  # steps may be in flight: the workers' state is unknown
             raise

@@ -26,7 +26,8 @@ exists, and exits if not.
 
 The env pool (collectors/pool.py) allocates the buffer with a ``ReadyQueue``: workers then
 answer through it instead of ``step_ready``, so that the main process can wait for the
-first workers done among many (``StepBuffer.answer``).
+first workers done among many (``StepBuffer.answer``); its RemoteEnv over every worker,
+PoolEnv (collectors/pool_env.py), waits on that queue.
 """
 from __future__ import annotations
 

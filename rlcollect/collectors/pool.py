@@ -214,7 +214,7 @@ class PoolCollector(CollectorBase):
         try:
             self._start_workers(env_specs, cpus)
             self.env = PoolEnv(self._step_buffer, self._workers, observation_space, self.action_space)
-            self._build_steps(policy, step)
+            self._build_collector(policy, step)
         except BaseException:
             self.shutdown()
             raise
@@ -282,18 +282,18 @@ class PoolCollector(CollectorBase):
         for _ in self._workers.receive(range(self.num_workers), expect="ready", timeout=self.batch_timeout):
             pass
 
-    def _build_steps(self, policy, step: StepOptions) -> None:
+    def _build_collector(self, policy, step: StepOptions) -> None:
         """The Collector that runs the policy and keeps the trajectories of the envs, a group
         at a time (its act/record halves with ``envs``; building it resets every env and
         dry-runs the policy), and the batch its steps are copied into (PoolBatch)."""
         self._traj_pool = TrajectoryPool()
-        self._steps = Collector.from_options(
+        self._collector = Collector.from_options(
             self.env, policy, frames_per_batch=self.num_envs,
             devices=DeviceOptions(policy_device=self.policy_device, storing_device="cpu"),
             step=replace(step, reset_at_each_iter=False, init_random_frames=0), traj_pool=self._traj_pool)
-        self.policy = self._steps.policy
+        self.policy = self._collector.policy
         shape = [self.num_envs, self._time_steps] if self.layout == "per_env" else [self.frames_per_batch]
-        self.pool = PoolBatch(self._steps.batch, shape)
+        self.pool = PoolBatch(self._collector.batch, shape)
         self._to_act = list(range(self.num_workers))  # workers whose last step was recorded (or reset): next to act
         self._frames_acted = 0  # init_random_frames counts the actions chosen
         self._carrier_is_fresh = True
@@ -303,9 +303,9 @@ class PoolCollector(CollectorBase):
         (seeded when ``seed`` is given; decorrelation steps included): each env starts a
         trajectory."""
         if seed is None:
-            self._steps.reset()
+            self._collector.reset()
         else:
-            self._steps.set_seed(seed)
+            self._collector.set_seed(seed)
         self._to_act = list(range(self.num_workers))
         self._carrier_is_fresh = True
 
@@ -316,7 +316,7 @@ class PoolCollector(CollectorBase):
             return
         envs = self.env.envs_of(worker_ids)
         random = self.policy is None or self._frames_acted < self.init_random_frames
-        action = self._steps.act(0, random, envs)
+        action = self._collector.act(0, random, envs)
         self.pool.keep_version(envs, self.policy_version)
         self._frames_acted += len(worker_ids) * self.envs_per_worker
         self.env.send_to(worker_ids, envs, action)
@@ -324,7 +324,7 @@ class PoolCollector(CollectorBase):
     def _record(self, worker_ids: list[int], rows: np.ndarray | slice) -> None:
         """Record the step the workers' envs took into ``rows`` of the batch."""
         envs = self.env.envs_of(worker_ids)
-        self._steps.record(0, self.env.done_of(envs), envs)
+        self._collector.record(0, self.env.done_of(envs), envs)
         self.pool.record(envs, rows)
 
     def _collect_flat(self) -> None:
@@ -404,7 +404,7 @@ class PoolCollector(CollectorBase):
         refreshes the copy on policy_device from the original (a no-op when there is no
         copy), or loads ``weights`` (a module, state_dict or TensorDict) into the policy."""
         self.policy_version += 1
-        self._steps.update_policy_weights_(weights)
+        self._collector.update_policy_weights_(weights)
 
     def set_seed(self, seed: int) -> int:
         """Seed torch's RNG here and env i with ``seed + i``, then reset every env: the
@@ -445,7 +445,7 @@ class PoolCollector(CollectorBase):
         if self._workers is not None:
             self._workers.close(self.shutdown_timeout, ask=lambda worker_id: self._step_buffer.order(worker_id, CLOSE))
         # the last references to the shared memory and the semaphores (named ones are unlinked with them)
-        self._step_buffer = self.env = self._steps = None
+        self._step_buffer = self.env = self._collector = None
 
     def __del__(self):
         if not getattr(self, "_shut_down", True) and getattr(self, "_workers", None) is not None:

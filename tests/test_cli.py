@@ -6,17 +6,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from commands import rlcollect
 
 from rlcollect.analysis.wandb_offline import find_offline_runs, read_offline_run
 
 TINY = ["total_frames=512", "collector.frames_per_batch=128", "algo.minibatch_size=64", "env.num_envs=4",
         "eval.every_frames=256", "eval.episodes=2", "algo.epochs=1", "progress=false"]
-
-
-def rlcollect(tmp_path, *args, timeout=240):
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, "-m", "rlcollect.cli", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def read_jsonl(path):

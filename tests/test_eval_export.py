@@ -1,6 +1,5 @@
 """`rlcollect eval`, `rlcollect export` and `rlcollect.load_policy` on real trained runs."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from commands import rlcollect as cli
+from commands import rlcollect_all as cli_all
 from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 
@@ -24,12 +25,6 @@ KINDS = {
 }
 
 
-def cli(cwd, *args, timeout=240):
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, "-m", "rlcollect.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-
-
 def train(cwd, folder, *overrides):
     result = cli(cwd, "train", *TINY, *overrides, f"hydra.run.dir={folder}")
     assert result.returncode == 0, result.stderr
@@ -44,7 +39,9 @@ def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_polic
     from rlcollect.seeding import eval_seed
 
     run = train(tmp_path, "run", *PPO)
-    result = cli(tmp_path, "eval", "run", "--episodes", "3", "--format", "json")
+    result, missing, not_a_run = cli_all(tmp_path, [["eval", "run", "--episodes", "3", "--format", "json"],
+                                                    ["eval", "run", "--checkpoint", "nothing.pt"],
+                                                    ["eval", str(tmp_path / "user")]])
     assert result.returncode == 0, result.stderr
     [row] = json.loads(result.stdout)
     policy = rlcollect.load_policy(run)  # the documented way, in Python
@@ -55,20 +52,19 @@ def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_polic
     assert row["return_std"] == pytest.approx(float(np.std(expected.returns)))
     assert json.loads((run / "eval_last.json").read_text()) == row  # the result kept in the run folder
 
-    best = cli(tmp_path, "eval", "run", "--checkpoint", "best", "--episodes", "2", "--seed", "7", "--format", "json")
+    best, table = cli_all(tmp_path, [
+        ["eval", "run", "--checkpoint", "best", "--episodes", "2", "--seed", "7", "--format", "json"],
+        ["eval", "run", "--episodes", "2", "env.max_episode_steps=20"]])
     assert best.returncode == 0, best.stderr
     [best_row] = json.loads(best.stdout)
     assert best_row["frames"] == int(load_checkpoint(run / "best.pt")["frames"]) and best_row["seed"] == 7
-    table = cli(tmp_path, "eval", "run", "--episodes", "2", "env.max_episode_steps=20")
     assert table.returncode == 0, table.stderr
     header, line = table.stdout.splitlines()
     assert header.split() == ["run", "checkpoint", "frames", "episodes", "return", "length"]
     assert line.split()[:4] == ["run", "last", "512", "2"] and float(line.split()[6]) <= 20  # the override held
 
-    missing = cli(tmp_path, "eval", "run", "--checkpoint", "nothing.pt")
     assert missing.returncode == 2
     assert missing.stderr.splitlines() == ["rlcollect eval: run: no nothing.pt (no such file)"]
-    not_a_run = cli(tmp_path, "eval", str(tmp_path / "user"))
     assert not_a_run.returncode == 2 and len(not_a_run.stderr.splitlines()) == 1
 
 
@@ -76,11 +72,11 @@ def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_polic
 @pytest.mark.parametrize("kind", ["dqn", "recurrent", "torch_env"])
 def test_eval_and_export_work_for_every_kind_of_run(tmp_path, kind):
     run = train(tmp_path, "run", *KINDS[kind])
-    result = cli(tmp_path, "eval", "run", "--episodes", "2", "--format", "json")
+    result, exported = cli_all(tmp_path, [["eval", "run", "--episodes", "2", "--format", "json"],
+                                          ["export", "run", "--format", "torchscript"]])
     assert result.returncode == 0, result.stderr
     [row] = json.loads(result.stdout)
     assert row["episodes"] + row["cut"] == 2 and row["frames"] == 512
-    exported = cli(tmp_path, "export", "run", "--format", "torchscript")
     assert exported.returncode == 0, exported.stderr
     assert exported.stdout.strip() == str(Path("run") / "policy.pt")
     module = torch.jit.load(run / "policy.pt")
@@ -131,7 +127,9 @@ def test_exported_files_run_without_rlcollect_and_act_as_the_policy(tmp_path):
     inputs = observations()
     expected = library_actions(policy, inputs)
     np.save(tmp_path / "observations.npy", inputs.numpy())
-    assert cli(tmp_path, "export", "run", "--format", "torchscript", "--out", "policy.pt").returncode == 0
+    torchscript, onnx = cli_all(tmp_path, [["export", "run", "--format", "torchscript", "--out", "policy.pt"],
+                                           ["export", "run", "--format", "onnx", "--out", "policy.onnx"]])
+    assert torchscript.returncode == 0, torchscript.stderr
     script = ("import sys, numpy, torch\n"
               "module = torch.jit.load('policy.pt')\n"
               "action, head = module(torch.from_numpy(numpy.load('observations.npy')))\n"
@@ -141,8 +139,7 @@ def test_exported_files_run_without_rlcollect_and_act_as_the_policy(tmp_path):
     assert torch.equal(torch.from_numpy(np.load(tmp_path / "torchscript_actions.npy")), expected)
 
     pytest.importorskip("onnxruntime")
-    result = cli(tmp_path, "export", "run", "--format", "onnx", "--out", "policy.onnx")
-    assert result.returncode == 0, result.stderr
+    assert onnx.returncode == 0, onnx.stderr
     script = ("import sys, numpy, onnxruntime\n"
               "session = onnxruntime.InferenceSession('policy.onnx')\n"
               "action, head = session.run(None, {'observation': numpy.load('observations.npy')})\n"

@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from commands import rlcollect as cli
+from commands import rlcollect_all as cli_all
 
 from rlcollect.checkpoint import load_checkpoint
 
@@ -55,15 +57,6 @@ gym.register("MySeven-v0", entry_point=Seven)
 gym.register("NaNReward-v0", entry_point=NaNReward)
 gym.register("Broken-v0", entry_point=Broken)
 '''
-
-
-def cli(cwd, *args, pythonpath=None, env=None, timeout=240):
-    environment = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0",
-                   **(env or {})}
-    if pythonpath is not None:
-        environment["PYTHONPATH"] = str(pythonpath)
-    return subprocess.run([sys.executable, "-m", "rlcollect.cli", *args], cwd=cwd, env=environment,
-                          capture_output=True, text=True, timeout=timeout)
 
 
 def read_jsonl(path):
@@ -123,10 +116,10 @@ def test_a_run_whose_env_fails_keeps_a_checkpoint_at_its_last_frame(tmp_path):
 def test_a_failed_resume_leaves_every_file_of_the_run_byte_identical(tmp_path, user_envs):
     """Four ways a resume cannot work, each found before a file of the run (metrics.jsonl,
     summary.json, checkpoints, the W&B run) changes: one line, exit 2, every hash as before."""
-    base = cli(tmp_path, "train", *TINY, "env.id=my_envs:MySeven-v0", "env.solved_return=null",
-               "hydra.run.dir=base", pythonpath=user_envs)
+    base, foreign = cli_all(tmp_path, [
+        (["train", *TINY, "env.id=my_envs:MySeven-v0", "env.solved_return=null", "hydra.run.dir=base"], user_envs),
+        ["train", *TINY, "logger=none", "hydra.run.dir=cartpole"]])
     assert base.returncode == 0, base.stderr
-    foreign = cli(tmp_path, "train", *TINY, "logger=none", "hydra.run.dir=cartpole")
     assert foreign.returncode == 0, foreign.stderr
     assert list((tmp_path / "base" / "wandb").rglob("*.wandb"))
 
@@ -147,16 +140,20 @@ def test_a_failed_resume_leaves_every_file_of_the_run_byte_identical(tmp_path, u
              "missing user module": (lambda run: None, tmp_path, "cannot import 'my_envs'"),
              "corrupt checkpoint": (corrupt_checkpoint, user_envs, "is corrupt or incomplete"),
              "larger model": (larger_model, user_envs, "size mismatch")}
-    for name, (breaks, pythonpath, message) in cases.items():
+    before = {}
+    for name, (breaks, _, _) in cases.items():
         run = tmp_path / name.replace(" ", "_")
         shutil.copytree(tmp_path / "base", run)
         breaks(run)
-        before = hashes(run)
-        result = cli(tmp_path, "train", f"resume={run}", "total_frames=1024", pythonpath=pythonpath)
+        before[name] = hashes(run)
+    results = cli_all(tmp_path, [(["train", f"resume={tmp_path / name.replace(' ', '_')}", "total_frames=1024"],
+                                  pythonpath) for name, (_, pythonpath, _) in cases.items()])
+    for (name, (_, _, message)), result in zip(cases.items(), results):
+        run = tmp_path / name.replace(" ", "_")
         assert result.returncode == 2, (name, result.stderr)
         [line] = result.stderr.splitlines()
         assert line.startswith("rlcollect train: ") and message in line, (name, line)
-        assert hashes(run) == before, name
+        assert hashes(run) == before[name], name
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(
         ["base", "cartpole", "user", *(name.replace(" ", "_") for name in cases)])  # no other folder made
 

@@ -11,6 +11,8 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 import torch
+from commands import rlcollect as cli
+from commands import rlcollect_all as cli_all
 from hydra import compose, initialize_config_module
 
 from rlcollect.algos.ppo import PPO
@@ -32,12 +34,6 @@ TINY = ["total_frames=1024", "collector.frames_per_batch=128", "algo.minibatch_s
         "eval.every_frames=256", "eval.episodes=2", "algo.epochs=2", "progress=false", "logger=none"]
 TIMING_KEYS = ("time", "_timestamp", "_runtime")
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-
-
-def cli(cwd, *args, timeout=300):
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, "-m", "rlcollect.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def metric_rows(run_dir: Path) -> list[dict]:
@@ -489,9 +485,10 @@ def test_members_are_runs_of_their_own_that_eval_resume_and_compare_read(tmp_pat
     clocks = [[{key: value for key, value in json.loads(line).items() if key.startswith("time/")}
                for line in (member / "metrics.jsonl").read_text().splitlines()] for member in members[1:]]
     assert clocks[0] == clocks[1] and clocks[0][-1]["time/train"] > 0 and clocks[0][-1]["time/eval"] > 0
-    evaluated = cli(tmp_path, "eval", str(members[1]), "--episodes", "2", "--format", "json")
+    member = str(members[1])
+    evaluated, exported = cli_all(tmp_path, [["eval", member, "--episodes", "2", "--format", "json"],
+                                             ["export", member, "--format", "torchscript", "--out", "member.pt"]])
     assert evaluated.returncode == 0, evaluated.stderr
-    exported = cli(tmp_path, "export", str(members[1]), "--format", "torchscript", "--out", "member.pt")
     assert exported.returncode == 0, exported.stderr
     scripted = torch.jit.load(str(tmp_path / "member.pt"))
     observation = torch.tensor([[0.01, -0.02, 0.03, 0.04]])

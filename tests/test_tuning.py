@@ -6,15 +6,10 @@ import subprocess
 import sys
 
 import pytest
+from commands import rlcollect as cli
 
 TINY = ["total_frames=256", "collector.frames_per_batch=128", "algo.minibatch_size=64", "env.num_envs=4",
         "eval.every_frames=128", "eval.episodes=2", "progress=false", "logger=none", "env.solved_return=null"]
-
-
-def cli(cwd, *args, timeout=300):
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, "-m", "rlcollect.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 @pytest.mark.timeout(600)

@@ -7,7 +7,6 @@ import csv
 import io
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from commands import rlcollect
 
 from rlcollect import cli
 from rlcollect.analysis.compare import (
@@ -36,12 +36,6 @@ SWEEP = ["train", "--multirun", "seed=0,1", f"algo.lr={','.join(LEARNING_RATES)}
          "algo.minibatch_size=64", "env.num_envs=4", "total_frames=512", "eval.every_frames=256", "eval.episodes=2",
          "algo.epochs=1", "progress=false", f"env.solved_return={SOLVED_RETURN}", "hydra.sweep.dir=sweep"]
 COLUMNS = ("final_eval_return", "best_eval_return", "frames_per_second", "frames_to_solve", "seconds_to_solve")
-
-
-def rlcollect(cwd, *args):
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0"}
-    return subprocess.run([sys.executable, "-m", "rlcollect.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=280)
 
 
 @pytest.fixture(scope="module")

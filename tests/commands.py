@@ -1,0 +1,44 @@
+"""``rlcollect`` commands run as a user runs them: a process of their own, W&B offline,
+Hydra's one-line errors. Commands that do not depend on each other run side by side
+(``rlcollect_all``): each in its own folder, their results checked one by one."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def _environment(pythonpath=None, env: dict | None = None) -> dict:
+    environment = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0",
+                   **(env or {})}
+    if pythonpath is not None:
+        environment["PYTHONPATH"] = str(pythonpath)
+    return environment
+
+
+def rlcollect(cwd, *args, pythonpath=None, env: dict | None = None, timeout: float = 300):
+    """``rlcollect <args>`` in ``cwd``: its CompletedProcess (stdout and stderr as text)."""
+    return subprocess.run([sys.executable, "-m", "rlcollect.cli", *args], cwd=cwd,
+                          env=_environment(pythonpath, env), capture_output=True, text=True, timeout=timeout)
+
+
+def rlcollect_all(cwd, commands: list, pythonpath=None, timeout: float = 300) -> list:
+    """Each of ``commands`` (argument lists, or ``(arguments, pythonpath)`` pairs) run at once,
+    in ``cwd``; their CompletedProcesses, in the commands' order, once all ended."""
+    processes = []
+    for command in commands:
+        args, path = command if isinstance(command, tuple) else (command, pythonpath)
+        argv = [sys.executable, "-m", "rlcollect.cli", *args]
+        processes.append((argv, subprocess.Popen(argv, cwd=cwd, env=_environment(path), stdout=subprocess.PIPE,
+                                                 stderr=subprocess.PIPE, text=True)))
+    results = []
+    try:
+        for argv, process in processes:
+            stdout, stderr = process.communicate(timeout=timeout)
+            results.append(subprocess.CompletedProcess(argv, process.returncode, stdout, stderr))
+    finally:
+        for _, process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    return results

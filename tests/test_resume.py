@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+from commands import rlcollect_all
 
 from rlcollect.analysis.wandb_offline import find_offline_runs, read_offline_run
 from rlcollect.analysis.wandb_runs import load_wandb_runs, resumed_history
@@ -83,11 +84,12 @@ def test_a_resumed_run_takes_a_longer_total_frames_and_refuses_other_changes(tmp
                   "progress=false", "hydra.run.dir=run")
     assert first.returncode == 0, first.stderr
     run_dir = tmp_path / "run"
-    for overrides, message in [(["collector=multisync"], "collector cannot change on resume"),
-                               (["algo.lr=0.1"], "algo.lr cannot change on resume"),
-                               (["total_frames=512"], f"total_frames=512: the run in {run_dir} has 512 frames "
-                                                      "already; resume it with total_frames > 512")]:
-        result = train(f"resume={run_dir}", *overrides)
+    refusals = [(["collector=multisync"], "collector cannot change on resume"),
+                (["algo.lr=0.1"], "algo.lr cannot change on resume"),
+                (["total_frames=512"], f"total_frames=512: the run in {run_dir} has 512 frames already; resume it "
+                                       "with total_frames > 512")]
+    results = rlcollect_all(tmp_path, [["train", f"resume={run_dir}", *overrides] for overrides, _ in refusals])
+    for (_, message), result in zip(refusals, results):
         assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
     assert steps(run_dir) == [256, 512]  # untouched by the refused resumes
     result = train(f"resume={run_dir}", "total_frames=1024")

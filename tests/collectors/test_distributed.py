@@ -100,6 +100,8 @@ def test_a_worker_s_env_error_is_named_with_its_traceback(make):
     collector = make([counting((3,)), failing], num_workers=2, frames_per_batch=8)
     with pytest.raises(WorkerError, match=r"collector worker 1: raised an exception:(.|\n)*ErrorAfterEnv: step 6"):
         list(zip(range(5), collector))
+    collector.shutdown()  # at once: the failing worker is still exiting, and the survivor must get its STOP
+    assert [process.exitcode for process in collector._launcher.processes] == [0, 1]  # stopped, not killed
 
 
 def test_a_killed_worker_is_named(make):

@@ -369,21 +369,29 @@ class DistributedCollector(HostedCollector):
     # ------------------------------------------------------------------ shutdown
     def _close(self) -> None:
         if self._group is not None:
-            try:
-                running = [index for index in range(self.num_workers) if self._launcher.failure(index) is None]
-                for index in sorted(self._owed.intersection(running)):  # a survivor of a failed round
-                    self._receive_owed(index)  # sends its batch before it reads a command
-                for index in running:
-                    self._command(index, STOP)
-                if self._streaming:  # each says goodbye after the batch it is sending
-                    self._drain(lambda data: None, running)
-            except (RuntimeError, WorkerError):
-                pass  # a worker already gone: the launcher stops the rest
+            # each worker on its own: one that is failing (alive a moment longer) must not keep
+            # the others from their STOP; whatever does not answer, the launcher stops
+            running = [index for index in range(self.num_workers) if self._launcher.failure(index) is None]
+            for index in sorted(self._owed.intersection(running)):  # a survivor of a failed round
+                if not self._quietly(self._receive_owed, index):  # it sends its batch before it reads a command
+                    running.remove(index)
+            running = [index for index in running if self._quietly(self._command, index, STOP)]
+            if self._streaming:  # each says goodbye after the batch it is sending
+                self._quietly(self._drain, lambda data: None, running)
         if self._launcher is not None:
             self._launcher.stop(self.shutdown_timeout)
         self._group = None
         if self._rendezvous is not None:
             self._rendezvous.close()
+
+    @staticmethod
+    def _quietly(action, *args) -> bool:
+        """``action(*args)`` at shutdown; False when a worker was gone (the group's error)."""
+        try:
+            action(*args)
+        except (RuntimeError, WorkerError):
+            return False
+        return True
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}(num_workers={self.num_workers}, collector_class={self.collector_class!r}, "

@@ -22,23 +22,27 @@ def rlcollect(cwd, *args, pythonpath=None, env: dict | None = None, timeout: flo
                           env=_environment(pythonpath, env), capture_output=True, text=True, timeout=timeout)
 
 
-def rlcollect_all(cwd, commands: list, pythonpath=None, timeout: float = 300) -> list:
-    """Each of ``commands`` (argument lists, or ``(arguments, pythonpath)`` pairs) run at once,
-    in ``cwd``; their CompletedProcesses, in the commands' order, once all ended."""
-    processes = []
-    for command in commands:
-        args, path = command if isinstance(command, tuple) else (command, pythonpath)
-        argv = [sys.executable, "-m", "rlcollect.cli", *args]
-        processes.append((argv, subprocess.Popen(argv, cwd=cwd, env=_environment(path), stdout=subprocess.PIPE,
-                                                 stderr=subprocess.PIPE, text=True)))
+def rlcollect_all(cwd, commands: list, pythonpath=None, timeout: float = 300, at_once: int | None = None) -> list:
+    """Each of ``commands`` (argument lists, or ``(arguments, pythonpath)`` pairs) run side by
+    side in ``cwd`` (a folder, or one per command), ``at_once`` at a time (None: all); their
+    CompletedProcesses, in the commands' order, once all ended."""
+    folders = cwd if isinstance(cwd, (list, tuple)) else [cwd] * len(commands)
+    at_once = at_once or max(1, len(commands))
     results = []
-    try:
-        for argv, process in processes:
-            stdout, stderr = process.communicate(timeout=timeout)
-            results.append(subprocess.CompletedProcess(argv, process.returncode, stdout, stderr))
-    finally:
-        for _, process in processes:
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+    for start in range(0, len(commands), at_once):
+        processes = []
+        try:
+            for command, folder in zip(commands[start:start + at_once], folders[start:start + at_once]):
+                args, path = command if isinstance(command, tuple) else (command, pythonpath)
+                argv = [sys.executable, "-m", "rlcollect.cli", *args]
+                processes.append((argv, subprocess.Popen(argv, cwd=folder, env=_environment(path),
+                                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)))
+            for argv, process in processes:
+                stdout, stderr = process.communicate(timeout=timeout)
+                results.append(subprocess.CompletedProcess(argv, process.returncode, stdout, stderr))
+        finally:
+            for _, process in processes:
+                if process.poll() is None:
+                    process.kill()
+                    process.communicate()
     return results

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from commands import rlcollect
+from commands import rlcollect, rlcollect_all
 
 from rlcollect.analysis.wandb_offline import find_offline_runs, read_offline_run
 
@@ -135,7 +135,7 @@ def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
     assert summaries["0"]["status"] == "refused" and summaries["1"]["frames"] == 256
 
 
-@pytest.mark.parametrize("override, message", [
+BAD_OPTIONS = [
     ("collector=nosuch", "Could not find 'collector/nosuch'"),
     ("algo.lrr=0.1", "Key 'lrr' not in 'PPOConfig'"),
     ("sed=1", "Key 'sed' not in 'TrainConfig'"),
@@ -182,14 +182,28 @@ def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
      "buffer/sampler=random, not buffer/sampler=slice"),
     ("algo=dqn buffer/sampler=prioritized buffer.storage.ndim=2",
      "buffer/sampler=prioritized keeps one priority per stored transition: it needs buffer.storage.ndim=1, not 2"),
-])
-def test_bad_options_exit_non_zero_with_a_clear_message(tmp_path, override, message):
-    result = rlcollect(tmp_path, "train", *override.split(), "progress=false", "hydra.run.dir=run")
+]
+
+
+@pytest.fixture(scope="module")
+def bad_option_runs(tmp_path_factory):
+    """Every BAD_OPTIONS command, each in a folder of its own, four at a time: override -> (its
+    folder, its result)."""
+    folders = [tmp_path_factory.mktemp("bad_option") for _ in BAD_OPTIONS]
+    results = rlcollect_all(folders, [["train", *override.split(), "progress=false", "hydra.run.dir=run"]
+                                      for override, _ in BAD_OPTIONS], at_once=4)
+    return {override: run for (override, _), run in zip(BAD_OPTIONS, zip(folders, results))}
+
+
+@pytest.mark.timeout(300)  # the first case waits for every command
+@pytest.mark.parametrize("override, message", BAD_OPTIONS)
+def test_bad_options_exit_non_zero_with_a_clear_message(bad_option_runs, override, message):
+    folder, result = bad_option_runs[override]
     assert result.returncode != 0
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     if result.returncode == 2:  # a configuration error: found before anything starts, and nothing is left
-        assert not (tmp_path / "run").exists()
+        assert not (folder / "run").exists()
 
 
 @pytest.mark.parametrize("override, line", [
@@ -504,14 +518,10 @@ gym.register("Crash-v0", entry_point=Crash)
 @pytest.mark.timeout(300)
 def test_the_run_record_tells_finished_from_failed_in_summary_json_and_wandb(tmp_path):
     (tmp_path / "crashing_envs.py").write_text(CRASHING_ENV)
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "PYTHONPATH": str(tmp_path)}
-
-    def train(folder, *overrides):
-        return subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", *TINY, f"hydra.run.dir={folder}",
-                               *overrides], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
-
-    finished = train("ok", "env.solved_return=null")
-    failed = train("crash", "env.id=crashing_envs:Crash-v0", "env.num_envs=1", "env.solved_return=null")
+    finished, failed = rlcollect_all(tmp_path, [
+        ["train", *TINY, "hydra.run.dir=ok", "env.solved_return=null"],
+        ["train", *TINY, "hydra.run.dir=crash", "env.id=crashing_envs:Crash-v0", "env.num_envs=1",
+         "env.solved_return=null"]], pythonpath=tmp_path)
     assert finished.returncode == 0, finished.stderr
     assert failed.returncode != 0
     ok_summary = json.loads((tmp_path / "ok" / "summary.json").read_text())

@@ -185,28 +185,7 @@ BAD_OPTIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def bad_option_runs(tmp_path_factory):
-    """Every BAD_OPTIONS command, each in a folder of its own, four at a time: override -> (its
-    folder, its result)."""
-    folders = [tmp_path_factory.mktemp("bad_option") for _ in BAD_OPTIONS]
-    results = rlcollect_all(folders, [["train", *override.split(), "progress=false", "hydra.run.dir=run"]
-                                      for override, _ in BAD_OPTIONS], at_once=4)
-    return {override: run for (override, _), run in zip(BAD_OPTIONS, zip(folders, results))}
-
-
-@pytest.mark.timeout(300)  # the first case waits for every command
-@pytest.mark.parametrize("override, message", BAD_OPTIONS)
-def test_bad_options_exit_non_zero_with_a_clear_message(bad_option_runs, override, message):
-    folder, result = bad_option_runs[override]
-    assert result.returncode != 0
-    assert message in result.stderr
-    assert "Traceback" not in result.stderr
-    if result.returncode == 2:  # a configuration error: found before anything starts, and nothing is left
-        assert not (folder / "run").exists()
-
-
-@pytest.mark.parametrize("override, line", [
+BAD_OVERRIDES = [
     ("sed=1", "invalid override sed: Key 'sed' not in 'TrainConfig' (did you mean seed?)"),
     ("collector.total_frames=5",
      "invalid override collector.total_frames: Key 'total_frames' not in 'SyncCollectorConfig' (did you mean "
@@ -218,12 +197,40 @@ def test_bad_options_exit_non_zero_with_a_clear_message(bad_option_runs, overrid
     ("collector=nosuch", "invalid override: Could not find 'collector/nosuch' (options: action_server, alternating, "
                          "distributed, multiasync, multisync, pool, ray, sync)"),
     ("algo.lr=[", "invalid override 'algo.lr=[': no viable alternative at input '['"),
-])
-def test_an_override_hydra_cannot_apply_exits_2_with_one_line(tmp_path, override, line):
-    result = rlcollect(tmp_path, "train", override, "logger=none", "hydra.run.dir=run")
+]
+
+
+@pytest.fixture(scope="module")
+def bad_option_runs(tmp_path_factory):
+    """The commands of BAD_OPTIONS (with progress=false) and BAD_OVERRIDES (with logger=none),
+    each in a folder of its own, four at a time: (override, the option added) -> (its folder,
+    its result)."""
+    cases = [(override, "progress=false") for override, _ in BAD_OPTIONS]
+    cases += [(override, "logger=none") for override, _ in BAD_OVERRIDES]
+    folders = [tmp_path_factory.mktemp("bad_option") for _ in cases]
+    results = rlcollect_all(folders, [["train", *override.split(), added, "hydra.run.dir=run"]
+                                      for override, added in cases], at_once=4)
+    return dict(zip(cases, zip(folders, results)))
+
+
+@pytest.mark.timeout(300)  # the first case waits for every command
+@pytest.mark.parametrize("override, message", BAD_OPTIONS)
+def test_bad_options_exit_non_zero_with_a_clear_message(bad_option_runs, override, message):
+    folder, result = bad_option_runs[override, "progress=false"]
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    if result.returncode == 2:  # a configuration error: found before anything starts, and nothing is left
+        assert not (folder / "run").exists()
+
+
+@pytest.mark.timeout(300)  # the first case waits for every command
+@pytest.mark.parametrize("override, line", BAD_OVERRIDES)
+def test_an_override_hydra_cannot_apply_exits_2_with_one_line(bad_option_runs, override, line):
+    folder, result = bad_option_runs[override, "logger=none"]
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"rlcollect train: {line}"]
-    assert not (tmp_path / "run").exists()
+    assert not (folder / "run").exists()
 
 
 def test_an_added_unknown_key_exits_2_with_one_line_naming_it(tmp_path):

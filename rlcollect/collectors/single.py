@@ -615,7 +615,7 @@ class Collector(CollectorBase):
             carrier.set("action", random_actions(self.env.action_space, tuple(carrier.batch_size), self.devices.env))
             policy_output = carrier
         else:
-            policy_output = self._act(carrier, random)
+            policy_output = self._act(carrier, False)
         action = policy_output.get("action")
         if self._action_numpy_views is not None:
             views = self._action_numpy_views[t]
@@ -653,17 +653,11 @@ class Collector(CollectorBase):
         """``record`` for the envs ``envs`` alone (``done``: theirs, in their order)."""
         for source, views in self._next_plan:
             put_rows(views[t], envs, source[envs])
-        ids = self._env_ids[envs]
         restarted = done if self.reset_when_done else np.zeros_like(done)
-        cut = self._book.count_step(envs, done)
-        if cut is not None and cut.any():
-            cut_ids = ids[cut]
-            self._truncated_views[t][cut_ids] = True
-            self._done_views[t][cut_ids] = True
-            self.env.reset_some(cut_ids)
-            restarted = restarted | cut
+        if self.max_frames_per_traj is not None:
+            restarted = restarted | self._cut_long_trajectories(t, done, envs=envs)
         if restarted.any():
-            self._book.start(ids[restarted])
+            self._book.start(self._env_ids[envs][restarted])
 
     def _record_waiting(self, t: int, done: np.ndarray | None) -> None:
         """``record``'s bookkeeping under reset_policy="wait": an env that finished at step t
@@ -710,16 +704,21 @@ class Collector(CollectorBase):
         for key, staged in self._carrier_entries:
             self._carrier.set(key, staged)
 
-    def _cut_long_trajectories(self, t: int, done: np.ndarray | None, reset: bool = True) -> np.ndarray:
+    def _cut_long_trajectories(self, t: int, done: np.ndarray | None, reset: bool = True,
+                               envs: np.ndarray | slice = slice(None)) -> np.ndarray:
         """Mark truncated (and, with ``reset``, reset) the envs that reached
-        max_frames_per_traj; returns them. Envs that wait (reset_policy="wait") are not cut."""
-        cut = self._book.count_step(done=done)
+        max_frames_per_traj; returns them, as a mask aligned with ``envs`` (the envs that
+        stepped, ``done`` theirs; default all). Envs that wait (reset_policy="wait") are not cut."""
+        cut = self._book.count_step(envs, done)
         if cut.any():
-            cut_mask = torch.from_numpy(cut).reshape(self._env_batch).to(self.devices.storing)
+            cut_ids = self._env_ids[envs][cut]
+            cut_mask = np.zeros(self._num_envs, np.bool_)
+            cut_mask[cut_ids] = True
+            cut_mask = torch.from_numpy(cut_mask).reshape(self._env_batch).to(self.devices.storing)
             self._truncated_views[t].logical_or_(cut_mask)
             self._done_views[t].logical_or_(cut_mask)
             if reset:
-                self.env.reset_some(np.flatnonzero(cut))
+                self.env.reset_some(cut_ids)
         return cut
 
     def _truncate_last_step(self, last: int) -> None:

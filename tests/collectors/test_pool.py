@@ -219,3 +219,40 @@ def test_spawned_workers_and_a_gymnasium_id(no_leftovers):
     for steps in per_env_steps(batches, num_envs=4):
         check_trajectories(steps)
     assert np.isin(torch.cat(batches)[ENV_ID].unique().numpy(), np.arange(4)).all()
+
+
+class ScaledValue(torch.nn.Module):
+    """value_policy with a weight: state_value = scale x the observation (10 until updated)."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(10.0))
+
+    def forward(self, td):
+        observation = td.get("observation")
+        td.set("action", torch.zeros(td.batch_size, dtype=torch.int64, device=observation.device))
+        td.set("state_value", self.scale.detach() * observation[..., 0])
+        return td
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+@pytest.mark.parametrize("storing_device", ["cpu", "cuda"])
+def test_a_policy_on_the_gpu_acts_for_each_group_of_envs(no_leftovers, storing_device):
+    # the subset halves copy each group's carrier to the GPU and its outputs back to their rows
+    policy = ScaledValue()
+    collector = make(no_leftovers, policy=policy, frames_per_batch=24, total_frames=-1, layout="per_env",
+                     policy_device="cuda", storing_device=storing_device)
+    assert not policy.scale.is_cuda
+    batches = [batch for _, batch in zip(range(3), collector)]
+    assert all(batch["observation"].device.type == storing_device for batch in batches)
+    data = torch.cat(batches, -1).cpu()
+    factories = [factory for lengths, end in zip(LENGTHS, ENDS) for factory in counting_envs(lengths, end=end)]
+    reference = torch.cat(list(Collector(GymEnv(factories, 6), value_policy, frames_per_batch=24,
+                                         total_frames=72)), -1)
+    for key in ("observation", "is_init", "state_value", "action", ("next", "observation"), ("next", "done")):
+        assert torch.equal(data[key], reference[key]), key
+    with torch.no_grad():
+        policy.scale.fill_(1000.0)
+    collector.update_policy_weights_()  # refreshes the GPU copy
+    batch = next(iter(collector)).cpu()
+    assert torch.equal(batch["state_value"], 1000 * batch["observation"][..., 0])

@@ -13,7 +13,9 @@ float32: from the same state and actions the trajectory is gymnasium's to float3
 precision. Resets draw from one torch.Generator on the env's device (``seed``), so the
 initial states differ from gymnasium's own numpy RNG; with a list of G seeds, from G
 generators, one per group of ``num_envs / G`` consecutive envs, each group drawing as a
-TorchCartPole of that size seeded with its seed would (a batched sweep's members).
+TorchCartPole of that size seeded with its seed would (a batched sweep's members). Each
+generator draws the fresh states of several steps at once (``draws_ahead``): a sweep of
+G members then launches G draws every few steps, not every step.
 """
 from __future__ import annotations
 
@@ -34,6 +36,13 @@ POLE_MASS_LENGTH = MASS_POLE * HALF_LENGTH
 THETA_THRESHOLD = 12 * 2 * math.pi / 360
 X_THRESHOLD = 2.4
 RESET_BOUND = 0.05  # initial state: uniform in [-0.05, 0.05]^4
+DRAW_AHEAD_FLOATS = 2 ** 16  # a generator draws the fresh states of up to 32 steps, at most this many floats
+
+
+def draws_ahead(envs: int) -> int:
+    """How many steps' fresh states a generator of ``envs`` envs draws at once: a function of
+    the group's size alone, so that a group draws as a TorchCartPole of that size would."""
+    return max(1, min(32, DRAW_AHEAD_FLOATS // (4 * envs)))
 
 
 class TorchCartPole(TorchEnv):
@@ -71,7 +80,6 @@ class TorchCartPole(TorchEnv):
         staging arrays, when given: ``stage_into``)."""
         P, device = self.num_envs, self.device
         self._steps = torch.zeros(P, dtype=torch.int64, device=device)
-        self._fresh = torch.empty(P, 4, device=device)  # reset states, drawn for every env at once
         self._make_generators()
         if arrays is None:
             zeros = {"observation": torch.zeros(P, 4), "is_init": torch.zeros(P, dtype=torch.bool),
@@ -140,16 +148,19 @@ class TorchCartPole(TorchEnv):
         self._seed = seed
         if groups != self._groups:
             self._groups = groups
-            if hasattr(self, "_fresh"):  # built: new generators (seeded at the next reset)
+            if hasattr(self, "_generators"):  # built: new generators (seeded at the next reset)
                 self._make_generators()
         return seed
 
     def _make_generators(self) -> None:
-        """One reset generator per group of envs, and each group's rows of the fresh states."""
+        """One reset generator per group of envs, and each group's block of fresh states:
+        ``[groups, steps ahead, envs per group, 4]``, drawn when the last one is used."""
         # "meta" (shapes only, no data: a test that the loop never reads a value back) has no generator
         self._generators = [None] if self.device.type == "meta" else \
             [torch.Generator(device=self.device) for _ in range(self._groups)]
-        self._fresh_groups = self._fresh.view(self._groups, self.num_envs // self._groups, 4).unbind(0)
+        envs = self.num_envs // self._groups
+        self._fresh = torch.empty(self._groups, draws_ahead(envs), envs, 4, device=self.device)
+        self._fresh_used = self._fresh.shape[1]  # none drawn yet
         self._reseed()
 
     def _reseed(self) -> None:
@@ -157,16 +168,22 @@ class TorchCartPole(TorchEnv):
             return
         for generator, seed in zip(self._generators, self._seed if isinstance(self._seed, list) else [self._seed]):
             generator.manual_seed(seed)
+        self._fresh_used = self._fresh.shape[1]  # the states drawn before the seed are dropped
+
+    def _next_fresh(self) -> torch.Tensor:
+        """The next step's fresh state of every env, ``[groups, envs per group, 4]``."""
+        if self._fresh_used == self._fresh.shape[1]:
+            for block, generator in zip(self._fresh.unbind(0), self._generators):
+                block.uniform_(-RESET_BOUND, RESET_BOUND, generator=generator)
+            self._fresh_used = 0
+        self._fresh_used += 1
+        return self._fresh[:, self._fresh_used - 1]
 
     def _reset_state(self, mask: torch.Tensor) -> None:
         """Fresh states for the envs where ``mask`` is True, with no host synchronisation:
         every env draws one, the others keep their own."""
-        if self._groups == 1:
-            self._fresh.uniform_(-RESET_BOUND, RESET_BOUND, generator=self._generators[0])
-        else:
-            for fresh, generator in zip(self._fresh_groups, self._generators):
-                fresh.uniform_(-RESET_BOUND, RESET_BOUND, generator=generator)
-        torch.where(mask.unsqueeze(-1), self._fresh, self._state, out=self._state)
+        state = self._state.view(self._groups, -1, 4)
+        torch.where(mask.view(self._groups, -1, 1), self._next_fresh(), state, out=state)
         self._steps.masked_fill_(mask, 0)
 
     def step(self, action: torch.Tensor) -> tuple[torch.Tensor, ...]:

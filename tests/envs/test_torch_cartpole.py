@@ -39,17 +39,22 @@ def test_time_limit_is_a_truncation_and_steps_reset_with_the_env():
     assert flags == [[False, False], [False, False], [True, True]] * 2
 
 
-def test_a_list_of_seeds_gives_each_group_of_envs_the_resets_of_a_solo_env_so_seeded():
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA"))])
+def test_a_list_of_seeds_gives_each_group_of_envs_the_resets_of_a_solo_env_so_seeded(device):
     """TorchCartPole(6, seed=[3, 7, 11]): envs 2g, 2g + 1 reset (at the start and whenever
-    they finish) as TorchCartPole(2, seed=[3, 7, 11][g]) does, step for step; the number of
-    seeds must divide num_envs; one seed again gives one generator."""
-    batched, solos = TorchCartPole(6, seed=[3, 7, 11]), [TorchCartPole(2, seed=seed) for seed in (3, 7, 11)]
+    they finish) as TorchCartPole(2, seed=[3, 7, 11][g]) does, step for step (each
+    generator draws several steps' states at once: on CUDA the values depend on how many);
+    the number of seeds must divide num_envs; one seed again gives one generator; a new
+    seed drops the states drawn before it."""
+    batched = TorchCartPole(6, device, seed=[3, 7, 11])
+    solos = [TorchCartPole(2, device, seed=seed) for seed in (3, 7, 11)]
     actions = torch.Generator().manual_seed(0)
     finished = 0
     for env in (batched, *solos):
         env.reset()
     for _ in range(300):
-        action = torch.randint(0, 2, (6,), generator=actions)
+        action = torch.randint(0, 2, (6,), generator=actions).to(device)
         finished += int(batched.stage_step(action).sum())
         for group, solo in enumerate(solos):
             solo.stage_step(action[2 * group:2 * group + 2])
@@ -59,6 +64,9 @@ def test_a_list_of_seeds_gives_each_group_of_envs_the_resets_of_a_solo_env_so_se
         TorchCartPole(5, seed=[1, 2])
     batched.set_seed(4)
     batched.reset()
-    alone = TorchCartPole(6, seed=4)
+    alone = TorchCartPole(6, device, seed=4)
     alone.reset()
     assert torch.equal(batched.staged["observation"], alone.staged["observation"])
+    solos[0].set_seed(3)  # 300 steps in: part of a block drawn
+    solos[0].reset()
+    assert torch.equal(solos[0].staged["observation"], TorchCartPole(2, device, seed=3).reset()["observation"])

@@ -24,7 +24,6 @@ multi-process collectors' (collectors/processes.py).
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 
 import torch
@@ -245,7 +244,7 @@ class ActionServerCollector(CollectorBase):
 
         self._batch_frames = 0  # recorded so far: what a failure now would lose
 
-        self._set_deadline(None if self.batch_timeout is None else time.monotonic() + self.batch_timeout)
+        self._limit_batch(self.batch_timeout)
         with torch.no_grad(), set_interaction_type(groups[0].exploration_type):
             for t in range(self._time_steps):
                 for group, (collector, env) in enumerate(zip(groups, envs)):
@@ -261,13 +260,13 @@ class ActionServerCollector(CollectorBase):
             for group in range(len(groups)):
                 if in_flight[group] is not None:
                     finish(group)
-        self._set_deadline(None)
+        self._limit_batch(None)
         for collector in groups:
             collector.end_batch()
 
-    def _set_deadline(self, deadline: float | None) -> None:
+    def _limit_batch(self, timeout: float | None) -> None:
         for env in self._envs:
-            env.deadline = deadline
+            env.limit_batch(timeout)
 
     def _collect_groups(self) -> None:
         self._interleave(overlap=True)
@@ -319,7 +318,7 @@ class ActionServerCollector(CollectorBase):
         while True:
             try:
                 self._replace_worker(lost, frames_lost)
-                self._set_deadline(None)
+                self._limit_batch(None)
                 for collector in self._groups:
                     collector.reset()
                 self._delivery.drop_partial()  # trajectories held back never complete

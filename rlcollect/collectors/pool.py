@@ -38,7 +38,6 @@ Batch layouts (``layout``):
 """
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 
 import numpy as np
@@ -363,10 +362,10 @@ class PoolCollector(CollectorBase):
             if self.reset_at_each_iter and not self._carrier_is_fresh:
                 self._restart()
             self._carrier_is_fresh = False
-            self.env.deadline = None if self.batch_timeout is None else time.monotonic() + self.batch_timeout
+            self.env.limit_batch(self.batch_timeout)
             with torch.no_grad(), set_interaction_type(self.exploration_type):
                 self._collect_per_env() if self.layout == "per_env" else self._collect_flat()
-            self.env.deadline = None
+            self.env.limit_batch(None)
         except BaseException:
             self.shutdown()  # steps may be in flight: the workers' state is unknown
             raise

@@ -108,8 +108,8 @@ class PoolEnv(RemoteEnv):
         for worker_id in sorted(self._pending):
             if not self._workers.is_alive(worker_id):
                 self._workers.report(worker_id)
-        if self.deadline is not None and time.monotonic() > self.deadline and self._pending:
-            self._workers.fail(min(self._pending), "no step within batch_timeout", kind="timeout")
+        if self._pending:
+            self._fail_past_deadline(min(self._pending))
 
     # ------------------------------------------------------------------ resets
     def reset(self) -> TensorDict:

@@ -238,6 +238,7 @@ class RemoteEnv:
         self._step_ready = [buffer.step_ready[w] for w in worker_ids]
         self._pending: set[int] = set()  # workers given a command not yet answered
         self.deadline: float | None = None  # time.monotonic() by which a wait must end (batch_timeout)
+        self.timeout: float | None = None  # the batch_timeout that set it, for the error
 
     @property
     def staged(self) -> TensorDict:
@@ -253,6 +254,16 @@ class RemoteEnv:
     def worker_ids(self) -> range:
         """The workers whose envs this handle drives."""
         return self._worker_ids
+
+    def limit_batch(self, timeout: float | None) -> None:
+        """Waits fail once ``timeout`` seconds from now have passed (a batch's
+        batch_timeout); None lifts the limit."""
+        self.timeout = timeout
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+
+    def _fail_past_deadline(self, worker_id: int) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self._workers.fail(worker_id, f"no step within batch_timeout={self.timeout} s", kind="timeout")
 
     # ------------------------------------------------------------------ stepping
     def send(self, actions, auto_reset: bool = True) -> None:
@@ -286,8 +297,7 @@ class RemoteEnv:
             while not step_ready.acquire(timeout=WAIT_SLICE_SECONDS):
                 if not self._workers.is_alive(worker_id):
                     self._workers.report(worker_id)
-                if self.deadline is not None and time.monotonic() > self.deadline:
-                    self._workers.fail(worker_id, "no step within batch_timeout", kind="timeout")
+                self._fail_past_deadline(worker_id)
             self._pending.discard(worker_id)
         if self._status.any():
             self._workers.report(self._worker_ids.start + int(np.flatnonzero(self._status)[0]))

@@ -246,3 +246,13 @@ def test_policy_on_the_gpu(no_leftovers, variant, storing_device):
     collector.update_policy_weights_()  # refreshes the server's GPU copy, for every group
     batch = next(iter(collector)).cpu()
     assert torch.equal(batch["action"][..., 0], 1000 * batch["observation"][..., 0] + batch["observation"][..., 1])
+
+
+def test_batch_timeout_names_the_worker_waited_on_and_the_limit(no_leftovers):
+    from rlcollect.testing import BusyEnv
+
+    slow = functools.partial(BusyEnv, 400_000.0)  # 0.4 s a step: no batch in 0.1 s
+    collector = make(no_leftovers, create_env_fn=slow, frames_per_batch=8, batch_timeout=0.1, shutdown_timeout=0.5)
+    with pytest.raises(WorkerError, match=r"collector worker [01]: no step within batch_timeout=0.1 s"):
+        next(iter(collector))
+    assert not any(p.is_alive() for p in collector._processes)

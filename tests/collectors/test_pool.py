@@ -256,3 +256,12 @@ def test_a_policy_on_the_gpu_acts_for_each_group_of_envs(no_leftovers, storing_d
     collector.update_policy_weights_()  # refreshes the GPU copy
     batch = next(iter(collector)).cpu()
     assert torch.equal(batch["state_value"], 1000 * batch["observation"][..., 0])
+
+
+def test_batch_timeout_names_the_worker_waited_on_and_the_limit(no_leftovers):
+    slow = functools.partial(GymEnv, functools.partial(BusyEnv, 400_000.0), 2)  # 0.4 s a step: no batch in 0.1 s
+    collector = make(no_leftovers, [slow, slow], num_workers=2, frames_per_batch=8, batch_timeout=0.1,
+                     shutdown_timeout=0.5)
+    with pytest.raises(WorkerError, match=r"collector worker [01]: no step within batch_timeout=0.1 s"):
+        next(iter(collector))
+    assert not any(p.is_alive() for p in collector._processes)

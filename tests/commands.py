@@ -9,17 +9,27 @@ import sys
 
 
 def _environment(pythonpath=None, env: dict | None = None) -> dict:
+    """This process's environment, W&B offline, plus ``env`` (a None value unsets that
+    variable) and ``pythonpath`` as PYTHONPATH."""
     environment = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0",
                    **(env or {})}
     if pythonpath is not None:
         environment["PYTHONPATH"] = str(pythonpath)
-    return environment
+    return {key: value for key, value in environment.items() if value is not None}
 
 
 def rlcollect(cwd, *args, pythonpath=None, env: dict | None = None, timeout: float = 300):
     """``rlcollect <args>`` in ``cwd``: its CompletedProcess (stdout and stderr as text)."""
     return subprocess.run([sys.executable, "-m", "rlcollect.cli", *args], cwd=cwd,
                           env=_environment(pythonpath, env), capture_output=True, text=True, timeout=timeout)
+
+
+def start_rlcollect(cwd, *args, pythonpath=None, env: dict | None = None, stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, **popen):
+    """``rlcollect <args>`` started in ``cwd`` and left running (a test that interrupts or
+    kills it): its Popen, text mode; ``popen``: more of Popen's arguments."""
+    return subprocess.Popen([sys.executable, "-m", "rlcollect.cli", *args], cwd=cwd, env=_environment(pythonpath, env),
+                            stdout=stdout, stderr=stderr, text=True, **popen)
 
 
 def rlcollect_all(cwd, commands: list, pythonpath=None, timeout: float = 300, at_once: int | None = None) -> list:

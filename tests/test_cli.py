@@ -1,12 +1,10 @@
 """`rlcollect train` end to end, in subprocesses, as a user runs it."""
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from commands import rlcollect, rlcollect_all
+from commands import rlcollect, rlcollect_all, start_rlcollect
 
 from rlcollect.analysis.wandb_offline import find_offline_runs, read_offline_run
 
@@ -303,10 +301,8 @@ def test_a_user_collector_class_given_by_target_is_built_and_used(tmp_path, how)
     else:
         marker = tmp_path / "batches.txt"
         choice = ["collector._target_=mycollectors.MarkedCollector", f"+collector.marker={marker}"]
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0",
-           "PYTHONPATH": os.pathsep.join([str(tmp_path / "user"), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", *choice, *TINY, "hydra.run.dir=run"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    pythonpath = os.pathsep.join([str(tmp_path / "user"), os.environ.get("PYTHONPATH", "")])
+    result = rlcollect(tmp_path, "train", *choice, *TINY, "hydra.run.dir=run", pythonpath=pythonpath, timeout=240)
     assert result.returncode == 0, result.stderr
     assert marker.read_text().split() == ["128"] * 4  # it collected every batch of the run
     assert "_target_: mycollectors.MarkedCollector" in (tmp_path / "run" / "config.yaml").read_text()
@@ -318,10 +314,8 @@ def test_collector_ray_without_the_extra_names_the_extra_to_install(tmp_path):
     shadow = tmp_path / "no_ray" / "ray"  # first on the path: `import ray` fails as if it were not installed
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'ray'\", name='ray')\n")
-    env = {**os.environ, "PYTHONPATH": str(shadow.parent), "WANDB_MODE": "offline"}
-    result = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", "collector=ray", "logger=none",
-                             "progress=false", "hydra.run.dir=run"], cwd=tmp_path, env=env, capture_output=True,
-                            text=True, timeout=120)
+    result = rlcollect(tmp_path, "train", "collector=ray", "logger=none", "progress=false", "hydra.run.dir=run",
+                       pythonpath=shadow.parent, timeout=120)
     assert result.returncode == 2
     assert "missing dependency: RayCollector needs Ray: pip install 'rlcollect[ray]'" in result.stderr
     assert "Traceback" not in result.stderr
@@ -346,11 +340,9 @@ def test_ctrl_c_during_multisync_training_leaves_no_worker_and_no_shared_memory(
     import time
 
     shm_before = set(os.listdir("/dev/shm"))
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "rlcollect.cli", "train", "collector=multisync", "collector.start_method=fork",
-         "logger=none", "progress=false", "total_frames=10000000", "env.solved_return=100000", "hydra.run.dir=run"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = start_rlcollect(tmp_path, "train", "collector=multisync", "collector.start_method=fork", "logger=none",
+                              "progress=false", "total_frames=10000000", "env.solved_return=100000",
+                              "hydra.run.dir=run")
     metrics = tmp_path / "run" / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
@@ -372,9 +364,7 @@ def test_ctrl_c_during_multisync_training_leaves_no_worker_and_no_shared_memory(
     assert int(load_checkpoint(tmp_path / "run" / "checkpoint.pt")["frames"]) == summary["frames"]
     # resumed for two more batches: every batch row exactly once
     frames = summary["frames"]
-    resumed = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", "resume=run",
-                              f"total_frames={frames + 512}"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                             timeout=120)
+    resumed = rlcollect(tmp_path, "train", "resume=run", f"total_frames={frames + 512}", timeout=120)
     assert resumed.returncode == 0, resumed.stderr
     steps = [row["step"] for row in read_jsonl(tmp_path / "run" / "metrics.jsonl")]
     assert steps == list(range(256, frames + 512 + 1, 256))
@@ -385,12 +375,10 @@ def test_a_killed_worker_is_replaced_and_the_run_finishes_with_its_frames_and_th
     import signal
     import time
 
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "rlcollect.cli", "train", "collector=multisync", "collector.start_method=fork",
-         "collector.max_worker_restarts=1", "algo.epochs=1", "progress=false", "total_frames=16384",
-         "env.solved_return=100000", "eval.every_frames=100000", "hydra.run.dir=run"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = start_rlcollect(tmp_path, "train", "collector=multisync", "collector.start_method=fork",
+                              "collector.max_worker_restarts=1", "algo.epochs=1", "progress=false",
+                              "total_frames=16384", "env.solved_return=100000", "eval.every_frames=100000",
+                              "hydra.run.dir=run")
     metrics = tmp_path / "run" / "metrics.jsonl"
     deadline = time.monotonic() + 120
     while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
@@ -452,12 +440,9 @@ def test_a_users_own_env_module_trains_with_wrappers_and_info_keys_from_the_conf
     """gymnasium's module:EnvId imports the user's module (in spawned workers too), the
     config's wrappers apply, and env.info_keys reach the batches and the logs."""
     (tmp_path / "my_rl_envs.py").write_text(USER_ENVS)
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "PYTHONPATH": str(tmp_path)}
-    result = subprocess.run(
-        [sys.executable, "-m", "rlcollect.cli", "train", *TINY, *collector, "hydra.run.dir=run", "logger=none",
-         "env.id=my_rl_envs:MySeven-v0", "env.info_keys=[is_success]", "env.solved_return=null",
-         "env.wrappers=[{_target_: my_rl_envs.Double}]"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    result = rlcollect(tmp_path, "train", *TINY, *collector, "hydra.run.dir=run", "logger=none",
+                       "env.id=my_rl_envs:MySeven-v0", "env.info_keys=[is_success]", "env.solved_return=null",
+                       "env.wrappers=[{_target_: my_rl_envs.Double}]", pythonpath=tmp_path, timeout=240)
     assert result.returncode == 0, result.stderr
     rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     assert [row["step"] for row in rows] == [128, 256, 384, 512]
@@ -491,11 +476,9 @@ gym.register("Interrupted-v0", entry_point=Interrupted)
 
 def test_ctrl_c_while_starting_exits_130_with_one_line_and_records_the_run_as_interrupted(tmp_path):
     (tmp_path / "my_interrupted_envs.py").write_text(INTERRUPTING_ENV)
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    result = subprocess.run(
-        [sys.executable, "-m", "rlcollect.cli", "train", *TINY, "hydra.run.dir=run", "logger=none",
-         "env.id=my_interrupted_envs:Interrupted-v0", "env.solved_return=null"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    result = rlcollect(tmp_path, "train", *TINY, "hydra.run.dir=run", "logger=none",
+                       "env.id=my_interrupted_envs:Interrupted-v0", "env.solved_return=null", pythonpath=tmp_path,
+                       timeout=120)
     assert result.returncode == 130
     assert result.stderr.strip().splitlines() == ["rlcollect train: interrupted while starting, before the first batch"]
     assert json.loads((tmp_path / "run" / "summary.json").read_text()) == {"status": "interrupted", "frames": 0}
@@ -545,12 +528,9 @@ def test_the_run_record_tells_finished_from_failed_in_summary_json_and_wandb(tmp
 
 @pytest.mark.timeout(300)
 def test_a_diverged_run_stops_at_once_as_failed_keeping_the_last_good_checkpoint(tmp_path):
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    result = subprocess.run(
-        [sys.executable, "-m", "rlcollect.cli", "train", "env=pendulum", "algo.lr=1e9", "total_frames=4096",
-         "collector.frames_per_batch=256", "eval.every_frames=256", "eval.episodes=1", "progress=false",
-         "logger=none", "checkpoint_every_frames=256", "hydra.run.dir=run"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    result = rlcollect(tmp_path, "train", "env=pendulum", "algo.lr=1e9", "total_frames=4096",
+                       "collector.frames_per_batch=256", "eval.every_frames=256", "eval.episodes=1", "progress=false",
+                       "logger=none", "checkpoint_every_frames=256", "hydra.run.dir=run", timeout=240)
     assert result.returncode == 1
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())  # strict JSON: no bare NaN
     assert summary["status"] == "failed" and summary["error"].startswith("DivergedError: training diverged at frame")

@@ -2,11 +2,9 @@
 change, through the same construction as rlcollect's own (docs/collectors.md, "A collector of
 your own"; docs/configuration.md, "Algorithms")."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+from commands import rlcollect
 
 from rlcollect.collectors.base import CollectionPlan
 
@@ -45,11 +43,10 @@ def test_a_user_learner_in_a_config_dir_runs_from_config_alone(tmp_path):
     (tmp_path / "myconf" / "algo" / "counting.yaml").write_text(
         "# a learner of one's own: its _target_ and its own keys\n_target_: mylearners.CountingLearner\n"
         "_partial_: true\nname: counting\nscale: 2.5\n")
-    env = {**os.environ, "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0", "PYTHONPATH": str(tmp_path / "user")}
-    result = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", "--config-dir", str(tmp_path / "myconf"),
-                             "algo=counting", "total_frames=512", "collector.frames_per_batch=128", "env.num_envs=4",
-                             "eval.every_frames=512", "eval.episodes=1", "logger=none", "progress=false",
-                             "hydra.run.dir=run"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    result = rlcollect(tmp_path, "train", "--config-dir", str(tmp_path / "myconf"), "algo=counting", "total_frames=512",
+                       "collector.frames_per_batch=128", "env.num_envs=4", "eval.every_frames=512", "eval.episodes=1",
+                       "logger=none", "progress=false", "hydra.run.dir=run", pythonpath=tmp_path / "user",
+                       timeout=240)
     assert result.returncode == 0, result.stderr
     # the rollout buffer it asked for (on-policy: [4 envs, 32 + 1]), total_frames from the run
     assert (tmp_path / "learned.txt").read_text().split("\n")[:-1] == [f"{frames} 4 512" for frames in

@@ -1,21 +1,18 @@
 """Checkpoint and resume: a run killed with SIGKILL continues without gap or duplicate."""
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import torch
-from commands import rlcollect_all
+from commands import rlcollect, rlcollect_all, start_rlcollect
 
 from rlcollect.analysis.wandb_offline import find_offline_runs, read_offline_run
 from rlcollect.analysis.wandb_runs import load_wandb_runs, resumed_history
 from rlcollect.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from rlcollect.logging.runs import load_run_dir
 
-ENV = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
 RUN = ["total_frames=12288", "collector.frames_per_batch=256", "checkpoint_every_frames=2048",
        "env.solved_return=1000000", "eval.every_frames=1024", "eval.episodes=2", "progress=false"]
 
@@ -27,8 +24,7 @@ def steps(run_dir):
 @pytest.mark.timeout(300)
 def test_kill_9_then_resume_continues_frames_and_metrics_without_gap_or_duplicate(tmp_path):
     run_dir = tmp_path / "run"
-    process = subprocess.Popen([sys.executable, "-m", "rlcollect.cli", "train", *RUN, "hydra.run.dir=run"],
-                               cwd=tmp_path, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = start_rlcollect(tmp_path, "train", *RUN, "hydra.run.dir=run", stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not ((run_dir / CHECKPOINT_FILE).exists() and len(steps(run_dir)) * 256 > 2048 + 256):
         assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
@@ -41,8 +37,7 @@ def test_kill_9_then_resume_continues_frames_and_metrics_without_gap_or_duplicat
     assert checkpointed % 2048 == 0 and 0 < checkpointed < 12288
     assert max(steps(run_dir)) > checkpointed  # rows past the checkpoint exist and must not be doubled
 
-    result = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", f"resume={run_dir}"], cwd=tmp_path,
-                            env=ENV, capture_output=True, text=True, timeout=240)
+    result = rlcollect(tmp_path, "train", f"resume={run_dir}", timeout=240)
     assert result.returncode == 0, result.stderr
     assert steps(run_dir) == list(range(256, 12288 + 1, 256))  # every batch exactly once
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -76,8 +71,7 @@ def test_the_parts_of_a_resumed_wandb_run_are_read_as_one_history():
 @pytest.mark.timeout(180)
 def test_a_resumed_run_takes_a_longer_total_frames_and_refuses_other_changes(tmp_path):
     def train(*overrides):
-        return subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", *overrides], cwd=tmp_path, env=ENV,
-                              capture_output=True, text=True, timeout=120)
+        return rlcollect(tmp_path, "train", *overrides, timeout=120)
 
     first = train("total_frames=512", "collector.frames_per_batch=256", "checkpoint_every_frames=256",
                   "eval.every_frames=256", "eval.episodes=1", "env.solved_return=1000000", "logger=none",
@@ -101,8 +95,7 @@ def test_a_resumed_run_takes_a_longer_total_frames_and_refuses_other_changes(tmp
 
 
 def test_resume_errors_are_clear(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", f"resume={tmp_path}", "logger=none"],
-                            cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=120)
+    result = rlcollect(tmp_path, "train", f"resume={tmp_path}", "logger=none", timeout=120)
     assert result.returncode == 2 and "not a run folder" in result.stderr
 
 

@@ -3,8 +3,6 @@ one stacked model, each member a normal run."""
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 import torch
 from commands import rlcollect as cli
 from commands import rlcollect_all as cli_all
+from commands import start_rlcollect
 from hydra import compose, initialize_config_module
 
 from rlcollect.algos.ppo import PPO
@@ -523,13 +522,10 @@ def test_ctrl_c_stops_every_member_after_the_batch_and_each_resumes_alone(tmp_pa
     in two processes: every member ends its batch, checkpoints and says how to continue;
     exit 130 once both shares have ended. A member resumed alone goes on from its
     checkpoint with no row twice."""
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "rlcollect.cli", "train", "--multirun", "seed=0,1,2", "hydra/launcher=batched",
-         "hydra.launcher.processes=2", "logger=none", "progress=false", "total_frames=10000000",
-         "env.solved_return=100000", "env.num_envs=4", "collector.frames_per_batch=128", "algo.minibatch_size=64",
-         "hydra.sweep.dir=sw"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    process = start_rlcollect(tmp_path, "train", "--multirun", "seed=0,1,2", "hydra/launcher=batched",
+                              "hydra.launcher.processes=2", "logger=none", "progress=false", "total_frames=10000000",
+                              "env.solved_return=100000", "env.num_envs=4", "collector.frames_per_batch=128",
+                              "algo.minibatch_size=64", "hydra.sweep.dir=sw", start_new_session=True)
     deadline = time.monotonic() + 120
     while len(list((tmp_path / "sw").glob("*/metrics.jsonl"))) < 3 or not all(
             path.read_text().count("\n") >= 2 for path in (tmp_path / "sw").glob("*/metrics.jsonl")):

@@ -1,9 +1,6 @@
 """Tuning sweeps (hydra/sweeper=tune_ppo: Hydra's Optuna sweeper, the tune extra) and the
 objective a run returns."""
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 from commands import rlcollect as cli
@@ -81,12 +78,10 @@ def test_the_ray_launcher_runs_a_sweep_s_jobs_on_a_local_ray_bound_to_loopback(t
     pytest.importorskip("hydra_plugins.hydra_ray_launcher")
     from rlcollect.collectors.ray import loopback_ray_env
 
-    env = {**os.environ, **loopback_ray_env(), "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0"}
-    result = subprocess.run(
-        [sys.executable, "-m", "rlcollect.cli", "train", "--multirun", "hydra/launcher=ray", "seed=0,1", *TINY,
-         "algo.epochs=1", "+hydra.launcher.ray.init._node_ip_address=127.0.0.1",
-         "+hydra.launcher.ray.init.include_dashboard=false", "+hydra.launcher.ray.remote.num_cpus=1",
-         "hydra.sweep.dir=sweep"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=360)
+    result = cli(tmp_path, "train", "--multirun", "hydra/launcher=ray", "seed=0,1", *TINY, "algo.epochs=1",
+                       "+hydra.launcher.ray.init._node_ip_address=127.0.0.1",
+                       "+hydra.launcher.ray.init.include_dashboard=false", "+hydra.launcher.ray.remote.num_cpus=1",
+                       "hydra.sweep.dir=sweep", env=loopback_ray_env(), timeout=360)
     assert result.returncode == 0, result.stderr
     summaries = sorted((tmp_path / "sweep").glob("*/summary.json"))
     assert [json.loads(path.read_text())["frames"] for path in summaries] == [256, 256]

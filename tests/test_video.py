@@ -2,12 +2,11 @@
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 
 import gymnasium as gym
 import numpy as np
 import pytest
+from commands import rlcollect
 from hydra import compose, initialize_config_module
 
 from rlcollect.analysis.wandb_offline import find_offline_runs, read_offline_run
@@ -73,11 +72,9 @@ def test_an_eval_video_decodes_to_the_episodes_frames(tmp_path):
 
 @pytest.mark.timeout(240)
 def test_train_with_eval_video_writes_mp4s_and_logs_them_to_wandb(tmp_path):
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "SDL_VIDEODRIVER": "dummy"}
-    result = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", "total_frames=512",
-                             "collector.frames_per_batch=256", "eval.every_frames=256", "eval.episodes=2",
-                             "eval.video=true", "progress=false", "hydra.run.dir=run"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=200)
+    result = rlcollect(tmp_path, "train", "total_frames=512", "collector.frames_per_batch=256", "eval.every_frames=256",
+                       "eval.episodes=2", "eval.video=true", "progress=false", "hydra.run.dir=run",
+                       env={"SDL_VIDEODRIVER": "dummy"}, timeout=200)
     assert result.returncode == 0, result.stderr
     videos = sorted(path.name for path in (tmp_path / "run" / "videos").iterdir())
     assert videos == ["eval_256.mp4", "eval_512.mp4"]
@@ -109,18 +106,15 @@ def test_a_mujoco_run_renders_its_eval_video_on_a_machine_without_a_display(tmp_
     """eval.video and eval --video with MuJoCo and no DISPLAY (MUJOCO_GL chosen here, no user setting);
     HalfCheetah never ends early: the video has exactly the steps asked for."""
     pytest.importorskip("mujoco")
-    env = {key: value for key, value in os.environ.items() if key not in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL")}
-    env.update(WANDB_MODE="offline", WANDB_SILENT="true")
-    train = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", "env=halfcheetah", "env.num_envs=1",
-                            "total_frames=256", "collector.frames_per_batch=128", "algo.minibatch_size=64",
-                            "algo.epochs=1", "eval.every_frames=256", "eval.episodes=1", "eval.max_steps=30",
-                            "eval.video=true", "logger=none", "progress=false", "hydra.run.dir=run"],
-                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    no_display = {"DISPLAY": None, "WAYLAND_DISPLAY": None, "MUJOCO_GL": None}
+    train = rlcollect(tmp_path, "train", "env=halfcheetah", "env.num_envs=1", "total_frames=256",
+                      "collector.frames_per_batch=128", "algo.minibatch_size=64", "algo.epochs=1",
+                      "eval.every_frames=256", "eval.episodes=1", "eval.max_steps=30", "eval.video=true", "logger=none",
+                      "progress=false", "hydra.run.dir=run", env=no_display, timeout=240)
     assert train.returncode == 0, train.stderr
     assert [path.name for path in (tmp_path / "run" / "videos").iterdir()] == ["eval_256.mp4"]
-    evaluated = subprocess.run([sys.executable, "-m", "rlcollect.cli", "eval", "run", "--episodes", "1", "--video",
-                                "env.max_episode_steps=20"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                               timeout=240)
+    evaluated = rlcollect(tmp_path, "eval", "run", "--episodes", "1", "--video", "env.max_episode_steps=20",
+                          env=no_display, timeout=240)
     assert evaluated.returncode == 0, evaluated.stderr
     import imageio.v2 as imageio
 

@@ -201,7 +201,6 @@ class PoolCollector(CollectorBase):
         self._torch_threads = workers.worker_torch_threads
         self.policy_device, self.storing_device = self._setup_devices(devices, policy)
         self._delivery = Delivery(delivery, self._hook_results)
-        self.policy_version = 0
         per_worker_sources = isinstance(create_env_fn, (list, tuple))  # each builds its worker's E envs
         env_specs = worker_env_specs(create_env_fn, self.num_workers,
                                      None if per_worker_sources else self.envs_per_worker, seed, env_kwargs)
@@ -293,8 +292,12 @@ class PoolCollector(CollectorBase):
         self.policy = self._collector.policy
         shape = [self.num_envs, self._time_steps] if self.layout == "per_env" else [self.frames_per_batch]
         self.pool = PoolBatch(self._collector.batch, shape)
-        self._to_act = list(range(self.num_workers))  # workers whose last step was recorded (or reset): next to act
         self._frames_acted = 0  # init_random_frames counts the actions chosen
+        self._all_envs_reset()
+
+    def _all_envs_reset(self) -> None:
+        """Every env was just reset: every worker acts next, and the carrier is fresh."""
+        self._to_act = list(range(self.num_workers))  # workers whose last step was recorded (or reset): next to act
         self._carrier_is_fresh = True
 
     def _restart(self, seed: int | None = None) -> None:
@@ -305,8 +308,7 @@ class PoolCollector(CollectorBase):
             self._collector.reset()
         else:
             self._collector.set_seed(seed)
-        self._to_act = list(range(self.num_workers))
-        self._carrier_is_fresh = True
+        self._all_envs_reset()
 
     # ------------------------------------------------------------------ the pool step
     def _act(self, worker_ids: list[int]) -> None:
@@ -402,8 +404,7 @@ class PoolCollector(CollectorBase):
         """The policy lives in this process: nothing to send. Counts a new policy version;
         refreshes the copy on policy_device from the original (a no-op when there is no
         copy), or loads ``weights`` (a module, state_dict or TensorDict) into the policy."""
-        self.policy_version += 1
-        self._collector.update_policy_weights_(weights)
+        self._collector.update_policy_weights_(weights)  # counts the version
 
     def set_seed(self, seed: int) -> int:
         """Seed torch's RNG here and env i with ``seed + i``, then reset every env: the
@@ -423,6 +424,11 @@ class PoolCollector(CollectorBase):
             self.shutdown()
             raise
 
+    @property
+    def policy_version(self) -> int:
+        """``update_policy_weights_()`` calls so far (the Collector that runs the policy counts them)."""
+        return self._collector.policy_version
+
     def state_dict(self) -> dict:
         """Frame count, the trajectory-id pool (ids never repeat after a reload) and the
         policy version."""
@@ -433,7 +439,7 @@ class PoolCollector(CollectorBase):
         """Restore the counters, then reset every env (new trajectories, fresh ids)."""
         self._frames = int(state["frames"])
         self._traj_pool.load_state_dict(state["traj_pool"])
-        self.policy_version = int(state.get("policy_version", 0))
+        self._collector.policy_version = int(state.get("policy_version", 0))
         self._guarded(self._restart)
 
     @property

@@ -163,10 +163,12 @@ def test_traj_ids_are_never_reused_after_reset_or_reload(no_leftovers):
     after = next(batches)
     assert after[TRAJ_IDS].min() > before.max()
     assert (after["observation"][after["is_init"], 0] == 0).all()
+    collector.update_policy_weights_()
     state = collector.state_dict()
     reloaded = make(no_leftovers, frames_per_batch=12, total_frames=-1)
     reloaded.load_state_dict(state)
     assert reloaded.frames == state["frames"] == 24
+    assert reloaded.policy_version == state["policy_version"] == 1
     assert next(iter(reloaded))[TRAJ_IDS].min() >= state["traj_pool"]["next_id"]
 
 

@@ -58,7 +58,7 @@ def test_an_env_seeded_per_env_starts_each_member_as_its_solo_run():
     """Rows m * P ... m * P + P - 1 start as a P-env GymEnv seeded with member m's seed."""
     seeds = member_env_seeds([3, 7], 2)
     assert seeds == [3, 4, 7, 8]
-    for backend in ("list", "sync"):
+    for backend in ("list", "sync", "vector"):
         batched = GymEnv("CartPole-v1", 4, seed=seeds, backend=backend)
         solos = [GymEnv("CartPole-v1", 2, seed=seed, backend=backend) for seed in (3, 7)]
         for env in (batched, *solos):
@@ -67,8 +67,6 @@ def test_an_env_seeded_per_env_starts_each_member_as_its_solo_run():
                            torch.cat([solo.staged["observation"] for solo in solos]))
         for env in (batched, *solos):
             env.close()
-    with pytest.raises(ValueError, match="one seed per env needs backend 'list', 'sync' or 'async'"):
-        GymEnv("CartPole-v1", 4, seed=seeds, backend="vector").reset()
 
 
 def test_paused_envs_are_never_stepped_again_and_evaluations_count_only_the_rows_asked_for():
@@ -123,14 +121,16 @@ def test_an_evaluation_leaves_an_env_unstepped_once_its_episode_is_counted():
     evaluator.shutdown()
 
 
-@pytest.mark.parametrize("overrides", [[], ["env=cartpole_torch"], pytest.param(["device=cuda"], marks=CUDA)],
-                         ids=["cpu", "torch_env", "cuda"])
+@pytest.mark.parametrize("overrides", [[], ["env=cartpole_torch"], ["env.backend=vector"],
+                                       pytest.param(["device=cuda"], marks=CUDA)],
+                         ids=["cpu", "torch_env", "vector", "cuda"])
 def test_each_member_draws_from_its_own_stream_as_its_solo_run(tmp_path, overrides):
     """Three members' first batches (sampled actions) and first updates (minibatch
     permutations) come from each member's own generator: each batch is its solo run's, bit
     for bit, and each update its solo run's (to rounding); with the torch env, whose every
-    member's envs reset from a generator of their own; on CUDA too, where each member's
-    generator is a CUDA generator seeded as its solo run seeds the device's."""
+    member's envs reset from a generator of their own; with CartPole's vector backend,
+    whose every env does; on CUDA too, where each member's generator is a CUDA generator
+    seeded as its solo run seeds the device's."""
     from rlcollect.pipeline import build
 
     cfgs = configs(*[[*TINY, *overrides, f"seed={seed}"] for seed in (0, 1, 2)])
@@ -306,8 +306,9 @@ def test_only_runs_that_differ_in_seed_batch():
         check_sweep(configs(["algo=dqn", "seed=0"]))
     with pytest.raises(ConfigError, match="collector=multisync"):
         check_sweep(configs(["collector=multisync", "seed=0"]))
-    with pytest.raises(ConfigError, match="env.backend=vector"):
-        check_sweep(configs(["env.backend=vector", "seed=0"]))
+    check_sweep(configs(["env.backend=vector", "seed=0"], ["env.backend=vector", "seed=1"]))  # CartPole's: per env
+    with pytest.raises(ConfigError, match="env.backend=vector: a batched sweep seeds each env itself"):
+        check_sweep(configs(["env.backend=vector", "env.id=phys2d/CartPole-v1", "seed=0"]))
 
 
 def test_the_launcher_groups_jobs_by_their_configs_without_seed():

@@ -9,8 +9,9 @@ reads does not depend on the backend:
     sync      gymnasium SyncVectorEnv, autoreset off     reset(reset_mask)            yes (env i seeded seed + i)
     async     gymnasium AsyncVectorEnv, one process per  reset(reset_mask)            yes (env i seeded seed + i)
               sub-env, autoreset off
-    vector    the id's vector entry point (one numpy     reset(reset_mask)            no: one RNG for all envs
-              env stepping all P at once)
+    vector    the id's vector entry point (one numpy     reset(reset_mask)            CartPole-v1: yes (a
+              env stepping all P at once)                                             generator per env); else
+                                                                                      no: one RNG for all envs
     envpool   EnvPool (C++ envs, a thread pool;          reset(env_ids)               no: EnvPool's own envs
               the extra rlcollect[envpool])              (env i seeded seed + i)
 
@@ -37,6 +38,7 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
 
 from rlcollect.envs.spaces import is_nested, subspaces, tree_map, writer
@@ -50,6 +52,7 @@ class ListBackend:
     """P gymnasium envs in a Python list, stepped one after the other."""
 
     name = "list"
+    pauses = True  # step_rows leaves the other sub-envs unstepped (GymEnv.pause)
 
     def __init__(self, envs: Sequence[gym.Env]) -> None:
         self.envs = list(envs)
@@ -162,13 +165,17 @@ class VectorBackend:
         # PartialResetCartPole's step straight into the staging arrays (autoreset disabled, flat observations)
         step_into = getattr(vector_env, "step_into", None)
         self._step_into = step_into if mode == AutoresetMode.DISABLED and not self._nested else None
+        # PartialResetCartPole's generator per env and its step of some envs (GymEnv.pause)
+        self._seed_each = getattr(vector_env, "seed_each", None)
+        self._step_rows_into = getattr(vector_env, "step_rows_into", None) if self._step_into is not None else None
+        self.pauses = self._step_rows_into is not None
 
     def _seed_list(self, seeds: Sequence[int]) -> list[int]:
         """One seed per env for the vector env's reset: gymnasium's Sync and Async vector
         envs take a list; a vector env that seeds all its envs from one seed cannot."""
         if not isinstance(self.vector_env, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)):
             raise ValueError(f"backend={self.name!r} seeds its envs seed, seed + 1, ... from one seed: one seed per "
-                             "env needs backend 'list', 'sync' or 'async'")
+                             "env needs backend 'list', 'sync' or 'async' (or 'vector' for CartPole-v1)")
         return [int(seed) for seed in seeds]
 
     def _as_tree(self, batched):
@@ -178,11 +185,32 @@ class VectorBackend:
             return batched
         return _named_tree(batched, self.observation_space)
 
-    def step(self, actions: np.ndarray, arrays: dict) -> bool:
+    def _check_reset(self) -> None:
         if self._unreset:
             raise RuntimeError(f"sub-env(s) {np.flatnonzero(self._finished).tolist()} finished and were not reset: "
                                f"backend {self.name!r} cannot step a finished env (reset_when_done=False needs "
                                "backend='list')")
+
+    def step_rows(self, actions: np.ndarray, arrays: dict, rows: list[int]) -> bool:
+        """``step`` for the sub-envs of ``rows`` only, the others left as they are
+        (``pauses``: PartialResetCartPole, whose info is always empty)."""
+        if self._step_rows_into is None:
+            raise NotImplementedError(f"backend {self.name!r} steps all its envs at once: leaving some unstepped "
+                                      "needs backend='list' (or 'vector' for CartPole-v1)")
+        self._check_reset()
+        self._step_rows_into(actions, arrays, np.asarray(rows, dtype=np.int64))
+        return self._finish_step(arrays["done"])
+
+    def _finish_step(self, done: np.ndarray) -> bool:
+        """After a step without a same-step reset: whether some env finished (and which, till reset)."""
+        if not done.any():
+            return False
+        np.copyto(self._finished, done)
+        self._unreset = True
+        return True
+
+    def step(self, actions: np.ndarray, arrays: dict) -> bool:
+        self._check_reset()
         done = arrays["done"]
         if self._step_into is not None and not arrays["info"]:
             self._step_into(actions, arrays)
@@ -219,6 +247,11 @@ class VectorBackend:
             if self.same_step:  # those the env reset in the last step: their observation is known
                 _copy_rows(arrays["observation"], self._reset_observation, np.flatnonzero(already))
                 mask = mask & ~already
+        if seed is not None and self._seed_each is not None:  # env i's generator seeded as the list backend's env i
+            rows = np.flatnonzero(mask)
+            self._seed_each(rows, [env_seed(seed, i) for i in rows.tolist()])
+            arrays["observation"][rows] = self._reset_rows(rows)
+            return
         if seed is not None and mask.all():
             observation, _ = self.vector_env.reset(seed=seed if isinstance(seed, int) else self._seed_list(seed))
         elif self._reset_rows is not None:  # only the reset envs' observations come back
@@ -418,9 +451,16 @@ def without_next_step_autoreset(vector_env: gym.vector.VectorEnv) -> gym.vector.
 
 class PartialResetCartPole(CartPoleVectorEnv):
     """gymnasium's numpy-vectorised CartPole with autoreset disabled and partial resets
-    (``reset(options={"reset_mask": mask})``): the same dynamics, step for step."""
+    (``reset(options={"reset_mask": mask})``): the same dynamics, step for step.
+
+    Seeded through ``seed_each``, env i resets from a generator of its own, drawing what
+    gymnasium's CartPoleEnv seeded alike draws: with the same (float64) arithmetic, the
+    envs then move exactly as the list backend's CartPole-v1 envs (a batched sweep seeds
+    every env on its own). ``step_rows_into`` steps some envs and leaves the others as
+    they are (GymEnv.pause)."""
 
     metadata = {**CartPoleVectorEnv.metadata, "autoreset_mode": AutoresetMode.DISABLED}
+    _generators: list | None = None  # one numpy generator per env (seed_each), or None: np_random for all
 
     @classmethod
     def like(cls, vector_env: CartPoleVectorEnv) -> "PartialResetCartPole":
@@ -444,22 +484,8 @@ class PartialResetCartPole(CartPoleVectorEnv):
         for a vector env that has it."""
         assert self.action_space.contains(action), f"{action!r} ({type(action)}) invalid"
         assert self.state is not None, "Call reset before using step method."
-        x, x_dot, theta, theta_dot = self.state
-        force = np.sign(action - 0.5) * self.force_mag
-        cos, sin = np.cos(theta), np.sin(theta)
-        temp = (force + self.polemass_length * np.square(theta_dot) * sin) / self.total_mass
-        theta_acc = (self.gravity * sin - cos * temp) / (
-            self.length * (4.0 / 3.0 - self.masspole * np.square(cos) / self.total_mass))
-        x_acc = temp - self.polemass_length * theta_acc * cos / self.total_mass
-        if self.kinematics_integrator == "euler":
-            x, x_dot = x + self.tau * x_dot, x_dot + self.tau * x_acc
-            theta, theta_dot = theta + self.tau * theta_dot, theta_dot + self.tau * theta_acc
-        else:  # semi-implicit Euler: the velocities first
-            x_dot = x_dot + self.tau * x_acc
-            x = x + self.tau * x_dot
-            theta_dot = theta_dot + self.tau * theta_acc
-            theta = theta + self.tau * theta_dot
-        self.state = np.stack((x, x_dot, theta, theta_dot))
+        self.state = self._advance(self.state, action)
+        x, theta = self.state[0], self.state[2]
         np.copyto(arrays["next_observation"], self.state.T, casting="same_kind")  # float32, as the parent's astype
         terminated, truncated, reward = arrays["terminated"], arrays["truncated"], arrays["reward"]
         np.less(x, -self.x_threshold, out=terminated)
@@ -475,9 +501,47 @@ class PartialResetCartPole(CartPoleVectorEnv):
         else:
             reward.fill(1.0)
 
+    def step_rows_into(self, action, arrays: dict, rows: np.ndarray) -> None:
+        """``step_into`` for the envs ``rows`` alone: the others' state, step counts and
+        rows of ``arrays`` are left as they are."""
+        assert self.state is not None, "Call reset before using step method."
+        state = self._advance(self.state[:, rows], np.asarray(action)[rows])
+        self.state[:, rows] = state
+        x, theta = state[0], state[2]
+        arrays["next_observation"][rows] = state.T  # float32, as step_into's copy
+        terminated = (x < -self.x_threshold) | (x > self.x_threshold) | (theta < -self.theta_threshold_radians) | (
+            theta > self.theta_threshold_radians)
+        self.steps[rows] += 1
+        truncated = self.steps[rows] >= self.max_episode_steps
+        arrays["terminated"][rows], arrays["truncated"][rows] = terminated, truncated
+        arrays["done"][rows] = terminated | truncated
+        arrays["reward"][rows] = -terminated.astype(np.float32) if self._sutton_barto_reward else 1.0
+
+    def _advance(self, state: np.ndarray, action: np.ndarray) -> np.ndarray:
+        """The envs' next state ``[4, n]`` from ``state`` ``[4, n]`` and ``action`` ``[n]``:
+        the parent's arithmetic, in the same order."""
+        x, x_dot, theta, theta_dot = state
+        force = np.sign(action - 0.5) * self.force_mag
+        cos, sin = np.cos(theta), np.sin(theta)
+        temp = (force + self.polemass_length * np.square(theta_dot) * sin) / self.total_mass
+        theta_acc = (self.gravity * sin - cos * temp) / (
+            self.length * (4.0 / 3.0 - self.masspole * np.square(cos) / self.total_mass))
+        x_acc = temp - self.polemass_length * theta_acc * cos / self.total_mass
+        if self.kinematics_integrator == "euler":
+            x, x_dot = x + self.tau * x_dot, x_dot + self.tau * x_acc
+            theta, theta_dot = theta + self.tau * theta_dot, theta_dot + self.tau * theta_acc
+        else:  # semi-implicit Euler: the velocities first
+            x_dot = x_dot + self.tau * x_acc
+            x = x + self.tau * x_dot
+            theta_dot = theta_dot + self.tau * theta_acc
+            theta = theta + self.tau * theta_dot
+        return np.stack((x, x_dot, theta, theta_dot))
+
     def reset(self, *, seed=None, options=None):
         options = dict(options or {})
         mask = options.pop("reset_mask", None)
+        if seed is not None:
+            self._generators = None  # one seed: gymnasium's one generator for all envs
         if mask is None or self.state is None:
             return super().reset(seed=seed, options=options)
         if seed is not None:
@@ -485,13 +549,32 @@ class PartialResetCartPole(CartPoleVectorEnv):
         self.reset_rows(np.flatnonzero(mask))
         return self.state.T.astype(np.float32), {}
 
+    def seed_each(self, rows: np.ndarray, seeds: Sequence[int]) -> None:
+        """Seed the envs ``rows`` one by one, env ``rows[k]`` with ``seeds[k]``, as
+        gymnasium seeds a CartPoleEnv (``reset(seed=...)``): from now on each env of the
+        vector resets from its own generator (those not seeded yet, from one seeded by
+        np_random), at its next reset."""
+        if self._generators is None:
+            self._generators = [seeding.np_random(int(seed))[0]
+                                for seed in self.np_random.integers(2 ** 32, size=self.num_envs)]
+        for row, seed in zip(np.asarray(rows).tolist(), seeds):
+            self._generators[row] = seeding.np_random(int(seed))[0]
+
     def reset_rows(self, rows: np.ndarray) -> np.ndarray:
         """Reset the envs ``rows`` (indices, in order) and return their observations only,
-        ``[len(rows), 4]`` float32: what ``reset(reset_mask)`` draws, without the others'.
-        Before any reset, every env is reset (the first reset of an unseeded GymEnv)."""
+        ``[len(rows), 4]`` float32: what ``reset(reset_mask)`` draws, without the others'
+        (with ``seed_each``: each env's state from its own generator, as CartPoleEnv.reset
+        draws it). Before any reset, every env is reset (the first reset of an unseeded GymEnv)."""
         if self.state is None:
-            return super().reset()[0][rows]
-        fresh = self.np_random.uniform(low=self.low, high=self.high, size=(4, rows.size))
+            observation = super().reset()[0]
+            if self._generators is None:
+                return observation[rows]
+        if self._generators is None:
+            fresh = self.np_random.uniform(low=self.low, high=self.high, size=(4, rows.size))
+        else:
+            fresh = np.empty((4, rows.size))
+            for k, row in enumerate(rows.tolist()):
+                fresh[:, k] = self._generators[row].uniform(low=self.low, high=self.high, size=(4,))
         self.state[:, rows] = fresh
         self.steps[rows] = 0
         return fresh.T.astype(np.float32)
@@ -522,6 +605,19 @@ def make_backend(env, backend: str, makers: Sequence[Callable[[], gym.Env]],
             raise ValueError("backend='envpool' needs an EnvPool task id, not a callable")
         return EnvPoolBackend(env, len(makers), **vector_kwargs)
     raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
+
+
+def vector_seeds_each_env(env_id) -> bool:
+    """Whether backend "vector" seeds each env of ``env_id`` on its own, as backend "list"
+    does (a generator per env: CartPole-v1's PartialResetCartPole)."""
+    if not isinstance(env_id, str):
+        return False
+    try:
+        entry = gym.spec(env_id).vector_entry_point
+        cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    except (gym.error.Error, ImportError):  # no such id, or its vector env needs a package not installed
+        return False
+    return hasattr(PARTIAL_RESET_VECTOR_ENVS.get(cls), "seed_each")
 
 
 def check_vector_entry_point(env_id: str):

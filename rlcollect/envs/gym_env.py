@@ -359,9 +359,9 @@ class GymEnv:
         """Stop stepping the given sub-envs (the envs of a batched sweep's member that
         stopped; an eval env whose episode is counted) until ``unpause``: their rows keep
         their last values with a reward of 0 and are never done, so they are never reset
-        by a step. Only backend "list" leaves an env unstepped: returns whether the envs
-        are paused (False: they go on stepping)."""
-        if self._backend.name != "list":
+        by a step. Backend "list" leaves an env unstepped, and "vector" for CartPole-v1
+        (``pauses``): returns whether the envs are paused (False: they go on stepping)."""
+        if not getattr(self._backend, "pauses", False):
             return False
         paused = np.zeros(self._backend.num_envs, bool) if self._paused is None else self._paused
         paused[np.asarray(indices, dtype=np.int64)] = True

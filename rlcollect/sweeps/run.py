@@ -29,6 +29,7 @@ from rlcollect.algos.learners import Learner, PPOLearner
 from rlcollect.collectors.evaluation import EvalCollector, EvalResult
 from rlcollect.collectors.single import Collector
 from rlcollect.config import eval_every_frames
+from rlcollect.envs.backends import vector_seeds_each_env
 from rlcollect.errors import ConfigError
 from rlcollect.logging.run_logger import episode_tracker
 from rlcollect.logging.runs import solved_threshold
@@ -74,9 +75,17 @@ def batch_refusal(cfg: DictConfig) -> str | None:
         return "eval.max_trajectories: a batched sweep evaluates one episode per eval env (eval.max_trajectories=null)"
     if cfg.eval.get("video"):
         return "eval.video: a batched sweep records no evaluation video"
-    if cfg.env.backend not in (*PER_ENV_SEED_BACKENDS, "torch"):
-        return f"env.backend={cfg.env.backend}: a batched sweep seeds each env itself (env.backend=list, sync or async)"
+    if cfg.env.backend not in (*PER_ENV_SEED_BACKENDS, "torch") and not seeds_each_env(cfg):
+        return (f"env.backend={cfg.env.backend}: a batched sweep seeds each env itself (env.backend=list, sync or "
+                "async; vector for CartPole-v1)")
     return None
+
+
+def seeds_each_env(cfg: DictConfig) -> bool:
+    """Whether ``cfg``'s gymnasium backend seeds each env on its own (member m's env i:
+    seed_m + i), as a list of seeds."""
+    return cfg.env.backend in PER_ENV_SEED_BACKENDS or (
+        cfg.env.backend == "vector" and vector_seeds_each_env(cfg.env.id))
 
 
 def shared_settings(cfg: DictConfig) -> dict:
@@ -426,7 +435,7 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict])
     envs_per_member = cfg.env.num_envs or 1
     seeds = [member_cfg.seed for member_cfg in cfgs]
     # gymnasium backends seed each env (member m's env i: seed_m + i); a torch env seeds each member's group of envs
-    per_env = cfg.env.backend in PER_ENV_SEED_BACKENDS
+    per_env = seeds_each_env(cfg)
     shared = shared_config(cfg, members)
     built: list = []
     loggers = []

@@ -237,6 +237,34 @@ def test_the_vector_backend_runs_cartpole_with_exact_episode_ends():
     assert batch["next", "truncated"].any() and batch["next", "terminated"].any()
 
 
+@pytest.mark.parametrize("seed", [3, [5, 9, 11, 2, 7, 1]], ids=["one_seed", "a_seed_per_env"])
+def test_a_seeded_vector_cartpole_moves_as_the_list_backend_step_for_step_paused_envs_too(seed):
+    """Seeded, backend "vector" gives env i a generator of its own (seed + i, or seed[i]),
+    as gymnasium's CartPoleEnv: every reset state, step, episode end and paused env is the
+    list backend's, bit for bit."""
+    envs = [GymEnv("CartPole-v1", 6, seed=seed, backend=backend, max_episode_steps=60)
+            for backend in ("list", "vector")]
+    assert all(env.reset()["observation"].abs().max() <= 0.05 for env in envs)
+    actions, finished = np.random.default_rng(0), 0
+    for t in range(300):
+        if t == 100:
+            assert all(env.pause([1, 4]) for env in envs)
+        if t == 200:
+            for env in envs:
+                env.unpause([1, 4])
+        action = actions.integers(0, 2, 6)
+        done = [env.stage_step(action) for env in envs][0]
+        finished += 0 if done is None else int(done.sum())
+        for key in ("observation", "is_init", ("next", "observation"), ("next", "reward"), ("next", "terminated"),
+                    ("next", "truncated"), ("next", "done")):
+            assert torch.equal(envs[0].staged[key], envs[1].staged[key]), (t, key)
+        if 100 <= t < 200:
+            assert envs[1].staged["next", "reward"][[1, 4]].tolist() == [0.0, 0.0]  # paused: unstepped
+    assert finished > 30  # many resets, terminations and time limits
+    for env in envs:
+        env.close()
+
+
 @pytest.mark.timeout(60)
 def test_an_unseeded_vector_cartpole_resets():
     """Regression: the first reset of an unseeded GymEnv(backend="vector") reset rows of a

@@ -460,6 +460,7 @@ class PartialResetCartPole(CartPoleVectorEnv):
     they are (GymEnv.pause)."""
 
     metadata = {**CartPoleVectorEnv.metadata, "autoreset_mode": AutoresetMode.DISABLED}
+    RESETS_AHEAD = 32  # reset states each env's generator draws at once (seed_each)
     _generators: list | None = None  # one numpy generator per env (seed_each), or None: np_random for all
 
     @classmethod
@@ -552,13 +553,19 @@ class PartialResetCartPole(CartPoleVectorEnv):
     def seed_each(self, rows: np.ndarray, seeds: Sequence[int]) -> None:
         """Seed the envs ``rows`` one by one, env ``rows[k]`` with ``seeds[k]``, as
         gymnasium seeds a CartPoleEnv (``reset(seed=...)``): from now on each env of the
-        vector resets from its own generator (those not seeded yet, from one seeded by
-        np_random), at its next reset."""
+        vector resets from its own generator (one not seeded here, from a generator seeded
+        by np_random), at its next reset."""
+        rows = np.asarray(rows, dtype=np.int64)
         if self._generators is None:
-            self._generators = [seeding.np_random(int(seed))[0]
-                                for seed in self.np_random.integers(2 ** 32, size=self.num_envs)]
-        for row, seed in zip(np.asarray(rows).tolist(), seeds):
+            self._generators = [None] * self.num_envs
+            self._ahead = np.empty((self.num_envs, self.RESETS_AHEAD, 4))  # each env's next reset states
+            self._ahead_used = np.full(self.num_envs, self.RESETS_AHEAD)  # of which used (all: draw again)
+        for row, seed in zip(rows.tolist(), seeds):
             self._generators[row] = seeding.np_random(int(seed))[0]
+        self._ahead_used[rows] = self.RESETS_AHEAD  # states drawn before the seed are dropped
+        for row, generator in enumerate(self._generators):
+            if generator is None:
+                self._generators[row] = seeding.np_random(int(self.np_random.integers(2 ** 32)))[0]
 
     def reset_rows(self, rows: np.ndarray) -> np.ndarray:
         """Reset the envs ``rows`` (indices, in order) and return their observations only,
@@ -572,12 +579,23 @@ class PartialResetCartPole(CartPoleVectorEnv):
         if self._generators is None:
             fresh = self.np_random.uniform(low=self.low, high=self.high, size=(4, rows.size))
         else:
-            fresh = np.empty((4, rows.size))
-            for k, row in enumerate(rows.tolist()):
-                fresh[:, k] = self._generators[row].uniform(low=self.low, high=self.high, size=(4,))
+            fresh = self._fresh_states(rows)
         self.state[:, rows] = fresh
         self.steps[rows] = 0
         return fresh.T.astype(np.float32)
+
+    def _fresh_states(self, rows: np.ndarray) -> np.ndarray:
+        """The next reset state of each env of ``rows``, ``[4, len(rows)]``, from its own
+        generator: drawn RESETS_AHEAD at a time, the same numbers in the same order as one
+        ``uniform(size=(4,))`` per reset (numpy fills an array from its generator in order)."""
+        used = self._ahead_used
+        for row in rows[used[rows] == self.RESETS_AHEAD].tolist():
+            self._ahead[row] = self._generators[row].uniform(low=self.low, high=self.high,
+                                                             size=(self.RESETS_AHEAD, 4))
+            used[row] = 0
+        fresh = self._ahead[rows, used[rows]].T
+        used[rows] += 1
+        return fresh
 
 
 # vector entry points that autoreset on the next step, and their partial-reset twins

@@ -308,8 +308,8 @@ class Sweep:
 
     @torch.no_grad()
     def stop_member(self, member: int, failed: bool) -> None:
-        """Member ``member`` learns no more and its envs stop stepping (``GymEnv.pause``,
-        backend list; on other backends they step on, unread); a failed one's parameters
+        """Member ``member`` learns no more and its envs stop stepping (``GymEnv.pause``:
+        backend list, CartPole's vector; on others they step on, unread); a failed one's parameters
         are zeroed first (so that every action stays finite)."""
         self.active.remove(member)
         for env, rows_per_member in ((self.collector.env, self.envs_per_member),

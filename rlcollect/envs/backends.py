@@ -302,6 +302,7 @@ class EnvPoolBackend:
     """
 
     name = "envpool"
+    pauses = False  # steps every env at once (GymEnv.pause leaves none unstepped)
 
     def __init__(self, env_id: str, num_envs: int, max_episode_steps: int | None = None, **make_kwargs) -> None:
         try:
@@ -473,9 +474,7 @@ class PartialResetCartPole(CartPoleVectorEnv):
         """The parent's step without its reset of the envs done at the last step (here
         they were reset at once, by ``reset_rows``): the same arithmetic, in the same
         order, so every env moves exactly as in gymnasium's CartPoleVectorEnv."""
-        P = self.num_envs
-        out = {"next_observation": np.empty((P, 4), np.float32), "reward": np.empty(P, np.float32),
-               "terminated": np.empty(P, bool), "truncated": np.empty(P, bool), "done": np.empty(P, bool)}
+        out = _step_arrays(self.num_envs)
         self.step_into(action, out)
         return out["next_observation"], out["reward"], out["terminated"], out["truncated"], {}
 
@@ -486,21 +485,8 @@ class PartialResetCartPole(CartPoleVectorEnv):
         assert self.action_space.contains(action), f"{action!r} ({type(action)}) invalid"
         assert self.state is not None, "Call reset before using step method."
         self.state = self._advance(self.state, action)
-        x, theta = self.state[0], self.state[2]
-        np.copyto(arrays["next_observation"], self.state.T, casting="same_kind")  # float32, as the parent's astype
-        terminated, truncated, reward = arrays["terminated"], arrays["truncated"], arrays["reward"]
-        np.less(x, -self.x_threshold, out=terminated)
-        terminated |= x > self.x_threshold
-        terminated |= theta < -self.theta_threshold_radians
-        terminated |= theta > self.theta_threshold_radians
         self.steps += 1
-        np.greater_equal(self.steps, self.max_episode_steps, out=truncated)
-        np.logical_or(terminated, truncated, out=arrays["done"])
-        if self._sutton_barto_reward:  # -1 where terminated
-            np.copyto(reward, terminated)
-            np.negative(reward, out=reward)
-        else:
-            reward.fill(1.0)
+        self._write_step(self.state, self.steps, arrays)
 
     def step_rows_into(self, action, arrays: dict, rows: np.ndarray) -> None:
         """``step_into`` for the envs ``rows`` alone: the others' state, step counts and
@@ -508,15 +494,30 @@ class PartialResetCartPole(CartPoleVectorEnv):
         assert self.state is not None, "Call reset before using step method."
         state = self._advance(self.state[:, rows], np.asarray(action)[rows])
         self.state[:, rows] = state
-        x, theta = state[0], state[2]
-        arrays["next_observation"][rows] = state.T  # float32, as step_into's copy
-        terminated = (x < -self.x_threshold) | (x > self.x_threshold) | (theta < -self.theta_threshold_radians) | (
-            theta > self.theta_threshold_radians)
         self.steps[rows] += 1
-        truncated = self.steps[rows] >= self.max_episode_steps
-        arrays["terminated"][rows], arrays["truncated"][rows] = terminated, truncated
-        arrays["done"][rows] = terminated | truncated
-        arrays["reward"][rows] = -terminated.astype(np.float32) if self._sutton_barto_reward else 1.0
+        out = _step_arrays(rows.size)
+        self._write_step(state, self.steps[rows], out)
+        for key, values in out.items():
+            arrays[key][rows] = values
+
+    def _write_step(self, state: np.ndarray, steps: np.ndarray, arrays: dict) -> None:
+        """The step's entries of the envs now at ``state`` ``[4, n]`` after ``steps``
+        steps, into ``arrays`` (step_into's arrays, n rows): the observation (float32, as
+        the parent's astype), the episode ends and the reward."""
+        x, theta = state[0], state[2]
+        np.copyto(arrays["next_observation"], state.T, casting="same_kind")
+        terminated, truncated, reward = arrays["terminated"], arrays["truncated"], arrays["reward"]
+        np.less(x, -self.x_threshold, out=terminated)
+        terminated |= x > self.x_threshold
+        terminated |= theta < -self.theta_threshold_radians
+        terminated |= theta > self.theta_threshold_radians
+        np.greater_equal(steps, self.max_episode_steps, out=truncated)
+        np.logical_or(terminated, truncated, out=arrays["done"])
+        if self._sutton_barto_reward:  # -1 where terminated
+            np.copyto(reward, terminated)
+            np.negative(reward, out=reward)
+        else:
+            reward.fill(1.0)
 
     def _advance(self, state: np.ndarray, action: np.ndarray) -> np.ndarray:
         """The envs' next state ``[4, n]`` from ``state`` ``[4, n]`` and ``action`` ``[n]``:
@@ -598,6 +599,13 @@ class PartialResetCartPole(CartPoleVectorEnv):
         return fresh
 
 
+def _step_arrays(num_envs: int) -> dict:
+    """New arrays for the entries ``step_into`` writes, of ``num_envs`` rows."""
+    return {"next_observation": np.empty((num_envs, 4), np.float32), "reward": np.empty(num_envs, np.float32),
+            "terminated": np.empty(num_envs, bool), "truncated": np.empty(num_envs, bool),
+            "done": np.empty(num_envs, bool)}
+
+
 # vector entry points that autoreset on the next step, and their partial-reset twins
 PARTIAL_RESET_VECTOR_ENVS = {CartPoleVectorEnv: PartialResetCartPole}
 
@@ -631,11 +639,10 @@ def vector_seeds_each_env(env_id) -> bool:
     if not isinstance(env_id, str):
         return False
     try:
-        entry = gym.spec(env_id).vector_entry_point
-        cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+        twin = _partial_reset_twin(gym.spec(env_id))
     except (gym.error.Error, ImportError):  # no such id, or its vector env needs a package not installed
         return False
-    return hasattr(PARTIAL_RESET_VECTOR_ENVS.get(cls), "seed_each")
+    return hasattr(twin, "seed_each")
 
 
 def check_vector_entry_point(env_id: str):
@@ -650,9 +657,7 @@ def _vector_entry_point(env_id, num_envs: int, vector_kwargs: dict) -> gym.vecto
     if not isinstance(env_id, str):
         raise ValueError("backend='vector' needs a gymnasium id with a vector entry point, not a callable")
     spec = check_vector_entry_point(env_id)
-    entry = spec.vector_entry_point
-    cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
-    twin = PARTIAL_RESET_VECTOR_ENVS.get(cls)
+    twin = _partial_reset_twin(spec)
     kwargs = {**spec.kwargs, **{key: value for key, value in vector_kwargs.items() if value is not None}}
     kwargs.setdefault("max_episode_steps", spec.max_episode_steps)
     if twin is None:
@@ -661,3 +666,9 @@ def _vector_entry_point(env_id, num_envs: int, vector_kwargs: dict) -> gym.vecto
     vector_env.spec = spec
     return vector_env
 
+
+def _partial_reset_twin(spec):
+    """rlcollect's partial-reset twin of ``spec``'s vector entry point (None: it has none)."""
+    entry = spec.vector_entry_point
+    cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    return PARTIAL_RESET_VECTOR_ENVS.get(cls)

@@ -361,7 +361,7 @@ class GymEnv:
         their last values with a reward of 0 and are never done, so they are never reset
         by a step. Backend "list" leaves an env unstepped, and "vector" for CartPole-v1
         (``pauses``): returns whether the envs are paused (False: they go on stepping)."""
-        if not getattr(self._backend, "pauses", False):
+        if not self._backend.pauses:
             return False
         paused = np.zeros(self._backend.num_envs, bool) if self._paused is None else self._paused
         paused[np.asarray(indices, dtype=np.int64)] = True

@@ -75,7 +75,7 @@ def batch_refusal(cfg: DictConfig) -> str | None:
         return "eval.max_trajectories: a batched sweep evaluates one episode per eval env (eval.max_trajectories=null)"
     if cfg.eval.get("video"):
         return "eval.video: a batched sweep records no evaluation video"
-    if cfg.env.backend not in (*PER_ENV_SEED_BACKENDS, "torch") and not seeds_each_env(cfg):
+    if cfg.env.backend != "torch" and not seeds_each_env(cfg):
         return (f"env.backend={cfg.env.backend}: a batched sweep seeds each env itself (env.backend=list, sync or "
                 "async; vector for CartPole-v1)")
     return None

@@ -27,7 +27,8 @@ The library, usable without the CLI (docs/README.md is the map):
 - Models and algorithms: ``ActorCritic``, ``RecurrentActorCritic``, ``QValuePolicy``,
   ``GRUModule`` / ``LSTMModule``, ``PPO``, ``DQN``, ``generalized_advantage_estimate``; the
   learners the runner trains with (``Learner``, the contract; ``PPOLearner``,
-  ``DQNLearner``, ``SACLearner`` with its policy ``SACActor``).
+  ``DQNLearner``, ``SACLearner`` with its policy ``SACActor``); ``set_actions_only`` /
+  ``actions_only`` (a policy's caller that reads the action alone, as an evaluation).
 - Batched sweeps (``hydra/launcher=batched``): ``build_sweep`` (S runs differing in seed as
   one ``Sweep``), ``stack_modules`` / ``StackedLinear`` (S policies as one module with a
   leading member dim), ``MemberPolicy`` and ``MemberPPOLearner`` (PPO for each member).
@@ -133,6 +134,8 @@ _EXPORTS = {
     "SACLearner": "rlcollect.algos.sac",
     "recurrent_mode": "rlcollect.modules.recurrent",
     "set_recurrent_mode": "rlcollect.modules.recurrent",
+    "actions_only": "rlcollect.acting",
+    "set_actions_only": "rlcollect.acting",
     # rlpyt's sampler interface (rlcollect/samplers)
     "AlternatingSampler": "rlcollect.samplers",
     "CpuResetCollector": "rlcollect.samplers",
@@ -175,6 +178,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs only; at run time the names load lazily
+    from rlcollect.acting import actions_only, set_actions_only  # noqa: F401
     from rlcollect.algos.dqn import DQN  # noqa: F401
     from rlcollect.algos.gae import generalized_advantage_estimate  # noqa: F401
     from rlcollect.algos.learners import DQNLearner, Learner, PPOLearner  # noqa: F401

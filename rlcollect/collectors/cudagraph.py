@@ -30,7 +30,7 @@ class GraphedPolicy:
 
     def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
         output = self.module(tensordict.select(*self.in_keys))
-        return tensordict.update(output.select(*self.out_keys))
+        return tensordict.update(output.select(*self.out_keys, strict=False))  # strict=False: set_actions_only
 
 
 def graphed_policy(policy, device: torch.device, written: Sequence) -> GraphedPolicy:

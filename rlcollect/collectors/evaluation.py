@@ -1,9 +1,10 @@
 """Evaluation: deterministic episodes on envs of their own, beside any training collector.
 
     EvalCollector(env, policy, eval_n_envs=10, eval_max_steps=20_000).evaluate()
-      ──▶ a Collector (exploration_type="deterministic") on a batched env of eval_n_envs,
-          reset at each call, run batch after batch until the trajectories asked for are
-          complete or the step budget is spent ──▶ TrajectoryInfo of completed ones only
+      ──▶ a Collector (exploration_type="deterministic", actions_only=True: the policy's
+          action alone) on a batched env of eval_n_envs, reset at each call, run batch
+          after batch until the trajectories asked for are complete or the step budget is
+          spent ──▶ TrajectoryInfo of completed ones only
 
 Running the same Collector loop means a recurrent policy gets its hidden state carried and
 reset exactly as in training. A trajectory still running when the budget (eval_max_steps,
@@ -74,7 +75,7 @@ class EvalCollector:
         self.eval_max_steps, self.eval_max_trajectories, self.gamma = eval_max_steps, eval_max_trajectories, gamma
         steps = STEPS_PER_BATCH if eval_max_steps is None else min(STEPS_PER_BATCH, eval_max_steps // self.num_envs)
         self.collector = Collector(env, policy, frames_per_batch=self.num_envs * steps,
-                                   exploration_type=exploration_type)
+                                   exploration_type=exploration_type, actions_only=True)
         self.env = env
 
     def evaluate(self, rows=None) -> EvalResult:

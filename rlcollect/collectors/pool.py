@@ -45,6 +45,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import set_interaction_type
 
+from rlcollect.acting import set_actions_only
 from rlcollect.collectors.base import CollectionPlan, CollectorBase, check_env_device
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import as_device, policy_param_device
@@ -365,7 +366,8 @@ class PoolCollector(CollectorBase):
                 self._restart()
             self._carrier_is_fresh = False
             self.env.limit_batch(self.batch_timeout)
-            with torch.no_grad(), set_interaction_type(self.exploration_type):
+            with torch.no_grad(), set_interaction_type(self.exploration_type), \
+                    set_actions_only(self.step_options.actions_only):
                 self._collect_per_env() if self.layout == "per_env" else self._collect_flat()
             self.env.limit_batch(None)
         except BaseException:

@@ -31,6 +31,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import set_interaction_type
 
+from rlcollect.acting import set_actions_only
 from rlcollect.buffers.rollout import transition_view
 from rlcollect.collectors.base import CollectionPlan, CollectorBase
 from rlcollect.collectors.cudagraph import GraphedPolicy, graphed_policy
@@ -139,6 +140,7 @@ class Collector(CollectorBase):
         reset_when_done: bool = True,
         split_trajs: bool = False,
         exploration_type: str = "random",
+        actions_only: bool = False,
         track_traj_ids: bool = True,
         set_truncated: bool = False,
         reset_policy: str = "immediate",
@@ -161,7 +163,8 @@ class Collector(CollectorBase):
                                   storing_device=storing_device),
             step=StepOptions(max_frames_per_traj=max_frames_per_traj, init_random_frames=init_random_frames,
                              reset_at_each_iter=reset_at_each_iter, reset_when_done=reset_when_done,
-                             exploration_type=exploration_type, track_traj_ids=track_traj_ids,
+                             exploration_type=exploration_type, actions_only=actions_only,
+                             track_traj_ids=track_traj_ids,
                              set_truncated=set_truncated, no_cuda_sync=no_cuda_sync, reset_policy=reset_policy),
             delivery=DeliveryOptions(split_trajs=split_trajs, postproc=postproc, pre_collect_hook=pre_collect_hook,
                                      post_collect_hook=post_collect_hook, replay_buffer=replay_buffer,
@@ -206,6 +209,7 @@ class Collector(CollectorBase):
         self.max_frames_per_traj, self.init_random_frames = step.max_frames_per_traj, step.init_random_frames
         self.reset_at_each_iter, self.reset_when_done = step.reset_at_each_iter, step.reset_when_done
         self.exploration_type, self.track_traj_ids = step.exploration_type, step.track_traj_ids
+        self.actions_only = step.actions_only
         self.set_truncated = step.set_truncated
         self._waiting = self._setup_waiting(step.reset_policy)
         self.delivery = Delivery(delivery, self._hook_results)
@@ -294,7 +298,8 @@ class Collector(CollectorBase):
         """Dry-run the policy once to learn what it writes, then preallocate the batch
         ``[*env_batch, T]`` on storing_device and the per-step views written by index."""
         probe = self._carrier.clone()
-        with torch.no_grad(), set_interaction_type(self.exploration_type):
+        with torch.no_grad(), set_interaction_type(self.exploration_type), \
+                set_actions_only(self.actions_only):
             probe = self._act(probe, random=self.policy is None)
         if "action" not in probe.keys():
             raise ValueError(f"the policy must write 'action' into the TensorDict it receives; it wrote "
@@ -456,7 +461,8 @@ class Collector(CollectorBase):
         env, auto_reset = self.env, self.auto_reset
         steps = self._time_steps
         act, record, stage_step = self.act, self.record, env.stage_step
-        with torch.no_grad(), set_interaction_type(self.exploration_type):
+        with torch.no_grad(), set_interaction_type(self.exploration_type), \
+                set_actions_only(self.actions_only):
             try:
                 for t in range(self._time_steps):
                     if stop is not None and t > 0 and stop():

@@ -11,6 +11,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import InteractionType, TensorDictModuleBase, interaction_type
 from torch import nn
 
+from rlcollect.acting import actions_only
 from rlcollect.errors import ConfigError
 from rlcollect.modules import distributions as D
 from rlcollect.modules.encoders import RunningNorm, make_encoder, resolve_encoder
@@ -54,7 +55,8 @@ class ActorCritic(TensorDictModuleBase):
     (``observation_key``).
 
     Writes ``"action"`` (sampled, or the mode under a deterministic interaction type),
-    ``"action_log_prob"`` and ``"state_value"``. Discrete spaces get a categorical head
+    ``"action_log_prob"`` and ``"state_value"``; under ``set_actions_only`` (an
+    evaluation) the action alone, the same action. Discrete spaces get a categorical head
     (int64 actions); Box spaces a diagonal Gaussian with a state-independent log-std.
 
     Args:
@@ -120,12 +122,14 @@ class ActorCritic(TensorDictModuleBase):
         deterministic = interaction_type() in DETERMINISTIC
         if self.discrete:
             index = head.argmax(-1) if deterministic else D.categorical_sample(head, self.generators)
-            log_prob = D.categorical_log_prob(head, index)
             action = index + self.action_offset if self.action_offset else index
         else:
             action = head if deterministic else D.normal_sample(head, self.log_std, self.generators)
-            log_prob = D.normal_log_prob(head, self.log_std, action)
         tensordict.set("action", action)
+        if actions_only():  # an evaluation: neither the log-prob nor the critic is read
+            return tensordict
+        log_prob = D.categorical_log_prob(head, index) if self.discrete else D.normal_log_prob(head, self.log_std,
+                                                                                                action)
         tensordict.set("action_log_prob", log_prob)
         tensordict.set("state_value", self.critic(observation).squeeze(-1))
         return tensordict

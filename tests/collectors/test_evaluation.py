@@ -1,9 +1,11 @@
 """EvalCollector: completed episodes only, the step budget over all envs, trajectory info."""
+import gymnasium as gym
+import numpy as np
 import pytest
 
 from rlcollect.collectors.evaluation import EvalCollector, evaluate_episodes
 from rlcollect.envs import GymEnv
-from rlcollect.modules.actor_critic import RecurrentActorCritic
+from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
 from rlcollect.testing import counting_env_factories
 
 GAMMA = 0.9
@@ -58,3 +60,11 @@ def test_a_recurrent_policy_is_evaluated_with_its_hidden_state_carried():
     policy = RecurrentActorCritic(env.observation_space, env.action_space, hidden_size=8)
     result = EvalCollector(env, policy, eval_max_steps=1000).evaluate()
     assert len(result.returns) + result.cut == 2 and all(r >= 1 for r in result.returns)
+
+
+def test_an_evaluation_asks_its_policy_for_the_action_alone():
+    policy = ActorCritic(gym.spaces.Box(0.0, np.inf, (1,), np.float32), gym.spaces.Discrete(2))
+    evaluator = EvalCollector(GymEnv(counting_env_factories([3, 7]), num_envs=2), policy, gamma=GAMMA)
+    assert evaluator.evaluate().returns == [3.0, 7.0]
+    stored = set(evaluator.collector.batch.exclude("next").keys())
+    assert "action" in stored and not stored & {"action_log_prob", "state_value"}

@@ -1,3 +1,5 @@
+import threading
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -5,6 +7,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import set_interaction_type
 
+from rlcollect.acting import actions_only, set_actions_only
 from rlcollect.errors import ConfigError
 from rlcollect.modules import ActorCritic
 from rlcollect.modules.distributions import categorical_log_prob, categorical_sample
@@ -45,3 +48,36 @@ def test_gumbel_sampling_matches_the_categorical_distribution():
 def test_unsupported_spaces_raise():
     with pytest.raises(ConfigError, match="action space"):  # a user's choice of env and algorithm: one line
         ActorCritic(OBS, gym.spaces.MultiBinary(3))
+
+
+@pytest.mark.parametrize("space, mode", [(gym.spaces.Discrete(4), "deterministic"), (gym.spaces.Discrete(4), "random"),
+                                         (gym.spaces.Box(-2, 2, (2,), np.float32), "deterministic"),
+                                         (gym.spaces.Box(-2, 2, (2,), np.float32), "random")])
+def test_asked_for_actions_only_it_writes_the_same_action_and_nothing_else(space, mode):
+    torch.manual_seed(0)
+    policy = ActorCritic(OBS, space)
+    observation = torch.randn(5, 3)
+    with set_interaction_type(mode):
+        torch.manual_seed(1)
+        full = policy(TensorDict({"observation": observation}, [5]))
+        after_full = torch.get_rng_state()
+        torch.manual_seed(1)
+        with set_actions_only():
+            alone = policy(TensorDict({"observation": observation}, [5]))
+        assert torch.equal(torch.get_rng_state(), after_full)  # the same draws
+    assert sorted(alone.keys()) == ["action", "observation"]
+    assert sorted(full.keys()) == ["action", "action_log_prob", "observation", "state_value"]
+    assert torch.equal(alone["action"], full["action"])
+
+
+def test_actions_only_is_per_thread_and_each_exit_restores_what_it_found():
+    seen = {}
+    with set_actions_only():
+        worker = threading.Thread(target=lambda: seen.update(other_thread=actions_only()))
+        worker.start()
+        worker.join()
+        with set_actions_only(False):
+            seen["inner"] = actions_only()
+        seen["outer"] = actions_only()
+    assert seen == {"other_thread": False, "inner": False, "outer": True}
+    assert actions_only() is False

@@ -55,7 +55,9 @@ class MemberPolicy(TensorDictModuleBase):
                           device=tensordict.device)
         self.stacked(rows)
         for key in self.out_keys:
-            tensordict.set(key, rows.get(key).flatten(0, 1))
+            value = rows.get(key, None)  # absent: not asked for (set_actions_only)
+            if value is not None:
+                tensordict.set(key, value.flatten(0, 1))
         return tensordict
 
     def state_value(self, tensordict: TensorDictBase) -> torch.Tensor:
@@ -135,8 +137,8 @@ class MemberPPO(PPO):
         self.members = actor_critic.members
         self.generators = actor_critic.generators or [None] * self.members
         device = next(actor_critic.parameters()).device
-        if self.members > 1:  # Adam's multi-tensor form: the same arithmetic per element, a fraction of the calls
-            self.optimizer = torch.optim.Adam(actor_critic.parameters(), lr=self.lr, eps=1e-5, foreach=True)
+        if self.members > 1:  # Adam's fused form: the same arithmetic per element, one kernel per step
+            self.optimizer = torch.optim.Adam(actor_critic.parameters(), lr=self.lr, eps=1e-5, fused=True)
         if normalize_reward:
             self.reward_scaler = MemberRewardScaler(self.gamma, self.members)
         self.active = torch.ones(self.members, device=device)

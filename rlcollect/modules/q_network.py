@@ -9,6 +9,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, interaction_type
 from torch import nn
 
+from rlcollect.acting import actions_only
 from rlcollect.errors import ConfigError
 from rlcollect.modules.actor_critic import DETERMINISTIC, mlp, observation_norm
 from rlcollect.modules.encoders import make_encoder, resolve_encoder
@@ -16,7 +17,8 @@ from rlcollect.modules.encoders import make_encoder, resolve_encoder
 
 class QValuePolicy(TensorDictModuleBase):
     """An MLP of Q-values over the features of ``"observation"``; writes ``"action"`` and
-    ``"action_value"`` (the Q-values of every action). ``encoder`` and
+    ``"action_value"`` (the Q-values of every action; under ``set_actions_only``, an
+    evaluation, the action alone). ``encoder`` and
     ``normalize_observation`` as in ActorCritic (the encoder is part of ``q_net``).
 
     Under a deterministic interaction type the action is greedy; otherwise it is
@@ -56,7 +58,8 @@ class QValuePolicy(TensorDictModuleBase):
             random_action = torch.randint(self.num_actions, action.shape, device=action.device)
             action = torch.where(explore, random_action, action)
         tensordict.set("action", action + self.action_offset if self.action_offset else action)
-        tensordict.set("action_value", q_values)
+        if not actions_only():  # an evaluation reads the action alone
+            tensordict.set("action_value", q_values)
         return tensordict
 
 

@@ -7,6 +7,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import set_interaction_type
 
+from rlcollect.acting import set_actions_only
 from rlcollect.algos.dqn import DQN, dqn_targets
 from rlcollect.algos.learners import DQNLearner
 from rlcollect.buffers import LazyTensorStorage, PrioritizedSampler, ReplayBuffer
@@ -31,6 +32,17 @@ def linear_q_policy(weight, bias):
         policy.q_net[0].weight.copy_(torch.tensor(weight))
         policy.q_net[0].bias.copy_(torch.tensor(bias))
     return policy
+
+
+def test_asked_for_actions_only_the_greedy_action_comes_without_the_q_values():
+    policy = linear_q_policy([[1.0, 0.0], [0.0, 1.0]], [0.0, 1.0])
+    observation = torch.tensor([[1.0, 2.0], [3.0, 0.0]])
+    with set_interaction_type("deterministic"):
+        full = policy(TensorDict({"observation": observation}, [2]))
+        with set_actions_only():
+            alone = policy(TensorDict({"observation": observation}, [2]))
+    assert full["action"].tolist() == alone["action"].tolist() == [1, 0]  # Q = [1, 3] and [3, 1]
+    assert "action_value" in full.keys() and sorted(alone.keys()) == ["action", "observation"]
 
 
 def test_loss_against_a_hand_computed_example():

@@ -30,7 +30,6 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import set_interaction_type
 
-from rlcollect.acting import set_actions_only
 from rlcollect.collectors.base import CollectionPlan, CollectorBase, check_env_device
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import policy_param_device
@@ -246,8 +245,7 @@ class ActionServerCollector(CollectorBase):
         self._batch_frames = 0  # recorded so far: what a failure now would lose
 
         self._limit_batch(self.batch_timeout)
-        with torch.no_grad(), set_interaction_type(groups[0].exploration_type), \
-                set_actions_only(groups[0].actions_only):
+        with torch.no_grad(), set_interaction_type(groups[0].exploration_type):
             for t in range(self._time_steps):
                 for group, (collector, env) in enumerate(zip(groups, envs)):
                     if in_flight[group] is not None:

@@ -80,9 +80,6 @@ class StepOptions:
     reset_at_each_iter: bool = _doc("reset every env at the start of every batch.", False)
     reset_when_done: bool = _doc("reset envs that finish (False leaves them to the env).", True)
     exploration_type: str = _doc('"random" or "deterministic", set around the policy call.', "random")
-    actions_only: bool = _doc("ask the policy for its action alone (rlcollect.set_actions_only, set around the "
-                              "policy call): ActorCritic then skips its log-prob and state value, QValuePolicy its "
-                              "Q-values. What an evaluation reads.", False)
     track_traj_ids: bool = _doc('write ("collector", "traj_ids").', True)
     set_truncated: bool = _doc("mark the last step of each batch truncated (and done); the next batch starts "
                                "new trajectories.", False)

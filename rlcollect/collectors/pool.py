@@ -45,7 +45,6 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import set_interaction_type
 
-from rlcollect.acting import set_actions_only
 from rlcollect.collectors.base import CollectionPlan, CollectorBase, check_env_device
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import as_device, policy_param_device
@@ -366,8 +365,7 @@ class PoolCollector(CollectorBase):
                 self._restart()
             self._carrier_is_fresh = False
             self.env.limit_batch(self.batch_timeout)
-            with torch.no_grad(), set_interaction_type(self.exploration_type), \
-                    set_actions_only(self.step_options.actions_only):
+            with torch.no_grad(), set_interaction_type(self.exploration_type):
                 self._collect_per_env() if self.layout == "per_env" else self._collect_flat()
             self.env.limit_batch(None)
         except BaseException:

@@ -96,6 +96,10 @@ class Collector(CollectorBase):
         cudagraph_policy: replay the policy's forward as a CUDA graph, captured at the second
             step (policy_device cuda; a TensorDict module whose out_keys name all it writes;
             collectors/cudagraph.py).
+        actions_only: run the policy under ``rlcollect.set_actions_only``: a policy may then
+            write its action alone (ActorCritic skips its log-prob and state value,
+            QValuePolicy its Q-values), and the batches hold nothing else of its output.
+            What EvalCollector asks for.
 
     The other keyword arguments are the options of collectors/options.py, listed below by
     group (``Collector.from_options`` takes the groups themselves). With ``replay_buffer``
@@ -140,7 +144,6 @@ class Collector(CollectorBase):
         reset_when_done: bool = True,
         split_trajs: bool = False,
         exploration_type: str = "random",
-        actions_only: bool = False,
         track_traj_ids: bool = True,
         set_truncated: bool = False,
         reset_policy: str = "immediate",
@@ -154,6 +157,7 @@ class Collector(CollectorBase):
         track_policy_version: bool = False,
         traj_pool: TrajectoryPool | None = None,
         cudagraph_policy: bool = False,
+        actions_only: bool = False,
     ) -> None:
         if num_envs is not None or seed is not None or env_kwargs:
             create_env_fn = make_env(create_env_fn, num_envs, seed=seed, **(env_kwargs or {}))
@@ -163,13 +167,12 @@ class Collector(CollectorBase):
                                   storing_device=storing_device),
             step=StepOptions(max_frames_per_traj=max_frames_per_traj, init_random_frames=init_random_frames,
                              reset_at_each_iter=reset_at_each_iter, reset_when_done=reset_when_done,
-                             exploration_type=exploration_type, actions_only=actions_only,
-                             track_traj_ids=track_traj_ids,
+                             exploration_type=exploration_type, track_traj_ids=track_traj_ids,
                              set_truncated=set_truncated, no_cuda_sync=no_cuda_sync, reset_policy=reset_policy),
             delivery=DeliveryOptions(split_trajs=split_trajs, postproc=postproc, pre_collect_hook=pre_collect_hook,
                                      post_collect_hook=post_collect_hook, replay_buffer=replay_buffer,
                                      trajs_per_batch=trajs_per_batch, traj_format=traj_format),
-            traj_pool=traj_pool,
+            traj_pool=traj_pool, actions_only=actions_only,
         )
         if track_policy_version:
             self._policy_version_entry = torch.zeros(self.batch_size, dtype=torch.int64, device=self.devices.storing)
@@ -195,7 +198,8 @@ class Collector(CollectorBase):
 
     # ------------------------------------------------------------------ construction
     def _build(self, create_env_fn, policy, *, frames_per_batch: int, total_frames: int, devices: DeviceOptions,
-               step: StepOptions, delivery: DeliveryOptions, traj_pool: TrajectoryPool | None) -> None:
+               step: StepOptions, delivery: DeliveryOptions, traj_pool: TrajectoryPool | None,
+               actions_only: bool = False) -> None:
         super().__init__(delivery)
         check_groups(step, delivery)
         self.env = make_env(create_env_fn)
@@ -209,7 +213,7 @@ class Collector(CollectorBase):
         self.max_frames_per_traj, self.init_random_frames = step.max_frames_per_traj, step.init_random_frames
         self.reset_at_each_iter, self.reset_when_done = step.reset_at_each_iter, step.reset_when_done
         self.exploration_type, self.track_traj_ids = step.exploration_type, step.track_traj_ids
-        self.actions_only = step.actions_only
+        self.actions_only = actions_only
         self.set_truncated = step.set_truncated
         self._waiting = self._setup_waiting(step.reset_policy)
         self.delivery = Delivery(delivery, self._hook_results)

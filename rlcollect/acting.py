@@ -1,5 +1,5 @@
 """Whether the caller of a policy reads its action alone (an evaluation), so that the policy
-may skip what only training reads (docs/collectors.md, "Evaluation").
+may skip what only training reads (docs/collectors.md, EvalCollector).
 
     with set_actions_only():          # what EvalCollector's collector runs its policy in
         policy(tensordict)            # ActorCritic writes "action" and nothing else

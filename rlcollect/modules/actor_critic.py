@@ -128,8 +128,10 @@ class ActorCritic(TensorDictModuleBase):
         tensordict.set("action", action)
         if actions_only():  # an evaluation: neither the log-prob nor the critic is read
             return tensordict
-        log_prob = D.categorical_log_prob(head, index) if self.discrete else D.normal_log_prob(head, self.log_std,
-                                                                                                action)
+        if self.discrete:
+            log_prob = D.categorical_log_prob(head, index)
+        else:
+            log_prob = D.normal_log_prob(head, self.log_std, action)
         tensordict.set("action_log_prob", log_prob)
         tensordict.set("state_value", self.critic(observation).squeeze(-1))
         return tensordict

@@ -48,12 +48,11 @@ class StackedLinear(nn.Module):
         members = weight.shape[0]  # fewer than self.members when called with some members' weights
         if members == 1:  # the solo layer's own call: a run of one member is bit-equal to its solo run
             return F.linear(x[0], weight[0], None if bias is None else bias[0]).unsqueeze(0)
-        if x.dim() == 3 and bias is not None:  # [S, N, in], the usual input: no reshape (nor its autograd node)
-            return torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
-        rows = x.reshape(members, -1, x.shape[-1])
+        stacked = x.dim() == 3  # [S, N, in], the usual input: no reshape in or out (nor their autograd nodes)
+        rows = x if stacked else x.reshape(members, -1, x.shape[-1])
         out = torch.bmm(rows, weight.transpose(1, 2)) if bias is None else \
             torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
-        return out.reshape(*x.shape[:-1], out.shape[-1])
+        return out if stacked else out.reshape(*x.shape[:-1], out.shape[-1])
 
 
 class MemberRunningNorm(RunningNorm):

@@ -19,10 +19,10 @@ from rlcollect.modules import ActorCritic
 from rlcollect.testing import CountingEnv, CountingVectorEnv, SpacesEnv, counting_envs
 
 
-def batches(env, count=2, frames_per_batch=120, seed=7):
+def batches(env, count=2, frames_per_batch=120, seed=7, **options):
     torch.manual_seed(0)
     policy = ActorCritic(env.observation_space, env.action_space)
-    collector = Collector(env, policy, frames_per_batch=frames_per_batch)
+    collector = Collector(env, policy, frames_per_batch=frames_per_batch, **options)
     collector.set_seed(seed)
     iterator = iter(collector)
     out = [next(iterator).clone() for _ in range(count)]
@@ -263,6 +263,19 @@ def test_a_seeded_vector_cartpole_moves_as_the_list_backend_step_for_step_paused
     assert finished > 6 * 40  # many resets, terminations and time limits
     for env in envs:
         env.close()
+
+
+def test_a_collector_s_random_frames_are_the_same_on_the_vector_and_list_backends():
+    """init_random_frames draws from torch's RNG over the action space of one env, which
+    both backends give: 2 batches of random frames (episodes end in them), then the
+    policy's, are the list backend's bit for bit (a DQN run is the same on either)."""
+    expected = batches(GymEnv("CartPole-v1", 6), count=3, frames_per_batch=240, init_random_frames=480)
+    got = batches(GymEnv("CartPole-v1", 6, backend="vector"), count=3, frames_per_batch=240,
+                  init_random_frames=480)
+    assert [int(batch["next", "done"].sum()) for batch in expected] == [6, 11, 11]
+    for a, b in zip(expected, got):
+        assert set(a.keys(True, True)) == set(b.keys(True, True))
+        assert (a == b).all()
 
 
 @pytest.mark.timeout(60)

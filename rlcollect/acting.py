@@ -12,32 +12,20 @@ training collector's policy writes.
 """
 from __future__ import annotations
 
-import contextlib
-import threading
-
-_local = threading.local()
+from rlcollect.thread_settings import ThreadSetting
 
 
 def actions_only() -> bool:
     """Whether policies called on this thread are asked for their action alone."""
-    settings = getattr(_local, "settings", None)
-    return settings[-1] if settings else False
+    return set_actions_only.current()
 
 
-class set_actions_only(contextlib.ContextDecorator):
+class set_actions_only(ThreadSetting):
     """Ask the policies called inside it for their action alone (``on``), or for all their
     outputs (``on=False``). A context manager or a decorator; contexts nest, and each exit
     restores the setting it found."""
 
+    default = False
+
     def __init__(self, on: bool = True) -> None:
-        self.on = bool(on)
-
-    def __enter__(self) -> "set_actions_only":
-        if not hasattr(_local, "settings"):
-            _local.settings = []
-        _local.settings.append(self.on)
-        return self
-
-    def __exit__(self, *exc_info) -> bool:
-        _local.settings.pop()
-        return False
+        super().__init__(bool(on))

@@ -25,8 +25,6 @@ the batch dims, unlike torch.nn.GRU's ``h0``).
 """
 from __future__ import annotations
 
-import contextlib
-import threading
 from typing import Sequence
 
 import torch
@@ -37,20 +35,19 @@ from tensordict.utils import NestedKey
 from torch import nn
 
 from rlcollect.primers import HiddenStatePrimer
+from rlcollect.thread_settings import ThreadSetting
 from rlcollect.validation import check_positive_int
 
 RECURRENT_MODES = ("step", "recurrent")
-_local = threading.local()
 
 
 def recurrent_mode() -> str:
     """The mode recurrent modules run in on this thread: ``"step"`` unless inside
     ``set_recurrent_mode``."""
-    modes = getattr(_local, "modes", None)
-    return modes[-1] if modes else "step"
+    return set_recurrent_mode.current()
 
 
-class set_recurrent_mode(contextlib.ContextDecorator):
+class set_recurrent_mode(ThreadSetting):
     """Run the GRUModule / LSTMModule calls inside it in ``mode`` (``"step"`` or ``"recurrent"``).
 
     A context manager, or a function decorator. The mode is per thread, so a trainer thread
@@ -58,20 +55,12 @@ class set_recurrent_mode(contextlib.ContextDecorator):
     nest, and each exit restores the mode it found.
     """
 
+    default = "step"
+
     def __init__(self, mode: str) -> None:
         if mode not in RECURRENT_MODES:
             raise ValueError(f"set_recurrent_mode: mode must be one of {RECURRENT_MODES}, got {mode!r}")
-        self.mode = mode
-
-    def __enter__(self) -> "set_recurrent_mode":
-        if not hasattr(_local, "modes"):
-            _local.modes = []
-        _local.modes.append(self.mode)
-        return self
-
-    def __exit__(self, *exc_info) -> bool:
-        _local.modes.pop()
-        return False
+        super().__init__(mode)
 
 
 

@@ -11,6 +11,7 @@ from rlcollect.acting import actions_only, set_actions_only
 from rlcollect.errors import ConfigError
 from rlcollect.modules import ActorCritic
 from rlcollect.modules.distributions import categorical_log_prob, categorical_sample
+from rlcollect.modules.recurrent import recurrent_mode, set_recurrent_mode
 
 OBS = gym.spaces.Box(-1, 1, (3,), np.float32)
 
@@ -81,3 +82,14 @@ def test_actions_only_is_per_thread_and_each_exit_restores_what_it_found():
         seen["outer"] = actions_only()
     assert seen == {"other_thread": False, "inner": False, "outer": True}
     assert actions_only() is False
+
+
+def test_actions_only_and_the_recurrent_mode_are_separate_settings_and_an_error_restores_both():
+    with set_recurrent_mode("recurrent"):
+        assert actions_only() is False
+        with pytest.raises(RuntimeError):
+            with set_actions_only():
+                assert recurrent_mode() == "recurrent" and actions_only() is True
+                raise RuntimeError
+        assert actions_only() is False and recurrent_mode() == "recurrent"
+    assert recurrent_mode() == "step"

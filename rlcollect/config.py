@@ -25,6 +25,7 @@ from typing import Any, Iterator, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError
 
 from rlcollect.errors import ConfigError
 from rlcollect.logging.runs import for_env_id
@@ -663,7 +664,10 @@ def schema_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig]
     for key in node.keys():
         if key == "hydra" or OmegaConf.is_missing(node, key):
             continue
-        child = node.get(key)
+        try:
+            child = node.get(key)
+        except InterpolationResolutionError:  # options that do not go together: the pipeline's checks say which
+            continue
         if isinstance(child, DictConfig):
             yield from schema_nodes(child, f"{path}.{key}" if path else str(key))
 
@@ -677,7 +681,10 @@ def check_ranges(cfg: DictConfig) -> None:
             allowed = schema_field.metadata.get(RANGE)
             if allowed is None or schema_field.name not in node or OmegaConf.is_missing(node, schema_field.name):
                 continue
-            value = node[schema_field.name]
+            try:
+                value = node[schema_field.name]
+            except InterpolationResolutionError:  # options that do not go together: the pipeline's checks say which
+                continue
             if isinstance(value, ListConfig):
                 if any(entry not in allowed for entry in value):
                     raise ConfigError(f"{prefix}{schema_field.name}={list(value)}: every entry must be {allowed}")

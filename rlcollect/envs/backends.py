@@ -649,7 +649,7 @@ def check_vector_entry_point(env_id: str):
     """The gymnasium spec of ``env_id``, which must have a vector entry point (backend "vector")."""
     spec = gym.spec(env_id)
     if spec.vector_entry_point is None:
-        raise ValueError(f"{env_id!r} has no vector entry point: use backend='sync' or 'async'")
+        raise ConfigError(f"{env_id!r} has no vector entry point: use the sync or async backend")
     return spec
 
 

@@ -27,7 +27,7 @@ from rlcollect.envs.backends import BACKENDS, check_vector_entry_point
 from rlcollect.envs.gym_env import import_plugins, resolve_env_id
 from rlcollect.envs.sources import TORCH_ENVS
 from rlcollect.errors import ConfigError
-from rlcollect.pipeline.targets import RUNTIME_ARGUMENTS, named_arguments, target_class
+from rlcollect.pipeline.targets import RUNTIME_ARGUMENTS, named_arguments, target_callable, target_class
 from rlcollect.validation import check_positive_int
 
 log = logging.getLogger(__name__)
@@ -159,12 +159,17 @@ def check_values(cfg: DictConfig) -> None:
             raise ConfigError(f"env.backend=torch steps rlcollect's torch env of the task ({', '.join(TORCH_ENVS)}), "
                               f"with no gymnasium wrappers, imports, info keys or make kwargs: got env.id={cfg.env.id}"
                               + (f" and env.{', env.'.join(given)}" if given else ""))
+    for index, wrapper in enumerate(cfg.env.wrappers or []):
+        target_callable(wrapper, f"env.wrappers[{index}]")
     if cfg.env.backend in ("vector", "envpool") and cfg.env.wrappers:
         raise ConfigError(f"env.backend={cfg.env.backend} steps one native vector env, which takes no per-env "
                           "wrappers: use env.backend=sync or async with env.wrappers")
     if cfg.env.backend == "vector":
         import_plugins(list(cfg.env.imports))
-        check_vector_entry_point(resolve_env_id(cfg.env.id))
+        try:
+            check_vector_entry_point(resolve_env_id(cfg.env.id))
+        except ConfigError as error:
+            raise ConfigError(f"env.backend=vector: {error}") from None
     check_reset_policy(cfg)
     unknown = [key for key in cfg.algo.get("terminal_keys") or [] if key not in (cfg.env.info_keys or [])]
     if unknown:

@@ -6,9 +6,9 @@ runtime ones (``RUNTIME_ARGUMENTS``) when it builds the object, so a node never 
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, Callable
 
-from hydra.utils import get_class, instantiate
+from hydra.utils import get_class, get_method, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.errors import ConfigError
@@ -29,14 +29,26 @@ RUNTIME_ARGUMENTS: dict[str, frozenset[str]] = {
 
 def target_class(node: DictConfig, path: str) -> type:
     """The class named by ``node._target_`` (``path`` names the node in errors)."""
+    return located_target(node, path, get_class, "class")
+
+
+def target_callable(node: DictConfig, path: str) -> Callable:
+    """The class or function named by ``node._target_`` (an env wrapper may be either)."""
+    return located_target(node, path, get_method, "callable")
+
+
+def located_target(node: DictConfig, path: str, locate: Callable[[str], Any], kind: str) -> Any:
+    """``locate(node._target_)``, or a ConfigError naming ``path`` and the ``kind`` it needs."""
     target = node.get("_target_") if isinstance(node, DictConfig) else None
     if not target:
-        raise ConfigError(f"{path} has no _target_ (the class to build)")
+        given = "" if isinstance(node, DictConfig) else f"={node!r}"
+        raise ConfigError(f"{path}{given} has no _target_ (the {kind} to build)")
     try:
-        return get_class(target)
-    except Exception as error:  # Hydra's message spans lines: keep the first
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ConfigError(f"{path}._target_={target}: not an importable class ({reason})") from None
+        return locate(target)
+    except Exception as error:  # Hydra's message spans lines, its cause says why: keep the cause's first line
+        cause = error.__cause__ or error
+        reason = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        raise ConfigError(f"{path}._target_={target}: not an importable {kind} ({reason})") from None
 
 
 def build_node(node: DictConfig, path: str, *args: Any, drop: tuple[str, ...] = (), **runtime: Any) -> Any:

@@ -18,15 +18,22 @@ import threading
 from typing import Any, ClassVar
 
 
+class ThreadValues(threading.local):
+    """The values a ThreadSetting subclass holds on each thread (an empty stack at first)."""
+
+    def __init__(self) -> None:
+        self.stack: list = []
+
+
 class ThreadSetting(contextlib.ContextDecorator):
     """A context manager (or decorator) that sets ``value`` for its subclass on this thread."""
 
     default: ClassVar[Any] = None
-    _local: ClassVar[threading.local]
+    _values: ClassVar[ThreadValues]
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
-        cls._local = threading.local()
+        cls._values = ThreadValues()
 
     def __init__(self, value: Any) -> None:
         self.value = value
@@ -34,15 +41,13 @@ class ThreadSetting(contextlib.ContextDecorator):
     @classmethod
     def current(cls) -> Any:
         """The innermost value set on this thread, else ``default``."""
-        values = getattr(cls._local, "values", None)
-        return values[-1] if values else cls.default
+        stack = cls._values.stack
+        return stack[-1] if stack else cls.default
 
     def __enter__(self) -> "ThreadSetting":
-        if not hasattr(self._local, "values"):
-            self._local.values = []
-        self._local.values.append(self.value)
+        self._values.stack.append(self.value)
         return self
 
     def __exit__(self, *exc_info) -> bool:
-        self._local.values.pop()
+        self._values.stack.pop()
         return False

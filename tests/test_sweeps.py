@@ -329,6 +329,18 @@ def test_a_model_splits_into_shares_of_consecutive_members():
     assert shares(3, 1) == [range(0, 3)]
 
 
+@pytest.mark.parametrize("option, line", [
+    ("hydra.launcher.processes=0", "hydra.launcher.processes must be a positive int, got 0"),
+    ("hydra.launcher.max_members=abc", "hydra.launcher.max_members must be None or a positive int, got 'abc'"),
+])
+def test_a_bad_launcher_option_is_one_line_exit_2_before_any_job(tmp_path, option, line):
+    result = cli(tmp_path, "train", "--multirun", "seed=0,1", "hydra/launcher=batched", option, "logger=none",
+                 "hydra.sweep.dir=sweep")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"rlcollect train: invalid configuration: {line}"]
+    assert not (tmp_path / "sweep").exists()
+
+
 def tens(members: list[int], share: int) -> list[int]:
     return [member * 10 + share for member in members]
 

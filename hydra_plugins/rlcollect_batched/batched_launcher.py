@@ -18,13 +18,10 @@ class BatchedLauncher(Launcher):
 
     def __init__(self, max_members: int | None = None, processes: int = 1) -> None:
         super().__init__()
-        from rlcollect.errors import ConfigError
+        from rlcollect.validation import check_positive_int
 
-        if max_members is not None and max_members < 1:
-            raise ConfigError(f"hydra.launcher.max_members must be >= 1 or null, got {max_members}")
-        if processes < 1:
-            raise ConfigError(f"hydra.launcher.processes must be >= 1, got {processes}")
-        self.max_members, self.processes = max_members, processes
+        self.max_members = check_positive_int("hydra.launcher.max_members", max_members, optional=True)
+        self.processes = check_positive_int("hydra.launcher.processes", processes)
         self.config = self.hydra_context = self.task_function = None
 
     def setup(self, *, hydra_context, task_function, config) -> None:

@@ -31,7 +31,12 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from hydra.errors import (
+    ConfigCompositionException,
+    InstantiationException,
+    MissingConfigException,
+    OverrideParseException,
+)
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
@@ -470,6 +475,11 @@ def run_train(args: list[str]) -> int:
         train()
     except (ConfigCompositionException, OverrideParseException) as error:
         print(f"rlcollect train: {override_error_line(error)}", file=sys.stderr)
+        return 2
+    except InstantiationException as error:  # the sweeper or launcher refused its own options
+        if not isinstance(error.__cause__, ConfigError):
+            raise
+        print(f"rlcollect train: invalid configuration: {error.__cause__}", file=sys.stderr)
         return 2
     finally:
         if previous is None:

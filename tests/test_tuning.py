@@ -49,6 +49,20 @@ def test_a_tuning_study_tells_failed_trials_goes_on_persists_and_resumes(tmp_pat
     assert compared.stdout.count(": refused") == len(refused)
 
 
+@pytest.mark.parametrize("option, line", [
+    ("hydra.sweeper.n_trials=0", "hydra.sweeper.n_trials must be a positive int, got 0"),
+    ("hydra.sweeper.direction=sideways", "hydra.sweeper.direction=sideways: choose one of minimize, maximize"),
+])
+def test_a_bad_sweeper_option_is_one_line_exit_2_before_any_trial(tmp_path, option, line):
+    """Optuna itself would fail with a traceback: n_trials=0 once the study ends, a bad
+    direction once it starts."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    result = cli(tmp_path, "train", "--multirun", "hydra/sweeper=tune_ppo", option, *TINY, "hydra.sweep.dir=sweep")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [f"rlcollect train: invalid configuration: {line}"]
+    assert not (tmp_path / "sweep").exists()
+
+
 def test_the_objective_picks_what_a_run_returns_and_its_direction(tmp_path):
     from omegaconf import OmegaConf
 

@@ -1,0 +1,1 @@
+"""rlcollect's tuning sweeper, where Hydra looks for sweepers (tuning_sweeper.py)."""

@@ -1,0 +1,47 @@
+"""``hydra/sweeper=tune_ppo``'s sweeper (rlcollect/conf/hydra/sweeper/tune_ppo.yaml): Hydra's
+Optuna sweeper (the tune extra), its own options checked first (docs/tuning.md).
+
+Optuna would take ``n_trials=0`` or ``direction=sideways`` and fail with a traceback once
+the study starts or ends; here they are a ConfigError naming the option, before any trial.
+This module imports without the tune extra: Hydra imports every module of hydra_plugins
+to list its plugins.
+"""
+from __future__ import annotations
+
+from typing import Any, List
+
+from hydra.plugins.sweeper import Sweeper
+from omegaconf import ListConfig
+
+DIRECTIONS = ("minimize", "maximize")
+
+
+class TuningSweeper(Sweeper):
+    """Hydra's ``OptunaSweeper`` built from the same ``options``, once they are checked:
+    ``n_trials`` and ``n_jobs`` positive ints, ``direction`` minimize or maximize (or a
+    list of them), ``max_failure_rate`` in [0, 1]."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__()
+        from rlcollect.errors import ConfigError
+        from rlcollect.validation import check_positive_int
+
+        for name in ("n_trials", "n_jobs"):
+            check_positive_int(f"hydra.sweeper.{name}", options.get(name))
+        direction = options.get("direction")
+        for value in direction if isinstance(direction, (list, tuple, ListConfig)) else [direction]:
+            name = getattr(value, "name", value)  # a str, or the sweeper's Direction enum
+            if name not in DIRECTIONS:
+                raise ConfigError(f"hydra.sweeper.direction={name}: choose one of {', '.join(DIRECTIONS)}")
+        rate = options.get("max_failure_rate")
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
+            raise ConfigError(f"hydra.sweeper.max_failure_rate={rate}: must be in [0, 1]")
+        from hydra_plugins.hydra_optuna_sweeper.optuna_sweeper import OptunaSweeper
+
+        self.sweeper = OptunaSweeper(**options)
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        self.sweeper.setup(hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments: List[str]) -> Any:
+        return self.sweeper.sweep(arguments)

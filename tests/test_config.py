@@ -284,6 +284,18 @@ def test_a_yaml_option_sets_only_what_differs_from_its_schema(group):
             assert value != default, f"conf/{group}/{name}.yaml repeats {key}={value!r} of {schema.__name__}"
 
 
+def test_the_recurrent_experiment_composes_with_the_feed_forward_model_its_docs_compare():
+    """docs/benchmarks.md runs experiment=cartpole_novel_gru with model=actor_critic as well:
+    the experiment sets no key of the recurrent model's that the feed-forward one lacks."""
+    recurrent = compose_train(["experiment=cartpole_novel_gru"])
+    assert (recurrent.model.rnn, recurrent.model.hidden_size) == ("gru", 64)
+    feed_forward = compose_train(["experiment=cartpole_novel_gru", "model=actor_critic"])
+    assert feed_forward.model._target_ == "rlcollect.ActorCritic"
+    assert feed_forward.algo == recurrent.algo and feed_forward.env == recurrent.env
+    algo = recurrent.algo
+    assert (algo.gae_lambda, algo.minibatch_size, algo.normalize_reward) == (0.8, 256, True)
+
+
 def test_an_added_key_is_checked_against_the_schema_and_the_target():
     with pytest.raises(ValueError, match=r"Key 'frame_per_batch' not in 'SyncCollectorConfig' \(collector"):
         pipeline.check_keys(compose_train(["+collector.frame_per_batch=512"]))

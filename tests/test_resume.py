@@ -94,6 +94,27 @@ def test_a_resumed_run_takes_a_longer_total_frames_and_refuses_other_changes(tmp
     assert sorted(path.name for path in tmp_path.iterdir()) == ["run"]
 
 
+def test_a_solved_run_resumed_with_more_frames_trains_on_and_keeps_its_first_solve(tmp_path):
+    """The threshold stops a run the first time it is reached; a resume that asks for more
+    frames gets them, and frames_to_solve stays that first frame."""
+    def train(*overrides):
+        return rlcollect(tmp_path, "train", *overrides, timeout=120)
+
+    first = train("total_frames=1024", "collector.frames_per_batch=256", "eval.every_frames=256",
+                  "eval.episodes=1", "env.solved_return=1", "logger=none", "progress=false", "hydra.run.dir=run")
+    assert first.returncode == 0, first.stderr
+    run_dir = tmp_path / "run"
+    solved = json.loads((run_dir / "summary.json").read_text())
+    assert (solved["status"], solved["frames"], solved["frames_to_solve"]) == ("solved", 256, 256)
+    result = train(f"resume={run_dir}", "total_frames=768")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (summary["status"], summary["frames"], summary["frames_to_solve"]) == ("finished", 768, 256)
+    assert summary["seconds_to_solve"] == solved["seconds_to_solve"]
+    assert steps(run_dir) == [256, 512, 768]
+    assert load_run_dir(run_dir).summary["frames_to_solve"] == 256  # what compare reads
+
+
 def test_resume_errors_are_clear(tmp_path):
     result = rlcollect(tmp_path, "train", f"resume={tmp_path}", "logger=none", timeout=120)
     assert result.returncode == 2 and "not a run folder" in result.stderr

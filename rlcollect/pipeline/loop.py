@@ -156,7 +156,8 @@ class Session:
                 phases.end("eval")
                 postfix["eval"] = f"{eval_return:.1f}"
                 threshold = summary["solved_return"]  # the env id's own (logging.runs.solved_threshold)
-                solved = threshold is not None and eval_return >= threshold
+                # the first time only: a solved run resumed with a larger total_frames trains on to it
+                solved = threshold is not None and eval_return >= threshold and summary["frames_to_solve"] is None
                 if solved:
                     summary["frames_to_solve"], summary["seconds_to_solve"] = frames, self.seconds()
         self.bar.set_postfix(postfix)

@@ -24,7 +24,7 @@ class TuningSweeper(Sweeper):
     def __init__(self, **options: Any) -> None:
         super().__init__()
         from rlcollect.errors import ConfigError
-        from rlcollect.validation import check_positive_int
+        from rlcollect.validation import Range, check_positive_int
 
         for name in ("n_trials", "n_jobs"):
             check_positive_int(f"hydra.sweeper.{name}", options.get(name))
@@ -33,9 +33,7 @@ class TuningSweeper(Sweeper):
             name = getattr(value, "name", value)  # a str, or the sweeper's Direction enum
             if name not in DIRECTIONS:
                 raise ConfigError(f"hydra.sweeper.direction={name}: choose one of {', '.join(DIRECTIONS)}")
-        rate = options.get("max_failure_rate")
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
-            raise ConfigError(f"hydra.sweeper.max_failure_rate={rate}: must be in [0, 1]")
+        Range.parse("[0, 1]").check("hydra.sweeper.max_failure_rate", options.get("max_failure_rate"))
         from hydra_plugins.hydra_optuna_sweeper.optuna_sweeper import OptunaSweeper
 
         self.sweeper = OptunaSweeper(**options)

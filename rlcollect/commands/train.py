@@ -105,7 +105,6 @@ class Job:
         return ",".join(self.overrides) or "(no overrides)"
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="train")
 def train(cfg: DictConfig) -> float | None:
     """One training job: build the pipeline from ``cfg`` and run it in the Hydra run folder.
     Returns the run's ``objective`` (what a tuning sweep optimises); None for a job of a
@@ -467,12 +466,16 @@ def run_train(args: list[str]) -> int:
     previous = os.environ.get("HYDRA_FULL_ERROR")
     FULL_ERROR["asked"] = previous == "1"
     SWEEP.jobs, SWEEP.not_finished = 0, []
+    # decorated here, not where train is defined: hydra.main sets Hydra's version base for the whole
+    # process, and a module that only imports this one (hydra/launcher=batched in another Hydra app)
+    # must leave that app's own base, and so its jobs' working dirs, as they were
+    app = hydra.main(version_base="1.3", config_path="../conf", config_name="train")(train)
     if previous == "1":
-        train()
+        app()
         return report_sweep()
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing its multi-line report
     try:
-        train()
+        app()
     except (ConfigCompositionException, OverrideParseException) as error:
         print(f"rlcollect train: {override_error_line(error)}", file=sys.stderr)
         return 2

@@ -1,6 +1,24 @@
-"""hydra/launcher=batched against Hydra's own test suites for launcher plugins."""
+"""hydra/launcher=batched against Hydra's own test suites for launcher plugins
+(hydra.test_utils.launcher_common_tests), parametrised as Hydra's plugins parametrise them.
+Their apps are Hydra's test apps, not rlcollect's: each job is a solo run there (no config of
+theirs has a ``seed`` to batch over), so what they check is the job's set-up as Hydra's basic
+launcher does it: its folder, ``.hydra/``, ``<task>.log``, working dir, name and return value."""
 import subprocess
 import sys
+
+import pytest
+from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, LauncherTestSuite
+
+
+@pytest.mark.parametrize("launcher_name, overrides", [("batched", [])])
+class TestBatchedLauncher(LauncherTestSuite):
+    pass
+
+
+# each case a Hydra app in a process of its own (about 2 s each: the launcher imports torch)
+@pytest.mark.parametrize("task_launcher_cfg, extra_flags", [({}, ["-m", "hydra/launcher=batched"])])
+class TestBatchedLauncherIntegration(IntegrationTestSuite):
+    pass
 
 
 def test_importing_the_launchers_work_leaves_hydras_version_base():

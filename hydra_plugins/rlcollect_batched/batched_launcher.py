@@ -1,12 +1,24 @@
-"""``hydra/launcher=batched`` (rlcollect/conf/hydra/launcher/batched.yaml). Hydra takes
-launchers from the hydra_plugins namespace only: the class lives here, its work in
-rlcollect.sweeps.launcher (docs/sweeps.md)."""
+"""``hydra/launcher=batched``. Hydra takes launchers from the hydra_plugins namespace only:
+the class lives here, its work in rlcollect.sweeps.launcher (docs/sweeps.md).
+
+Its config is stored in Hydra's ConfigStore when Hydra scans its plugins, as Hydra's own
+launcher plugins store theirs, so ``hydra/launcher=batched`` composes in any Hydra app
+(Hydra's launcher test suite runs it against its own apps), not only in ``rlcollect
+train``. The node is a plain dict, not a dataclass: its options are checked by the
+launcher (one line, exit 2), not by OmegaConf's type check (a traceback)."""
 from __future__ import annotations
 
 from typing import Sequence
 
+from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn
 from hydra.plugins.launcher import Launcher
+
+ConfigStore.instance().store(group="hydra/launcher", name="batched", provider="rlcollect", node={
+    "_target_": "hydra_plugins.rlcollect_batched.batched_launcher.BatchedLauncher",
+    "max_members": None,  # at most this many members per batched model (None: every job of a group)
+    "processes": 1,  # a model's members split into this many shares, each trained in a process of its own at once
+})
 
 
 class BatchedLauncher(Launcher):

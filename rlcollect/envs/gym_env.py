@@ -27,7 +27,7 @@ from rlcollect.envs.backends import BACKENDS, VectorBackend, make_backend
 from rlcollect.envs.spaces import check_supported, is_nested, random_actions, sample_shape, tree_map
 from rlcollect.envs.staging import INFO_DTYPES, Staging, allocate_arrays, info_dtype
 from rlcollect.errors import ConfigError, MissingDependencyError
-from rlcollect.seeding import Seeds
+from rlcollect.seeding import Seeds, env_seed
 from rlcollect.validation import check_positive_int
 
 EnvSource = Union[str, Callable[[], gym.Env]]
@@ -296,16 +296,68 @@ class GymEnv:
         """This single env (``num_envs=None``, batch_size ``[]``) as a batch of one
         (``num_envs=1``): the same gymnasium env, info keys and device, for the collectors
         that step their envs in batches. An env already batched is returned as it is."""
-        if self.num_envs is not None:
-            return self
-        if self.backend != "list":
-            raise ConfigError(f"a single GymEnv of backend {self.backend!r} cannot be batched: build it with "
-                              "num_envs=1")
-        [env] = self._backend.envs
-        batched = GymEnv(functools.partial(_the_env, env), 1, device=self.device, info_keys=self.info_keys)
-        batched.set_seed(self._seed)
-        self._closed = True  # its env lives on in the batch
+        return self if self.num_envs is not None else GymEnv.from_envs([self])
+
+    @staticmethod
+    def from_envs(envs: Sequence["GymEnv"]) -> "GymEnv":
+        """Single GymEnvs (``num_envs=None``) as one batch of ``len(envs)`` sub-envs, in
+        order: their gymnasium envs, stepped by backend "list", with their device and info
+        keys (which, and the spaces, must be the same for every env). Sub-env i keeps the
+        seed env i had for its next reset (none: unseeded). The envs given are closed; their
+        gymnasium envs live on in the batch. How an env source that builds one env per call
+        (rlpyt's env factories) is batched: envs/sources.py ``make_env``."""
+        envs = list(envs)
+        if not envs:
+            raise ValueError("GymEnv.from_envs needs at least one env")
+        first = envs[0]
+        for index, env in enumerate(envs):
+            if not isinstance(env, GymEnv) or env.num_envs is not None or env._closed:
+                what = env if isinstance(env, GymEnv) else type(env).__name__
+                state = " (closed)" if isinstance(env, GymEnv) and env._closed else ""
+                raise ConfigError(f"envs to batch must be single, open GymEnvs (num_envs=None); env {index} is "
+                                  f"{what}{state}")
+            if (env.observation_space, env.action_space) != (first.observation_space, first.action_space):
+                raise ConfigError(f"envs to batch must have the same spaces: env {index} has observations "
+                                  f"{env.observation_space} and actions {env.action_space}, env 0 "
+                                  f"{first.observation_space} and {first.action_space}")
+            if (env.info_keys, env.device) != (first.info_keys, first.device):
+                raise ConfigError(f"envs to batch must have the same info keys and device: env {index} has "
+                                  f"{env.info_keys} on {env.device}, env 0 {first.info_keys} on {first.device}")
+        seeds = [env._seed for env in envs]
+        if any(seed is None for seed in seeds) and any(seed is not None for seed in seeds):
+            raise ConfigError(f"envs to batch must all be seeded or all unseeded; their seeds are {seeds}")
+        batched = GymEnv([functools.partial(_the_env, env) for env in GymEnv._gym_envs(envs)], len(envs),
+                         device=first.device, info_keys=first.info_keys)
+        batched.set_seed(None if seeds[0] is None else [env_seed(seed, 0) for seed in seeds])
+        for env in envs:
+            env._closed = True  # its gymnasium env lives on in the batch
         return batched
+
+    def wrapped(self, wrapper: Callable[[gym.Env], gym.Env]) -> "GymEnv":
+        """This env with ``wrapper`` (gymnasium env -> gymnasium env) around each of its
+        sub-envs: a GymEnv of the same size, device, info keys and seed (backend "list"
+        only). This one is closed; its gymnasium envs live on, wrapped, in the new one."""
+        wrapped_envs = [wrapper(env) for env in GymEnv._gym_envs([self])]
+        for env in wrapped_envs:
+            if not isinstance(env, gym.Env):
+                raise TypeError(f"env wrapper {wrapper!r} returned {type(env).__name__}, not a gymnasium.Env")
+        makers = [functools.partial(_the_env, env) for env in wrapped_envs]
+        rebuilt = GymEnv(makers if self.num_envs is not None else makers[0], self.num_envs, device=self.device,
+                         info_keys=self.info_keys)
+        rebuilt.set_seed(self._seed)
+        self._closed = True
+        return rebuilt
+
+    @staticmethod
+    def _gym_envs(envs: Sequence["GymEnv"]) -> list[gym.Env]:
+        """The gymnasium envs of ``envs``, in order (each of backend "list")."""
+        found = []
+        for env in envs:
+            if env.backend != "list":
+                raise ConfigError(f"{env!r} steps one vector env: its sub-envs cannot be taken apart (build it "
+                                  "with backend='list')")
+            found += env._backend.envs
+        return found
 
     def close(self) -> None:
         """Close every sub-env; idempotent."""

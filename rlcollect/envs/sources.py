@@ -2,7 +2,8 @@
 
 A gymnasium id, a GymEnv (or any StagedEnv), or a zero-argument callable returning a
 gymnasium.Env or a GymEnv. ``make_env`` turns one into a StagedEnv; collectors that build
-envs in worker processes send the source itself (it must then be picklable).
+envs in worker processes send the source itself (it must then be picklable). A callable
+that returns one env, a gymnasium.Env or an unbatched GymEnv, is called once per env.
 """
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ def make_env(source: EnvSource, num_envs: int | None = None, *, seed: int | None
     follows): a GymEnv/StagedEnv as is; a gymnasium VectorEnv stepped as it is; a gymnasium
     id or a callable returning a gymnasium.Env as ``GymEnv(source, num_envs, seed=seed, **env_kwargs)``
     (an id with ``backend="torch"``: its torch env, ``make_torch_env``);
-    a callable returning a GymEnv, what it returns (seeded with ``seed`` if given; it must
-    then hold ``num_envs`` envs, when given)."""
+    a callable returning a single GymEnv (``num_envs=None``), where ``num_envs`` is given,
+    called once per env and the envs batched (rlpyt's env factories build one env per call);
+    a callable returning any other GymEnv, what it returns (seeded with ``seed`` if given;
+    it must then hold ``num_envs`` envs, when given)."""
     if isinstance(source, StagedEnv):
         return _as_is(source, num_envs, seed, env_kwargs)
     if isinstance(source, gym.vector.VectorEnv):  # stepped as it is (its autoreset mode: envs/backends.py)
@@ -41,6 +44,8 @@ def make_env(source: EnvSource, num_envs: int | None = None, *, seed: int | None
         raise TypeError(f"an env source must be a gymnasium id, a GymEnv, or a zero-argument callable returning a "
                         f"gymnasium.Env or a GymEnv; got {type(source).__name__}")
     first = source()
+    if isinstance(first, GymEnv) and first.num_envs is None and num_envs is not None:
+        return _one_per_call(source, first, num_envs, seed, env_kwargs)
     if isinstance(first, StagedEnv):
         return _as_is(first, num_envs, seed, env_kwargs)
     if not isinstance(first, gym.Env):
@@ -66,12 +71,28 @@ def make_torch_env(env_id: str, num_envs: int | None, *, seed: int | None = None
     return TORCH_ENVS[env_id](num_envs or 1, seed=seed, **kwargs)
 
 
+def _one_per_call(source: Callable[[], Any], first: GymEnv, num_envs: int, seed, env_kwargs) -> GymEnv:
+    """``num_envs`` envs from a callable that returned the single GymEnv ``first``, called
+    once per env as rlpyt calls its env factories: ``first`` and num_envs - 1 more, batched
+    in order (``GymEnv.from_envs``), then seeded as a built env is (``_as_is``)."""
+    envs = [first]
+    try:
+        check_positive_int("num_envs", num_envs)
+        _no_env_kwargs(first, env_kwargs)  # said before more envs are built
+        envs += [source() for _ in range(num_envs - 1)]
+        batched = GymEnv.from_envs(envs)
+    except BaseException:
+        for env in envs:
+            if isinstance(env, GymEnv):
+                env.close()
+        raise
+    return _as_is(batched, num_envs, seed, {})
+
+
 def _as_is(env: StagedEnv, num_envs, seed, env_kwargs) -> StagedEnv:
     """A built env: ``seed`` is applied with set_seed (sub-env i gets seed + i at its next
     reset, as GymEnv's constructor does); its size and make kwargs are what they are."""
-    if env_kwargs:
-        raise TypeError(f"env kwargs {sorted(env_kwargs)} apply to a gymnasium id or a callable returning a "
-                        f"gymnasium.Env, not to an env already built ({env!r})")
+    _no_env_kwargs(env, env_kwargs)
     if num_envs == 1 and env.num_envs is None and callable(getattr(env, "as_batch", None)):
         env = env.as_batch()  # a single env, where a batch of one is asked for
     if num_envs is not None and env.num_envs != num_envs:
@@ -79,6 +100,12 @@ def _as_is(env: StagedEnv, num_envs, seed, env_kwargs) -> StagedEnv:
     if seed is not None:
         env.set_seed(seed)
     return env
+
+
+def _no_env_kwargs(env: StagedEnv, env_kwargs: dict) -> None:
+    if env_kwargs:
+        raise TypeError(f"env kwargs {sorted(env_kwargs)} apply to a gymnasium id or a callable returning a "
+                        f"gymnasium.Env, not to an env already built ({env!r})")
 
 
 @dataclass(frozen=True)

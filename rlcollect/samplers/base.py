@@ -18,6 +18,7 @@ seed whichever process steps the envs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -31,6 +32,7 @@ from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.collectors.single import Collector
 from rlcollect.envs.gym_env import GymEnv
 from rlcollect.envs.random_start import RandomStart
+from rlcollect.envs.sources import make_env
 from rlcollect.samplers.collectors import SamplerCollector
 from rlcollect.seeding import env_seed, eval_seed
 from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo
@@ -65,8 +67,9 @@ class Samples(TensorDict):
 
 @dataclass(frozen=True)
 class EnvFactory:
-    """``EnvCls(**env_kwargs)``, wrapped in ``RandomStart`` when ``max_steps`` > 0; a
-    picklable zero-argument env source for the collectors' workers."""
+    """``EnvCls(**env_kwargs)``, one env per call as rlpyt builds its envs, wrapped in
+    ``RandomStart`` when ``max_steps`` > 0 (a GymEnv's gymnasium env is wrapped inside it);
+    a picklable zero-argument env source (envs/sources.py ``make_env`` batches the envs)."""
 
     env_cls: Callable[..., Any]
     env_kwargs: dict
@@ -74,14 +77,19 @@ class EnvFactory:
 
     def __call__(self):
         env = self.env_cls(**self.env_kwargs)
-        return RandomStart(env, self.max_steps) if self.max_steps else env
+        if not self.max_steps:
+            return env
+        if isinstance(env, GymEnv):
+            return env.wrapped(functools.partial(RandomStart, max_steps=self.max_steps))
+        return RandomStart(env, self.max_steps)
 
 
 class BaseSampler:
     """rlpyt's BaseSampler: ``batch_B`` envs, ``batch_T`` steps each per ``obtain_samples``.
 
     Args (the seed's names, kept for this compatibility front):
-        EnvCls: class or factory called as ``EnvCls(**env_kwargs)``, returning a gymnasium.Env.
+        EnvCls: class or factory called as ``EnvCls(**env_kwargs)`` once per env, returning
+            one env: a gymnasium.Env or an unbatched GymEnv (the envs are then batched).
         env_kwargs: its keyword arguments (picklable for worker processes).
         batch_T: steps per env per batch.
         batch_B: envs.
@@ -114,7 +122,7 @@ class BaseSampler:
                  eval_max_steps: int | None = None, eval_max_trajectories: int | None = None,
                  collector_kwargs: dict | None = None, info_keys: Sequence[str] | Mapping[str, Any] = ()) -> None:
         if not callable(EnvCls):
-            raise TypeError(f"EnvCls must be a class or factory returning a gymnasium.Env, got {EnvCls!r}")
+            raise TypeError(f"EnvCls must be a class or factory returning a gymnasium.Env or a GymEnv, got {EnvCls!r}")
         self.EnvCls, self.env_kwargs = EnvCls, dict(env_kwargs or {})
         self.batch_T, self.batch_B = check_positive_int("batch_T", batch_T), check_positive_int("batch_B", batch_B)
         self.CollectorCls = self._check_collector_class(CollectorCls or self.default_collector)
@@ -184,8 +192,8 @@ class BaseSampler:
         self.collector = self._build_collector(agent, factory, first_seed, affinity, options)
         self._batches = iter(self.collector)
         if self.eval_n_envs:
-            eval_env = GymEnv(EnvFactory(self.EnvCls, self.eval_env_kwargs), self.eval_n_envs,
-                              seed=env_seed(eval_seed(seed), rank * self.eval_n_envs))
+            eval_env = make_env(EnvFactory(self.EnvCls, self.eval_env_kwargs), self.eval_n_envs,
+                                seed=env_seed(eval_seed(seed), rank * self.eval_n_envs))
             self.eval_collector = self.eval_CollectorCls(
                 eval_env, agent, eval_n_envs=self.eval_n_envs, eval_max_steps=self.eval_max_steps,
                 eval_max_trajectories=self.eval_max_trajectories, gamma=self._tracker.gamma)
@@ -298,7 +306,7 @@ class BaseSampler:
         """One step's entries, zeros: a one-env Collector's preallocated batch, built with
         this process's RNG state saved and restored (the samples do not depend on it)."""
         with torch.random.fork_rng(devices=[]):
-            env = GymEnv(EnvFactory(self.EnvCls, self.env_kwargs), 1, **self._env_options())
+            env = make_env(EnvFactory(self.EnvCls, self.env_kwargs), 1, **self._env_options())
             probe = Collector(env, agent, frames_per_batch=1, reset_policy=self.CollectorCls.reset_policy)
             try:
                 examples = probe.batch[0, 0].clone().zero_()

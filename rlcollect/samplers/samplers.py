@@ -5,7 +5,7 @@ from __future__ import annotations
 from rlcollect.collectors.action_server import ActionServerCollector, AlternatingCollector
 from rlcollect.collectors.multi import MultiSyncCollector
 from rlcollect.collectors.single import Collector
-from rlcollect.envs.gym_env import GymEnv
+from rlcollect.envs.sources import make_env
 from rlcollect.keys import POLICY_VERSION, WORKER_ID
 from rlcollect.samplers.base import BaseSampler, EnvFactory
 from rlcollect.samplers.collectors import CpuResetCollector, GpuResetCollector
@@ -19,7 +19,7 @@ class SerialSampler(BaseSampler):
     default_collector, agent_in_workers = CpuResetCollector, True
 
     def _build_collector(self, agent, factory: EnvFactory, seed, affinity: dict, options: dict):
-        env = GymEnv(factory, self.batch_B, seed=seed, **self._env_options())
+        env = make_env(factory, self.batch_B, seed=seed, **self._env_options())
         return Collector(env, agent, frames_per_batch=self.batch_B * self.batch_T,
                          **{**self._agent_device(affinity), **options})
 

@@ -4,7 +4,9 @@ zero-argument callable returning a gymnasium.Env or a GymEnv."""
 import functools
 
 import gymnasium as gym
+import numpy as np
 import pytest
+import torch
 
 from rlcollect import ActionServerCollector, AlternatingCollector, Collector, GymEnv, MultiSyncCollector, PoolCollector
 from rlcollect.testing import CountingEnv
@@ -57,3 +59,23 @@ def test_worker_collectors_take_a_callable_returning_an_unbatched_gym_env(no_lef
         assert set(counts.tolist()) <= {1.0, 2.0, 3.0} and counts.tolist().count(1.0) >= 2
     else:
         assert counts.reshape(2, 4).tolist() == [[1.0, 2.0, 3.0, 1.0]] * 2
+
+
+ONE_CARTPOLE = functools.partial(GymEnv, "CartPole-v1")  # a user's factory: one unbatched CartPole per call
+
+
+@pytest.mark.parametrize("cls", [ActionServerCollector, AlternatingCollector])
+def test_a_callable_returning_one_env_is_called_once_per_env_of_each_worker(no_leftovers, cls):
+    """rlpyt's env factories build one env per call: with envs_per_worker=2 each worker calls
+    it twice and batches the envs, where these collectors refused it before; env i of the run
+    (worker w's envs are 2w, 2w + 1) is seeded seed + i."""
+    collector = cls(ONE_CARTPOLE, num_workers=2, envs_per_worker=2, frames_per_batch=16, total_frames=16,
+                    start_method="fork", seed=7)
+    no_leftovers(collector)
+    [batch] = list(collector)
+    assert batch.batch_size == (4, 4)
+    assert batch["observation"].shape == (4, 4, 4) and batch["action"].shape == (4, 4)
+    reference = gym.make("CartPole-v1")
+    first = np.stack([reference.reset(seed=7 + env)[0] for env in range(4)])
+    assert torch.equal(batch["observation"][:, 0], torch.from_numpy(first))
+    assert batch["is_init"][:, 0].all()

@@ -7,7 +7,7 @@ import gymnasium as gym
 import pytest
 import torch
 
-from rlcollect import ActorCritic, TrajectoryInfo
+from rlcollect import ActorCritic, GymEnv, TrajectoryInfo
 from rlcollect.collectors.action_server import AlternatingCollector
 from rlcollect.collectors.multi import MultiSyncCollector
 from rlcollect.samplers import (
@@ -86,6 +86,30 @@ def test_a_sampling_agent_gives_the_same_samples_where_its_forward_sees_the_same
         got = collect(cls, start, affinity=affinity, **sampler_kwargs(cls))
         for want, have in zip(expected, got):
             assert all(torch.equal(want[key], have[key]) for key in KEYS), cls.__name__
+
+
+@pytest.mark.parametrize("cls", [GpuSampler, AlternatingSampler])
+def test_an_env_cls_returning_one_gym_env_is_called_once_per_env(start, cls):
+    """EnvCls returning one unbatched GymEnv, as rlpyt's env classes return one env: each of
+    the 2 workers calls it for its 2 envs and batches them (refused before). Env i is seeded
+    3 + i and starts at its random phase as a gymnasium env from gym.make would: the same
+    samples and evaluation episodes as SerialSampler's on gym.make (a deterministic agent)."""
+    def run(sampler_cls, env_cls, env_kwargs, affinity=None):
+        sampler = sampler_cls(env_cls, env_kwargs, 16, 4, max_decorrelation_steps=30, eval_n_envs=2,
+                              eval_max_trajectories=2,
+                              **sampler_kwargs(sampler_cls, exploration_type="deterministic"))
+        start(sampler, cartpole_agent(), seed=3, affinity=affinity)
+        samples = [sampler.obtain_samples(itr)[0].clone() for itr in range(2)]
+        return sampler, samples, [(info.episode_return, info.length) for info in sampler.evaluate_agent(0)]
+
+    _, expected, expected_eval = run(SerialSampler, gym.make, {"id": "CartPole-v1"})
+    sampler, got, got_eval = run(cls, GymEnv, {"env": "CartPole-v1"}, {"workers_cpus": [[0], [0]],
+                                                                       "set_affinity": False})
+    assert (sampler.collector.num_workers, sampler.collector.envs_per_worker) == (2, 2)
+    assert got[0].batch_size == (16, 4) and got[0]["observation"].shape == (16, 4, 4)
+    for want, have in zip(expected, got):
+        assert all(torch.equal(want[key], have[key]) for key in KEYS)
+    assert got_eval == expected_eval and len(got_eval) == 2
 
 
 def test_samples_are_a_time_major_view_and_examples_size_one_step(start):

@@ -21,6 +21,8 @@ from typing import Callable
 
 from torch import nn
 
+from rlcollect.moved import MovedAttribute
+
 
 class WeightReceiver(ABC):
     """Worker side: applies the updates that arrived, when asked."""
@@ -62,6 +64,9 @@ class WeightSender(ABC):
 
 class WeightSyncScheme(ABC):
     """Configuration of how one model's weights reach the workers."""
+
+    # deprecated: rlcollect.weight_sync.scheme_from_backend (rlcollect/moved.py)
+    from_backend = MovedAttribute("rlcollect.weight_sync.WeightSyncScheme.from_backend")
 
     @abstractmethod
     def make_sender(self, model: nn.Module, num_workers: int, mp_context) -> WeightSender:

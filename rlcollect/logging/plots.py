@@ -1,0 +1,5 @@
+"""Deprecated: moved to rlcollect.analysis.plots (docs/compare.md); its names here warn and resolve there
+(rlcollect/moved.py)."""
+from rlcollect.moved import moved_getattr
+
+__getattr__ = moved_getattr(__name__)

@@ -7,17 +7,11 @@ import subprocess
 import sys
 
 import pytest
-from hydra.test_utils.launcher_common_tests import IntegrationTestSuite, LauncherTestSuite
+from hydra.test_utils.launcher_common_tests import LauncherTestSuite
 
 
 @pytest.mark.parametrize("launcher_name, overrides", [("batched", [])])
 class TestBatchedLauncher(LauncherTestSuite):
-    pass
-
-
-# each case a Hydra app in a process of its own (about 2 s each: the launcher imports torch)
-@pytest.mark.parametrize("task_launcher_cfg, extra_flags", [({}, ["-m", "hydra/launcher=batched"])])
-class TestBatchedLauncherIntegration(IntegrationTestSuite):
     pass
 
 

@@ -19,6 +19,7 @@ submodule) is one, when that ``__init__`` imports the submodule. Only modules of
 are nodes.
 """
 import ast
+import importlib
 from pathlib import Path
 
 PACKAGE = Path(__file__).parents[1] / "rlcollect"
@@ -78,18 +79,22 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def lazy_export_modules(tree: ast.Module) -> list[str]:
-    """The module paths of the ``lazy_getattr(package, exports, ...)`` tables in ``tree``
-    (``exports`` a dict literal, or the name of a module-level one)."""
+def lazy_export_modules(tree: ast.Module, name: str) -> list[str]:
+    """The module paths of the ``lazy_getattr(package, exports, ...)`` tables in ``tree``, the
+    module ``name`` (``exports`` a dict literal, the name of a module-level one, or a table
+    built at import, as rlcollect's from its __init__.pyi: read from the package's
+    ``__getattr__.exports``, the package imported)."""
     tables = {target.id: node.value for node in tree.body if isinstance(node, ast.Assign)
               for target in node.targets if isinstance(target, ast.Name) and isinstance(node.value, ast.Dict)}
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_getattr" and len(node.args) > 1:
             table = node.args[1]
-            table = tables.get(table.id) if isinstance(table, ast.Name) else table
-            assert isinstance(table, ast.Dict), f"lazy_getattr's table must be a dict literal: {ast.unparse(node)}"
-            found += [value.value for value in table.values if isinstance(value, ast.Constant)]
+            table = tables.get(table.id, table) if isinstance(table, ast.Name) else table
+            if isinstance(table, ast.Dict):
+                found += [value.value for value in table.values if isinstance(value, ast.Constant)]
+            else:
+                found += list(importlib.import_module(name).__getattr__.exports.values())
     return found
 
 
@@ -100,7 +105,7 @@ def import_graph() -> dict[str, set[str]]:
     for name, path in paths.items():
         tree = ast.parse(path.read_text())
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        targets = set(lazy_export_modules(tree))
+        targets = set(lazy_export_modules(tree, name))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 targets |= {alias.name for alias in node.names}

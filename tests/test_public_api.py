@@ -30,24 +30,34 @@ def test_every_public_name_resolves_once_with_a_docstring():
             assert getattr(value, "__name__", name) == name, f"rlcollect.{name} is an alias of {value.__name__}"
 
 
-def type_checking_imports(module) -> dict[str, str]:
-    """{name: module} of the ``from module import name`` lines of ``module``'s ``if TYPE_CHECKING:`` block."""
-    tree = ast.parse(Path(module.__file__).read_text())
-    [block] = [node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"]
-    imported = {}
-    for node in block.body:
-        assert isinstance(node, ast.ImportFrom) and node.level == 0, f"not `from M import N`: {ast.unparse(node)}"
-        for alias in node.names:
-            assert alias.asname is None and alias.name not in imported, f"{alias.name} imported twice or renamed"
-            imported[alias.name] = node.module
-    return imported
-
-
 def test_the_public_names_are_declared_once():
-    """``_EXPORTS`` is the list: ``__all__`` is made from it, and the TYPE_CHECKING block imports
-    exactly its names, each from the module ``_EXPORTS`` loads it from."""
-    assert rlcollect.__all__ == sorted(rlcollect._EXPORTS)
-    assert type_checking_imports(rlcollect) == rlcollect._EXPORTS
+    """rlcollect/__init__.pyi is the one list: ``__all__``, the lazy attributes, the help text
+    and rlcollect.collectors' re-exports are all read from it; __init__.py lists no name."""
+    from rlcollect.lazy_exports import read_stub
+
+    stub_file = Path(rlcollect.__file__).with_suffix(".pyi")
+    stub = read_stub(str(stub_file))
+    assert rlcollect.__all__ == sorted(stub.exports) and rlcollect._EXPORTS == stub.exports
+    tree = ast.parse(Path(rlcollect.__file__).read_text())
+    assert not [node for node in ast.walk(tree) if isinstance(node, (ast.ImportFrom, ast.Dict))
+                and any(name in ast.unparse(node) for name in ("GymEnv", "Collector"))]
+    assert all(f"``{name}``" in rlcollect.__doc__ for name in stub.exports)
+    from rlcollect import collectors
+
+    assert {name for name, module in stub.exports.items() if module.startswith("rlcollect.collectors.")} <= set(
+        collectors.__all__)
+
+
+def test_a_stub_import_outside_any_group_or_renamed_is_refused(tmp_path):
+    import pytest
+
+    from rlcollect.lazy_exports import read_stub
+
+    for text in ("from a import B as B\n", "# group\nfrom a import B as C\n",
+                 "# group\nfrom a import B as B\nfrom c import B as B\n"):
+        (tmp_path / "s.pyi").write_text(text)
+        with pytest.raises(ValueError, match="s.pyi:"):
+            read_stub(str(tmp_path / "s.pyi"))
 
 
 def test_rlpyt_and_migration_names_have_their_own_homes():

@@ -1,16 +1,12 @@
-"""Collectors: iterate to get batches of env steps produced by a policy."""
-from rlcollect.collectors.base import CollectorBase
-from rlcollect.collectors.single import Collector
-from rlcollect.lazy_exports import lazy_getattr
+"""Collectors: iterate to get batches of env steps produced by a policy.
 
-__all__ = ["ActionServerCollector", "AlternatingCollector", "Collector", "CollectorBase", "PoolCollector",
-           "RayCollector", "RayReplayBuffer", "loopback_ray_env", "start_local_ray"]
+Every collector rlcollect exports (rlcollect/__init__.pyi) is importable from here too, loaded
+on first use: collectors/ray/ imports Ray itself only when a RayCollector is built, and the
+action-server collectors, the pool and the distributed ones load only when asked for.
+"""
+from rlcollect.lazy_exports import lazy_getattr, public_exports
 
-# collectors/ray/ loads on first use (and imports Ray itself only when a RayCollector is built);
-# so do the action-server collectors (collectors/action_server.py) and the env pool (collectors/pool.py).
-__getattr__ = lazy_getattr("rlcollect.collectors", {
-    **{name: "rlcollect.collectors.ray" for name in ("RayCollector", "RayReplayBuffer", "loopback_ray_env",
-                                                     "start_local_ray")},
-    **{name: "rlcollect.collectors.action_server" for name in ("ActionServerCollector", "AlternatingCollector")},
-    "PoolCollector": "rlcollect.collectors.pool",
-}, globals())
+_LAZY = {**public_exports("rlcollect.collectors."),
+         **{name: "rlcollect.collectors.ray" for name in ("loopback_ray_env", "start_local_ray")}}
+__all__ = sorted(_LAZY)
+__getattr__ = lazy_getattr("rlcollect.collectors", _LAZY, globals())

@@ -87,3 +87,17 @@ def test_every_collector_class_checks_its_own_plan():
     assert {"seed", "env_kwargs", "num_envs", "post_collect_hook"} <= Collector.accepted_arguments()
     assert "weight_sync_schemes" in MultiSyncCollector.accepted_arguments()
     assert "weight_sync_schemes" not in AlternatingCollector.accepted_arguments()
+
+
+def test_the_collector_contract_table_names_every_runtime_argument_once():
+    """docs/collectors.md's table of the collector contract names exactly the runtime
+    arguments the pipeline declares (COLLECTOR_RUNTIME_ARGUMENTS), each once."""
+    import re
+    from pathlib import Path
+
+    from rlcollect.pipeline.targets import COLLECTOR_RUNTIME_ARGUMENTS
+
+    text = (Path(__file__).parents[1] / "docs" / "collectors.md").read_text()
+    table = text.split("| runtime argument | what it is |", 1)[1].split("\n\n", 1)[0]
+    named = [name for row in table.splitlines()[2:] for name in re.findall(r"`(\w+)`", row.split("|")[1])]
+    assert sorted(named) == sorted(COLLECTOR_RUNTIME_ARGUMENTS)

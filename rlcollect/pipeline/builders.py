@@ -4,16 +4,9 @@
 
 Every collector is built the same way (the collector contract, docs/collectors.md "A
 collector of your own"): the env source (the gymnasium id), the policy, and of the runtime
-arguments below those its constructor takes (``CollectorBase.accepted_arguments``; for a
-class that is no CollectorBase, its named arguments):
-
-    total_frames, seed, env_kwargs, num_envs   what to collect, from which envs
-    device, init_random_frames                 where the policy runs; the algorithm's random start
-    post_collect_hook                          an EpisodeStatsHook: its results come back through
-                                               ``collector.hook_results()`` wherever it ran
-    weight_sync_schemes                        {"policy": the weight_sync node's scheme}
-    replay_buffer, trajs_per_batch             with an off-policy learner: the collector writes
-    run_dir                                    the run folder (a relative folder of the collector's)
+arguments (``targets.COLLECTOR_RUNTIME_ARGUMENTS``, each with what it is) those its
+constructor takes (``CollectorBase.accepted_arguments``; for a class that is no
+CollectorBase, its named arguments).
 
 Learners are built alike from ``algo._target_`` (``make_learner``).
 """
@@ -36,7 +29,7 @@ from rlcollect.envs.sources import make_env as make_env_source
 from rlcollect.envs.spaces import sample_shape, sample_shapes, torch_dtype, torch_dtypes
 from rlcollect.envs.staging import StagedEnv
 from rlcollect.logging.run_logger import EpisodeStatsHook, RunLogger, WandbLogger
-from rlcollect.pipeline.targets import build_node, named_arguments, target_class
+from rlcollect.pipeline.targets import COLLECTOR_RUNTIME_ARGUMENTS, build_node, named_arguments, target_class
 from rlcollect.primers import policy_primers
 
 # keys of an algo node the pipeline reads itself, passed to the learner only where its
@@ -147,6 +140,9 @@ def make_collector(cfg: DictConfig, policy, run_dir: Path, replay_buffer=None, *
     if replay_buffer is not None:
         runtime.update(replay_buffer=replay_buffer, trajs_per_batch=cfg.buffer.get("trajs_per_batch"))
     runtime.update(runtime_overrides)
+    undeclared = set(runtime) - COLLECTOR_RUNTIME_ARGUMENTS
+    if undeclared:  # our bug: every runtime argument is declared once, with what it is
+        raise AssertionError(f"collector runtime arguments {sorted(undeclared)} are not in COLLECTOR_RUNTIME_ARGUMENTS")
     if runtime["num_envs"] is None:
         runtime["env_kwargs"].pop("backend", None)  # a single env is stepped as a list of one
     accepted = accepted_arguments(target_class(node, "collector"))

@@ -13,11 +13,21 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.errors import ConfigError
 
+# The runtime arguments of the collector contract (docs/collectors.md, "A collector of your
+# own"): what pipeline/builders.make_collector passes a collector, each only when its class
+# takes it (CollectorBase.accepted_arguments), besides the env source and the policy.
+COLLECTOR_RUNTIME_ARGUMENTS = frozenset({
+    "total_frames", "seed", "env_kwargs", "num_envs",  # what to collect, from which envs (env i seeded seed + i)
+    "device", "init_random_frames",  # where the policy runs; the algorithm's random start
+    "post_collect_hook",  # an EpisodeStatsHook: its results come back through collector.hook_results()
+    "weight_sync_schemes",  # {"policy": the weight_sync node's scheme}
+    "replay_buffer", "trajs_per_batch",  # with an off-policy learner: the collector writes into its buffer
+    "run_dir",  # the run folder (a relative folder of the collector's lives in it)
+})
 # Constructor arguments the pipeline supplies, per node (docs/configuration.md): a config
 # key of the same name would be overridden, so checks.check_keys refuses one added with `+`.
 RUNTIME_ARGUMENTS: dict[str, frozenset[str]] = {
-    "collector": frozenset({"create_env_fn", "policy", "total_frames", "device", "post_collect_hook",
-                            "replay_buffer", "trajs_per_batch", "weight_sync_schemes", "seed", "env_kwargs"}),
+    "collector": frozenset({"create_env_fn", "policy"}) | COLLECTOR_RUNTIME_ARGUMENTS,
     "logger": frozenset({"run_dir", "start_frames", "gamma", "name", "group", "job_type", "config", "run_id"}),
     "model": frozenset({"observation_space", "action_space"}),
     "algo": frozenset({"policy", "buffer", "total_frames", "observation_space", "action_space"}),

@@ -121,6 +121,12 @@ class CollectorBase(ABC):
         self._restarts = Restarts()  # collectors with workers: their max_worker_restarts budget
         self._hook_results: collections.deque = collections.deque()  # what post_collect_hook returned
 
+    def collects_in_place(self) -> bool:
+        """Whether a caller may drive this collector with ``collect(rollout=...)`` (writing
+        an on-policy learner's rollout buffer in place) instead of iterating it; only the
+        in-process Collector can (pipeline/loop.py asks)."""
+        return False
+
     @property
     def replay_buffer(self):
         """The replay buffer batches are written into (None: batches are yielded)."""

@@ -13,6 +13,7 @@ from tensordict import TensorDictBase
 from tqdm import tqdm
 
 from rlcollect.buffers.rollout import ROLLOUT_DIM, RolloutBuffer, transition_view
+from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.config import eval_every_frames
 from rlcollect.errors import one_line
@@ -52,13 +53,13 @@ def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
 
 def in_place_rollouts(p: Pipeline) -> bool:
     """An on-policy learner's rollout buffer is written straight by a collector that can
-    (``collects_in_place()``: rlcollect's in-process Collector, not a subclass that changes
-    what iteration does; 1.03x the batch + copy path, scripts/bench_rollout.py) when it
-    delivers to nothing but its post-collect hook."""
-    collects_in_place = getattr(p.collector, "collects_in_place", None)
+    (``CollectorBase.collects_in_place()``: rlcollect's in-process Collector, not a subclass
+    that changes what iteration does; 1.03x the batch + copy path, scripts/bench_rollout.py)
+    when it delivers to nothing but its post-collect hook."""
+    collector = p.collector
     return not p.learner.replay and isinstance(getattr(p.learner, "buffer", None), RolloutBuffer) and \
-        callable(collects_in_place) and collects_in_place() and \
-        p.collector.delivery_options == DeliveryOptions(post_collect_hook=p.collector.post_collect_hook)
+        isinstance(collector, CollectorBase) and collector.collects_in_place() and \
+        collector.delivery_options == DeliveryOptions(post_collect_hook=collector.post_collect_hook)
 
 
 def rollouts(p: Pipeline) -> Iterator[tuple[TensorDictBase, int]]:

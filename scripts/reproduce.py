@@ -813,6 +813,9 @@ def main(argv: list[str] | None = None) -> int:
     have = {need: available(need) for need in {need for command in commands for need in command.needs}}
     runnable = [command for command in commands if all(have[need] for need in command.needs)]
     load_before = os.getloadavg()[0]
+    if load_before > (os.cpu_count() or 1):
+        print(f"note: the 1-min load average is {load_before:.1f} on {os.cpu_count()} cores; other processes share "
+              "this machine, so its timings will read slow", file=sys.stderr, flush=True)
     minutes = sum(command.minutes for command in runnable)
     print(f"measuring {len(figures)} figures with {len(runnable)} commands (about {minutes:g} min on the 2-core "
           f"machine); {len(commands) - len(runnable)} skipped for what this machine lacks", file=sys.stderr, flush=True)

@@ -68,6 +68,7 @@ TIERS = ("quick", "medium", "long")
 NEEDS = ("cuda", "ray", "envpool", "mujoco", "ale")
 QUIET = ("logger=none", "progress=false")
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile")
 
 
 # -- tolerances: each turns the stated value (lo, hi; lo == hi for one number) into the interval a
@@ -683,13 +684,19 @@ def machine() -> str:
     try:
         info = Path("/proc/cpuinfo").read_text()
         field = lambda name: re.search(rf"^{name}\s*:\s*(.*)$", info, re.M)
-        name, family, model = field("model name"), field("cpu family"), field("model")
+        name, family, model, flags = field("model name"), field("cpu family"), field("model"), field("flags")
         if name:
             cpu = name.group(1) + (f" (family {family.group(1)}, model {model.group(1)})" if family and model else "")
+        if flags:  # the instruction sets torch's CPU kernels dispatch on: where they differ, frames differ
+            isa = [flag for flag in ISA_FLAGS if flag in flags.group(1).split()]
+            cpu += f", {' '.join(isa) or 'no AVX2'}"
     except OSError:
         pass
     try:
         torch_version = importlib.metadata.version("torch")
+        check = "import torch; print(torch.backends.cpu.get_cpu_capability())"  # what ATen's CPU kernels dispatch on
+        capability = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True).stdout.strip()
+        torch_version += f" (CPU capability {capability or 'unknown'})"
     except importlib.metadata.PackageNotFoundError:
         torch_version = "not installed"
     try:

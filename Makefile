@@ -1,4 +1,4 @@
-# `make train` / `make test` / `make bench`: each sets up .venv first if it is missing.
+# `make train` / `make test` / `make reproduce` / `make bench`: each sets up .venv first if it is missing.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # resolved from scratch would pull a multi-GB CUDA build.
 TORCH := torch==2.13.0
 
-.PHONY: setup train test bench bench-venv clean
+.PHONY: setup train test reproduce bench bench-venv clean
 
 setup: $(VENV)/.installed
 
@@ -22,6 +22,11 @@ train: setup
 test: setup
 	$(BIN)/ruff check rlcollect tests scripts hydra_plugins
 	$(BIN)/python -m pytest -q --durations=25 $(ARGS)
+
+# the figures README.md and docs/ state, measured again beside their stated values (scripts/reproduce.py);
+# the quick tier by default, about 2 minutes: make reproduce ARGS="--tier medium" / ARGS="--list"
+reproduce: setup
+	$(BIN)/python scripts/reproduce.py $(ARGS)
 
 # torchrl 0.14.1 pins tensordict<0.15 (rlcollect needs 0.15), so the torchrl rows of the
 # benchmark run in their own venv; torch is pinned there too (same CUDA-build reason).

@@ -14,7 +14,8 @@
 
 Every command runs ``rlcollect train`` in a process of its own (logger=none, progress off),
 in a temporary folder; extra overrides follow ``--`` (e.g. ``-- experiment=mujoco_ppo
-env=halfcheetah``). Wall-clock is the process's, start-up included.
+env=halfcheetah``). Wall-clock is the process's, start-up included. ``--json FILE`` also writes the figures
+printed, for scripts/reproduce.py.
 """
 from __future__ import annotations
 
@@ -56,8 +57,14 @@ def summaries(sweep_dir: Path) -> list[dict]:
     return [json.loads(path.read_text()) for path in jobs]
 
 
+def write_json(options, figures: dict) -> None:
+    if options.json is not None:
+        options.json.write_text(json.dumps(figures, indent=2))
+
+
 def scaling(options, extra: list[str]) -> None:
     frames = [f"total_frames={options.frames}", "eval.every_frames=100000000"]
+    figures: dict = {"frames": options.frames, "members": {}}
     print("| members S | wall s | frames/s (all members) | x solo frames/s | peak RSS MB |")
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as folder:
@@ -65,12 +72,16 @@ def scaling(options, extra: list[str]) -> None:
         solo_wall, solo_rss = run([*frames, *QUIET, *extra, "hydra.run.dir=solo"], cwd)
         solo_fps = options.frames / solo_wall
         print(f"| solo | {solo_wall:.1f} | {solo_fps:,.0f} | 1.00 | {solo_rss:.0f} |", flush=True)
+        figures["solo"] = {"wall_s": solo_wall, "frames_per_s": solo_fps, "peak_rss_mb": solo_rss}
         for members in options.members:
             seeds = ",".join(str(seed) for seed in range(members))
             wall, rss = run(["--multirun", f"seed={seeds}", "hydra/launcher=batched", *frames, *QUIET, *extra,
                              f"hydra.sweep.dir=batched{members}"], cwd)
             fps = members * options.frames / wall
             print(f"| {members} | {wall:.1f} | {fps:,.0f} | {fps / solo_fps:.2f} | {rss:.0f} |", flush=True)
+            figures["members"][str(members)] = {"wall_s": wall, "frames_per_s": fps, "x_solo": fps / solo_fps,
+                                                "peak_rss_mb": rss}
+    write_json(options, figures)
 
 
 def solve(options, extra: list[str]) -> None:
@@ -115,15 +126,22 @@ def solve(options, extra: list[str]) -> None:
               f"| {spread} |")
     for way in ways:
         print(f"{WAYS[way][0]}: frames to solve (every job, round 0): {solved[way][0]}")
+    write_json(options, {
+        "seeds": seeds, "solo": {"walls_s": solo_walls, "mean_wall_s": solo, "frames_to_solve": solo_solved},
+        "ways": {way: {"label": WAYS[way][0], "walls_s": walls[way], "median_wall_s": statistics.median(walls[way]),
+                       "x_solo": statistics.median(walls[way]) / solo, "frames_to_solve": solved[way]}
+                 for way in ways}})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
     commands = parser.add_subparsers(dest="command", required=True)
-    scale = commands.add_parser("scaling")
+    scale = commands.add_parser("scaling", parents=[common])
     scale.add_argument("--members", type=lambda text: [int(part) for part in text.split(",")], default=[1, 2, 4, 8])
     scale.add_argument("--frames", type=int, default=20480)
-    solving = commands.add_parser("solve")
+    solving = commands.add_parser("solve", parents=[common])
     solving.add_argument("--seeds", type=int, default=8)
     solving.add_argument("--repeats", type=int, default=1)
     solving.add_argument("--ways", type=lambda text: text.split(","), default=list(WAYS),

@@ -186,6 +186,11 @@ BAD_OPTIONS = [
      "buffer/sampler=random, not buffer/sampler=slice"),
     ("algo=dqn buffer/sampler=prioritized buffer.storage.ndim=2",
      "buffer/sampler=prioritized keeps one priority per stored transition: it needs buffer.storage.ndim=1, not 2"),
+    # SAC's learning_starts (5000) past the run's frames: it would never take a gradient step
+    ("algo=sac env=pendulum total_frames=3000",
+     "invalid configuration: algo.learning_starts=5000: must be less than total_frames=3000 (algo=sac collects "
+     "random actions and takes no gradient step before algo.learning_starts frames); lower algo.learning_starts "
+     "or raise total_frames\n"),
 ]
 
 

@@ -331,6 +331,39 @@ def test_collector_ray_without_the_extra_names_the_extra_to_install(tmp_path):
     assert "Traceback" not in result.stderr
 
 
+def test_a_hydra_launcher_without_its_extra_names_the_extra_to_install(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is not None:
+        pytest.skip("hydra-ray-launcher is installed")
+    result = rlcollect(tmp_path, "train", "--multirun", "hydra/launcher=ray", "seed=0,1", "logger=none")
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("rlcollect train: missing dependency: hydra/launcher=ray is a Hydra plugin of the "
+                           "raylauncher extra, not installed: pip install 'rlcollect[raylauncher]' (installed "
+                           "options: basic, batched")
+    assert not (tmp_path / "multirun").exists()
+
+
+@pytest.mark.parametrize("missing, extra", [
+    ("hydra/launcher/joblib", "sweep"), ("hydra/launcher/submitit_slurm", "slurm"),
+    ("hydra/launcher/submitit_local", "slurm"), ("hydra/sweeper/optuna", "tune"),  # also what tune_ppo misses
+])
+def test_each_hydra_plugin_of_an_extra_is_named_with_its_extra(missing, extra):
+    from hydra.errors import MissingConfigException
+
+    from rlcollect.commands.train import override_error_line
+
+    group, _, option = missing.rpartition("/")
+    error = MissingConfigException(f"In 'hydra/config': Could not find '{missing}'\n\nAvailable options ...",
+                                   missing, ["basic", "batched"])
+    assert override_error_line(error) == (
+        f"missing dependency: {group}={option} is a Hydra plugin of the {extra} extra, not installed: "
+        f"pip install 'rlcollect[{extra}]' (installed options: basic, batched)")
+    other = MissingConfigException("In 'train': Could not find 'collector/nosuch'", "collector/nosuch", ["sync"])
+    assert override_error_line(other) == "invalid override: Could not find 'collector/nosuch' (options: sync)"
+
+
 def test_unknown_command_and_help(tmp_path):
     result = rlcollect(tmp_path, "fly")
     assert result.returncode == 2 and "unknown command 'fly'" in result.stderr

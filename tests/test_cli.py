@@ -143,6 +143,8 @@ BAD_OPTIONS = [
     ("weight_sync=ray", "weight_sync=ray needs collector=ray (got collector=sync)"),
     ("collector=ray collector.remote_config.gpus=1", "Key 'gpus' not in 'RayRemoteConfig'"),
     ("+collector.frame_per_batch=512", "Key 'frame_per_batch' not in 'SyncCollectorConfig'"),
+    ("+env.foo=1", "Key 'foo' not in 'EnvConfig' (env.foo is not a key of its schema; an argument of gymnasium.make "
+                   "goes under env.make_kwargs: +env.make_kwargs.foo)\n"),
     ("collector._target_=nosuch.Collector", "collector._target_=nosuch.Collector: not an importable class"),
     ("algo=dqn model=actor_critic", "algo=dqn trains model=q_network, not model=actor_critic"),
     # q_network's epsilon interpolates ${algo.eps_start}, which PPO's config lacks

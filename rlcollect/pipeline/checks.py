@@ -90,6 +90,8 @@ def check_keys(cfg: DictConfig) -> None:
             if key not in accepted:
                 close = difflib.get_close_matches(key, sorted(known | accepted), n=1, cutoff=0.6)
                 hint = f"; did you mean {prefix}{close[0]}?" if close else ""
+                if not close and "make_kwargs" in known:  # the env node: gymnasium.make's own arguments
+                    hint = f"; an argument of gymnasium.make goes under {prefix}make_kwargs: +{prefix}make_kwargs.{key}"
                 raise ConfigError(f"Key '{key}' not in '{schema.__name__}' ({prefix}{key} is not a key of its "
                                   f"schema{where}{hint})")
 

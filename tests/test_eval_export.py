@@ -127,11 +127,16 @@ def test_exported_files_run_without_rlcollect_and_act_as_the_policy(tmp_path):
     inputs = observations()
     expected = library_actions(policy, inputs)
     np.save(tmp_path / "observations.npy", inputs.numpy())
-    torchscript, onnx = cli_all(tmp_path, [["export", "run", "--format", "torchscript", "--out", "policy.pt"],
-                                           ["export", "run", "--format", "onnx", "--out", "policy.onnx"]])
+    torchscript, onnx, in_the_way = cli_all(tmp_path, [
+        ["export", "run", "--format", "torchscript", "--out", "deploy/cartpole/policy.pt"],  # folders made
+        ["export", "run", "--format", "onnx", "--out", "policy.onnx"],
+        ["export", "run", "--format", "onnx", "--out", "run/config.yaml/policy.onnx"]])
     assert torchscript.returncode == 0, torchscript.stderr
+    assert torchscript.stdout.strip() == str(Path("deploy/cartpole/policy.pt"))
+    assert in_the_way.returncode == 2 and in_the_way.stderr.splitlines() == [
+        "rlcollect export: --out run/config.yaml/policy.onnx: cannot create its folder run/config.yaml (File exists)"]
     script = ("import sys, numpy, torch\n"
-              "module = torch.jit.load('policy.pt')\n"
+              "module = torch.jit.load('deploy/cartpole/policy.pt')\n"
               "action, head = module(torch.from_numpy(numpy.load('observations.npy')))\n"
               "numpy.save('torchscript_actions.npy', action.numpy())\n"
               "assert 'rlcollect' not in sys.modules\n")
@@ -151,8 +156,8 @@ def test_exported_files_run_without_rlcollect_and_act_as_the_policy(tmp_path):
     assert np.abs(np.load(tmp_path / "onnx_head.npy") - logits.numpy()).max() < 1e-5
     assert np.array_equal(np.load(tmp_path / "onnx_actions.npy"), expected.numpy())
 
-    before = (tmp_path / "policy.pt").read_bytes()
-    no_run = cli(tmp_path, "export", "nowhere", "--format", "torchscript", "--out", "policy.pt")
+    before = (tmp_path / "deploy/cartpole/policy.pt").read_bytes()
+    no_run = cli(tmp_path, "export", "nowhere", "--format", "torchscript", "--out", "deploy/cartpole/policy.pt")
     assert no_run.returncode == 2 and no_run.stderr.splitlines() == [
         "rlcollect export: nowhere: not a run folder (no config.yaml)"]
-    assert (tmp_path / "policy.pt").read_bytes() == before
+    assert (tmp_path / "deploy/cartpole/policy.pt").read_bytes() == before

@@ -9,6 +9,7 @@ import pytest
 import torch
 from commands import rlcollect as cli
 from commands import rlcollect_all as cli_all
+from commands import start_rlcollect
 from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 
@@ -29,6 +30,24 @@ def train(cwd, folder, *overrides):
     result = cli(cwd, "train", *TINY, *overrides, f"hydra.run.dir={folder}")
     assert result.returncode == 0, result.stderr
     return cwd / folder
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """One tiny PPO run on CartPole (evaluations at 256 and 512 frames), for the tests that
+    only read it: ``<folder>/run``."""
+    return train(tmp_path_factory.mktemp("trained"), "run", *PPO)
+
+
+@pytest.mark.timeout(300)
+def test_eval_into_a_pipe_whose_reader_closed_exits_141_without_a_traceback(trained):
+    """`rlcollect eval ... --format json | head -c 10`, head gone before eval writes: a
+    closed stdout is left quietly, with the exit status of a program killed by SIGPIPE."""
+    process = start_rlcollect(trained.parent, "eval", "run", "--format", "json")
+    process.stdout.close()  # the reader closes its end before the command writes anything
+    stderr = process.stderr.read()
+    assert process.wait(timeout=120) == 141
+    assert stderr == ""
 
 
 @pytest.mark.timeout(300)

@@ -14,8 +14,8 @@ def compare(argv: list[str]) -> int:
         prog="rlcollect compare",
         description="Compare runs: one row per group of runs that differ only by seed (mean ± std), and interval "
                     "estimates (IQM, median, mean, optimality gap with stratified bootstrap 95% CIs) of the final "
-                    "eval score and of the area under the learning curve. Failed or interrupted runs are left out "
-                    "and listed.")
+                    "eval score and of the area under the learning curve. Only finished or solved runs count; the "
+                    "others (failed, interrupted, still running or killed) are listed apart with their status.")
     parser.add_argument("paths", nargs="*", metavar="PATH", help="run folders, sweep folders or folders of runs")
     parser.add_argument("--sort", default="final_eval_return", metavar="METRIC",
                         help="column to sort by (default: final_eval_return; also best_eval_return, "

@@ -362,8 +362,27 @@ def test_a_run_interrupted_while_starting_is_listed_apart(four_seeds):
     assert [(item.path.name, item.reason) for item in comparison.excluded] == [
         ("c_failed", "failed"), ("d_stopped", "interrupted"), ("e_starting", "interrupted")]
     assert [group.label for group in comparison.groups] == ["algo.lr=0.0003", "algo.lr=0.001"]
-    with pytest.raises(CompareError, match="every run failed or was interrupted"):
+    with pytest.raises(CompareError, match="no run to compare: none finished or was solved"):
         compare(load_runs([started]))
+
+
+def test_only_finished_or_solved_runs_count_the_others_are_listed_with_their_status(four_seeds):
+    """A run killed with SIGKILL (no summary.json) or still running counts no more than a
+    cleanly interrupted one: one rule, finished or solved, and each run left out says why."""
+    from rlcollect.analysis.compare import compare
+    from rlcollect.analysis.report import render_comparison
+
+    write_run(four_seeds, "e_killed", ["algo.lr=0.001"], [100.0], lr=0.001, status=None, seed=7)
+    write_run(four_seeds, "f_running", ["algo.lr=0.0003"], [100.0], lr=0.0003, status="running", seed=8)
+    write_run(four_seeds, "g_solved", ["algo.lr=0.0003"], [0.0, 100.0], lr=0.0003, status="solved", seed=4)
+    comparison = compare(load_runs([four_seeds]), reps=200)
+    assert [(group.label, sorted(run.path.name for run in group.runs)) for group in comparison.groups] == [
+        ("algo.lr=0.0003", ["a0", "a1", "a2", "a3", "g_solved"]), ("algo.lr=0.001", ["b0", "b1", "b2", "b3"])]
+    assert [(item.path.name, item.reason) for item in comparison.excluded] == [
+        ("c_failed", "failed"), ("d_stopped", "interrupted"),
+        ("e_killed", "no status (no summary.json: still running, or killed)"), ("f_running", "running")]
+    text = render_comparison(comparison, "table")
+    assert "left out (4 runs)" in text and f"  {four_seeds / 'f_running'}: running" in text
 
 
 def test_json_report_has_the_issues_shape_and_is_the_same_every_time(four_seeds, capsys):

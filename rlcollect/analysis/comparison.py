@@ -332,8 +332,9 @@ def final_scores(group: Group, ranges: dict[str, ScoreRange | None]) -> dict[str
 
 def improvement(groups: Sequence[Group], x: str, y: str, ranges: dict[str, ScoreRange | None], *,
                 reps: int = st.DEFAULT_REPS, seed: int = st.DEFAULT_SEED) -> Improvement:
-    """P(X > Y) of the final scores of groups ``x`` and ``y`` (labels, or a text naming one
-    group), over the envs both have, with its stratified bootstrap CI.
+    """P(X > Y) of the final scores of groups ``x`` and ``y`` (each a label, a setting or
+    its value, or a text naming one group), over the envs both have, with
+    its stratified bootstrap CI.
 
     Raises:
         CompareError: for a label that names no group or several, or groups with no env in common.
@@ -396,9 +397,13 @@ def _estimates(scores: list[np.ndarray], gamma: float | None, bootstrap: bool, r
 
 
 def _find_group(groups: Sequence[Group], name: str) -> Group:
-    """The group labelled ``name``, else the one group whose label contains it."""
+    """The group labelled ``name``; else the one group with ``name`` as a whole setting
+    (``collector=sync``) or a setting's value (``sync``: not ``collector=multisync``); else
+    the one group whose label contains it."""
     exact = [group for group in groups if group.label == name]
-    found = exact or [group for group in groups if name in group.label]
+    setting = [group for group in groups
+               if any(name in (value, f"{key}={value}") for key, value in group.settings.items())]
+    found = exact or setting or [group for group in groups if name in group.label]
     if len(found) != 1:
         labels = ", ".join(repr(group.label) for group in groups)
         raise CompareError(f"--versus {name!r} names {'no group' if not found else 'several groups'} "

@@ -39,8 +39,8 @@ def compare(argv: list[str]) -> int:
     parser.add_argument("--group-by", metavar="KEYS",
                         help="comma-separated keys to group by (default: the settings that differ, seed aside)")
     parser.add_argument("--versus", nargs=2, action="append", default=[], metavar=("A", "B"),
-                        help="probability that a run of group A scores above one of group B (a label, or text "
-                             "naming one group); repeatable")
+                        help="probability that a run of group A scores above one of group B (a label, a setting "
+                             "or its value as in collector=sync or sync, or text naming one group); repeatable")
     args = parser.parse_args(argv)
     group_by = [key.strip() for key in args.group_by.split(",") if key.strip()] if args.group_by else None
     try:

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -438,6 +439,22 @@ def test_probability_of_improvement_by_hand(four_seeds):
     assert comparison.improvements[0].probability.value == 0.25
     with pytest.raises(CompareError, match="names no group"):
         compare(load_runs([four_seeds]), versus=[("lr=0.5", "lr=0.001")])
+
+
+def test_the_python_example_of_docs_compare_md_runs_on_the_readme_s_sweep(tmp_path, monkeypatch, capsys):
+    """docs/compare.md's "From Python" block, as written, on runs shaped as the README's sweep
+    (collector=sync,multisync seed=0,1,2 in runs/sweep): ("multisync", "sync") names one group
+    each, though "sync" is also part of "collector=multisync"."""
+    text = (Path(__file__).parents[2] / "docs" / "compare.md").read_text()
+    [example] = re.findall(r"## From Python.*?```python\n(.*?)```", text, re.S)
+    for seed in range(3):
+        for collector, final in (("sync", 40.0 + seed), ("multisync", 60.0 + seed)):
+            write_run(tmp_path / "runs" / "sweep", f"{collector}_{seed}", [f"collector={collector}"], [0.0, final],
+                      collector=collector, seed=seed)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example, "docs/compare.md", "exec"), {})
+    assert "- P(collector=multisync > collector=sync) = 1.000 [" in capsys.readouterr().out
+    assert (tmp_path / "figures" / "curves.png").is_file()
 
 
 def test_plot_writes_png_and_svg_for_each_figure(four_seeds, tmp_path, capsys):

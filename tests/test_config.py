@@ -406,6 +406,14 @@ def test_every_numeric_option_declares_its_range_and_an_out_of_range_value_is_on
     assert len(checked) > 80
 
 
+def test_docs_configuration_md_lists_every_experiment_preset():
+    """Its table row of the experiment group names each file of rlcollect/conf/experiment/."""
+    text = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
+    [row] = [line for line in text.splitlines() if line.startswith("| experiment |")]
+    listed = {name.strip() for name in row.split("|")[2].split(",")}
+    assert listed == set(options("experiment"))
+
+
 @pytest.mark.parametrize("algo, starts", [("dqn", 1000), ("sac", 5000)])
 def test_an_off_policy_run_that_would_never_learn_is_refused(algo, starts):
     """learning_starts >= total_frames: every frame a random action, no gradient step, yet

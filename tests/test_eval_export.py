@@ -51,6 +51,47 @@ def test_eval_into_a_pipe_whose_reader_closed_exits_141_without_a_traceback(trai
 
 
 @pytest.mark.timeout(300)
+def test_a_seeded_stochastic_evaluation_repeats_exactly(trained):
+    """--stochastic --seed 7 twice, in two processes: the same episodes (env i seeded 7 + i)
+    and the same sampled actions (torch's RNG seeded 7), so the same returns."""
+    command = ["eval", "run", "--stochastic", "--seed", "7", "--episodes", "5", "--format", "json"]
+    first, second = cli_all(trained.parent, [[*command, "--out", "first.json"], [*command, "--out", "second.json"]])
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr
+    [one], [other] = json.loads(first.stdout), json.loads(second.stdout)
+    assert (one["returns"], one["lengths"], one["env_seeds"]) == (other["returns"], other["lengths"],
+                                                                 other["env_seeds"])
+    assert one["deterministic"] is False and sorted(one["env_seeds"]) == [7, 8, 9, 10, 11]
+
+
+@pytest.mark.timeout(300)
+def test_eval_as_in_training_repeats_the_run_s_own_evaluations(trained):
+    """--as-in-training: the run's eval.episodes, env seeds eval_seed(seed) + i, budget and
+    deterministic actions; with --checkpoint best it gives summary.json's best_eval_return
+    exactly, with --checkpoint last its final_eval_return."""
+    from rlcollect.seeding import eval_seed
+
+    best, last, refused = cli_all(trained.parent, [
+        ["eval", "run", "--checkpoint", "best", "--as-in-training", "--format", "json", "--out", "best.json"],
+        ["eval", "run", "--as-in-training", "--out", "last.json"],
+        ["eval", "run", "--as-in-training", "--episodes", "3", "--stochastic"]])
+    summary = json.loads((trained / "summary.json").read_text())
+    assert best.returncode == 0, best.stderr
+    [row] = json.loads(best.stdout)
+    assert row["return_mean"] == summary["best_eval_return"]
+    assert row["frames"] == int(load_checkpoint(trained / "best.pt")["frames"])
+    assert (row["episodes"], sorted(row["env_seeds"]), row["as_in_training"], row["deterministic"]) == (
+        2, [eval_seed(0), eval_seed(0) + 1], True, True)
+    assert last.returncode == 0, last.stderr
+    [line] = last.stdout.splitlines()[1:]
+    assert line.split()[4] == f"{summary['final_eval_return']:.2f}"
+    assert line.split()[-1] == f"{eval_seed(0)}-{eval_seed(0) + 1}"  # the env seeds it used
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines()[-1] == ("rlcollect eval: error: --as-in-training repeats the run's own "
+                                               "evaluation: it takes no --episodes, --stochastic")
+
+
+@pytest.mark.timeout(300)
 def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_policy_and_seed(tmp_path):
     from rlcollect import EvalCollector
     from rlcollect.pipeline import make_env
@@ -64,8 +105,10 @@ def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_polic
     assert result.returncode == 0, result.stderr
     [row] = json.loads(result.stdout)
     policy = rlcollect.load_policy(run)  # the documented way, in Python
-    expected = EvalCollector(make_env(load_run_config(run), num_envs=3, seed=eval_seed(0)), policy).evaluate()
+    env = make_env(load_run_config(run), num_envs=3, seed=eval_seed(0))
+    expected = EvalCollector(env, policy, seed=eval_seed(0)).evaluate()  # every evaluate(): env i from seed + i
     assert (row["returns"], row["lengths"], row["episodes"]) == (expected.returns, expected.lengths, 3)
+    assert row["env_seeds"] == [eval_seed(0) + env for env in expected.envs]  # env i seeded eval_seed(0) + i
     assert (row["frames"], row["checkpoint"], row["seed"], row["deterministic"]) == (512, "last", eval_seed(0), True)
     assert row["return_mean"] == pytest.approx(float(np.mean(expected.returns)))
     assert row["return_std"] == pytest.approx(float(np.std(expected.returns)))
@@ -79,8 +122,9 @@ def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_polic
     assert best_row["frames"] == int(load_checkpoint(run / "best.pt")["frames"]) and best_row["seed"] == 7
     assert table.returncode == 0, table.stderr
     header, line = table.stdout.splitlines()
-    assert header.split() == ["run", "checkpoint", "frames", "episodes", "return", "length"]
+    assert header.split() == ["run", "checkpoint", "frames", "episodes", "return", "length", "env", "seeds"]
     assert line.split()[:4] == ["run", "last", "512", "2"] and float(line.split()[6]) <= 20  # the override held
+    assert line.split()[-1] == f"{eval_seed(0)}-{eval_seed(0) + 1}"
 
     assert missing.returncode == 2
     assert missing.stderr.splitlines() == ["rlcollect eval: run: no nothing.pt (no such file)"]

@@ -33,7 +33,8 @@ The library, usable without the CLI (docs/README.md is the map):
   one ``Sweep``), ``stack_modules`` / ``StackedLinear`` (S policies as one module with a
   leading member dim), ``MemberPolicy`` and ``MemberPPOLearner`` (PPO for each member).
 - Logging: ``RunLogger`` / ``WandbLogger`` (metrics.jsonl and W&B, usable as a post-collect hook).
-- Trained runs: ``load_policy`` (a run's policy from its folder and checkpoint); errors:
+- Trained runs: ``load_policy`` (a run's policy from its folder and checkpoint, acting deterministically unless
+  ``deterministic=False``); errors:
   ``ConfigError`` (a user's mistake, one line) and ``MissingDependencyError``.
 - rlpyt's sampler interface over these collectors (docs/samplers.md), at home in
   ``rlcollect.samplers`` and re-exported here: ``SerialSampler``, ``CpuSampler``,

@@ -91,6 +91,33 @@ def test_eval_as_in_training_repeats_the_run_s_own_evaluations(trained):
                                                "evaluation: it takes no --episodes, --stochastic")
 
 
+def test_a_loaded_policy_acts_deterministically_unless_asked_to_sample(trained):
+    """rlcollect.load_policy(run) writes the deterministic action whatever interaction type
+    its caller set (none, or RANDOM); deterministic=False gives the module that samples."""
+    import copy
+
+    from tensordict.nn import interaction_type
+
+    inputs = observations()
+    policy = rlcollect.load_policy(trained)
+    expected = library_actions(policy, inputs)
+    with torch.no_grad():
+        assert torch.equal(policy(TensorDict({"observation": inputs}, [OBSERVATIONS]))["action"], expected)
+        with set_interaction_type(InteractionType.RANDOM):
+            assert torch.equal(policy(TensorDict({"observation": inputs}, [OBSERVATIONS]))["action"], expected)
+            assert interaction_type() == InteractionType.RANDOM  # the caller's setting, restored after the call
+        assert torch.equal(copy.deepcopy(policy)(TensorDict({"observation": inputs}, [OBSERVATIONS]))["action"],
+                           expected)
+        with pytest.raises(AttributeError):
+            policy(TensorDict({}, [3]))  # no observation: the call raises ...
+        assert interaction_type() is None  # ... and still restores the interaction type
+        sampling = rlcollect.load_policy(trained, deterministic=False)
+        assert sampling.state_dict().keys() == policy.state_dict().keys()
+        sampled = sampling(TensorDict({"observation": inputs}, [OBSERVATIONS]))["action"]
+        assert not torch.equal(sampled, expected)  # a sample of 1,000 actions, not the greedy ones
+        assert torch.equal(library_actions(sampling, inputs), expected)
+
+
 @pytest.mark.timeout(300)
 def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_policy_and_seed(tmp_path):
     from rlcollect import EvalCollector

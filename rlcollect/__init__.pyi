@@ -122,8 +122,9 @@ from rlcollect.sweeps.run import Sweep as Sweep, build_sweep as build_sweep
 # Logging: metrics.jsonl and W&B, usable as a post-collect hook
 from rlcollect.logging.run_logger import RunLogger as RunLogger, WandbLogger as WandbLogger
 
-# Trained runs and errors: a run's policy from its folder; ConfigError (a user's mistake, one
-#   line) and MissingDependencyError
+# Trained runs and errors: a run's policy from its folder and checkpoint (acting
+#   deterministically unless deterministic=False); ConfigError (a user's mistake, one line) and
+#   MissingDependencyError
 from rlcollect.errors import ConfigError as ConfigError, MissingDependencyError as MissingDependencyError
 from rlcollect.pipeline.saved import load_policy as load_policy
 

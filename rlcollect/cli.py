@@ -1,6 +1,9 @@
 """The `rlcollect` command: `train`, `compare`, `eval`, `export` (rlcollect/commands/)."""
 from __future__ import annotations
 
+import os
+import select
+import signal
 import sys
 
 USAGE = """usage: rlcollect <command> [args]
@@ -40,7 +43,36 @@ def main(argv: list[str] | None = None) -> int:
     from importlib import import_module
 
     module, function = COMMANDS[command]
-    return getattr(import_module(module), function)(rest)
+    try:
+        code = getattr(import_module(module), function)(rest)
+        sys.stdout.flush()  # what is still buffered meets a closed pipe here, not at exit
+    except BrokenPipeError:
+        if not stdout_reader_gone():  # another pipe (a worker's, a socket): not ours to quieten
+            raise
+        return quiet_closed_stdout()
+    return code
+
+
+def stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has closed it (``rlcollect eval ... | head -c 10``
+    after head exited): the pipe then polls as an error."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), 0)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll here, or stdout is no file
+        return False
+
+
+def quiet_closed_stdout() -> int:
+    """Stop writing to a stdout whose reader went away, without a traceback: stdout is
+    pointed at os.devnull (so that the interpreter's last flush does not fail again) and the
+    command exits 141 (128 + SIGPIPE), as a program killed by SIGPIPE does in a shell pipe
+    (the Python docs' recipe, "Note on SIGPIPE")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

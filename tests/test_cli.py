@@ -143,6 +143,8 @@ BAD_OPTIONS = [
     ("weight_sync=ray", "weight_sync=ray needs collector=ray (got collector=sync)"),
     ("collector=ray collector.remote_config.gpus=1", "Key 'gpus' not in 'RayRemoteConfig'"),
     ("+collector.frame_per_batch=512", "Key 'frame_per_batch' not in 'SyncCollectorConfig'"),
+    ("+env.foo=1", "Key 'foo' not in 'EnvConfig' (env.foo is not a key of its schema; an argument of gymnasium.make "
+                   "goes under env.make_kwargs: +env.make_kwargs.foo)\n"),
     ("collector._target_=nosuch.Collector", "collector._target_=nosuch.Collector: not an importable class"),
     ("algo=dqn model=actor_critic", "algo=dqn trains model=q_network, not model=actor_critic"),
     # q_network's epsilon interpolates ${algo.eps_start}, which PPO's config lacks
@@ -186,6 +188,11 @@ BAD_OPTIONS = [
      "buffer/sampler=random, not buffer/sampler=slice"),
     ("algo=dqn buffer/sampler=prioritized buffer.storage.ndim=2",
      "buffer/sampler=prioritized keeps one priority per stored transition: it needs buffer.storage.ndim=1, not 2"),
+    # SAC's learning_starts (5000) past the run's frames: it would never take a gradient step
+    ("algo=sac env=pendulum total_frames=3000",
+     "invalid configuration: algo.learning_starts=5000: must be less than total_frames=3000 (algo=sac collects "
+     "random actions and takes no gradient step before algo.learning_starts frames); lower algo.learning_starts "
+     "or raise total_frames\n"),
 ]
 
 
@@ -324,6 +331,39 @@ def test_collector_ray_without_the_extra_names_the_extra_to_install(tmp_path):
     assert result.returncode == 2
     assert "missing dependency: RayCollector needs Ray: pip install 'rlcollect[ray]'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_hydra_launcher_without_its_extra_names_the_extra_to_install(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("hydra_plugins.hydra_ray_launcher") is not None:
+        pytest.skip("hydra-ray-launcher is installed")
+    result = rlcollect(tmp_path, "train", "--multirun", "hydra/launcher=ray", "seed=0,1", "logger=none")
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("rlcollect train: missing dependency: hydra/launcher=ray is a Hydra plugin of the "
+                           "raylauncher extra, not installed: pip install 'rlcollect[raylauncher]' (installed "
+                           "options: basic, batched")
+    assert not (tmp_path / "multirun").exists()
+
+
+@pytest.mark.parametrize("missing, extra", [
+    ("hydra/launcher/joblib", "sweep"), ("hydra/launcher/submitit_slurm", "slurm"),
+    ("hydra/launcher/submitit_local", "slurm"), ("hydra/sweeper/optuna", "tune"),  # also what tune_ppo misses
+])
+def test_each_hydra_plugin_of_an_extra_is_named_with_its_extra(missing, extra):
+    from hydra.errors import MissingConfigException
+
+    from rlcollect.commands.train import override_error_line
+
+    group, _, option = missing.rpartition("/")
+    error = MissingConfigException(f"In 'hydra/config': Could not find '{missing}'\n\nAvailable options ...",
+                                   missing, ["basic", "batched"])
+    assert override_error_line(error) == (
+        f"missing dependency: {group}={option} is a Hydra plugin of the {extra} extra, not installed: "
+        f"pip install 'rlcollect[{extra}]' (installed options: basic, batched)")
+    other = MissingConfigException("In 'train': Could not find 'collector/nosuch'", "collector/nosuch", ["sync"])
+    assert override_error_line(other) == "invalid override: Could not find 'collector/nosuch' (options: sync)"
 
 
 def test_unknown_command_and_help(tmp_path):

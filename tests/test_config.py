@@ -406,6 +406,30 @@ def test_every_numeric_option_declares_its_range_and_an_out_of_range_value_is_on
     assert len(checked) > 80
 
 
+def test_docs_configuration_md_lists_every_experiment_preset():
+    """Its table row of the experiment group names each file of rlcollect/conf/experiment/."""
+    text = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
+    [row] = [line for line in text.splitlines() if line.startswith("| experiment |")]
+    listed = {name.strip() for name in row.split("|")[2].split(",")}
+    assert listed == set(options("experiment"))
+
+
+@pytest.mark.parametrize("algo, starts", [("dqn", 1000), ("sac", 5000)])
+def test_an_off_policy_run_that_would_never_learn_is_refused(algo, starts):
+    """learning_starts >= total_frames: every frame a random action, no gradient step, yet
+    the run would end as finished. Refused for every learner whose class has replay = True."""
+    from rlcollect.errors import ConfigError
+    from rlcollect.pipeline.checks import check_config
+
+    env = ["env=pendulum"] if algo == "sac" else []
+    with pytest.raises(ConfigError) as refused:
+        check_config(compose_train([f"algo={algo}", *env, f"total_frames={starts}"]))
+    assert str(refused.value).startswith(f"algo.learning_starts={starts}: must be less than total_frames={starts} "
+                                         f"(algo={algo} collects random actions")
+    check_config(compose_train([f"algo={algo}", *env, f"total_frames={starts + 1}"]))  # one step: accepted
+    check_config(compose_train(["algo.lr=0.001", "total_frames=1"]))  # PPO has no learning_starts
+
+
 def test_the_collector_schemas_declare_the_option_groups_fields_with_their_defaults():
     """An option of the collectors is declared once, in its option group (collectors/options.py);
     the Hydra schemas repeat the names the config takes, and this pins that they agree: same

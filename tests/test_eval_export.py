@@ -9,6 +9,7 @@ import pytest
 import torch
 from commands import rlcollect as cli
 from commands import rlcollect_all as cli_all
+from commands import start_rlcollect
 from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 
@@ -31,6 +32,92 @@ def train(cwd, folder, *overrides):
     return cwd / folder
 
 
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """One tiny PPO run on CartPole (evaluations at 256 and 512 frames), for the tests that
+    only read it: ``<folder>/run``."""
+    return train(tmp_path_factory.mktemp("trained"), "run", *PPO)
+
+
+@pytest.mark.timeout(300)
+def test_eval_into_a_pipe_whose_reader_closed_exits_141_without_a_traceback(trained):
+    """`rlcollect eval ... --format json | head -c 10`, head gone before eval writes: a
+    closed stdout is left quietly, with the exit status of a program killed by SIGPIPE."""
+    process = start_rlcollect(trained.parent, "eval", "run", "--format", "json")
+    process.stdout.close()  # the reader closes its end before the command writes anything
+    stderr = process.stderr.read()
+    assert process.wait(timeout=120) == 141
+    assert stderr == ""
+
+
+@pytest.mark.timeout(300)
+def test_a_seeded_stochastic_evaluation_repeats_exactly(trained):
+    """--stochastic --seed 7 twice, in two processes: the same episodes (env i seeded 7 + i)
+    and the same sampled actions (torch's RNG seeded 7), so the same returns."""
+    command = ["eval", "run", "--stochastic", "--seed", "7", "--episodes", "5", "--format", "json"]
+    first, second = cli_all(trained.parent, [[*command, "--out", "first.json"], [*command, "--out", "second.json"]])
+    assert first.returncode == 0, first.stderr
+    assert second.returncode == 0, second.stderr
+    [one], [other] = json.loads(first.stdout), json.loads(second.stdout)
+    assert (one["returns"], one["lengths"], one["env_seeds"]) == (other["returns"], other["lengths"],
+                                                                 other["env_seeds"])
+    assert one["deterministic"] is False and sorted(one["env_seeds"]) == [7, 8, 9, 10, 11]
+
+
+@pytest.mark.timeout(300)
+def test_eval_as_in_training_repeats_the_run_s_own_evaluations(trained):
+    """--as-in-training: the run's eval.episodes, env seeds eval_seed(seed) + i, budget and
+    deterministic actions; with --checkpoint best it gives summary.json's best_eval_return
+    exactly, with --checkpoint last its final_eval_return."""
+    from rlcollect.seeding import eval_seed
+
+    best, last, refused = cli_all(trained.parent, [
+        ["eval", "run", "--checkpoint", "best", "--as-in-training", "--format", "json", "--out", "best.json"],
+        ["eval", "run", "--as-in-training", "--out", "last.json"],
+        ["eval", "run", "--as-in-training", "--episodes", "3", "--stochastic"]])
+    summary = json.loads((trained / "summary.json").read_text())
+    assert best.returncode == 0, best.stderr
+    [row] = json.loads(best.stdout)
+    assert row["return_mean"] == summary["best_eval_return"]
+    assert row["frames"] == int(load_checkpoint(trained / "best.pt")["frames"])
+    assert (row["episodes"], sorted(row["env_seeds"]), row["as_in_training"], row["deterministic"]) == (
+        2, [eval_seed(0), eval_seed(0) + 1], True, True)
+    assert last.returncode == 0, last.stderr
+    [line] = last.stdout.splitlines()[1:]
+    assert line.split()[4] == f"{summary['final_eval_return']:.2f}"
+    assert line.split()[-1] == f"{eval_seed(0)}-{eval_seed(0) + 1}"  # the env seeds it used
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines()[-1] == ("rlcollect eval: error: --as-in-training repeats the run's own "
+                                               "evaluation: it takes no --episodes, --stochastic")
+
+
+def test_a_loaded_policy_acts_deterministically_unless_asked_to_sample(trained):
+    """rlcollect.load_policy(run) writes the deterministic action whatever interaction type
+    its caller set (none, or RANDOM); deterministic=False gives the module that samples."""
+    import copy
+
+    from tensordict.nn import interaction_type
+
+    inputs = observations()
+    policy = rlcollect.load_policy(trained)
+    expected = library_actions(policy, inputs)
+    with torch.no_grad():
+        assert torch.equal(policy(TensorDict({"observation": inputs}, [OBSERVATIONS]))["action"], expected)
+        with set_interaction_type(InteractionType.RANDOM):
+            assert torch.equal(policy(TensorDict({"observation": inputs}, [OBSERVATIONS]))["action"], expected)
+            assert interaction_type() == InteractionType.RANDOM  # the caller's setting, restored after the call
+        assert torch.equal(copy.deepcopy(policy)(TensorDict({"observation": inputs}, [OBSERVATIONS]))["action"],
+                           expected)
+        with pytest.raises(AttributeError):
+            policy(TensorDict({}, [3]))  # no observation: the call raises ...
+        assert interaction_type() is None  # ... and still restores the interaction type
+        sampling = rlcollect.load_policy(trained, deterministic=False)
+        assert sampling.state_dict().keys() == policy.state_dict().keys()
+        sampled = sampling(TensorDict({"observation": inputs}, [OBSERVATIONS]))["action"]
+        assert not torch.equal(sampled, expected)  # a sample of 1,000 actions, not the greedy ones
+        assert torch.equal(library_actions(sampling, inputs), expected)
+
+
 @pytest.mark.timeout(300)
 def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_policy_and_seed(tmp_path):
     from rlcollect import EvalCollector
@@ -45,8 +132,10 @@ def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_polic
     assert result.returncode == 0, result.stderr
     [row] = json.loads(result.stdout)
     policy = rlcollect.load_policy(run)  # the documented way, in Python
-    expected = EvalCollector(make_env(load_run_config(run), num_envs=3, seed=eval_seed(0)), policy).evaluate()
+    env = make_env(load_run_config(run), num_envs=3, seed=eval_seed(0))
+    expected = EvalCollector(env, policy, seed=eval_seed(0)).evaluate()  # every evaluate(): env i from seed + i
     assert (row["returns"], row["lengths"], row["episodes"]) == (expected.returns, expected.lengths, 3)
+    assert row["env_seeds"] == [eval_seed(0) + env for env in expected.envs]  # env i seeded eval_seed(0) + i
     assert (row["frames"], row["checkpoint"], row["seed"], row["deterministic"]) == (512, "last", eval_seed(0), True)
     assert row["return_mean"] == pytest.approx(float(np.mean(expected.returns)))
     assert row["return_std"] == pytest.approx(float(np.std(expected.returns)))
@@ -60,8 +149,9 @@ def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_polic
     assert best_row["frames"] == int(load_checkpoint(run / "best.pt")["frames"]) and best_row["seed"] == 7
     assert table.returncode == 0, table.stderr
     header, line = table.stdout.splitlines()
-    assert header.split() == ["run", "checkpoint", "frames", "episodes", "return", "length"]
+    assert header.split() == ["run", "checkpoint", "frames", "episodes", "return", "length", "env", "seeds"]
     assert line.split()[:4] == ["run", "last", "512", "2"] and float(line.split()[6]) <= 20  # the override held
+    assert line.split()[-1] == f"{eval_seed(0)}-{eval_seed(0) + 1}"
 
     assert missing.returncode == 2
     assert missing.stderr.splitlines() == ["rlcollect eval: run: no nothing.pt (no such file)"]
@@ -127,11 +217,16 @@ def test_exported_files_run_without_rlcollect_and_act_as_the_policy(tmp_path):
     inputs = observations()
     expected = library_actions(policy, inputs)
     np.save(tmp_path / "observations.npy", inputs.numpy())
-    torchscript, onnx = cli_all(tmp_path, [["export", "run", "--format", "torchscript", "--out", "policy.pt"],
-                                           ["export", "run", "--format", "onnx", "--out", "policy.onnx"]])
+    torchscript, onnx, in_the_way = cli_all(tmp_path, [
+        ["export", "run", "--format", "torchscript", "--out", "deploy/cartpole/policy.pt"],  # folders made
+        ["export", "run", "--format", "onnx", "--out", "policy.onnx"],
+        ["export", "run", "--format", "onnx", "--out", "run/config.yaml/policy.onnx"]])
     assert torchscript.returncode == 0, torchscript.stderr
+    assert torchscript.stdout.strip() == str(Path("deploy/cartpole/policy.pt"))
+    assert in_the_way.returncode == 2 and in_the_way.stderr.splitlines() == [
+        "rlcollect export: --out run/config.yaml/policy.onnx: cannot create its folder run/config.yaml (File exists)"]
     script = ("import sys, numpy, torch\n"
-              "module = torch.jit.load('policy.pt')\n"
+              "module = torch.jit.load('deploy/cartpole/policy.pt')\n"
               "action, head = module(torch.from_numpy(numpy.load('observations.npy')))\n"
               "numpy.save('torchscript_actions.npy', action.numpy())\n"
               "assert 'rlcollect' not in sys.modules\n")
@@ -151,8 +246,8 @@ def test_exported_files_run_without_rlcollect_and_act_as_the_policy(tmp_path):
     assert np.abs(np.load(tmp_path / "onnx_head.npy") - logits.numpy()).max() < 1e-5
     assert np.array_equal(np.load(tmp_path / "onnx_actions.npy"), expected.numpy())
 
-    before = (tmp_path / "policy.pt").read_bytes()
-    no_run = cli(tmp_path, "export", "nowhere", "--format", "torchscript", "--out", "policy.pt")
+    before = (tmp_path / "deploy/cartpole/policy.pt").read_bytes()
+    no_run = cli(tmp_path, "export", "nowhere", "--format", "torchscript", "--out", "deploy/cartpole/policy.pt")
     assert no_run.returncode == 2 and no_run.stderr.splitlines() == [
         "rlcollect export: nowhere: not a run folder (no config.yaml)"]
-    assert (tmp_path / "policy.pt").read_bytes() == before
+    assert (tmp_path / "deploy/cartpole/policy.pt").read_bytes() == before

@@ -203,9 +203,32 @@ def test_a_non_finite_reward_is_named_as_the_env_s_with_its_frame_and_env_index(
     result = cli(tmp_path, "train", *TINY, "env.id=my_envs:NaNReward-v0", "env.solved_return=null", "logger=none",
                  "hydra.run.dir=run", pythonpath=user_envs)
     assert result.returncode == 1
-    assert ("the run failed: NonFiniteEnvError: the env returned a non-finite next/reward (nan) at frame 11, "
-            "env index 2") in result.stderr
+    assert ("the run failed: NonFiniteEnvError: the env returned a non-finite next/reward (next/reward = nan) at "
+            "frame 11, env index 2") in result.stderr
     assert "diverged" not in result.stderr
+
+
+def test_a_non_finite_observation_is_named_with_its_index_and_value():
+    """The element that is not finite, with its index within the observation, not the
+    observation's first element."""
+    import torch
+    from tensordict import TensorDict
+
+    from rlcollect.pipeline.loop import NonFiniteEnvError, check_env_values
+
+    observation = torch.ones(2, 3, 4)  # [envs, time, 4]
+    observation[1, 2] = torch.tensor([1.0, float("nan"), 1.0, 1.0])
+    batch = TensorDict({"observation": observation, ("next", "reward"): torch.zeros(2, 3, 1)}, batch_size=[2, 3])
+    with pytest.raises(NonFiniteEnvError) as raised:
+        check_env_values(batch, frames=12)
+    assert str(raised.value).startswith("the env returned a non-finite observation (observation[1] = nan) at frame "
+                                        "12, env index 1: check the env")
+    nested = TensorDict({"observation": {"position": torch.zeros(3, 2, 2)}, ("next", "reward"): torch.zeros(3, 1)},
+                        batch_size=[3])
+    nested["observation", "position"][0, 1, 0] = -float("inf")
+    with pytest.raises(NonFiniteEnvError, match=r"non-finite observation/position \(observation/position\[1, 0\] = "
+                                                r"-inf\) at frame 8, env index 0"):
+        check_env_values(nested, frames=10)
 
 
 def test_a_missing_optional_package_is_one_line_naming_what_to_install(tmp_path):

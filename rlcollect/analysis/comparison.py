@@ -1,7 +1,8 @@
 """The comparison of runs, as numbers: ``compare(runs)`` gives a :class:`Comparison`.
 
-Runs that failed or were interrupted are left out and listed apart (:func:`split_runs`);
-the others are grouped by their settings with seeds pooled
+Only runs that finished or were solved count; every other run (failed, interrupted,
+refused, still running or killed: no summary.json) is left out and listed apart with its
+status (:func:`split_runs`). The counted runs are grouped by their settings with seeds pooled
 (:func:`rlcollect.analysis.grouping.group_runs`). Each group becomes one row of mean ± std
 over its runs (:func:`compare_table`) and, for its final evaluation return and its area
 under the learning curve, interval estimates over its runs: IQM, median, mean and
@@ -25,12 +26,14 @@ from rlcollect.analysis import stats as st
 from rlcollect.analysis.grouping import Group, group_runs
 from rlcollect.logging.runs import EVAL_RETURN, CompareError, RunRecord, for_env_id, solved_return_of, wall_clock
 
-__all__ = ["Comparison", "Excluded", "GroupStats", "INCLUDED_STATUSES", "Improvement", "Row", "STATS_MIN_RUNS",
-           "SUMMARY_COLUMNS", "Stat", "TO_THRESHOLD", "compare", "compare_table", "eval_curve", "final_scores",
-           "improvement", "interval_table", "parse_normalize", "reference_scores_of", "score_curve", "score_ranges",
-           "split_runs"]
+__all__ = ["Comparison", "Excluded", "GroupStats", "INCLUDED_STATUSES", "Improvement", "NO_STATUS", "Row",
+           "STATS_MIN_RUNS", "SUMMARY_COLUMNS", "Stat", "TO_THRESHOLD", "compare", "compare_table", "eval_curve",
+           "final_scores", "improvement", "interval_table", "parse_normalize", "reference_scores_of", "score_curve",
+           "score_ranges", "split_runs"]
 
-INCLUDED_STATUSES = ("finished", "solved", None)  # runs that count in a comparison (None: unknown)
+INCLUDED_STATUSES = ("finished", "solved")  # the statuses of the runs that count in a comparison
+# why a run without a status is left out: no summary.json (nor, for a W&B run, an exit record)
+NO_STATUS = "no status (no summary.json: still running, or killed)"
 # Built-in columns, from RunRecord.summary, with their titles and number formats.
 SUMMARY_COLUMNS = {
     "final_eval_return": ("final eval return", ".1f"),
@@ -153,14 +156,15 @@ class Comparison:
 
 
 def split_runs(runs: Sequence[RunRecord]) -> tuple[list[RunRecord], list[Excluded]]:
-    """``(runs that count, runs left out)``: a run that failed or was interrupted (its
-    :attr:`RunRecord.status`) is left out of the comparison and listed apart."""
+    """``(runs that count, runs left out)``: only a run whose :attr:`RunRecord.status` is
+    finished or solved counts; any other (failed, interrupted, refused, still running or
+    killed: no status) is left out and listed apart with its status, in order of status."""
     counted, excluded = [], []
     for run in runs:
         if run.status in INCLUDED_STATUSES:
             counted.append(run)
         else:
-            reason = run.status or "unknown status"
+            reason = run.status or NO_STATUS
             excluded.append(Excluded(path=run.path, reason=f"{reason} ({run.error})" if run.error else reason))
     return counted, sorted(excluded, key=lambda run: run.reason.split(" ", 1)[0])  # by status
 
@@ -328,8 +332,9 @@ def final_scores(group: Group, ranges: dict[str, ScoreRange | None]) -> dict[str
 
 def improvement(groups: Sequence[Group], x: str, y: str, ranges: dict[str, ScoreRange | None], *,
                 reps: int = st.DEFAULT_REPS, seed: int = st.DEFAULT_SEED) -> Improvement:
-    """P(X > Y) of the final scores of groups ``x`` and ``y`` (labels, or a text naming one
-    group), over the envs both have, with its stratified bootstrap CI.
+    """P(X > Y) of the final scores of groups ``x`` and ``y`` (each a label, a setting or
+    its value, or a text naming one group), over the envs both have, with
+    its stratified bootstrap CI.
 
     Raises:
         CompareError: for a label that names no group or several, or groups with no env in common.
@@ -348,7 +353,8 @@ def compare(runs: Sequence[RunRecord], *, metrics: Sequence[str] = (), sort: str
             group_by: Sequence[str] | None = None, bootstrap: bool | None = None,
             normalize: dict[str | None, ScoreRange] | None = None, versus: Sequence[tuple[str, str]] = (),
             reps: int = st.DEFAULT_REPS, seed: int = st.DEFAULT_SEED) -> Comparison:
-    """Leave out failed and interrupted runs, group, tabulate and estimate: a Comparison.
+    """Leave out the runs that did not finish or solve (:func:`split_runs`), group,
+    tabulate and estimate: a Comparison.
 
     ``bootstrap`` None (the default) computes the confidence intervals when a group has at
     least STATS_MIN_RUNS runs, and skips them (with a note) when several envs lack
@@ -361,7 +367,7 @@ def compare(runs: Sequence[RunRecord], *, metrics: Sequence[str] = (), sort: str
         raise CompareError(f"--reps must be a positive number of resamples, got {reps}")
     counted, excluded = split_runs(runs)
     if not counted:
-        raise CompareError("no run to compare: every run failed or was interrupted ("
+        raise CompareError("no run to compare: none finished or was solved ("
                            + "; ".join(f"{item.path}: {item.reason}" for item in excluded) + ")")
     groups = group_runs(counted, group_by)
     rows = compare_table(groups, metrics, sort)
@@ -391,9 +397,13 @@ def _estimates(scores: list[np.ndarray], gamma: float | None, bootstrap: bool, r
 
 
 def _find_group(groups: Sequence[Group], name: str) -> Group:
-    """The group labelled ``name``, else the one group whose label contains it."""
+    """The group labelled ``name``; else the one group with ``name`` as a whole setting
+    (``collector=sync``) or a setting's value (``sync``: not ``collector=multisync``); else
+    the one group whose label contains it."""
     exact = [group for group in groups if group.label == name]
-    found = exact or [group for group in groups if name in group.label]
+    setting = [group for group in groups
+               if any(name in (value, f"{key}={value}") for key, value in group.settings.items())]
+    found = exact or setting or [group for group in groups if name in group.label]
     if len(found) != 1:
         labels = ", ".join(repr(group.label) for group in groups)
         raise CompareError(f"--versus {name!r} names {'no group' if not found else 'several groups'} "

@@ -2,7 +2,8 @@
 
     EvalCollector(env, policy, eval_n_envs=10, eval_max_steps=20_000).evaluate()
       ──▶ a Collector (exploration_type="deterministic", actions_only=True: the policy's
-          action alone) on a batched env of eval_n_envs, reset at each call, run batch
+          action alone) on a batched env of eval_n_envs, reset at each call (with
+          EvalCollector's seed, if given: every call the same episode starts), run batch
           after batch until the trajectories asked for are complete or the step budget is
           spent ──▶ TrajectoryInfo of completed ones only
 
@@ -58,7 +59,11 @@ class EvalCollector:
             default: no env's second, typically short-lived, episode is counted).
         exploration_type: "deterministic" (the policy's mode) or "random".
         gamma: discount of the trajectories' discounted returns.
-        seed: seed of the eval envs (None: unseeded).
+        seed: the eval envs' seed (env i: ``seed + i``, or ``seed[i]`` for a list): every
+            ``evaluate()`` resets them with it, so each evaluation (at any frame, in any
+            process) starts its episodes from the same states. None: the envs keep the
+            seeding they were built with, their draws going on from one evaluation to the
+            next.
     """
 
     def __init__(self, create_env_fn: GymEnv | EnvSource, policy, *, eval_n_envs: int = 10,
@@ -76,12 +81,14 @@ class EvalCollector:
         steps = STEPS_PER_BATCH if eval_max_steps is None else min(STEPS_PER_BATCH, eval_max_steps // self.num_envs)
         self.collector = Collector(env, policy, frames_per_batch=self.num_envs * steps,
                                    exploration_type=exploration_type, actions_only=True)
-        self.env = env
+        self.env, self.seed = env, seed
 
     def evaluate(self, rows=None) -> EvalResult:
         """Reset the eval envs and run them until done (see the class doc). ``rows``: with
         one episode per env, count only the episodes of these env rows (the others may be
         paused, ``GymEnv.pause``); None: every row."""
+        if self.seed is not None:
+            self.env.set_seed(self.seed)  # applied by the reset below: the same episode starts every time
         self.collector.reset()
         tracker = EpisodeTracker(self.gamma)
         counted: set[int] | None = None  # one episode per env: the trajectory ids each env starts with

@@ -14,8 +14,8 @@ def compare(argv: list[str]) -> int:
         prog="rlcollect compare",
         description="Compare runs: one row per group of runs that differ only by seed (mean ± std), and interval "
                     "estimates (IQM, median, mean, optimality gap with stratified bootstrap 95% CIs) of the final "
-                    "eval score and of the area under the learning curve. Failed or interrupted runs are left out "
-                    "and listed.")
+                    "eval score and of the area under the learning curve. Only finished or solved runs count; the "
+                    "others (failed, interrupted, still running or killed) are listed apart with their status.")
     parser.add_argument("paths", nargs="*", metavar="PATH", help="run folders, sweep folders or folders of runs")
     parser.add_argument("--sort", default="final_eval_return", metavar="METRIC",
                         help="column to sort by (default: final_eval_return; also best_eval_return, "
@@ -39,8 +39,8 @@ def compare(argv: list[str]) -> int:
     parser.add_argument("--group-by", metavar="KEYS",
                         help="comma-separated keys to group by (default: the settings that differ, seed aside)")
     parser.add_argument("--versus", nargs=2, action="append", default=[], metavar=("A", "B"),
-                        help="probability that a run of group A scores above one of group B (a label, or text "
-                             "naming one group); repeatable")
+                        help="probability that a run of group A scores above one of group B (a label, a setting "
+                             "or its value as in collector=sync or sync, or text naming one group); repeatable")
     args = parser.parse_args(argv)
     group_by = [key.strip() for key in args.group_by.split(",") if key.strip()] if args.group_by else None
     try:

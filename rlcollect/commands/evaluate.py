@@ -22,15 +22,16 @@ import yaml
 from rlcollect.errors import ConfigError, one_line
 
 OVERRIDE = re.compile(r"^env\.[\w.]+=")
-COLUMNS = ("run", "checkpoint", "frames", "episodes", "return", "length")
+COLUMNS = ("run", "checkpoint", "frames", "episodes", "return", "length", "env seeds")
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, dict]:
     parser = argparse.ArgumentParser(
         prog="rlcollect eval",
         description="Evaluate trained runs again: rebuild each run's env and policy from its config.yaml and a "
-                    "checkpoint, run episodes (one per eval env), print the mean ± std return and length. "
-                    "env.key=value arguments override the run's env settings (e.g. env.max_episode_steps=1000).")
+                    "checkpoint, run episodes (one per eval env, env i seeded S + i), print the mean ± std return "
+                    "and length and the env seeds. env.key=value arguments override the run's env settings (e.g. "
+                    "env.max_episode_steps=1000).")
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run folders, sweep folders or folders of runs")
     parser.add_argument("--checkpoint", default="last", metavar="last|best|PATH",
                         help="last: the final frame (checkpoint.pt, the default); best: the best evaluation "
@@ -41,7 +42,13 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, dict]:
                       help="the policy's mode / greedy action (the default)")
     mode.add_argument("--stochastic", dest="deterministic", action="store_false",
                       help="sampled actions (epsilon-greedy for DQN)")
-    parser.add_argument("--seed", type=int, metavar="S", help="seed of the first eval env (default: the run's own)")
+    parser.add_argument("--seed", type=int, metavar="S",
+                        help="seed of the first eval env, env i seeded S + i, and of the sampled actions (default: "
+                             "the run's own evaluation seed)")
+    parser.add_argument("--as-in-training", action="store_true",
+                        help="repeat the run's own evaluation exactly: its eval.episodes, env seeds, eval.max_steps "
+                             "and eval.max_trajectories, deterministic actions (what summary.json's eval returns "
+                             "come from; with --checkpoint best, its best_eval_return)")
     parser.add_argument("--video", action="store_true",
                         help="also render one episode to <run>/videos/eval_<checkpoint>.mp4 (the envs extra)")
     parser.add_argument("--format", choices=("table", "json"), default="table", help="output format")
@@ -53,6 +60,12 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, dict]:
         parser.error(f"--episodes={args.episodes}: must be >= 1")
     if args.seed is not None and args.seed < 0:
         parser.error(f"--seed={args.seed}: must be >= 0")
+    if args.as_in_training:
+        given = [option for option, value in (("--episodes", args.episodes), ("--seed", args.seed),
+                                              ("--stochastic", not args.deterministic), ("env.* overrides", overrides))
+                 if value]
+        if given:
+            parser.error(f"--as-in-training repeats the run's own evaluation: it takes no {', '.join(given)}")
     return args, {key: yaml.safe_load(value) for key, value in (arg.split("=", 1) for arg in overrides)}
 
 
@@ -79,10 +92,23 @@ def cell(mean: float | None, std: float | None) -> str:
     return "-" if mean is None else f"{mean:.2f} ± {std:.2f}"
 
 
+def seed_ranges(seeds: list[int | None]) -> str:
+    """The seeds as short ranges: ``10000-10009``, ``7-8,11``; ``-`` for none."""
+    values = sorted({seed for seed in seeds if seed is not None})
+    spans: list[list[int]] = []
+    for seed in values:
+        if spans and seed == spans[-1][1] + 1:
+            spans[-1][1] = seed
+        else:
+            spans.append([seed, seed])
+    return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in spans) or "-"
+
+
 def table_row(result: dict) -> list[str]:
     return [result["run"], result["checkpoint"], str(result["frames"]),
             f"{result['episodes']}" + (f" ({result['cut']} cut)" if result["cut"] else ""),
-            cell(result["return_mean"], result["return_std"]), cell(result["length_mean"], result["length_std"])]
+            cell(result["return_mean"], result["return_std"]), cell(result["length_mean"], result["length_std"]),
+            seed_ranges(result["env_seeds"])]
 
 
 def evaluate(argv: list[str]) -> int:
@@ -99,14 +125,14 @@ def evaluate(argv: list[str]) -> int:
     from rlcollect.pipeline.eval_run import evaluate_run
 
     results, refused, failed = [], 0, 0
-    widths = [max(len(str(run)) for run in runs), 10, 8, 8, 16, 16]
+    widths = [max(len(str(run)) for run in runs), 10, 8, 8, 16, 16, 0]
     if args.format == "table":
         print("  ".join(column.ljust(width) for column, width in zip(COLUMNS, widths)), flush=True)
     for run in runs:
         try:
             result = evaluate_run(run, checkpoint=args.checkpoint, episodes=args.episodes,
                                   deterministic=args.deterministic, seed=args.seed, video=args.video,
-                                  env_overrides=env_overrides)
+                                  env_overrides=env_overrides, as_in_training=args.as_in_training)
         except ConfigError as error:
             print(f"rlcollect eval: {error}", file=sys.stderr)
             refused += 1

@@ -504,7 +504,13 @@ def override_error_line(error: Exception) -> str:
     closest keys where there are some."""
     if isinstance(error, MissingConfigException):
         first = str(error).splitlines()[0].split(": ", 1)[-1]  # "In 'train': Could not find 'collector/x'"
-        return f"invalid override: {first}" + (f" (options: {', '.join(error.options)})" if error.options else "")
+        options = f" (options: {', '.join(error.options)})" if error.options else ""
+        extra = plugin_extra(error.missing_cfg_file)
+        if extra is not None:  # a launcher or sweeper whose Hydra plugin is not installed
+            group, _, option = error.missing_cfg_file.rpartition("/")
+            return (f"missing dependency: {group}={option} is a Hydra plugin of the {extra} extra, not installed: "
+                    f"pip install 'rlcollect[{extra}]'{options.replace('options', 'installed options', 1)}")
+        return f"invalid override: {first}{options}"
     if isinstance(error, OverrideParseException):
         return f"invalid override {error.override!r}: {str(error).splitlines()[0]}"
     cause = error.__cause__
@@ -517,6 +523,17 @@ def override_error_line(error: Exception) -> str:
     similar = similar_keys(getattr(cause, "parent_node", None), full_key)  # an unknown key: what it may have meant
     hint = f"did you mean {' or '.join(similar)}?" if similar else "`rlcollect train --cfg job` lists the keys"
     return f"{line} ({hint})"
+
+
+# the Hydra plugins that extras of pyproject.toml install: the configs they bring (a path prefix) -> the extra
+PLUGIN_EXTRAS = {"hydra/launcher/ray": "raylauncher", "hydra/launcher/joblib": "sweep",
+                 "hydra/launcher/submitit_": "slurm", "hydra/sweeper/optuna": "tune", "hydra/sweeper/sampler/": "tune"}
+
+
+def plugin_extra(missing: str | None) -> str | None:
+    """The extra whose Hydra plugin brings the config ``missing`` (``hydra/launcher/ray``:
+    raylauncher; hydra/sweeper=tune_ppo builds on the Optuna sweeper's), else None."""
+    return next((extra for prefix, extra in PLUGIN_EXTRAS.items() if missing and missing.startswith(prefix)), None)
 
 
 def similar_keys(node, full_key: str) -> list[str]:

@@ -90,6 +90,8 @@ def check_keys(cfg: DictConfig) -> None:
             if key not in accepted:
                 close = difflib.get_close_matches(key, sorted(known | accepted), n=1, cutoff=0.6)
                 hint = f"; did you mean {prefix}{close[0]}?" if close else ""
+                if not close and "make_kwargs" in known:  # the env node: gymnasium.make's own arguments
+                    hint = f"; an argument of gymnasium.make goes under {prefix}make_kwargs: +{prefix}make_kwargs.{key}"
                 raise ConfigError(f"Key '{key}' not in '{schema.__name__}' ({prefix}{key} is not a key of its "
                                   f"schema{where}{hint})")
 
@@ -147,6 +149,7 @@ def check_values(cfg: DictConfig) -> None:
     if "minibatch_size" in cfg.algo and cfg.algo.minibatch_size > cfg.collector.frames_per_batch:
         raise ConfigError(f"algo.minibatch_size={cfg.algo.minibatch_size}: must be at most the frames of a batch "
                           f"(collector.frames_per_batch={cfg.collector.frames_per_batch})")
+    check_learning_starts(cfg)
     if cfg.eval.max_steps is not None and cfg.eval.max_steps < cfg.eval.episodes:
         raise ConfigError(f"eval.max_steps={cfg.eval.max_steps}: must be at least one step of each of the "
                           f"eval.episodes={cfg.eval.episodes} eval envs")
@@ -197,6 +200,17 @@ def check_values(cfg: DictConfig) -> None:
     if storage is not None and storage.get("ndim", 1) > 1 and prioritized:
         raise ConfigError(f"buffer/sampler=prioritized keeps one priority per stored transition: it needs "
                           f"buffer.storage.ndim=1, not {storage.ndim}")
+
+
+def check_learning_starts(cfg: DictConfig) -> None:
+    """An off-policy learner (``Learner.replay``) takes its first gradient step once
+    ``algo.learning_starts`` frames are in: a run whose ``total_frames`` does not go past
+    them would collect random actions and never learn, yet end as finished."""
+    starts = cfg.algo.get("learning_starts")
+    if target_class(cfg.algo, "algo").replay and starts is not None and starts >= cfg.total_frames:
+        raise ConfigError(f"algo.learning_starts={starts}: must be less than total_frames={cfg.total_frames} "
+                          f"(algo={algo_name(cfg)} collects random actions and takes no gradient step before "
+                          "algo.learning_starts frames); lower algo.learning_starts or raise total_frames")
 
 
 def check_device(key: str, device) -> None:

@@ -172,7 +172,7 @@ def build(cfg: DictConfig, run_dir: str | Path, *, name: str | None = None, grou
         learner = make_learner(cfg, policy, collector, observation_space, action_space, replay_buffer)
         evaluator = EvalCollector(make_env(cfg, num_envs=cfg.eval.episodes, seed=eval_seed(cfg.seed)), policy,
                                   eval_max_steps=cfg.eval.max_steps, eval_max_trajectories=cfg.eval.max_trajectories,
-                                  gamma=discount(cfg))
+                                  gamma=discount(cfg), seed=eval_seed(cfg.seed))  # every evaluation: the same starts
         built.append(evaluator)
         video = EvalVideo(cfg, policy, run_dir / VIDEO_DIR) if cfg.eval.get("video") else None
         if video is not None:

@@ -309,9 +309,18 @@ def check_env_values(transitions: TensorDictBase, frames: int) -> None:
             frame = frames - transitions.numel() + time * envs + env + 1
             label = key if isinstance(key, str) else "/".join(key)
             label += "".join(f"/{part}" for part in (name if isinstance(name, tuple) else (name,)))
-            raise NonFiniteEnvError(f"the env returned a non-finite {label} ({entry[tuple(where)].flatten()[0]}) at "
-                                    f"frame {frame}, env index {env}: check the env (a reward or observation "
-                                    "wrapper can clip or replace such values)")
+            shown = first_non_finite(entry[tuple(where)], label)
+            raise NonFiniteEnvError(f"the env returned a non-finite {label} ({shown}) at frame {frame}, env index "
+                                    f"{env}: check the env (a reward or observation wrapper can clip or replace such "
+                                    "values)")
+
+
+def first_non_finite(step: torch.Tensor, label: str) -> str:
+    """``label[i, j] = value`` of the first non-finite element of one step's entry (its
+    index within the entry's own shape, left out for an entry of one element)."""
+    index = (~torch.isfinite(step)).nonzero()[0].tolist()
+    where = f"[{', '.join(str(i) for i in index)}]" if step.numel() > 1 else ""
+    return f"{label}{where} = {step[tuple(index)].item()}"
 
 
 def check_finite(p: Pipeline, metrics: dict, frames: int, batch: TensorDictBase | None) -> None:

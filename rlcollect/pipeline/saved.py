@@ -16,6 +16,7 @@ import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from rlcollect.acting import act_deterministically
 from rlcollect.checkpoint import BEST_FILE, CHECKPOINT_FILE, CheckpointError, load_checkpoint
 from rlcollect.errors import ConfigError
 from rlcollect.pipeline.builders import make_policy, probe_spaces
@@ -83,9 +84,9 @@ def rebuild_policy(cfg: DictConfig, state: dict, *, device: str | torch.device =
 
 
 def load_policy(run_or_checkpoint: str | Path, checkpoint: str = "last", *,
-                device: str | torch.device = "cpu") -> torch.nn.Module:
+                device: str | torch.device = "cpu", deterministic: bool = True) -> torch.nn.Module:
     """The trained policy of a run, as the TensorDict module it trained (``policy(td)``
-    writes ``"action"``; deterministic under ``tensordict.nn.set_interaction_type``).
+    writes ``"action"``).
 
     Args:
         run_or_checkpoint: a run folder, or a checkpoint file in one (checkpoint.pt,
@@ -93,6 +94,12 @@ def load_policy(run_or_checkpoint: str | Path, checkpoint: str = "last", *,
         checkpoint: for a run folder, "last" (the final frame) or "best" (best.pt, the
             best evaluation).
         device: where the policy's weights go.
+        deterministic: True (the default): the policy writes its deterministic action
+            (the mode, or the greedy action) in every call, whatever interaction type its
+            caller set, as the run's evaluations and ``rlcollect export`` act
+            (``rlcollect.acting.act_deterministically``). False: the module as it trained,
+            sampling its actions (epsilon-greedy for DQN) unless its caller sets a
+            deterministic ``tensordict.nn.set_interaction_type``.
 
     Raises:
         ConfigError: not a run folder, no such checkpoint, or one that does not fit the
@@ -104,4 +111,5 @@ def load_policy(run_or_checkpoint: str | Path, checkpoint: str = "last", *,
     else:
         run_dir, source = path, checkpoint_file(path, checkpoint)
     cfg = load_run_config(run_dir)
-    return rebuild_policy(cfg, read_checkpoint(source), device=device, source=source)
+    policy = rebuild_policy(cfg, read_checkpoint(source), device=device, source=source)
+    return act_deterministically(policy) if deterministic else policy

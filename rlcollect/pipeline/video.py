@@ -32,18 +32,19 @@ class EvalVideo:
         kwargs = env_kwargs(cfg)
         kwargs.pop("backend", None)  # one env, stepped here
         kwargs["wrappers"] = [*kwargs.get("wrappers", []), self.recorders]
-        env = GymEnv(cfg.env.id, None, seed=eval_seed(cfg.seed) if seed is None else seed, render_mode="rgb_array",
-                     **kwargs)
+        seed = eval_seed(cfg.seed) if seed is None else seed
+        env = GymEnv(cfg.env.id, None, seed=seed, render_mode="rgb_array", **kwargs)
         [self.recorder] = self.recorders.made
         self.fps = int(self.recorder.metadata.get("render_fps") or 30)
         self.evaluator = EvalCollector(env, policy, eval_max_steps=cfg.eval.max_steps, gamma=discount(cfg),
-                                       exploration_type=exploration_type)
+                                       exploration_type=exploration_type, seed=seed)  # each video: the same start
         self.folder = Path(folder)
 
     def record(self, name: str) -> Path:
         self.recorder.clear()
         self.evaluator.evaluate()
-        episode = self.recorder.finished[-1] if self.recorder.finished else self.recorder.frames  # or the cut one
+        # the episode the evaluation counted: the first after its reset (later ones fill the rest of its batch)
+        episode = self.recorder.finished[0] if self.recorder.finished else self.recorder.frames  # or the cut one
         return write_mp4(episode, self.folder / f"{name}.mp4", self.fps)
 
     def shutdown(self) -> None:

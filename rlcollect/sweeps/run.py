@@ -448,11 +448,11 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict])
         learner = make_learner(shared, policy, collector, observation_space, action_space,
                                member_options=member_options(cfgs))
         eval_seeds = [eval_seed(seed) for seed in seeds]
+        eval_env_seeds = member_env_seeds(eval_seeds, cfg.eval.episodes) if per_env else eval_seeds
         evaluator = EvalCollector(
-            make_env(cfg, num_envs=members * cfg.eval.episodes,
-                     seed=member_env_seeds(eval_seeds, cfg.eval.episodes) if per_env else eval_seeds),
+            make_env(cfg, num_envs=members * cfg.eval.episodes, seed=eval_env_seeds),
             policy, eval_max_steps=None if cfg.eval.max_steps is None else members * cfg.eval.max_steps,
-            gamma=discount(cfg))
+            gamma=discount(cfg), seed=eval_env_seeds)  # every evaluation from each member's solo run's seeds
         built.append(evaluator)
         sweep = Sweep(list(cfgs), policy, solos[0], collector, learner, evaluator, envs_per_member)
         for member, (member_cfg, run_dir, member_names) in enumerate(zip(cfgs, run_dirs, names)):

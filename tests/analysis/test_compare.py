@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys
@@ -362,8 +363,27 @@ def test_a_run_interrupted_while_starting_is_listed_apart(four_seeds):
     assert [(item.path.name, item.reason) for item in comparison.excluded] == [
         ("c_failed", "failed"), ("d_stopped", "interrupted"), ("e_starting", "interrupted")]
     assert [group.label for group in comparison.groups] == ["algo.lr=0.0003", "algo.lr=0.001"]
-    with pytest.raises(CompareError, match="every run failed or was interrupted"):
+    with pytest.raises(CompareError, match="no run to compare: none finished or was solved"):
         compare(load_runs([started]))
+
+
+def test_only_finished_or_solved_runs_count_the_others_are_listed_with_their_status(four_seeds):
+    """A run killed with SIGKILL (no summary.json) or still running counts no more than a
+    cleanly interrupted one: one rule, finished or solved, and each run left out says why."""
+    from rlcollect.analysis.compare import compare
+    from rlcollect.analysis.report import render_comparison
+
+    write_run(four_seeds, "e_killed", ["algo.lr=0.001"], [100.0], lr=0.001, status=None, seed=7)
+    write_run(four_seeds, "f_running", ["algo.lr=0.0003"], [100.0], lr=0.0003, status="running", seed=8)
+    write_run(four_seeds, "g_solved", ["algo.lr=0.0003"], [0.0, 100.0], lr=0.0003, status="solved", seed=4)
+    comparison = compare(load_runs([four_seeds]), reps=200)
+    assert [(group.label, sorted(run.path.name for run in group.runs)) for group in comparison.groups] == [
+        ("algo.lr=0.0003", ["a0", "a1", "a2", "a3", "g_solved"]), ("algo.lr=0.001", ["b0", "b1", "b2", "b3"])]
+    assert [(item.path.name, item.reason) for item in comparison.excluded] == [
+        ("c_failed", "failed"), ("d_stopped", "interrupted"),
+        ("e_killed", "no status (no summary.json: still running, or killed)"), ("f_running", "running")]
+    text = render_comparison(comparison, "table")
+    assert "left out (4 runs)" in text and f"  {four_seeds / 'f_running'}: running" in text
 
 
 def test_json_report_has_the_issues_shape_and_is_the_same_every_time(four_seeds, capsys):
@@ -419,6 +439,22 @@ def test_probability_of_improvement_by_hand(four_seeds):
     assert comparison.improvements[0].probability.value == 0.25
     with pytest.raises(CompareError, match="names no group"):
         compare(load_runs([four_seeds]), versus=[("lr=0.5", "lr=0.001")])
+
+
+def test_the_python_example_of_docs_compare_md_runs_on_the_readme_s_sweep(tmp_path, monkeypatch, capsys):
+    """docs/compare.md's "From Python" block, as written, on runs shaped as the README's sweep
+    (collector=sync,multisync seed=0,1,2 in runs/sweep): ("multisync", "sync") names one group
+    each, though "sync" is also part of "collector=multisync"."""
+    text = (Path(__file__).parents[2] / "docs" / "compare.md").read_text()
+    [example] = re.findall(r"## From Python.*?```python\n(.*?)```", text, re.S)
+    for seed in range(3):
+        for collector, final in (("sync", 40.0 + seed), ("multisync", 60.0 + seed)):
+            write_run(tmp_path / "runs" / "sweep", f"{collector}_{seed}", [f"collector={collector}"], [0.0, final],
+                      collector=collector, seed=seed)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example, "docs/compare.md", "exec"), {})
+    assert "- P(collector=multisync > collector=sync) = 1.000 [" in capsys.readouterr().out
+    assert (tmp_path / "figures" / "curves.png").is_file()
 
 
 def test_plot_writes_png_and_svg_for_each_figure(four_seeds, tmp_path, capsys):

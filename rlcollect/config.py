@@ -27,11 +27,13 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
+from rlcollect import choices
 from rlcollect.errors import ConfigError
 from rlcollect.logging.runs import for_env_id
-from rlcollect.validation import Range
+from rlcollect.validation import Choices, Range
 
 RANGE = "range"  # a numeric field's metadata: the Range its value (each value, for a list) must be in
+CHOICES = "choices"  # a field's metadata: the Choices its value must be one of
 
 
 def ranged(default: Any, spec: str) -> Any:
@@ -44,6 +46,14 @@ def ranged(default: Any, spec: str) -> Any:
     return field(default=default, metadata=metadata)
 
 
+def chosen(default: Any, values: tuple) -> Any:
+    """A field with ``default`` whose value must be one of ``values`` (None, where the
+    field allows it, is "not set"); checked with the ranges (``check_ranges``). ``values``
+    is the tuple the class checks its argument against (rlcollect/choices.py), so the
+    choices are declared once."""
+    return field(default=default, metadata={CHOICES: Choices(tuple(values))})
+
+
 # ---------------------------------------------------------------------------- env
 @dataclass
 class EnvConfig:
@@ -52,8 +62,7 @@ class EnvConfig:
 
     id: str = MISSING  # a registered gymnasium id
     num_envs: Optional[int] = ranged(8, ">= 1")  # collector=sync: None is a single env, batch_size []
-    # how the envs are stepped: list | sync | async | vector (envs/backends.py)
-    backend: str = "list"
+    backend: str = chosen("list", choices.ENV_SOURCE_BACKENDS)  # how the envs are stepped (docs/envs.md)
     max_episode_steps: Optional[int] = ranged(None, ">= 1")  # None: the env's own limit
     # training stops once evaluation reaches it: a number, or {env id: number} (the presets:
     # a threshold belongs to its env id, so env.id=<another> has none unless given)
@@ -87,10 +96,10 @@ class StepLoopConfig:
     reset_at_each_iter: bool = False
     reset_when_done: bool = True
     split_trajs: bool = False
-    exploration_type: str = "random"
+    exploration_type: str = chosen("random", choices.EXPLORATION_TYPES)
     track_traj_ids: bool = True
     set_truncated: bool = False
-    reset_policy: str = "immediate"  # immediate | wait (finished envs wait for the next batch; padding masked)
+    reset_policy: str = chosen("immediate", choices.RESET_POLICIES)  # wait: finished envs wait for the next batch
     policy_device: Optional[str] = None  # null: the top-level device
     env_device: Optional[str] = None
     storing_device: Optional[str] = None
@@ -113,7 +122,7 @@ class WorkerProcessesConfig(StepLoopConfig, CollectorTarget):
 
     num_workers: int = ranged(2, ">= 1")
     envs_per_worker: int = ranged(4, ">= 1")
-    start_method: str = "spawn"  # spawn | forkserver | fork
+    start_method: str = chosen("spawn", choices.START_METHODS)
     worker_torch_threads: Optional[int] = ranged(1, ">= 1")
     worker_cpu_affinity: Optional[List[List[int]]] = None  # one list of CPU ids per worker
     batch_timeout: Optional[float] = ranged(None, "> 0")  # seconds; None waits as long as the workers are alive
@@ -136,7 +145,7 @@ class MultiSyncCollectorConfig(MultiCollectorConfig):
     across them), collected with the latest weights."""
 
     _target_: str = "rlcollect.MultiSyncCollector"
-    cat_results: Any = "stack"  # stack | 0 | -1  (PPO takes stack or 0)
+    cat_results: Any = chosen("stack", choices.CAT_RESULTS)  # PPO takes stack or 0
 
 
 @dataclass
@@ -178,7 +187,7 @@ class PoolCollectorConfig(WorkerProcessesConfig):
 
     _target_: str = "rlcollect.PoolCollector"
     batch_size: Optional[int] = ranged(None, ">= 1")  # envs served per pool step, a multiple of envs_per_worker
-    layout: str = "per_env"  # per_env | flat
+    layout: str = chosen("per_env", choices.POOL_LAYOUTS)
     max_decorrelation_steps: int = ranged(0, ">= 0")  # after a reset, each env takes 0..this many random steps
 
 
@@ -198,7 +207,7 @@ class HostCollectorConfig(StepLoopConfig):
     multisync/multiasync only; null: not passed (that collector's default)."""
 
     num_workers: Optional[int] = ranged(None, ">= 1")  # multisync/multiasync actors: worker processes per actor
-    start_method: Optional[str] = None
+    start_method: Optional[str] = chosen(None, choices.START_METHODS)
     worker_torch_threads: Optional[int] = ranged(None, ">= 1")
     worker_cpu_affinity: Optional[List[List[int]]] = None
     batch_timeout: Optional[float] = ranged(None, "> 0")
@@ -213,7 +222,7 @@ class RayCollectorConfig(CollectorTarget):
     _target_: str = "rlcollect.RayCollector"
     num_collectors: int = ranged(2, ">= 1")
     sync: bool = True  # true: one batch from every actor, stacked; false: first come first served
-    collector_class: str = "sync"  # sync | multisync | multiasync
+    collector_class: str = chosen("sync", choices.HOSTED_COLLECTOR_CLASSES)
     envs_per_worker: int = ranged(4, ">= 1")
     collector_kwargs: HostCollectorConfig = field(default_factory=HostCollectorConfig)
     remote_config: RayRemoteConfig = field(default_factory=RayRemoteConfig)
@@ -234,12 +243,13 @@ class DistributedCollectorConfig(CollectorTarget):
     _target_: str = "rlcollect.DistributedCollector"
     num_workers: int = ranged(2, ">= 1")
     sync: bool = True  # true: one batch from every worker, stacked; false: first come first served
-    collector_class: str = "sync"  # sync | multisync | multiasync
+    collector_class: str = chosen("sync", choices.HOSTED_COLLECTOR_CLASSES)
     envs_per_worker: int = ranged(4, ">= 1")
     collector_kwargs: HostCollectorConfig = field(default_factory=HostCollectorConfig)
-    backend: str = "gloo"
-    launcher: str = "mp"  # mp: local processes | submitit: SLURM jobs (cluster=local: local jobs) | ray: Ray tasks
-    start_method: str = "spawn"  # launcher=mp
+    backend: str = chosen("gloo", choices.DISTRIBUTED_BACKENDS)
+    # mp: local processes | submitit: SLURM jobs (cluster=local: local jobs) | ray: Ray tasks
+    launcher: str = chosen("mp", choices.DISTRIBUTED_LAUNCHERS)
+    start_method: str = chosen("spawn", choices.START_METHODS)  # launcher=mp
     cluster: Optional[str] = None  # launcher=submitit: null picks SLURM where sbatch exists, or "local"
     slurm_kwargs: Any = field(default_factory=dict)  # launcher=submitit: executor.update_parameters(...)
     submitit_folder: str = "submitit"  # launcher=submitit: job logs, relative to the run folder
@@ -264,7 +274,7 @@ class MultiProcessWeightSyncConfig:
     """Weights sent through a pipe to each worker and acknowledged."""
 
     _target_: str = "rlcollect.MultiProcessWeightSyncScheme"
-    strategy: str = "tensordict"  # tensordict | state_dict
+    strategy: str = chosen("tensordict", choices.WEIGHT_SYNC_STRATEGIES)
     ack_timeout: float = ranged(120.0, "> 0")
 
 
@@ -273,7 +283,7 @@ class RayWeightSyncConfig:
     """Weights put once in the Ray object store per update; every actor pulls them."""
 
     _target_: str = "rlcollect.RayWeightSyncScheme"
-    strategy: str = "tensordict"  # tensordict | state_dict
+    strategy: str = chosen("tensordict", choices.WEIGHT_SYNC_STRATEGIES)
 
 
 @dataclass
@@ -332,11 +342,11 @@ class DQNConfig(LearnerTarget):
     # per collected batch (background collection: per frames_per_batch frames)
     gradient_steps_per_batch: int = ranged(128, ">= 1")
     learning_starts: int = ranged(1000, ">= 0")  # frames collected with random actions before training
-    target_update: str = "periodic"  # periodic | polyak
+    target_update: str = chosen("periodic", choices.DQN_TARGET_UPDATES)
     target_update_period: int = ranged(128, ">= 1")  # gradient steps: one target refresh per collected batch
     tau: float = ranged(0.005, "(0, 1]")
     double_dqn: bool = True
-    loss: str = "huber"
+    loss: str = chosen("huber", choices.DQN_LOSSES)
     max_grad_norm: float = ranged(10.0, "> 0")
     eps_start: float = ranged(1.0, "[0, 1]")
     eps_end: float = ranged(0.04, "[0, 1]")
@@ -381,9 +391,9 @@ class ActorCriticConfig:
     _target_: str = "rlcollect.ActorCritic"
     _partial_: bool = True  # the pipeline passes the env's spaces
     hidden_sizes: List[int] = ranged([64, 64], ">= 1")
-    activation: str = "tanh"
+    activation: str = chosen("tanh", choices.ACTIVATIONS)
     log_std_init: float = ranged(0.0, "any")
-    encoder: str = "auto"  # auto (from the observation space) | mlp | cnn (images) | multi_input (Dict/Tuple)
+    encoder: str = chosen("auto", choices.ENCODERS)  # auto: cnn for images, multi_input for Dict/Tuple, else mlp
     normalize_observation: bool = False  # running mean/std of the observations, inside the policy
 
 
@@ -394,12 +404,12 @@ class RecurrentActorCriticConfig:
 
     _target_: str = "rlcollect.RecurrentActorCritic"
     _partial_: bool = True
-    rnn: str = "gru"  # gru | lstm
-    encoder: str = "auto"  # auto (from the observation space) | mlp | cnn (images) | multi_input (Dict/Tuple)
+    rnn: str = chosen("gru", choices.RNN_TYPES)
+    encoder: str = chosen("auto", choices.ENCODERS)  # auto: cnn for images, multi_input for Dict/Tuple, else mlp
     hidden_size: int = ranged(64, ">= 1")
     num_layers: int = ranged(1, ">= 1")
     hidden_sizes: List[int] = ranged([64, 64], ">= 1")
-    activation: str = "tanh"
+    activation: str = chosen("tanh", choices.ACTIVATIONS)
     log_std_init: float = ranged(0.0, "any")
 
 
@@ -410,10 +420,10 @@ class QValuePolicyConfig:
     _target_: str = "rlcollect.QValuePolicy"
     _partial_: bool = True
     hidden_sizes: List[int] = ranged([256, 256], ">= 1")
-    activation: str = "relu"
+    activation: str = chosen("relu", choices.ACTIVATIONS)
     # the first batches'; DQN then follows algo.eps_* (conf/model/q_network.yaml links them)
     epsilon: float = ranged(1.0, "[0, 1]")
-    encoder: str = "auto"  # auto (from the observation space) | mlp | cnn (images) | multi_input (Dict/Tuple)
+    encoder: str = chosen("auto", choices.ENCODERS)  # auto: cnn for images, multi_input for Dict/Tuple, else mlp
     normalize_observation: bool = False  # running mean/std of the observations, inside the policy
 
 
@@ -425,8 +435,8 @@ class SACActorConfig:
     _target_: str = "rlcollect.SACActor"
     _partial_: bool = True
     hidden_sizes: List[int] = ranged([256, 256], ">= 1")
-    activation: str = "relu"
-    encoder: str = "auto"  # auto (from the observation space) | mlp | cnn (images) | multi_input (Dict/Tuple)
+    activation: str = chosen("relu", choices.ACTIVATIONS)
+    encoder: str = chosen("auto", choices.ENCODERS)  # auto: cnn for images, multi_input for Dict/Tuple, else mlp
     normalize_observation: bool = False  # running mean/std of the observations, inside the policy
 
 
@@ -521,7 +531,7 @@ class WandbLoggerConfig:
     _partial_: bool = True  # the pipeline passes the run folder, name, group, job_type, config
     project: str = "rlcollect"
     entity: Optional[str] = None
-    mode: str = "offline"  # "online" needs a W&B login
+    mode: str = chosen("offline", choices.WANDB_MODES)  # "online" needs a W&B login
 
 
 @dataclass
@@ -556,6 +566,12 @@ class EvalConfig:
     video: bool = False  # record one evaluation episode (rgb_array) to videos/eval_<frames>.mp4 and W&B
 
 
+# objective -> the direction a tuning sweep optimises it in (conf/hydra/sweeper/*.yaml read it
+# as ${objective_direction:${objective}})
+OBJECTIVES = {"final_eval_return": "maximize", "best_eval_return": "maximize", "eval_auc": "maximize",
+              "frames_to_solve": "minimize"}
+
+
 @dataclass
 class TrainConfig:
     env: Any = MISSING
@@ -576,7 +592,7 @@ class TrainConfig:
     resume: Optional[str] = None  # a run folder: `rlcollect train resume=<folder>` continues it
     # what `train` returns (a tuning sweep's objective, docs/tuning.md): final_eval_return | best_eval_return |
     # eval_auc (mean eval return over the run's frames) | frames_to_solve (to minimise)
-    objective: str = "final_eval_return"
+    objective: str = chosen("final_eval_return", tuple(OBJECTIVES))
 
 
 # (group, option) -> schema; YAML options refer to them as /<group>_<option>_schema
@@ -611,12 +627,6 @@ SCHEMAS: dict[tuple[str, str], type] = {
     ("logger", "wandb"): WandbLoggerConfig,
     ("logger", "none"): RunLoggerConfig,
 }
-
-
-# objective -> the direction a tuning sweep optimises it in (conf/hydra/sweeper/*.yaml read it
-# as ${objective_direction:${objective}})
-OBJECTIVES = {"final_eval_return": "maximize", "best_eval_return": "maximize", "eval_auc": "maximize",
-              "frames_to_solve": "minimize"}
 
 
 def objective_direction(objective: str) -> str:
@@ -674,11 +684,13 @@ def schema_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig]
 
 def check_ranges(cfg: DictConfig) -> None:
     """Every numeric option in the range its schema declares (``config.ranged``), each
-    entry of a list of numbers too: a ConfigError naming the key and the range."""
+    entry of a list of numbers too, and every option with choices one of them
+    (``config.chosen``): a ConfigError naming the key and the range, or the choices and the
+    closest of them."""
     for path, node in schema_nodes(cfg, ""):
         prefix = f"{path}." if path else ""
         for schema_field in dataclasses.fields(OmegaConf.get_type(node)):
-            allowed = schema_field.metadata.get(RANGE)
+            allowed = schema_field.metadata.get(RANGE, schema_field.metadata.get(CHOICES))
             if allowed is None or schema_field.name not in node or OmegaConf.is_missing(node, schema_field.name):
                 continue
             try:

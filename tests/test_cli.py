@@ -249,6 +249,29 @@ def test_an_added_unknown_key_exits_2_with_one_line_naming_it(tmp_path):
     assert "Traceback" not in result.stderr and not (tmp_path / "run" / "metrics.jsonl").exists()
 
 
+CHOICES_OUTSIDE = [
+    ("collector=multisync collector.cat_results=1", "collector.cat_results=1: choose one of stack, 0, -1"),
+    ("weight_sync=multiprocess weight_sync.strategy=bogus",
+     "weight_sync.strategy='bogus': choose one of state_dict, tensordict"),
+]
+
+
+@pytest.mark.timeout(300)
+def test_a_value_outside_an_options_choices_exits_2_with_one_line_and_leaves_no_folder(tmp_path):
+    """Choices are checked with the ranges, before anything is built (config.chosen): the
+    user's mistake, not "error while building the run" with a traceback and a folder."""
+    folders = [tmp_path / str(index) for index in range(len(CHOICES_OUTSIDE))]
+    for folder in folders:
+        folder.mkdir()
+    results = rlcollect_all(folders, [["train", *override.split(), "progress=false", "hydra.run.dir=run"]
+                                      for override, _ in CHOICES_OUTSIDE])
+    for folder, (override, message), result in zip(folders, CHOICES_OUTSIDE, results):
+        assert result.returncode == 2, (override, result.stderr)
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"rlcollect train: invalid configuration: {message}"), line
+        assert not (folder / "run").exists() and not list(folder.iterdir())
+
+
 def test_help_and_a_missing_option_list_only_the_yaml_options(tmp_path):
     """Schemas are registered outside the groups: neither `--help` nor "could not find"
     lists them as options."""

@@ -433,3 +433,102 @@ def test_the_collector_schemas_declare_the_option_groups_fields_with_their_defau
         cls = get_class(schema._target_)
         keys = {f.name for f in dataclasses.fields(schema)} - {"_target_", "_partial_"}
         assert keys <= cls.accepted_arguments(), (option, sorted(keys - cls.accepted_arguments()))
+
+
+# ---------------------------------------------------------------------------- choices
+def test_every_option_with_choices_declares_them_and_a_value_outside_is_one_line_naming_them():
+    """Each option with a fixed set of values says them (config.chosen), and a value outside
+    them is refused before anything is built, in one line naming the key, the values and the
+    closest of them."""
+    from omegaconf import OmegaConf
+
+    from rlcollect.config import CHOICES
+    from rlcollect.errors import ConfigError
+    from rlcollect.pipeline.checks import check_config, schema_nodes
+
+    checked = set()
+    for composition in RANGE_COMPOSITIONS:
+        cfg = compose_train(composition)
+        for path, node in schema_nodes(cfg, ""):
+            schema = OmegaConf.get_type(node)
+            for schema_field in dataclasses.fields(schema):
+                allowed = schema_field.metadata.get(CHOICES)
+                if allowed is None:
+                    continue
+                key = f"{path}.{schema_field.name}" if path else schema_field.name
+                first = str(allowed.values[0])
+                for value in (first.upper() + "x", 7):  # a misspelling, a number
+                    bad = cfg.copy()
+                    OmegaConf.update(bad, key, value)
+                    with pytest.raises(ConfigError) as refused:
+                        check_config(bad)
+                    message = str(refused.value)
+                    assert message.startswith(f"{key}={OmegaConf.select(bad, key)!r}: choose one of {allowed}"), message
+                    assert "\n" not in message
+                checked.add((schema.__name__, schema_field.name))
+    # the options whose values the classes check: their choices are declared in the schemas
+    assert {("SyncCollectorConfig", "exploration_type"), ("SyncCollectorConfig", "reset_policy"),
+            ("MultiSyncCollectorConfig", "start_method"), ("MultiSyncCollectorConfig", "cat_results"),
+            ("PoolCollectorConfig", "layout"), ("HostCollectorConfig", "start_method"),
+            ("RayCollectorConfig", "collector_class"), ("DistributedCollectorConfig", "collector_class"),
+            ("DistributedCollectorConfig", "launcher"), ("DistributedCollectorConfig", "backend"),
+            ("MultiProcessWeightSyncConfig", "strategy"), ("RayWeightSyncConfig", "strategy"),
+            ("DQNConfig", "target_update"), ("DQNConfig", "loss"), ("ActorCriticConfig", "activation"),
+            ("ActorCriticConfig", "encoder"), ("RecurrentActorCriticConfig", "rnn"), ("QValuePolicyConfig", "encoder"),
+            ("EnvConfig", "backend"), ("WandbLoggerConfig", "mode"), ("TrainConfig", "objective")} <= checked
+
+
+def test_a_misspelled_choice_is_told_its_closest_value():
+    from rlcollect.config import check_ranges
+    from rlcollect.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^collector\.layout='per-env': choose one of flat, per_env "
+                                          r"\(did you mean per_env\?\)$"):
+        check_ranges(compose_train(["collector=pool", "collector.layout=per-env"]))
+    with pytest.raises(ConfigError, match=r"^collector\.cat_results=False: choose one of stack, 0, -1$"):
+        check_ranges(compose_train(["collector=multisync", "collector.cat_results=false"]))  # not 0
+    check_ranges(compose_train(["collector=multisync", "collector.cat_results=0"]))
+    check_ranges(compose_train(["collector=ray"]))  # collector_kwargs.start_method=null: not set
+
+
+def test_the_choices_are_the_tuples_the_classes_check_their_arguments_against():
+    """Declared once (rlcollect/choices.py, a leaf without torch): the schemas' choices and
+    the classes' checks are the same tuples; ActorCritic's activations map each name to its
+    torch class, pinned here."""
+    from rlcollect import choices
+    from rlcollect.algos import dqn
+    from rlcollect.collectors import hosted, multi, options, pool
+    from rlcollect.collectors.distributed import collector as distributed
+    from rlcollect.collectors.distributed import launchers
+    from rlcollect.envs import backends
+    from rlcollect.modules import actor_critic, encoders
+    from rlcollect.weight_sync import strategies
+
+    pairs = [(options.EXPLORATION_TYPES, choices.EXPLORATION_TYPES), (options.RESET_POLICIES, choices.RESET_POLICIES),
+             (options.START_METHODS, choices.START_METHODS), (multi.CAT_RESULTS, choices.CAT_RESULTS),
+             (pool.LAYOUTS, choices.POOL_LAYOUTS), (hosted.COLLECTOR_CLASSES, choices.HOSTED_COLLECTOR_CLASSES),
+             (launchers.LAUNCHERS, choices.DISTRIBUTED_LAUNCHERS), (distributed.BACKENDS, choices.DISTRIBUTED_BACKENDS),
+             (strategies.STRATEGIES, choices.WEIGHT_SYNC_STRATEGIES), (dqn.TARGET_UPDATES, choices.DQN_TARGET_UPDATES),
+             (dqn.LOSSES, choices.DQN_LOSSES), (encoders.ENCODERS, choices.ENCODERS),
+             (backends.BACKENDS, choices.ENV_BACKENDS)]
+    assert all(used is declared for used, declared in pairs)
+    assert tuple(actor_critic.ACTIVATIONS) == choices.ACTIVATIONS
+
+
+def test_the_config_checks_ranges_and_choices_without_torch():
+    """`rlcollect train` refuses a value out of its range or choices before torch loads."""
+    code = ("import sys\n"
+            "from hydra import compose, initialize_config_module\n"
+            "from rlcollect.config import check_ranges, register_configs\n"
+            "from rlcollect.errors import ConfigError\n"
+            "register_configs()\n"
+            "with initialize_config_module('rlcollect.conf', version_base='1.3'):\n"
+            "    cfg = compose('train', overrides=['collector=multisync', 'collector.cat_results=1'])\n"
+            "try:\n"
+            "    check_ranges(cfg)\n"
+            "except ConfigError as error:\n"
+            "    print(error)\n"
+            "assert 'torch' not in sys.modules\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("collector.cat_results=1: choose one of stack, 0, -1")

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from rlcollect.choices import HOSTED_COLLECTOR_CLASSES as COLLECTOR_CLASSES
 from rlcollect.envs.sources import worker_env_specs
 from rlcollect.envs.staging import StagedEnv
 from rlcollect.seeding import env_seed
@@ -20,7 +21,6 @@ from rlcollect.validation import check_positive_int
 TRAJ_ID_SHIFT = 40  # host i owns traj ids [i << 40, (i + 1) << 40)
 LIFE_ID_SHIFT = 32  # ... and its r-th replacement starts at (i << 40) + (r << 32)
 MAX_LIVES = 1 << (TRAJ_ID_SHIFT - LIFE_ID_SHIFT)  # lives of one host's id range
-COLLECTOR_CLASSES = ("sync", "multisync", "multiasync")
 # what a driver of hosted collectors sets itself, never its collector_kwargs
 RESERVED_COLLECTOR_KWARGS = ("frames_per_batch", "total_frames", "traj_pool", "replay_buffer", "trajs_per_batch",
                              "post_collect_hook")

@@ -24,6 +24,7 @@ from typing import Sequence
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.choices import CAT_RESULTS
 from rlcollect.collectors.base import CollectionPlan, CollectorBase
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.options import (
@@ -49,7 +50,6 @@ from rlcollect.trajectories import TrajectoryPool
 from rlcollect.validation import check_positive_int
 from rlcollect.weight_sync import SharedMemWeightSyncScheme, WeightSyncScheme
 
-CAT_RESULTS = ("stack", 0, -1)
 __all__ = ["MultiAsyncCollector", "MultiSyncCollector", "WorkerError"]
 
 

@@ -21,15 +21,13 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from rlcollect.choices import EXPLORATION_TYPES, RESET_POLICIES, START_METHODS
 from rlcollect.trajectories import TRAJ_FORMATS
 from rlcollect.validation import check_non_negative_int, check_positive_int
 
 log = logging.getLogger(__name__)
 
 DeviceLike = str | torch.device | None
-EXPLORATION_TYPES = ("random", "deterministic")
-RESET_POLICIES = ("immediate", "wait")
-START_METHODS = ("spawn", "forkserver", "fork")
 
 
 # ---------------------------------------------------------------------------- checks

@@ -45,6 +45,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import set_interaction_type
 
+from rlcollect.choices import POOL_LAYOUTS as LAYOUTS
 from rlcollect.collectors.base import CollectionPlan, CollectorBase, check_env_device
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import as_device, policy_param_device
@@ -70,8 +71,6 @@ from rlcollect.errors import ConfigError
 from rlcollect.keys import ENV_ID
 from rlcollect.trajectories import TrajectoryPool
 from rlcollect.validation import check_non_negative_int, check_positive_int
-
-LAYOUTS = ("flat", "per_env")
 
 
 @with_options_doc(StepOptions, DeviceOptions, DeliveryOptions, WorkerOptions)
@@ -132,14 +131,12 @@ class PoolCollector(CollectorBase):
 
     @classmethod
     def check_plan(cls, plan: CollectionPlan) -> None:
-        """A layout it has (per_env for an on-policy learner), a batch_size of whole workers,
+        """The per_env layout for an on-policy learner, a batch_size of whole workers,
         no env_device, and only the options it supports."""
         super().check_plan(plan)
         options = plan.options
         check_env_device(plan)
-        layout = options.get("layout", "flat")
-        if layout not in LAYOUTS:
-            raise ConfigError(f"collector.layout={layout}: choose one of {', '.join(LAYOUTS)}")
+        layout = options.get("layout", "flat")  # one of LAYOUTS: the config's choices (config.check_ranges)
         if plan.on_policy and layout != "per_env":
             raise ConfigError(f"collector={plan.name} with collector.layout=flat yields steps grouped by env, in "
                               f"unequal numbers; algo={plan.algo}'s rollout buffer needs one row per env: use "

@@ -1,10 +1,16 @@
 """Structured-config schemas for `rlcollect train`, registered in Hydra's ConfigStore.
 
-Every default of the config tree is written here, once: a YAML option under conf/<group>/
-names its schema in its defaults list and sets only what differs from it (an experiment
-overlays a few values). A misspelled key or a value of the wrong type is rejected by
-Hydra before anything runs; a key added with ``+`` is rejected by the pipeline
-(rlcollect/pipeline/checks.py) unless it is an argument of the node's ``_target_``.
+A schema declares its node's keys, their types, ranges and choices; its defaults are the
+defaults of the class it builds (tests/test_config.py pins each to its constructor's), so
+a library user and a CLI user start from the same algorithm. What the command line picks
+otherwise, such as the CartPole-tuned settings of PPO and DQN or 4 envs per worker, is
+set by the YAML options under conf/<group>/, which name their schema in their defaults
+list and set only what differs from it (an experiment overlays a few values more). The
+keys that are not constructor arguments are read by the pipeline itself
+(rlcollect/pipeline/targets.py, ``PIPELINE_KEYS``). A misspelled key or a value of the
+wrong type is rejected by Hydra before anything runs; a key added with ``+`` is rejected
+by the pipeline (rlcollect/pipeline/checks.py) unless it is an argument of the node's
+``_target_``.
 
 Components are ``_target_`` nodes (docs/configuration.md, "Building components from
 `_target_`"): their keys are the constructor's arguments, built with
@@ -21,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator, List, Optional
 
 from hydra.core.config_store import ConfigStore
@@ -121,7 +128,7 @@ class WorkerProcessesConfig(StepLoopConfig, CollectorTarget):
     seed + i (env.num_envs is not used)."""
 
     num_workers: int = ranged(2, ">= 1")
-    envs_per_worker: int = ranged(4, ">= 1")
+    envs_per_worker: int = ranged(1, ">= 1")  # the YAML options: 4
     start_method: str = chosen("spawn", choices.START_METHODS)
     worker_torch_threads: Optional[int] = ranged(1, ">= 1")
     worker_cpu_affinity: Optional[List[List[int]]] = None  # one list of CPU ids per worker
@@ -136,6 +143,7 @@ class MultiCollectorConfig(WorkerProcessesConfig):
     """Each worker runs a Collector on its envs; the policy is copied to the workers
     (weight_sync)."""
 
+    envs_per_worker: Optional[int] = ranged(None, ">= 1")  # None: one unbatched env per worker (the YAML options: 4)
     update_at_each_batch: bool = False
 
 
@@ -187,7 +195,7 @@ class PoolCollectorConfig(WorkerProcessesConfig):
 
     _target_: str = "rlcollect.PoolCollector"
     batch_size: Optional[int] = ranged(None, ">= 1")  # envs served per pool step, a multiple of envs_per_worker
-    layout: str = chosen("per_env", choices.POOL_LAYOUTS)
+    layout: str = chosen("flat", choices.POOL_LAYOUTS)  # conf/collector/pool.yaml: per_env (PPO, the default algo)
     max_decorrelation_steps: int = ranged(0, ">= 0")  # after a reset, each env takes 0..this many random steps
 
 
@@ -223,7 +231,7 @@ class RayCollectorConfig(CollectorTarget):
     num_collectors: int = ranged(2, ">= 1")
     sync: bool = True  # true: one batch from every actor, stacked; false: first come first served
     collector_class: str = chosen("sync", choices.HOSTED_COLLECTOR_CLASSES)
-    envs_per_worker: int = ranged(4, ">= 1")
+    envs_per_worker: Optional[int] = ranged(None, ">= 1")  # None: one unbatched env (the YAML options: 4)
     collector_kwargs: HostCollectorConfig = field(default_factory=HostCollectorConfig)
     remote_config: RayRemoteConfig = field(default_factory=RayRemoteConfig)
     ray_address: Optional[str] = None  # None: a local Ray on loopback; "auto" or host:port: join a cluster
@@ -244,7 +252,7 @@ class DistributedCollectorConfig(CollectorTarget):
     num_workers: int = ranged(2, ">= 1")
     sync: bool = True  # true: one batch from every worker, stacked; false: first come first served
     collector_class: str = chosen("sync", choices.HOSTED_COLLECTOR_CLASSES)
-    envs_per_worker: int = ranged(4, ">= 1")
+    envs_per_worker: Optional[int] = ranged(None, ">= 1")  # None: one unbatched env (the YAML options: 4)
     collector_kwargs: HostCollectorConfig = field(default_factory=HostCollectorConfig)
     backend: str = chosen("gloo", choices.DISTRIBUTED_BACKENDS)
     # mp: local processes | submitit: SLURM jobs (cluster=local: local jobs) | ray: Ray tasks
@@ -308,22 +316,22 @@ class LearnerTarget:
 
 @dataclass
 class PPOConfig(LearnerTarget):
-    """Clipped PPO, tuned for CartPole (close to rl-zoo's: 8 envs x 32 steps, lambda 0.8)."""
+    """Clipped PPO (rlcollect.PPO's defaults; conf/algo/ppo.yaml tunes it for CartPole)."""
 
     _target_: str = "rlcollect.PPOLearner"
     name: str = "ppo"
-    lr: float = ranged(0.001, "> 0")
-    gamma: float = ranged(0.98, "(0, 1]")
-    gae_lambda: float = ranged(0.8, "[0, 1]")
+    lr: float = ranged(3e-4, "> 0")
+    gamma: float = ranged(0.99, "(0, 1]")
+    gae_lambda: float = ranged(0.95, "[0, 1]")
     clip_epsilon: float = ranged(0.2, "> 0")
-    epochs: int = ranged(20, ">= 1")
-    minibatch_size: int = ranged(256, ">= 1")  # at most the frames of a batch (collector.frames_per_batch)
+    epochs: int = ranged(10, ">= 1")
+    minibatch_size: int = ranged(64, ">= 1")  # at most the frames of a batch (collector.frames_per_batch)
     value_coef: float = ranged(0.5, ">= 0")
     entropy_coef: float = ranged(0.0, ">= 0")
     max_grad_norm: float = ranged(0.5, "> 0")
     normalize_advantage: bool = True
     anneal_lr: bool = True
-    anneal_clip: bool = True
+    anneal_clip: bool = False
     # recurrent models: steps per minibatch sequence (None: whole rollout rows)
     sequence_length: Optional[int] = ranged(None, ">= 1")
     normalize_reward: bool = False  # train on rewards / running std of the discounted return (logged ones unchanged)
@@ -332,7 +340,8 @@ class PPOConfig(LearnerTarget):
 
 @dataclass
 class DQNConfig(LearnerTarget):
-    """DQN (double, target network, epsilon-greedy) from a replay buffer."""
+    """DQN (double, target network, epsilon-greedy) from a replay buffer (DQNLearner's
+    defaults; conf/algo/dqn.yaml sets rl-zoo's CartPole schedule)."""
 
     _target_: str = "rlcollect.DQNLearner"
     name: str = "dqn"
@@ -340,17 +349,17 @@ class DQNConfig(LearnerTarget):
     gamma: float = ranged(0.99, "(0, 1]")
     batch_size: int = ranged(64, ">= 1")  # transitions per gradient step
     # per collected batch (background collection: per frames_per_batch frames)
-    gradient_steps_per_batch: int = ranged(128, ">= 1")
-    learning_starts: int = ranged(1000, ">= 0")  # frames collected with random actions before training
+    gradient_steps_per_batch: int = ranged(1, ">= 1")
+    learning_starts: int = ranged(0, ">= 0")  # frames collected with random actions before training
     target_update: str = chosen("periodic", choices.DQN_TARGET_UPDATES)
-    target_update_period: int = ranged(128, ">= 1")  # gradient steps: one target refresh per collected batch
+    target_update_period: int = ranged(10, ">= 1")  # gradient steps between target refreshes (periodic)
     tau: float = ranged(0.005, "(0, 1]")
     double_dqn: bool = True
     loss: str = chosen("huber", choices.DQN_LOSSES)
     max_grad_norm: float = ranged(10.0, "> 0")
     eps_start: float = ranged(1.0, "[0, 1]")
-    eps_end: float = ranged(0.04, "[0, 1]")
-    eps_decay_frames: int = ranged(8000, ">= 0")
+    eps_end: float = ranged(0.05, "[0, 1]")
+    eps_decay_frames: int = ranged(0, ">= 0")  # frames over which epsilon falls from eps_start to eps_end
     # >1: n-step transitions (MultiStep on the buffer's writes), bootstrapped gamma**m ahead
     n_step: int = ranged(1, ">= 1")
     prioritized: bool = False  # prioritized replay: buffer/sampler=prioritized with its defaults (or choose that)
@@ -361,7 +370,8 @@ class DQNConfig(LearnerTarget):
 @dataclass
 class SACConfig(LearnerTarget):
     """Soft actor-critic (twin Q, automatic entropy tuning) from a replay buffer, the
-    settings of cleanrl's sac_continuous_action (one update per collected frame)."""
+    settings of cleanrl's sac_continuous_action (conf/algo/sac.yaml: one update per
+    collected frame)."""
 
     _target_: str = "rlcollect.SACLearner"
     name: str = "sac"
@@ -374,7 +384,7 @@ class SACConfig(LearnerTarget):
     policy_frequency: int = ranged(2, ">= 1")  # critic steps per round of as many actor updates
     target_network_frequency: int = ranged(1, ">= 1")  # critic steps between target updates
     batch_size: int = ranged(256, ">= 1")  # transitions per gradient step
-    gradient_steps_per_batch: int = ranged(256, ">= 1")  # one per collected frame (collector.frames_per_batch)
+    gradient_steps_per_batch: int = ranged(1, ">= 1")  # conf/algo/sac.yaml: one per collected frame
     learning_starts: int = ranged(5000, ">= 0")  # frames of random actions before the first update
     critic_hidden_sizes: List[int] = ranged([256, 256], ">= 1")
     n_step: int = ranged(1, ">= 1")  # >1: n-step transitions, bootstrapped gamma**m ahead
@@ -408,7 +418,7 @@ class RecurrentActorCriticConfig:
     encoder: str = chosen("auto", choices.ENCODERS)  # auto: cnn for images, multi_input for Dict/Tuple, else mlp
     hidden_size: int = ranged(64, ">= 1")
     num_layers: int = ranged(1, ">= 1")
-    hidden_sizes: List[int] = ranged([64, 64], ">= 1")
+    hidden_sizes: List[int] = ranged([64], ">= 1")  # the heads' MLP (conf/model/recurrent_actor_critic.yaml: [64, 64])
     activation: str = chosen("tanh", choices.ACTIVATIONS)
     log_std_init: float = ranged(0.0, "any")
 
@@ -497,7 +507,7 @@ class SliceSamplerConfig:
     """SliceSampler: contiguous slices of trajectories (exactly one of slice_len, num_slices)."""
 
     _target_: str = "rlcollect.SliceSampler"
-    slice_len: Optional[int] = ranged(32, ">= 1")
+    slice_len: Optional[int] = ranged(None, ">= 1")  # the YAML options: 32
     num_slices: Optional[int] = ranged(None, ">= 1")
     strict_length: bool = False
     pad_output: bool = False
@@ -519,7 +529,7 @@ class PrioritizedSamplerConfig:
     _target_: str = "rlcollect.PrioritizedSampler"
     alpha: float = ranged(0.6, ">= 0")
     beta: float = ranged(0.4, "[0, 1]")
-    eps: float = ranged(1e-6, "> 0")
+    eps: float = ranged(1e-8, "> 0")  # conf/buffer/sampler/prioritized.yaml: 1e-6
 
 
 # ---------------------------------------------------------------------------- logger
@@ -652,6 +662,15 @@ def job_dirname(override_dirname: str) -> str:
 
 def schema_name(group: str, option: str) -> str:
     return f"{group}_{option}_schema"
+
+
+def option_node(group: str, option: str) -> DictConfig:
+    """The node ``group=option`` composes: its schema with the values its YAML option
+    (conf/<group>/<option>.yaml) sets, for an option that sets only its own keys (no
+    ``@package _global_``). What ``algo.prioritized=true`` builds: buffer/sampler=prioritized."""
+    values = OmegaConf.load(Path(__file__).parent / "conf" / group / f"{option}.yaml")
+    values.pop("defaults", None)
+    return OmegaConf.merge(OmegaConf.structured(SCHEMAS[(group.replace("/", "_"), option)]), values)
 
 
 def register_configs() -> None:

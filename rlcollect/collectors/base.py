@@ -92,22 +92,32 @@ class CollectorBase(ABC):
 
     @classmethod
     def accepted_arguments(cls) -> frozenset[str]:
-        """The keyword arguments the class's constructor takes: the named ones of its
-        constructor and, while a constructor passes ``**kwargs`` on, of its bases'; and the
-        fields of the option groups its ``**options`` are routed to. The pipeline passes a
-        collector the runtime arguments of its contract (docs/collectors.md, "A collector
-        of your own") that it takes."""
-        names: set[str] = set()
+        """The keyword arguments the class's constructor takes (``argument_defaults``). The
+        pipeline passes a collector the runtime arguments of its contract (docs/collectors.md,
+        "A collector of your own") that it takes."""
+        return frozenset(cls.argument_defaults())
+
+    @classmethod
+    def argument_defaults(cls) -> dict[str, Any]:
+        """``{name: default}`` of the keyword arguments the class's constructor takes
+        (``inspect.Parameter.empty``: a required one): the named ones of its constructor
+        and, while a constructor passes ``**kwargs`` on, of its bases' (the first one's
+        default wins); and the fields of the option groups its ``**options`` are routed to."""
+        defaults: dict[str, Any] = {}
         forwards = True
         for klass in cls.__mro__:
             init = klass.__dict__.get("__init__")
             if init is None or not forwards:
                 continue
             parameters = inspect.signature(init).parameters.values()
-            names |= {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+            for p in parameters:
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self":
+                    defaults.setdefault(p.name, p.default)
             forwards = any(p.kind is p.VAR_KEYWORD for p in parameters)
-        names |= {field.name for group in cls.option_groups for field in dataclasses.fields(group)}
-        return frozenset(names)
+        for group in cls.option_groups:
+            for option in dataclasses.fields(group):
+                defaults.setdefault(option.name, option.default)
+        return defaults
 
     def __init__(self, delivery_options: DeliveryOptions | None = None) -> None:
         self.delivery_options = delivery_options if delivery_options is not None else DeliveryOptions()

@@ -481,6 +481,39 @@ def test_a_users_own_env_module_trains_with_wrappers_and_info_keys_from_the_conf
     assert evaluations and all(value == 14.0 for value in evaluations)
 
 
+TUPLE_ACTIONS_ENV = """
+import gymnasium as gym
+import numpy as np
+from rlcollect.testing import CountingEnv
+
+
+class TupleActions(CountingEnv):
+    \"\"\"A CountingEnv that takes a Tuple of actions (a discrete move and a continuous force).\"\"\"
+
+    def __init__(self):
+        super().__init__(episode_length=7)
+        self.action_space = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(-1.0, 1.0, (1,), np.float32)))
+
+
+gym.register("my-rl-envs/TupleActions-v0", entry_point=TupleActions)
+"""
+
+
+def test_an_env_with_an_unsupported_action_space_exits_2_with_one_line_and_leaves_no_folder(tmp_path):
+    """An env whose action space rlcollect does not handle is the user's choice of env: refused
+    when the pipeline probes its spaces, before any part is built (it was "error while building
+    the run: TypeError", exit 1, a folder with error.log)."""
+    (tmp_path / "tuple_envs.py").write_text(TUPLE_ACTIONS_ENV)
+    result = rlcollect(tmp_path, "train", "env.id=my-rl-envs/TupleActions-v0", "env.imports=[tuple_envs]",
+                       "env.solved_return=null", "progress=false", "hydra.run.dir=run",
+                       pythonpath=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]), timeout=120)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("rlcollect train: invalid configuration: action space Tuple(Discrete(2), Box(") and \
+        "is not supported: rlcollect handles Box, Discrete, MultiDiscrete, MultiBinary spaces" in line
+    assert not (tmp_path / "run").exists()
+
+
 INTERRUPTING_ENV = """
 import os
 import signal

@@ -141,6 +141,12 @@ BAD_OPTIONS = [
     ("env.id=CartPol-v1", "Unknown gymnasium env id 'CartPol-v1'. Did you mean: CartPole-v1"),
     ("collector=ray weight_sync=shared_mem", "collector=ray shares no memory with its actors: use weight_sync=ray"),
     ("weight_sync=ray", "weight_sync=ray needs collector=ray (got collector=sync)"),
+    ("collector=sync weight_sync=multiprocess",
+     "weight_sync=multiprocess: collector=sync runs the policy in the training process, so there are no weights to "
+     "send to workers; leave weight_sync at its default (shared_mem, unused by this collector) or set "
+     "weight_sync=none"),
+    ("collector=action_server weight_sync=multiprocess",
+     "weight_sync=multiprocess: collector=action_server runs the policy in the training process"),
     ("collector=ray collector.remote_config.gpus=1", "Key 'gpus' not in 'RayRemoteConfig'"),
     ("+collector.frame_per_batch=512", "Key 'frame_per_batch' not in 'SyncCollectorConfig'"),
     ("collector._target_=nosuch.Collector", "collector._target_=nosuch.Collector: not an importable class"),

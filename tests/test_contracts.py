@@ -61,11 +61,23 @@ def test_every_collector_class_checks_its_own_plan():
     ConfigError out); the pipeline only asks."""
     from rlcollect import AlternatingCollector, Collector, MultiSyncCollector, PoolCollector, RayCollector
     from rlcollect.errors import ConfigError
-    from rlcollect.weight_sync import NoWeightSyncScheme, RayWeightSyncScheme, SharedMemWeightSyncScheme
+    from rlcollect.weight_sync import (
+        MultiProcessWeightSyncScheme,
+        NoWeightSyncScheme,
+        RayWeightSyncScheme,
+        SharedMemWeightSyncScheme,
+    )
 
     refused = [
         (Collector, dict(name="sync", options={}, weight_sync=RayWeightSyncScheme, weight_sync_name="ray"),
          "weight_sync=ray needs collector=ray (got collector=sync)"),
+        (Collector, dict(name="sync", options={}, weight_sync=MultiProcessWeightSyncScheme,
+                         weight_sync_name="multiprocess"),
+         "weight_sync=multiprocess: collector=sync runs the policy in the training process, so there are no weights "
+         "to send to workers"),
+        (PoolCollector, dict(name="pool", options={"layout": "per_env"}, weight_sync=MultiProcessWeightSyncScheme,
+                             weight_sync_name="multiprocess"),
+         "weight_sync=multiprocess: collector=pool runs the policy in the training process"),
         (Collector, dict(name="sync", options={}, env_backend="vector", num_envs=None),
          "env.backend=vector steps a batch of envs but env.num_envs is null"),
         (MultiSyncCollector, dict(name="multisync", options={"cat_results": -1}, algo="ppo"),
@@ -82,6 +94,10 @@ def test_every_collector_class_checks_its_own_plan():
         with pytest.raises(ConfigError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
             cls.check_plan(CollectionPlan(**plan))
     RayCollector.check_plan(CollectionPlan("ray", {}, weight_sync=NoWeightSyncScheme))
+    for scheme in (SharedMemWeightSyncScheme, NoWeightSyncScheme):  # the default, unused in process; none
+        Collector.check_plan(CollectionPlan("sync", {}, weight_sync=scheme))
+        AlternatingCollector.check_plan(CollectionPlan("alternating", {"num_workers": 2}, weight_sync=scheme))
+    MultiSyncCollector.check_plan(CollectionPlan("multisync", {}, weight_sync=MultiProcessWeightSyncScheme))
     MultiSyncCollector.check_plan(CollectionPlan("multisync", {"cat_results": -1}, on_policy=False))
     assert RayCollector.lags_policy({"sync": False}) and not RayCollector.lags_policy({"sync": True})
     assert {"seed", "env_kwargs", "num_envs", "post_collect_hook"} <= Collector.accepted_arguments()

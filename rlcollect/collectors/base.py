@@ -78,11 +78,20 @@ class CollectorBase(ABC):
     def check_plan(cls, plan: CollectionPlan) -> None:
         """Refuse, with a ConfigError in one line, what the class cannot collect for the run
         ``plan`` describes (called before anything is built; subclasses add their own
-        rules). Every collector refuses Ray's weight sync but RayCollector."""
+        rules). Every collector refuses Ray's weight sync but RayCollector; one that takes no
+        ``weight_sync_schemes`` (its policy runs in the training process) refuses any scheme
+        but the default, shared memory, which it leaves unused, and none: the scheme would
+        be built and dropped, silently."""
+        from rlcollect.weight_sync import NoWeightSyncScheme, SharedMemWeightSyncScheme
         from rlcollect.weight_sync.ray import RayWeightSyncScheme
 
         if plan.weight_sync is not None and issubclass(plan.weight_sync, RayWeightSyncScheme):
             raise ConfigError(f"weight_sync={plan.weight_sync_name} needs collector=ray (got collector={plan.name})")
+        if (plan.weight_sync is not None and "weight_sync_schemes" not in cls.accepted_arguments()
+                and not issubclass(plan.weight_sync, (SharedMemWeightSyncScheme, NoWeightSyncScheme))):
+            raise ConfigError(f"weight_sync={plan.weight_sync_name}: collector={plan.name} runs the policy in the "
+                              "training process, so there are no weights to send to workers; leave weight_sync at "
+                              "its default (shared_mem, unused by this collector) or set weight_sync=none")
 
     @classmethod
     def lags_policy(cls, options: Mapping[str, Any]) -> bool:

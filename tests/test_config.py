@@ -530,6 +530,18 @@ def test_the_collector_schemas_declare_the_option_groups_fields_with_their_defau
         assert keys <= cls.accepted_arguments(), (option, sorted(keys - cls.accepted_arguments()))
 
 
+def test_a_size_is_compared_with_the_batch_the_collector_will_collect():
+    """algo.minibatch_size against frames_per_batch as the collector rounds it up (8 envs: 250
+    frames are 256), not as written."""
+    from rlcollect.errors import ConfigError
+    from rlcollect.pipeline.checks import check_config
+
+    check_config(compose_train(["collector.frames_per_batch=250", "algo.minibatch_size=256"]))
+    with pytest.raises(ConfigError, match=r"^algo\.minibatch_size=256: must be at most the frames of a batch "
+                                          r"\(collector\.frames_per_batch=100, rounded up to 104 frames\)$"):
+        check_config(compose_train(["collector.frames_per_batch=100", "algo.minibatch_size=256"]))
+
+
 # ---------------------------------------------------------------------------- choices
 def test_every_option_with_choices_declares_them_and_a_value_outside_is_one_line_naming_them():
     """Each option with a fixed set of values says them (config.chosen), and a value outside

@@ -103,3 +103,38 @@ def test_every_collector_class_checks_its_own_plan():
     assert {"seed", "env_kwargs", "num_envs", "post_collect_hook"} <= Collector.accepted_arguments()
     assert "weight_sync_schemes" in MultiSyncCollector.accepted_arguments()
     assert "weight_sync_schemes" not in AlternatingCollector.accepted_arguments()
+
+
+ROUNDED = ["collector.frames_per_batch=250", "total_frames=250", "logger=none", "progress=false",
+           "eval.episodes=1", "eval.max_steps=10", "algo.epochs=1", "algo.minibatch_size=64"]
+WORKERS = ["collector.start_method=fork", "collector.num_workers=2", "collector.envs_per_worker=3"]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("overrides", [[], ["env.num_envs=null"], ["collector=multisync", *WORKERS],
+                                       ["collector=multiasync", *WORKERS], ["collector=action_server", *WORKERS],
+                                       ["collector=alternating", *WORKERS], ["collector=pool", *WORKERS]],
+                         ids=lambda overrides: (overrides or ["sync"])[0])
+def test_a_collector_class_knows_the_frames_of_the_batches_it_will_collect(tmp_path, overrides):
+    """``batch_frames``: frames_per_batch rounded as the class rounds it, before anything is
+    built; what the pipeline compares algo.minibatch_size with. The batches it then yields
+    have exactly that many frames."""
+    from hydra import compose, initialize_config_module
+
+    from rlcollect import pipeline
+    from rlcollect.config import register_configs
+    from rlcollect.pipeline.checks import batch_frames
+
+    register_configs()
+    with initialize_config_module("rlcollect.conf", version_base="1.3"):
+        cfg = compose("train", overrides=[*ROUNDED, *overrides])
+    planned = batch_frames(cfg)
+    built = pipeline.build(cfg, tmp_path)
+    try:
+        batch = next(iter(built.collector))
+    finally:
+        built.collector.shutdown()
+        built.evaluator.shutdown()
+    assert batch.numel() == planned
+    assert planned == (250 if "env.num_envs=null" in overrides else 252 if "collector=multiasync" in overrides
+                       else 252 if any("collector=" in override for override in overrides) else 256)

@@ -15,7 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from rlcollect.collectors.delivery import PENDING
-from rlcollect.collectors.options import DeliveryOptions
+from rlcollect.collectors.options import BatchSpec, DeliveryOptions
 from rlcollect.collectors.restarts import Restarts, WorkerRestart
 from rlcollect.errors import ConfigError
 from rlcollect.keys import MASK
@@ -98,6 +98,24 @@ class CollectorBase(ABC):
         """Whether, with ``options``, a batch may be collected with older weights than the
         trainer's (an on-policy algorithm then learns off-policy data: a warning)."""
         return False
+
+    @classmethod
+    def batch_envs(cls, plan: CollectionPlan) -> int:
+        """How many envs' time steps each batch holds for the run ``plan`` describes: its
+        frames are ``frames_per_batch`` rounded up to a multiple of them (``BatchSpec``).
+        1 here: a class that does not say collects the frames it is asked for."""
+        return 1
+
+    @classmethod
+    def batch_frames(cls, plan: CollectionPlan) -> int | None:
+        """The frames of each batch the class collects for ``plan``: its
+        ``frames_per_batch`` rounded as the class rounds it, what a check of a size against
+        the batch compares with (None: the plan gives no frames_per_batch)."""
+        frames = plan.options.get("frames_per_batch")
+        if frames is None:
+            return None
+        envs = cls.batch_envs(plan)
+        return BatchSpec.split(frames, envs) * envs
 
     @classmethod
     def accepted_arguments(cls) -> frozenset[str]:

@@ -73,6 +73,12 @@ from rlcollect.trajectories import TrajectoryPool
 from rlcollect.validation import check_non_negative_int, check_positive_int
 
 
+def default_batch_size(num_workers: int, envs_per_worker: int) -> int:
+    """The envs a pool step serves when batch_size is not given: half of the workers' (at
+    least one worker's)."""
+    return max(1, num_workers // 2) * envs_per_worker
+
+
 @with_options_doc(StepOptions, DeviceOptions, DeliveryOptions, WorkerOptions)
 class PoolCollector(CollectorBase):
     """An asynchronous env pool: ``num_workers`` processes step ``envs_per_worker`` envs
@@ -128,6 +134,15 @@ class PoolCollector(CollectorBase):
 
     hooks_run_in_process = True  # hooks, postproc and replay-buffer writes run here, on whole batches
     option_groups = OPTION_GROUPS  # what **options are routed to
+
+    @classmethod
+    def batch_envs(cls, plan: CollectionPlan) -> int:
+        """per_env: every env of every worker; flat: the envs served per pool step."""
+        options = plan.options
+        workers, envs_per_worker = options.get("num_workers", 1), options.get("envs_per_worker", 1)
+        if options.get("layout", "flat") == "per_env":
+            return workers * envs_per_worker
+        return options.get("batch_size") or default_batch_size(workers, envs_per_worker)
 
     @classmethod
     def check_plan(cls, plan: CollectionPlan) -> None:
@@ -218,7 +233,7 @@ class PoolCollector(CollectorBase):
     # ------------------------------------------------------------------ construction
     def _setup_batch_size(self, batch_size: int | None) -> int:
         if batch_size is None:
-            return max(1, self.num_workers // 2) * self.envs_per_worker
+            return default_batch_size(self.num_workers, self.envs_per_worker)
         check_positive_int("batch_size", batch_size)
         if batch_size % self.envs_per_worker or batch_size > self.num_envs:
             raise ValueError(f"batch_size={batch_size}: the pool serves whole workers, so batch_size must be a "

@@ -138,12 +138,24 @@ def collection_plan(cfg: DictConfig) -> CollectionPlan:
         policy_device=cfg.collector.get("policy_device") or cfg.device or "cpu")
 
 
+def batch_frames(cfg: DictConfig) -> int:
+    """The frames of each batch the collector will collect: collector.frames_per_batch as its
+    class rounds it (``CollectorBase.batch_frames``), what a size compared with a batch's
+    is compared with."""
+    collector_class = target_class(cfg.collector, "collector")
+    if issubclass(collector_class, CollectorBase):
+        return collector_class.batch_frames(collection_plan(cfg))
+    return cfg.collector.frames_per_batch
+
+
 def check_values(cfg: DictConfig) -> None:
     """Values that would fail later (after W&B starts, or after workers spawn), checked now:
     worker and env counts, devices this torch build has, a storage ndim the batches have."""
-    if "minibatch_size" in cfg.algo and cfg.algo.minibatch_size > cfg.collector.frames_per_batch:
+    frames = batch_frames(cfg)
+    if "minibatch_size" in cfg.algo and cfg.algo.minibatch_size > frames:
+        rounded = "" if frames == cfg.collector.frames_per_batch else f", rounded up to {frames} frames"
         raise ConfigError(f"algo.minibatch_size={cfg.algo.minibatch_size}: must be at most the frames of a batch "
-                          f"(collector.frames_per_batch={cfg.collector.frames_per_batch})")
+                          f"(collector.frames_per_batch={cfg.collector.frames_per_batch}{rounded})")
     if cfg.eval.max_steps is not None and cfg.eval.max_steps < cfg.eval.episodes:
         raise ConfigError(f"eval.max_steps={cfg.eval.max_steps}: must be at least one step of each of the "
                           f"eval.episodes={cfg.eval.episodes} eval envs")

@@ -1,10 +1,16 @@
 """Structured-config schemas for `rlcollect train`, registered in Hydra's ConfigStore.
 
-Every default of the config tree is written here, once: a YAML option under conf/<group>/
-names its schema in its defaults list and sets only what differs from it (an experiment
-overlays a few values). A misspelled key or a value of the wrong type is rejected by
-Hydra before anything runs; a key added with ``+`` is rejected by the pipeline
-(rlcollect/pipeline/checks.py) unless it is an argument of the node's ``_target_``.
+A schema declares its node's keys, their types, ranges and choices; its defaults are the
+defaults of the class it builds (tests/test_config.py pins each to its constructor's), so
+a library user and a CLI user start from the same algorithm. What the command line picks
+otherwise, such as the CartPole-tuned settings of PPO and DQN or 4 envs per worker, is
+set by the YAML options under conf/<group>/, which name their schema in their defaults
+list and set only what differs from it (an experiment overlays a few values more). The
+keys that are not constructor arguments are read by the pipeline itself
+(rlcollect/pipeline/targets.py, ``PIPELINE_KEYS``). A misspelled key or a value of the
+wrong type is rejected by Hydra before anything runs; a key added with ``+`` is rejected
+by the pipeline (rlcollect/pipeline/checks.py) unless it is an argument of the node's
+``_target_``.
 
 Components are ``_target_`` nodes (docs/configuration.md, "Building components from
 `_target_`"): their keys are the constructor's arguments, built with
@@ -21,17 +27,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator, List, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
+from rlcollect import choices
 from rlcollect.errors import ConfigError
 from rlcollect.logging.runs import for_env_id
-from rlcollect.validation import Range
+from rlcollect.validation import Choices, Range
 
 RANGE = "range"  # a numeric field's metadata: the Range its value (each value, for a list) must be in
+CHOICES = "choices"  # a field's metadata: the Choices its value must be one of
 
 
 def ranged(default: Any, spec: str) -> Any:
@@ -44,6 +53,14 @@ def ranged(default: Any, spec: str) -> Any:
     return field(default=default, metadata=metadata)
 
 
+def chosen(default: Any, values: tuple) -> Any:
+    """A field with ``default`` whose value must be one of ``values`` (None, where the
+    field allows it, is "not set"); checked with the ranges (``check_ranges``). ``values``
+    is the tuple the class checks its argument against (rlcollect/choices.py), so the
+    choices are declared once."""
+    return field(default=default, metadata={CHOICES: Choices(tuple(values))})
+
+
 # ---------------------------------------------------------------------------- env
 @dataclass
 class EnvConfig:
@@ -52,8 +69,7 @@ class EnvConfig:
 
     id: str = MISSING  # a registered gymnasium id
     num_envs: Optional[int] = ranged(8, ">= 1")  # collector=sync: None is a single env, batch_size []
-    # how the envs are stepped: list | sync | async | vector (envs/backends.py)
-    backend: str = "list"
+    backend: str = chosen("list", choices.ENV_SOURCE_BACKENDS)  # how the envs are stepped (docs/envs.md)
     max_episode_steps: Optional[int] = ranged(None, ">= 1")  # None: the env's own limit
     # training stops once evaluation reaches it: a number, or {env id: number} (the presets:
     # a threshold belongs to its env id, so env.id=<another> has none unless given)
@@ -87,10 +103,10 @@ class StepLoopConfig:
     reset_at_each_iter: bool = False
     reset_when_done: bool = True
     split_trajs: bool = False
-    exploration_type: str = "random"
+    exploration_type: str = chosen("random", choices.EXPLORATION_TYPES)
     track_traj_ids: bool = True
     set_truncated: bool = False
-    reset_policy: str = "immediate"  # immediate | wait (finished envs wait for the next batch; padding masked)
+    reset_policy: str = chosen("immediate", choices.RESET_POLICIES)  # wait: finished envs wait for the next batch
     policy_device: Optional[str] = None  # null: the top-level device
     env_device: Optional[str] = None
     storing_device: Optional[str] = None
@@ -112,8 +128,8 @@ class WorkerProcessesConfig(StepLoopConfig, CollectorTarget):
     seed + i (env.num_envs is not used)."""
 
     num_workers: int = ranged(2, ">= 1")
-    envs_per_worker: int = ranged(4, ">= 1")
-    start_method: str = "spawn"  # spawn | forkserver | fork
+    envs_per_worker: int = ranged(1, ">= 1")  # the YAML options: 4
+    start_method: str = chosen("spawn", choices.START_METHODS)
     worker_torch_threads: Optional[int] = ranged(1, ">= 1")
     worker_cpu_affinity: Optional[List[List[int]]] = None  # one list of CPU ids per worker
     batch_timeout: Optional[float] = ranged(None, "> 0")  # seconds; None waits as long as the workers are alive
@@ -127,6 +143,7 @@ class MultiCollectorConfig(WorkerProcessesConfig):
     """Each worker runs a Collector on its envs; the policy is copied to the workers
     (weight_sync)."""
 
+    envs_per_worker: Optional[int] = ranged(None, ">= 1")  # None: one unbatched env per worker (the YAML options: 4)
     update_at_each_batch: bool = False
 
 
@@ -136,7 +153,7 @@ class MultiSyncCollectorConfig(MultiCollectorConfig):
     across them), collected with the latest weights."""
 
     _target_: str = "rlcollect.MultiSyncCollector"
-    cat_results: Any = "stack"  # stack | 0 | -1  (PPO takes stack or 0)
+    cat_results: Any = chosen("stack", choices.CAT_RESULTS)  # PPO takes stack or 0
 
 
 @dataclass
@@ -178,7 +195,7 @@ class PoolCollectorConfig(WorkerProcessesConfig):
 
     _target_: str = "rlcollect.PoolCollector"
     batch_size: Optional[int] = ranged(None, ">= 1")  # envs served per pool step, a multiple of envs_per_worker
-    layout: str = "per_env"  # per_env | flat
+    layout: str = chosen("flat", choices.POOL_LAYOUTS)  # conf/collector/pool.yaml: per_env (PPO, the default algo)
     max_decorrelation_steps: int = ranged(0, ">= 0")  # after a reset, each env takes 0..this many random steps
 
 
@@ -198,7 +215,7 @@ class HostCollectorConfig(StepLoopConfig):
     multisync/multiasync only; null: not passed (that collector's default)."""
 
     num_workers: Optional[int] = ranged(None, ">= 1")  # multisync/multiasync actors: worker processes per actor
-    start_method: Optional[str] = None
+    start_method: Optional[str] = chosen(None, choices.START_METHODS)
     worker_torch_threads: Optional[int] = ranged(None, ">= 1")
     worker_cpu_affinity: Optional[List[List[int]]] = None
     batch_timeout: Optional[float] = ranged(None, "> 0")
@@ -213,8 +230,8 @@ class RayCollectorConfig(CollectorTarget):
     _target_: str = "rlcollect.RayCollector"
     num_collectors: int = ranged(2, ">= 1")
     sync: bool = True  # true: one batch from every actor, stacked; false: first come first served
-    collector_class: str = "sync"  # sync | multisync | multiasync
-    envs_per_worker: int = ranged(4, ">= 1")
+    collector_class: str = chosen("sync", choices.HOSTED_COLLECTOR_CLASSES)
+    envs_per_worker: Optional[int] = ranged(None, ">= 1")  # None: one unbatched env (the YAML options: 4)
     collector_kwargs: HostCollectorConfig = field(default_factory=HostCollectorConfig)
     remote_config: RayRemoteConfig = field(default_factory=RayRemoteConfig)
     ray_address: Optional[str] = None  # None: a local Ray on loopback; "auto" or host:port: join a cluster
@@ -234,12 +251,13 @@ class DistributedCollectorConfig(CollectorTarget):
     _target_: str = "rlcollect.DistributedCollector"
     num_workers: int = ranged(2, ">= 1")
     sync: bool = True  # true: one batch from every worker, stacked; false: first come first served
-    collector_class: str = "sync"  # sync | multisync | multiasync
-    envs_per_worker: int = ranged(4, ">= 1")
+    collector_class: str = chosen("sync", choices.HOSTED_COLLECTOR_CLASSES)
+    envs_per_worker: Optional[int] = ranged(None, ">= 1")  # None: one unbatched env (the YAML options: 4)
     collector_kwargs: HostCollectorConfig = field(default_factory=HostCollectorConfig)
-    backend: str = "gloo"
-    launcher: str = "mp"  # mp: local processes | submitit: SLURM jobs (cluster=local: local jobs) | ray: Ray tasks
-    start_method: str = "spawn"  # launcher=mp
+    backend: str = chosen("gloo", choices.DISTRIBUTED_BACKENDS)
+    # mp: local processes | submitit: SLURM jobs (cluster=local: local jobs) | ray: Ray tasks
+    launcher: str = chosen("mp", choices.DISTRIBUTED_LAUNCHERS)
+    start_method: str = chosen("spawn", choices.START_METHODS)  # launcher=mp
     cluster: Optional[str] = None  # launcher=submitit: null picks SLURM where sbatch exists, or "local"
     slurm_kwargs: Any = field(default_factory=dict)  # launcher=submitit: executor.update_parameters(...)
     submitit_folder: str = "submitit"  # launcher=submitit: job logs, relative to the run folder
@@ -264,7 +282,7 @@ class MultiProcessWeightSyncConfig:
     """Weights sent through a pipe to each worker and acknowledged."""
 
     _target_: str = "rlcollect.MultiProcessWeightSyncScheme"
-    strategy: str = "tensordict"  # tensordict | state_dict
+    strategy: str = chosen("tensordict", choices.WEIGHT_SYNC_STRATEGIES)
     ack_timeout: float = ranged(120.0, "> 0")
 
 
@@ -273,7 +291,7 @@ class RayWeightSyncConfig:
     """Weights put once in the Ray object store per update; every actor pulls them."""
 
     _target_: str = "rlcollect.RayWeightSyncScheme"
-    strategy: str = "tensordict"  # tensordict | state_dict
+    strategy: str = chosen("tensordict", choices.WEIGHT_SYNC_STRATEGIES)
 
 
 @dataclass
@@ -298,22 +316,22 @@ class LearnerTarget:
 
 @dataclass
 class PPOConfig(LearnerTarget):
-    """Clipped PPO, tuned for CartPole (close to rl-zoo's: 8 envs x 32 steps, lambda 0.8)."""
+    """Clipped PPO (rlcollect.PPO's defaults; conf/algo/ppo.yaml tunes it for CartPole)."""
 
     _target_: str = "rlcollect.PPOLearner"
     name: str = "ppo"
-    lr: float = ranged(0.001, "> 0")
-    gamma: float = ranged(0.98, "(0, 1]")
-    gae_lambda: float = ranged(0.8, "[0, 1]")
+    lr: float = ranged(3e-4, "> 0")
+    gamma: float = ranged(0.99, "(0, 1]")
+    gae_lambda: float = ranged(0.95, "[0, 1]")
     clip_epsilon: float = ranged(0.2, "> 0")
-    epochs: int = ranged(20, ">= 1")
-    minibatch_size: int = ranged(256, ">= 1")  # at most the frames of a batch (collector.frames_per_batch)
+    epochs: int = ranged(10, ">= 1")
+    minibatch_size: int = ranged(64, ">= 1")  # at most the frames of a batch (collector.frames_per_batch)
     value_coef: float = ranged(0.5, ">= 0")
     entropy_coef: float = ranged(0.0, ">= 0")
     max_grad_norm: float = ranged(0.5, "> 0")
     normalize_advantage: bool = True
     anneal_lr: bool = True
-    anneal_clip: bool = True
+    anneal_clip: bool = False
     # recurrent models: steps per minibatch sequence (None: whole rollout rows)
     sequence_length: Optional[int] = ranged(None, ">= 1")
     normalize_reward: bool = False  # train on rewards / running std of the discounted return (logged ones unchanged)
@@ -322,7 +340,8 @@ class PPOConfig(LearnerTarget):
 
 @dataclass
 class DQNConfig(LearnerTarget):
-    """DQN (double, target network, epsilon-greedy) from a replay buffer."""
+    """DQN (double, target network, epsilon-greedy) from a replay buffer (DQNLearner's
+    defaults; conf/algo/dqn.yaml sets rl-zoo's CartPole schedule)."""
 
     _target_: str = "rlcollect.DQNLearner"
     name: str = "dqn"
@@ -330,17 +349,17 @@ class DQNConfig(LearnerTarget):
     gamma: float = ranged(0.99, "(0, 1]")
     batch_size: int = ranged(64, ">= 1")  # transitions per gradient step
     # per collected batch (background collection: per frames_per_batch frames)
-    gradient_steps_per_batch: int = ranged(128, ">= 1")
-    learning_starts: int = ranged(1000, ">= 0")  # frames collected with random actions before training
-    target_update: str = "periodic"  # periodic | polyak
-    target_update_period: int = ranged(128, ">= 1")  # gradient steps: one target refresh per collected batch
+    gradient_steps_per_batch: int = ranged(1, ">= 1")
+    learning_starts: int = ranged(0, ">= 0")  # frames collected with random actions before training
+    target_update: str = chosen("periodic", choices.DQN_TARGET_UPDATES)
+    target_update_period: int = ranged(10, ">= 1")  # gradient steps between target refreshes (periodic)
     tau: float = ranged(0.005, "(0, 1]")
     double_dqn: bool = True
-    loss: str = "huber"
+    loss: str = chosen("huber", choices.DQN_LOSSES)
     max_grad_norm: float = ranged(10.0, "> 0")
     eps_start: float = ranged(1.0, "[0, 1]")
-    eps_end: float = ranged(0.04, "[0, 1]")
-    eps_decay_frames: int = ranged(8000, ">= 0")
+    eps_end: float = ranged(0.05, "[0, 1]")
+    eps_decay_frames: int = ranged(0, ">= 0")  # frames over which epsilon falls from eps_start to eps_end
     # >1: n-step transitions (MultiStep on the buffer's writes), bootstrapped gamma**m ahead
     n_step: int = ranged(1, ">= 1")
     prioritized: bool = False  # prioritized replay: buffer/sampler=prioritized with its defaults (or choose that)
@@ -351,7 +370,8 @@ class DQNConfig(LearnerTarget):
 @dataclass
 class SACConfig(LearnerTarget):
     """Soft actor-critic (twin Q, automatic entropy tuning) from a replay buffer, the
-    settings of cleanrl's sac_continuous_action (one update per collected frame)."""
+    settings of cleanrl's sac_continuous_action (conf/algo/sac.yaml: one update per
+    collected frame)."""
 
     _target_: str = "rlcollect.SACLearner"
     name: str = "sac"
@@ -364,7 +384,7 @@ class SACConfig(LearnerTarget):
     policy_frequency: int = ranged(2, ">= 1")  # critic steps per round of as many actor updates
     target_network_frequency: int = ranged(1, ">= 1")  # critic steps between target updates
     batch_size: int = ranged(256, ">= 1")  # transitions per gradient step
-    gradient_steps_per_batch: int = ranged(256, ">= 1")  # one per collected frame (collector.frames_per_batch)
+    gradient_steps_per_batch: int = ranged(1, ">= 1")  # conf/algo/sac.yaml: one per collected frame
     learning_starts: int = ranged(5000, ">= 0")  # frames of random actions before the first update
     critic_hidden_sizes: List[int] = ranged([256, 256], ">= 1")
     n_step: int = ranged(1, ">= 1")  # >1: n-step transitions, bootstrapped gamma**m ahead
@@ -381,9 +401,9 @@ class ActorCriticConfig:
     _target_: str = "rlcollect.ActorCritic"
     _partial_: bool = True  # the pipeline passes the env's spaces
     hidden_sizes: List[int] = ranged([64, 64], ">= 1")
-    activation: str = "tanh"
+    activation: str = chosen("tanh", choices.ACTIVATIONS)
     log_std_init: float = ranged(0.0, "any")
-    encoder: str = "auto"  # auto (from the observation space) | mlp | cnn (images) | multi_input (Dict/Tuple)
+    encoder: str = chosen("auto", choices.ENCODERS)  # auto: cnn for images, multi_input for Dict/Tuple, else mlp
     normalize_observation: bool = False  # running mean/std of the observations, inside the policy
 
 
@@ -394,12 +414,12 @@ class RecurrentActorCriticConfig:
 
     _target_: str = "rlcollect.RecurrentActorCritic"
     _partial_: bool = True
-    rnn: str = "gru"  # gru | lstm
-    encoder: str = "auto"  # auto (from the observation space) | mlp | cnn (images) | multi_input (Dict/Tuple)
+    rnn: str = chosen("gru", choices.RNN_TYPES)
+    encoder: str = chosen("auto", choices.ENCODERS)  # auto: cnn for images, multi_input for Dict/Tuple, else mlp
     hidden_size: int = ranged(64, ">= 1")
     num_layers: int = ranged(1, ">= 1")
-    hidden_sizes: List[int] = ranged([64, 64], ">= 1")
-    activation: str = "tanh"
+    hidden_sizes: List[int] = ranged([64], ">= 1")  # the heads' MLP (conf/model/recurrent_actor_critic.yaml: [64, 64])
+    activation: str = chosen("tanh", choices.ACTIVATIONS)
     log_std_init: float = ranged(0.0, "any")
 
 
@@ -410,10 +430,10 @@ class QValuePolicyConfig:
     _target_: str = "rlcollect.QValuePolicy"
     _partial_: bool = True
     hidden_sizes: List[int] = ranged([256, 256], ">= 1")
-    activation: str = "relu"
+    activation: str = chosen("relu", choices.ACTIVATIONS)
     # the first batches'; DQN then follows algo.eps_* (conf/model/q_network.yaml links them)
     epsilon: float = ranged(1.0, "[0, 1]")
-    encoder: str = "auto"  # auto (from the observation space) | mlp | cnn (images) | multi_input (Dict/Tuple)
+    encoder: str = chosen("auto", choices.ENCODERS)  # auto: cnn for images, multi_input for Dict/Tuple, else mlp
     normalize_observation: bool = False  # running mean/std of the observations, inside the policy
 
 
@@ -425,8 +445,8 @@ class SACActorConfig:
     _target_: str = "rlcollect.SACActor"
     _partial_: bool = True
     hidden_sizes: List[int] = ranged([256, 256], ">= 1")
-    activation: str = "relu"
-    encoder: str = "auto"  # auto (from the observation space) | mlp | cnn (images) | multi_input (Dict/Tuple)
+    activation: str = chosen("relu", choices.ACTIVATIONS)
+    encoder: str = chosen("auto", choices.ENCODERS)  # auto: cnn for images, multi_input for Dict/Tuple, else mlp
     normalize_observation: bool = False  # running mean/std of the observations, inside the policy
 
 
@@ -487,7 +507,7 @@ class SliceSamplerConfig:
     """SliceSampler: contiguous slices of trajectories (exactly one of slice_len, num_slices)."""
 
     _target_: str = "rlcollect.SliceSampler"
-    slice_len: Optional[int] = ranged(32, ">= 1")
+    slice_len: Optional[int] = ranged(None, ">= 1")  # the YAML options: 32
     num_slices: Optional[int] = ranged(None, ">= 1")
     strict_length: bool = False
     pad_output: bool = False
@@ -509,7 +529,7 @@ class PrioritizedSamplerConfig:
     _target_: str = "rlcollect.PrioritizedSampler"
     alpha: float = ranged(0.6, ">= 0")
     beta: float = ranged(0.4, "[0, 1]")
-    eps: float = ranged(1e-6, "> 0")
+    eps: float = ranged(1e-8, "> 0")  # conf/buffer/sampler/prioritized.yaml: 1e-6
 
 
 # ---------------------------------------------------------------------------- logger
@@ -521,7 +541,7 @@ class WandbLoggerConfig:
     _partial_: bool = True  # the pipeline passes the run folder, name, group, job_type, config
     project: str = "rlcollect"
     entity: Optional[str] = None
-    mode: str = "offline"  # "online" needs a W&B login
+    mode: str = chosen("offline", choices.WANDB_MODES)  # "online" needs a W&B login
 
 
 @dataclass
@@ -556,6 +576,12 @@ class EvalConfig:
     video: bool = False  # record one evaluation episode (rgb_array) to videos/eval_<frames>.mp4 and W&B
 
 
+# objective -> the direction a tuning sweep optimises it in (conf/hydra/sweeper/*.yaml read it
+# as ${objective_direction:${objective}})
+OBJECTIVES = {"final_eval_return": "maximize", "best_eval_return": "maximize", "eval_auc": "maximize",
+              "frames_to_solve": "minimize"}
+
+
 @dataclass
 class TrainConfig:
     env: Any = MISSING
@@ -576,7 +602,7 @@ class TrainConfig:
     resume: Optional[str] = None  # a run folder: `rlcollect train resume=<folder>` continues it
     # what `train` returns (a tuning sweep's objective, docs/tuning.md): final_eval_return | best_eval_return |
     # eval_auc (mean eval return over the run's frames) | frames_to_solve (to minimise)
-    objective: str = "final_eval_return"
+    objective: str = chosen("final_eval_return", tuple(OBJECTIVES))
 
 
 # (group, option) -> schema; YAML options refer to them as /<group>_<option>_schema
@@ -613,12 +639,6 @@ SCHEMAS: dict[tuple[str, str], type] = {
 }
 
 
-# objective -> the direction a tuning sweep optimises it in (conf/hydra/sweeper/*.yaml read it
-# as ${objective_direction:${objective}})
-OBJECTIVES = {"final_eval_return": "maximize", "best_eval_return": "maximize", "eval_auc": "maximize",
-              "frames_to_solve": "minimize"}
-
-
 def objective_direction(objective: str) -> str:
     """The direction a tuning sweep optimises ``objective`` in ("maximize" for unknown ones:
     the run refuses them itself, naming the choices)."""
@@ -642,6 +662,15 @@ def job_dirname(override_dirname: str) -> str:
 
 def schema_name(group: str, option: str) -> str:
     return f"{group}_{option}_schema"
+
+
+def option_node(group: str, option: str) -> DictConfig:
+    """The node ``group=option`` composes: its schema with the values its YAML option
+    (conf/<group>/<option>.yaml) sets, for an option that sets only its own keys (no
+    ``@package _global_``). What ``algo.prioritized=true`` builds: buffer/sampler=prioritized."""
+    values = OmegaConf.load(Path(__file__).parent / "conf" / group / f"{option}.yaml")
+    values.pop("defaults", None)
+    return OmegaConf.merge(OmegaConf.structured(SCHEMAS[(group.replace("/", "_"), option)]), values)
 
 
 def register_configs() -> None:
@@ -674,11 +703,13 @@ def schema_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig]
 
 def check_ranges(cfg: DictConfig) -> None:
     """Every numeric option in the range its schema declares (``config.ranged``), each
-    entry of a list of numbers too: a ConfigError naming the key and the range."""
+    entry of a list of numbers too, and every option with choices one of them
+    (``config.chosen``): a ConfigError naming the key and the range, or the choices and the
+    closest of them."""
     for path, node in schema_nodes(cfg, ""):
         prefix = f"{path}." if path else ""
         for schema_field in dataclasses.fields(OmegaConf.get_type(node)):
-            allowed = schema_field.metadata.get(RANGE)
+            allowed = schema_field.metadata.get(RANGE, schema_field.metadata.get(CHOICES))
             if allowed is None or schema_field.name not in node or OmegaConf.is_missing(node, schema_field.name):
                 continue
             try:

@@ -19,6 +19,12 @@ class MissingDependencyError(ConfigError, ImportError):
     the extra that installs it, or the setting that avoids it."""
 
 
+class UnsupportedSpaceError(ConfigError, TypeError):
+    """An env whose observation or action space rlcollect does not handle (a Tuple of actions,
+    a Graph, ...): the choice of env is the user's, so a ConfigError; also a TypeError, what
+    such a space has always raised in the library."""
+
+
 def one_line(error: BaseException) -> str:
     """An error as one line: its type and the first line of its message."""
     message = str(error).strip().splitlines()

@@ -2,11 +2,13 @@
 leaf rlcollect.errors).
 
 A positive int is an int >= 1 and never a bool: ``True`` is rejected everywhere. A
-:class:`Range` is the interval a number may take, declared once beside the option it
-bounds (the config schemas, rlcollect/config.py) and checked before a run starts.
+:class:`Range` is the interval a number may take, :class:`Choices` the values an option
+with a fixed set of them may take; each is declared once beside the option it bounds (the
+config schemas, rlcollect/config.py) and checked before a run starts.
 """
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass
@@ -91,3 +93,26 @@ class Range:
         option's "not set")."""
         if value is not None and value not in self:
             raise ConfigError(f"{name}={value!r}: must be {self}")
+
+
+@dataclass(frozen=True)
+class Choices:
+    """The values an option may take: one of ``values`` (strings or numbers, compared with
+    their type: ``0`` is not ``"0"``, nor ``False``)."""
+
+    values: tuple
+
+    def __contains__(self, value: Any) -> bool:
+        return any(type(value) is type(choice) and value == choice for choice in self.values)
+
+    def __str__(self) -> str:
+        return ", ".join(str(choice) for choice in self.values)
+
+    def check(self, name: str, value: Any) -> None:
+        """A ConfigError naming ``name``, the values allowed and the closest of them,
+        unless ``value`` is one of them (None passes: an option's "not set")."""
+        if value is None or value in self:
+            return
+        close = difflib.get_close_matches(str(value), [str(choice) for choice in self.values], n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ConfigError(f"{name}={value!r}: choose one of {self}{hint}")

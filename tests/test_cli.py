@@ -141,6 +141,12 @@ BAD_OPTIONS = [
     ("env.id=CartPol-v1", "Unknown gymnasium env id 'CartPol-v1'. Did you mean: CartPole-v1"),
     ("collector=ray weight_sync=shared_mem", "collector=ray shares no memory with its actors: use weight_sync=ray"),
     ("weight_sync=ray", "weight_sync=ray needs collector=ray (got collector=sync)"),
+    ("collector=sync weight_sync=multiprocess",
+     "weight_sync=multiprocess: collector=sync runs the policy in the training process, so there are no weights to "
+     "send to workers; leave weight_sync at its default (shared_mem, unused by this collector) or set "
+     "weight_sync=none"),
+    ("collector=action_server weight_sync=multiprocess",
+     "weight_sync=multiprocess: collector=action_server runs the policy in the training process"),
     ("collector=ray collector.remote_config.gpus=1", "Key 'gpus' not in 'RayRemoteConfig'"),
     ("+collector.frame_per_batch=512", "Key 'frame_per_batch' not in 'SyncCollectorConfig'"),
     ("+env.foo=1", "Key 'foo' not in 'EnvConfig' (env.foo is not a key of its schema; an argument of gymnasium.make "
@@ -254,6 +260,29 @@ def test_an_added_unknown_key_exits_2_with_one_line_naming_it(tmp_path):
                     "(collector.frame_per_batch is not a key of its schema, nor an argument of rlcollect.Collector "
                     "left to the config; did you mean collector.frames_per_batch?)")
     assert "Traceback" not in result.stderr and not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+CHOICES_OUTSIDE = [
+    ("collector=multisync collector.cat_results=1", "collector.cat_results=1: choose one of stack, 0, -1"),
+    ("weight_sync=multiprocess weight_sync.strategy=bogus",
+     "weight_sync.strategy='bogus': choose one of state_dict, tensordict"),
+]
+
+
+@pytest.mark.timeout(300)
+def test_a_value_outside_an_options_choices_exits_2_with_one_line_and_leaves_no_folder(tmp_path):
+    """Choices are checked with the ranges, before anything is built (config.chosen): the
+    user's mistake, not "error while building the run" with a traceback and a folder."""
+    folders = [tmp_path / str(index) for index in range(len(CHOICES_OUTSIDE))]
+    for folder in folders:
+        folder.mkdir()
+    results = rlcollect_all(folders, [["train", *override.split(), "progress=false", "hydra.run.dir=run"]
+                                      for override, _ in CHOICES_OUTSIDE])
+    for folder, (override, message), result in zip(folders, CHOICES_OUTSIDE, results):
+        assert result.returncode == 2, (override, result.stderr)
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"rlcollect train: invalid configuration: {message}"), line
+        assert not (folder / "run").exists() and not list(folder.iterdir())
 
 
 def test_help_and_a_missing_option_list_only_the_yaml_options(tmp_path):
@@ -496,6 +525,39 @@ def test_a_users_own_env_module_trains_with_wrappers_and_info_keys_from_the_conf
                             and row["collect/episode_return"] == 14.0 for row in episodes)  # reward 1, doubled
     evaluations = [row["eval/episode_return"] for row in rows if "eval/episode_return" in row]
     assert evaluations and all(value == 14.0 for value in evaluations)
+
+
+TUPLE_ACTIONS_ENV = """
+import gymnasium as gym
+import numpy as np
+from rlcollect.testing import CountingEnv
+
+
+class TupleActions(CountingEnv):
+    \"\"\"A CountingEnv that takes a Tuple of actions (a discrete move and a continuous force).\"\"\"
+
+    def __init__(self):
+        super().__init__(episode_length=7)
+        self.action_space = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(-1.0, 1.0, (1,), np.float32)))
+
+
+gym.register("my-rl-envs/TupleActions-v0", entry_point=TupleActions)
+"""
+
+
+def test_an_env_with_an_unsupported_action_space_exits_2_with_one_line_and_leaves_no_folder(tmp_path):
+    """An env whose action space rlcollect does not handle is the user's choice of env: refused
+    when the pipeline probes its spaces, before any part is built (it was "error while building
+    the run: TypeError", exit 1, a folder with error.log)."""
+    (tmp_path / "tuple_envs.py").write_text(TUPLE_ACTIONS_ENV)
+    result = rlcollect(tmp_path, "train", "env.id=my-rl-envs/TupleActions-v0", "env.imports=[tuple_envs]",
+                       "env.solved_return=null", "progress=false", "hydra.run.dir=run",
+                       pythonpath=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]), timeout=120)
+    assert result.returncode == 2, result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith("rlcollect train: invalid configuration: action space Tuple(Discrete(2), Box(") and \
+        "is not supported: rlcollect handles Box, Discrete, MultiDiscrete, MultiBinary spaces" in line
+    assert not (tmp_path / "run").exists()
 
 
 INTERRUPTING_ENV = """

@@ -4,13 +4,15 @@ why: the combinations nobody listed (issue: PPO on a Dict observation crashed).
 Each case is a tiny run in this process (pipeline.build + pipeline.run, two batches) on
 SpacesEnv (rlcollect/testing.py), whose observation and action spaces are those of real envs;
 the torch env and the vector backend run on CartPole."""
+import gymnasium as gym
+import numpy as np
 import pytest
 from hydra import compose, initialize_config_module
 
 from rlcollect import pipeline
 from rlcollect.config import register_configs
 from rlcollect.errors import ConfigError
-from rlcollect.testing import SPACES_ACTIONS, SPACES_OBSERVATIONS
+from rlcollect.testing import SPACES_ACTIONS, SPACES_OBSERVATIONS, CountingEnv
 
 TINY = ["total_frames=32", "collector.frames_per_batch=16", "env.num_envs=2", "eval.every_frames=32",
         "eval.episodes=1", "eval.max_steps=8", "logger=none", "progress=false", "env.solved_return=null",
@@ -103,3 +105,26 @@ def test_worker_collectors_carry_every_kind_of_observation(tmp_path, collector, 
                  f"env.id=rlcollect-test/Spaces-{observation}-box-v0"]
     summary = run(tmp_path, overrides)
     assert (summary["status"], summary["frames"]) == ("finished", 32)
+
+
+class TupleActions(CountingEnv):
+    """Actions rlcollect does not handle: a Tuple of a discrete move and a continuous force."""
+
+    def __init__(self):
+        super().__init__(episode_length=4)
+        self.action_space = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Box(-1.0, 1.0, (1,), np.float32)))
+
+
+gym.register("rlcollect-test/TupleActions-v0", entry_point=TupleActions)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_an_action_space_rlcollect_does_not_handle_is_refused_as_the_users_config(tmp_path, algo):
+    """Whatever the algorithm, the env's spaces are probed before any part is built: a Tuple of
+    actions is a ConfigError in one line (still a TypeError for code that catches one)."""
+    with pytest.raises(ConfigError) as refused:
+        run(tmp_path, [*ALGOS[algo], *TINY, "env.id=rlcollect-test/TupleActions-v0"])
+    message = str(refused.value)
+    assert message.startswith("action space Tuple(Discrete(2), Box(") and "is not supported" in message
+    assert isinstance(refused.value, TypeError) and "\n" not in message
+    assert not list(tmp_path.iterdir())

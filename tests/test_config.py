@@ -231,19 +231,114 @@ def test_defaults_are_ppo_on_batched_cartpole_with_offline_wandb():
     assert (cfg.logger._target_, cfg.logger.mode) == ("rlcollect.WandbLogger", "offline")
 
 
-def test_the_defaults_that_run_are_the_schemas():
-    """The values docs/benchmarks.md's results were measured with live in the schemas, and the YAML
-    options pick them (conf/train.yaml, conf/algo/ppo.yaml set no value)."""
+def test_the_defaults_that_run_are_the_presets():
+    """The values docs/benchmarks.md's results were measured with are what `rlcollect train`
+    composes: the YAML options set the CartPole-tuned ones (conf/algo/ppo.yaml, dqn.yaml),
+    over schemas whose defaults are the library's (pinned below)."""
     ppo, dqn = PPOConfig(), DQNConfig()
     assert (ppo.lr, ppo.gamma, ppo.gae_lambda, ppo.epochs, ppo.minibatch_size, ppo.anneal_clip) == \
-        (0.001, 0.98, 0.8, 20, 256, True)
+        (3e-4, 0.99, 0.95, 10, 64, False)  # rlcollect.PPO's
     assert EvalConfig().every_frames is None and TrainConfig().total_frames == 100_000
     cfg = compose_train([])
     assert (cfg.algo.lr, cfg.algo.gamma, cfg.algo.epochs, cfg.algo.minibatch_size, eval_every_frames(cfg)) == \
         (0.001, 0.98, 20, 256, 1024)  # the CartPole preset's cadence
+    assert (cfg.algo.gae_lambda, cfg.algo.anneal_clip) == (0.8, True)
     dqn_cfg = compose_train(["algo=dqn"])
-    assert (dqn_cfg.algo.lr, dqn_cfg.algo.learning_starts, dqn.learning_starts) == (0.0023, 1000, 1000)
+    assert (dqn_cfg.algo.lr, dqn_cfg.algo.learning_starts, dqn.learning_starts) == (0.0023, 1000, 0)
+    assert (dqn_cfg.algo.gradient_steps_per_batch, dqn_cfg.algo.target_update_period, dqn_cfg.algo.eps_end,
+            dqn_cfg.algo.eps_decay_frames) == (128, 128, 0.04, 8000)
     assert dqn_cfg.model.epsilon == dqn.eps_start  # linked to algo.eps_start
+
+
+# Where a schema's default differs from its class's on purpose: (group, option, key) -> why.
+DELIBERATE_DEFAULTS = {
+    **{("collector", option, "num_workers"): "the class's None takes the number of workers from a list of env "
+       "sources, one per worker; the config names one env id, so it gives a number"
+       for option in ("multisync", "multiasync")},
+    ("buffer", "rollout", "device"): "None is the run's device: the pipeline passes cfg.device in its place; the "
+                                     "class, which knows no run, keeps its batches on the CPU",
+    ("buffer_storage", "memory", "device"): "None is the run's device: the pipeline passes cfg.device in its "
+                                            "place; the class, which knows no run, stores on the CPU",
+}
+# The learners whose **options go to the algorithm's own class (a collector routes its **options
+# through its bases and option groups: CollectorBase.argument_defaults)
+FORWARDS = {"rlcollect.algos.learners.PPOLearner": "rlcollect.PPO",
+            "rlcollect.algos.learners.DQNLearner": "rlcollect.DQN"}
+
+
+def constructor_defaults(cls) -> dict:
+    """``{argument: default}`` of what ``cls(...)`` takes by name, following ``**kwargs`` to
+    where the class passes them (``inspect.Parameter.empty``: required)."""
+    from rlcollect.collectors.base import CollectorBase
+
+    if issubclass(cls, CollectorBase):
+        return cls.argument_defaults()
+    parameters = inspect.signature(cls).parameters.values()
+    defaults = {p.name: p.default for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        assert name in FORWARDS, f"{name} takes **kwargs: say in FORWARDS which class they go to"
+        defaults = {**constructor_defaults(get_class(FORWARDS[name])), **defaults}
+    return defaults
+
+
+def plain(value) -> bool:
+    """A number, string, bool, None, or a list / tuple of them (not a nested node)."""
+    if isinstance(value, (list, tuple)):
+        return all(plain(entry) for entry in value)
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def test_every_schema_default_is_its_constructors():
+    """One declaration per option: a schema key's default is the default of the argument of
+    the same name of the class its _target_ builds, so that a library user and a CLI user get
+    the same algorithm (what the command line picks otherwise is in the YAML options). Keys
+    that are no constructor argument are the pipeline's (targets.PIPELINE_KEYS); a difference
+    kept on purpose is listed above with its reason. Every mismatch is said at once."""
+    from rlcollect.pipeline.targets import PIPELINE_KEYS
+
+    nodes = {"buffer_storage": "buffer.storage", "buffer_sampler": "buffer.sampler"}
+    mismatches, deliberate_seen = [], set()
+    for (group, option), schema in SCHEMAS.items():
+        defaults = constructor_defaults(get_class(schema._target_))
+        pipeline_keys = PIPELINE_KEYS.get(nodes.get(group, group), frozenset())
+        for schema_field in dataclasses.fields(schema):
+            if schema_field.name.startswith("_"):
+                continue
+            key = (group, option, schema_field.name)
+            where = f"{group}={option} {schema_field.name} ({schema.__name__}, {schema._target_})"
+            if schema_field.name in pipeline_keys:
+                if schema_field.name in defaults:
+                    mismatches.append(f"{where}: a pipeline key (targets.PIPELINE_KEYS) that is an argument too")
+                continue
+            if schema_field.name not in defaults:
+                mismatches.append(f"{where}: no argument of the class, nor a pipeline key (targets.PIPELINE_KEYS)")
+                continue
+            ours = (schema_field.default_factory() if schema_field.default_factory is not dataclasses.MISSING
+                    else schema_field.default)
+            theirs = defaults[schema_field.name]
+            if ours == "???" or theirs is inspect.Parameter.empty or not (plain(ours) and plain(theirs)):
+                continue  # chosen by a YAML option's defaults list; required by the class; a nested node
+            same = (list(ours) if isinstance(ours, (list, tuple)) else ours) == \
+                (list(theirs) if isinstance(theirs, (list, tuple)) else theirs)
+            if key in DELIBERATE_DEFAULTS:
+                deliberate_seen.add(key)
+                if same:
+                    mismatches.append(f"{where}: listed in DELIBERATE_DEFAULTS but the same ({ours!r}): drop it")
+            elif not same:
+                mismatches.append(f"{where}: {ours!r} in the schema, {theirs!r} in the constructor")
+    mismatches += [f"DELIBERATE_DEFAULTS lists {key}, which is no key of a schema"
+                   for key in sorted(set(DELIBERATE_DEFAULTS) - deliberate_seen)]
+    assert not mismatches, f"{len(mismatches)} schema defaults differ from their constructors':\n" + \
+        "\n".join(mismatches)
+
+
+def test_algo_prioritized_builds_the_prioritized_sampler_option_as_it_composes(tmp_path):
+    from rlcollect.pipeline.builders import make_replay_buffer
+
+    chosen = compose_train(["algo=dqn", "buffer/sampler=prioritized"]).buffer.sampler
+    sampler = make_replay_buffer(compose_train(["algo=dqn", "algo.prioritized=true"]), tmp_path).sampler
+    assert (sampler.alpha, sampler.beta, sampler.eps) == (chosen.alpha, chosen.beta, chosen.eps) == (0.6, 0.4, 1e-6)
 
 
 @pytest.mark.parametrize("overrides, every", [
@@ -457,3 +552,114 @@ def test_the_collector_schemas_declare_the_option_groups_fields_with_their_defau
         cls = get_class(schema._target_)
         keys = {f.name for f in dataclasses.fields(schema)} - {"_target_", "_partial_"}
         assert keys <= cls.accepted_arguments(), (option, sorted(keys - cls.accepted_arguments()))
+
+
+def test_a_size_is_compared_with_the_batch_the_collector_will_collect():
+    """algo.minibatch_size against frames_per_batch as the collector rounds it up (8 envs: 250
+    frames are 256), not as written."""
+    from rlcollect.errors import ConfigError
+    from rlcollect.pipeline.checks import check_config
+
+    check_config(compose_train(["collector.frames_per_batch=250", "algo.minibatch_size=256"]))
+    with pytest.raises(ConfigError, match=r"^algo\.minibatch_size=256: must be at most the frames of a batch "
+                                          r"\(collector\.frames_per_batch=100, rounded up to 104 frames\)$"):
+        check_config(compose_train(["collector.frames_per_batch=100", "algo.minibatch_size=256"]))
+
+
+# ---------------------------------------------------------------------------- choices
+def test_every_option_with_choices_declares_them_and_a_value_outside_is_one_line_naming_them():
+    """Each option with a fixed set of values says them (config.chosen), and a value outside
+    them is refused before anything is built, in one line naming the key, the values and the
+    closest of them."""
+    from omegaconf import OmegaConf
+
+    from rlcollect.config import CHOICES
+    from rlcollect.errors import ConfigError
+    from rlcollect.pipeline.checks import check_config, schema_nodes
+
+    checked = set()
+    for composition in RANGE_COMPOSITIONS:
+        cfg = compose_train(composition)
+        for path, node in schema_nodes(cfg, ""):
+            schema = OmegaConf.get_type(node)
+            for schema_field in dataclasses.fields(schema):
+                allowed = schema_field.metadata.get(CHOICES)
+                if allowed is None:
+                    continue
+                key = f"{path}.{schema_field.name}" if path else schema_field.name
+                first = str(allowed.values[0])
+                for value in (first.upper() + "x", 7):  # a misspelling, a number
+                    bad = cfg.copy()
+                    OmegaConf.update(bad, key, value)
+                    with pytest.raises(ConfigError) as refused:
+                        check_config(bad)
+                    message = str(refused.value)
+                    assert message.startswith(f"{key}={OmegaConf.select(bad, key)!r}: choose one of {allowed}"), message
+                    assert "\n" not in message
+                checked.add((schema.__name__, schema_field.name))
+    # the options whose values the classes check: their choices are declared in the schemas
+    assert {("SyncCollectorConfig", "exploration_type"), ("SyncCollectorConfig", "reset_policy"),
+            ("MultiSyncCollectorConfig", "start_method"), ("MultiSyncCollectorConfig", "cat_results"),
+            ("PoolCollectorConfig", "layout"), ("HostCollectorConfig", "start_method"),
+            ("RayCollectorConfig", "collector_class"), ("DistributedCollectorConfig", "collector_class"),
+            ("DistributedCollectorConfig", "launcher"), ("DistributedCollectorConfig", "backend"),
+            ("MultiProcessWeightSyncConfig", "strategy"), ("RayWeightSyncConfig", "strategy"),
+            ("DQNConfig", "target_update"), ("DQNConfig", "loss"), ("ActorCriticConfig", "activation"),
+            ("ActorCriticConfig", "encoder"), ("RecurrentActorCriticConfig", "rnn"), ("QValuePolicyConfig", "encoder"),
+            ("EnvConfig", "backend"), ("WandbLoggerConfig", "mode"), ("TrainConfig", "objective")} <= checked
+
+
+def test_a_misspelled_choice_is_told_its_closest_value():
+    from rlcollect.config import check_ranges
+    from rlcollect.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^collector\.layout='per-env': choose one of flat, per_env "
+                                          r"\(did you mean per_env\?\)$"):
+        check_ranges(compose_train(["collector=pool", "collector.layout=per-env"]))
+    with pytest.raises(ConfigError, match=r"^collector\.cat_results=False: choose one of stack, 0, -1$"):
+        check_ranges(compose_train(["collector=multisync", "collector.cat_results=false"]))  # not 0
+    check_ranges(compose_train(["collector=multisync", "collector.cat_results=0"]))
+    check_ranges(compose_train(["collector=ray"]))  # collector_kwargs.start_method=null: not set
+
+
+def test_the_choices_are_the_tuples_the_classes_check_their_arguments_against():
+    """Declared once (rlcollect/choices.py, a leaf without torch): the schemas' choices and
+    the classes' checks are the same tuples; ActorCritic's activations map each name to its
+    torch class, pinned here."""
+    from rlcollect import choices
+    from rlcollect.algos import dqn
+    from rlcollect.collectors import hosted, multi, options, pool
+    from rlcollect.collectors.distributed import collector as distributed
+    from rlcollect.collectors.distributed import launchers
+    from rlcollect.envs import backends
+    from rlcollect.modules import actor_critic, encoders
+    from rlcollect.weight_sync import strategies
+
+    pairs = [(options.EXPLORATION_TYPES, choices.EXPLORATION_TYPES), (options.RESET_POLICIES, choices.RESET_POLICIES),
+             (options.START_METHODS, choices.START_METHODS), (multi.CAT_RESULTS, choices.CAT_RESULTS),
+             (pool.LAYOUTS, choices.POOL_LAYOUTS), (hosted.COLLECTOR_CLASSES, choices.HOSTED_COLLECTOR_CLASSES),
+             (launchers.LAUNCHERS, choices.DISTRIBUTED_LAUNCHERS), (distributed.BACKENDS, choices.DISTRIBUTED_BACKENDS),
+             (strategies.STRATEGIES, choices.WEIGHT_SYNC_STRATEGIES), (dqn.TARGET_UPDATES, choices.DQN_TARGET_UPDATES),
+             (dqn.LOSSES, choices.DQN_LOSSES), (encoders.ENCODERS, choices.ENCODERS),
+             (backends.BACKENDS, choices.ENV_BACKENDS)]
+    assert all(used is declared for used, declared in pairs)
+    assert tuple(actor_critic.ACTIVATIONS) == choices.ACTIVATIONS
+
+
+def test_the_config_checks_ranges_and_choices_without_torch():
+    """`rlcollect train` refuses a value out of its range or choices before torch loads."""
+    code = ("import sys\n"
+            "from hydra import compose, initialize_config_module\n"
+            "from rlcollect.config import check_ranges, register_configs\n"
+            "from rlcollect.errors import ConfigError\n"
+            "register_configs()\n"
+            "with initialize_config_module('rlcollect.conf', version_base='1.3'):\n"
+            "    cfg = compose('train', overrides=['collector=multisync', 'collector.cat_results=1'])\n"
+            "try:\n"
+            "    check_ranges(cfg)\n"
+            "except ConfigError as error:\n"
+            "    print(error)\n"
+            "assert 'torch' not in sys.modules\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("collector.cat_results=1: choose one of stack, 0, -1")

@@ -61,11 +61,23 @@ def test_every_collector_class_checks_its_own_plan():
     ConfigError out); the pipeline only asks."""
     from rlcollect import AlternatingCollector, Collector, MultiSyncCollector, PoolCollector, RayCollector
     from rlcollect.errors import ConfigError
-    from rlcollect.weight_sync import NoWeightSyncScheme, RayWeightSyncScheme, SharedMemWeightSyncScheme
+    from rlcollect.weight_sync import (
+        MultiProcessWeightSyncScheme,
+        NoWeightSyncScheme,
+        RayWeightSyncScheme,
+        SharedMemWeightSyncScheme,
+    )
 
     refused = [
         (Collector, dict(name="sync", options={}, weight_sync=RayWeightSyncScheme, weight_sync_name="ray"),
          "weight_sync=ray needs collector=ray (got collector=sync)"),
+        (Collector, dict(name="sync", options={}, weight_sync=MultiProcessWeightSyncScheme,
+                         weight_sync_name="multiprocess"),
+         "weight_sync=multiprocess: collector=sync runs the policy in the training process, so there are no weights "
+         "to send to workers"),
+        (PoolCollector, dict(name="pool", options={"layout": "per_env"}, weight_sync=MultiProcessWeightSyncScheme,
+                             weight_sync_name="multiprocess"),
+         "weight_sync=multiprocess: collector=pool runs the policy in the training process"),
         (Collector, dict(name="sync", options={}, env_backend="vector", num_envs=None),
          "env.backend=vector steps a batch of envs but env.num_envs is null"),
         (MultiSyncCollector, dict(name="multisync", options={"cat_results": -1}, algo="ppo"),
@@ -82,6 +94,10 @@ def test_every_collector_class_checks_its_own_plan():
         with pytest.raises(ConfigError, match="^" + message.replace("(", r"\(").replace(")", r"\)")):
             cls.check_plan(CollectionPlan(**plan))
     RayCollector.check_plan(CollectionPlan("ray", {}, weight_sync=NoWeightSyncScheme))
+    for scheme in (SharedMemWeightSyncScheme, NoWeightSyncScheme):  # the default, unused in process; none
+        Collector.check_plan(CollectionPlan("sync", {}, weight_sync=scheme))
+        AlternatingCollector.check_plan(CollectionPlan("alternating", {"num_workers": 2}, weight_sync=scheme))
+    MultiSyncCollector.check_plan(CollectionPlan("multisync", {}, weight_sync=MultiProcessWeightSyncScheme))
     MultiSyncCollector.check_plan(CollectionPlan("multisync", {"cat_results": -1}, on_policy=False))
     assert RayCollector.lags_policy({"sync": False}) and not RayCollector.lags_policy({"sync": True})
     assert {"seed", "env_kwargs", "num_envs", "post_collect_hook"} <= Collector.accepted_arguments()
@@ -101,3 +117,38 @@ def test_the_collector_contract_table_names_every_runtime_argument_once():
     table = text.split("| runtime argument | what it is |", 1)[1].split("\n\n", 1)[0]
     named = [name for row in table.splitlines()[2:] for name in re.findall(r"`(\w+)`", row.split("|")[1])]
     assert sorted(named) == sorted(COLLECTOR_RUNTIME_ARGUMENTS)
+
+
+ROUNDED = ["collector.frames_per_batch=250", "total_frames=250", "logger=none", "progress=false",
+           "eval.episodes=1", "eval.max_steps=10", "algo.epochs=1", "algo.minibatch_size=64"]
+WORKERS = ["collector.start_method=fork", "collector.num_workers=2", "collector.envs_per_worker=3"]
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("overrides", [[], ["env.num_envs=null"], ["collector=multisync", *WORKERS],
+                                       ["collector=multiasync", *WORKERS], ["collector=action_server", *WORKERS],
+                                       ["collector=alternating", *WORKERS], ["collector=pool", *WORKERS]],
+                         ids=lambda overrides: (overrides or ["sync"])[0])
+def test_a_collector_class_knows_the_frames_of_the_batches_it_will_collect(tmp_path, overrides):
+    """``batch_frames``: frames_per_batch rounded as the class rounds it, before anything is
+    built; what the pipeline compares algo.minibatch_size with. The batches it then yields
+    have exactly that many frames."""
+    from hydra import compose, initialize_config_module
+
+    from rlcollect import pipeline
+    from rlcollect.config import register_configs
+    from rlcollect.pipeline.checks import batch_frames
+
+    register_configs()
+    with initialize_config_module("rlcollect.conf", version_base="1.3"):
+        cfg = compose("train", overrides=[*ROUNDED, *overrides])
+    planned = batch_frames(cfg)
+    built = pipeline.build(cfg, tmp_path)
+    try:
+        batch = next(iter(built.collector))
+    finally:
+        built.collector.shutdown()
+        built.evaluator.shutdown()
+    assert batch.numel() == planned
+    assert planned == (250 if "env.num_envs=null" in overrides else 252 if "collector=multiasync" in overrides
+                       else 252 if any("collector=" in override for override in overrides) else 256)

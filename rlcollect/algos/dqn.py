@@ -9,10 +9,10 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlcollect.buffers.transforms import or_next_flags
+from rlcollect.choices import DQN_LOSSES as LOSSES
+from rlcollect.choices import DQN_TARGET_UPDATES as TARGET_UPDATES
 from rlcollect.keys import STEPS_TO_NEXT_OBS, WEIGHT
 from rlcollect.modules.q_network import QValuePolicy
-
-TARGET_UPDATES = ("periodic", "polyak")
 
 
 def dqn_targets(reward: torch.Tensor, terminated: torch.Tensor, next_q_online: torch.Tensor,
@@ -55,8 +55,8 @@ class DQN:
                  terminal_keys=()) -> None:
         if target_update not in TARGET_UPDATES:
             raise ValueError(f"target_update must be one of {TARGET_UPDATES}, got {target_update!r}")
-        if loss not in ("huber", "mse"):
-            raise ValueError(f"loss must be 'huber' or 'mse', got {loss!r}")
+        if loss not in LOSSES:
+            raise ValueError(f"loss must be {' or '.join(map(repr, LOSSES))}, got {loss!r}")
         self.q_policy = q_policy
         self.terminal_keys = list(terminal_keys)
         self.target = copy.deepcopy(q_policy).requires_grad_(False)

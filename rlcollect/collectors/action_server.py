@@ -106,6 +106,11 @@ class ActionServerCollector(CollectorBase):
     option_groups = OPTION_GROUPS  # what **options are routed to
 
     @classmethod
+    def batch_envs(cls, plan: CollectionPlan) -> int:
+        """Every worker's envs step together: num_workers x envs_per_worker."""
+        return plan.options.get("num_workers", 1) * plan.options.get("envs_per_worker", 1)
+
+    @classmethod
     def check_plan(cls, plan: CollectionPlan) -> None:
         """Its envs step in worker processes, on the CPU: no env_device."""
         super().check_plan(plan)

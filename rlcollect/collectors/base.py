@@ -15,7 +15,7 @@ import torch
 from tensordict import TensorDict
 
 from rlcollect.collectors.delivery import PENDING
-from rlcollect.collectors.options import DeliveryOptions
+from rlcollect.collectors.options import BatchSpec, DeliveryOptions
 from rlcollect.collectors.restarts import Restarts, WorkerRestart
 from rlcollect.errors import ConfigError
 from rlcollect.keys import MASK
@@ -78,11 +78,20 @@ class CollectorBase(ABC):
     def check_plan(cls, plan: CollectionPlan) -> None:
         """Refuse, with a ConfigError in one line, what the class cannot collect for the run
         ``plan`` describes (called before anything is built; subclasses add their own
-        rules). Every collector refuses Ray's weight sync but RayCollector."""
+        rules). Every collector refuses Ray's weight sync but RayCollector; one that takes no
+        ``weight_sync_schemes`` (its policy runs in the training process) refuses any scheme
+        but the default, shared memory, which it leaves unused, and none: the scheme would
+        be built and dropped, silently."""
+        from rlcollect.weight_sync import NoWeightSyncScheme, SharedMemWeightSyncScheme
         from rlcollect.weight_sync.ray import RayWeightSyncScheme
 
         if plan.weight_sync is not None and issubclass(plan.weight_sync, RayWeightSyncScheme):
             raise ConfigError(f"weight_sync={plan.weight_sync_name} needs collector=ray (got collector={plan.name})")
+        if (plan.weight_sync is not None and "weight_sync_schemes" not in cls.accepted_arguments()
+                and not issubclass(plan.weight_sync, (SharedMemWeightSyncScheme, NoWeightSyncScheme))):
+            raise ConfigError(f"weight_sync={plan.weight_sync_name}: collector={plan.name} runs the policy in the "
+                              "training process, so there are no weights to send to workers; leave weight_sync at "
+                              "its default (shared_mem, unused by this collector) or set weight_sync=none")
 
     @classmethod
     def lags_policy(cls, options: Mapping[str, Any]) -> bool:
@@ -91,23 +100,51 @@ class CollectorBase(ABC):
         return False
 
     @classmethod
+    def batch_envs(cls, plan: CollectionPlan) -> int:
+        """How many envs' time steps each batch holds for the run ``plan`` describes: its
+        frames are ``frames_per_batch`` rounded up to a multiple of them (``BatchSpec``).
+        1 here: a class that does not say collects the frames it is asked for."""
+        return 1
+
+    @classmethod
+    def batch_frames(cls, plan: CollectionPlan) -> int | None:
+        """The frames of each batch the class collects for ``plan``: its
+        ``frames_per_batch`` rounded as the class rounds it, what a check of a size against
+        the batch compares with (None: the plan gives no frames_per_batch)."""
+        frames = plan.options.get("frames_per_batch")
+        if frames is None:
+            return None
+        envs = cls.batch_envs(plan)
+        return BatchSpec.split(frames, envs) * envs
+
+    @classmethod
     def accepted_arguments(cls) -> frozenset[str]:
-        """The keyword arguments the class's constructor takes: the named ones of its
-        constructor and, while a constructor passes ``**kwargs`` on, of its bases'; and the
-        fields of the option groups its ``**options`` are routed to. The pipeline passes a
-        collector the runtime arguments of its contract (docs/collectors.md, "A collector
-        of your own") that it takes."""
-        names: set[str] = set()
+        """The keyword arguments the class's constructor takes (``argument_defaults``). The
+        pipeline passes a collector the runtime arguments of its contract (docs/collectors.md,
+        "A collector of your own") that it takes."""
+        return frozenset(cls.argument_defaults())
+
+    @classmethod
+    def argument_defaults(cls) -> dict[str, Any]:
+        """``{name: default}`` of the keyword arguments the class's constructor takes
+        (``inspect.Parameter.empty``: a required one): the named ones of its constructor
+        and, while a constructor passes ``**kwargs`` on, of its bases' (the first one's
+        default wins); and the fields of the option groups its ``**options`` are routed to."""
+        defaults: dict[str, Any] = {}
         forwards = True
         for klass in cls.__mro__:
             init = klass.__dict__.get("__init__")
             if init is None or not forwards:
                 continue
             parameters = inspect.signature(init).parameters.values()
-            names |= {p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+            for p in parameters:
+                if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self":
+                    defaults.setdefault(p.name, p.default)
             forwards = any(p.kind is p.VAR_KEYWORD for p in parameters)
-        names |= {field.name for group in cls.option_groups for field in dataclasses.fields(group)}
-        return frozenset(names)
+        for group in cls.option_groups:
+            for option in dataclasses.fields(group):
+                defaults.setdefault(option.name, option.default)
+        return defaults
 
     def __init__(self, delivery_options: DeliveryOptions | None = None) -> None:
         self.delivery_options = delivery_options if delivery_options is not None else DeliveryOptions()

@@ -7,20 +7,19 @@ Host i owns the ids ``[i << 40, (i + 1) << 40)``; the r-th replacement of a host
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from rlcollect.choices import HOSTED_COLLECTOR_CLASSES as COLLECTOR_CLASSES
+from rlcollect.collectors.options import BatchSpec
 from rlcollect.envs.sources import worker_env_specs
 from rlcollect.envs.staging import StagedEnv
 from rlcollect.seeding import env_seed
 from rlcollect.trajectories import TrajectoryPool
-from rlcollect.validation import check_positive_int
 
 TRAJ_ID_SHIFT = 40  # host i owns traj ids [i << 40, (i + 1) << 40)
 LIFE_ID_SHIFT = 32  # ... and its r-th replacement starts at (i << 40) + (r << 32)
 MAX_LIVES = 1 << (TRAJ_ID_SHIFT - LIFE_ID_SHIFT)  # lives of one host's id range
-COLLECTOR_CLASSES = ("sync", "multisync", "multiasync")
 # what a driver of hosted collectors sets itself, never its collector_kwargs
 RESERVED_COLLECTOR_KWARGS = ("frames_per_batch", "total_frames", "traj_pool", "replay_buffer", "trajs_per_batch",
                              "post_collect_hook")
@@ -46,18 +45,24 @@ def traj_start(host_index: int, life: int = 0) -> int:
     return (host_index << TRAJ_ID_SHIFT) + (life << LIFE_ID_SHIFT)
 
 
+def hosted_class(collector_class: str) -> type:
+    """The class a host runs for ``collector_class`` ("sync": Collector, "multisync",
+    "multiasync": the multi-process collectors)."""
+    from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
+    from rlcollect.collectors.single import Collector
+
+    return {"sync": Collector, "multisync": MultiSyncCollector, "multiasync": MultiAsyncCollector}[collector_class]
+
+
 def build_hosted_collector(collector_class: str, create_env_fn, policy, frames_per_batch: int,
                            collector_kwargs: dict, first_id: int):
     """An endless ``collector_class`` collector ("sync": Collector; "multisync",
     "multiasync": worker processes, ``create_env_fn`` one source or one per worker) whose
     trajectory ids start at ``first_id``."""
-    from rlcollect.collectors.multi import MultiAsyncCollector, MultiSyncCollector
-    from rlcollect.collectors.single import Collector
-
+    cls = hosted_class(collector_class)
     kwargs = dict(frames_per_batch=frames_per_batch, total_frames=-1, **collector_kwargs)
     if collector_class == "sync":
-        return Collector(create_env_fn, policy, traj_pool=TrajectoryPool(first_id), **kwargs)
-    cls = MultiSyncCollector if collector_class == "multisync" else MultiAsyncCollector
+        return cls(create_env_fn, policy, traj_pool=TrajectoryPool(first_id), **kwargs)
     sources = list(create_env_fn) if isinstance(create_env_fn, (list, tuple)) else create_env_fn
     collector = cls(sources, policy, **kwargs)
     # The workers share one pool; move it to this host's range (they restart their trajectories).
@@ -148,8 +153,7 @@ def plan_hosts(create_env_fn, num_hosts: int, *, collector_class: str, frames_pe
                          "stack: split the stacked batch with split_trajectories instead")
     entries, host_kwargs = host_env_sources(create_env_fn, num_hosts, collector_class, envs_per_worker, seed,
                                             dict(env_kwargs or {}), kwargs, host=host, count_name=count_name)
-    check_positive_int("frames_per_batch", frames_per_batch)
-    host_frames = math.ceil(frames_per_batch / num_hosts) if sync else frames_per_batch
+    host_frames = BatchSpec.split(frames_per_batch, num_hosts if sync else 1)
     envs_per_host = (envs_per_worker or 1) * (kwargs.get("num_workers", 1) if collector_class != "sync" else 1)
     seeds = [None if seed is None else env_seed(seed, index * envs_per_host) for index in range(num_hosts)]
     return HostPlan(env_sources=entries,

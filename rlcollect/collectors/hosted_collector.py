@@ -17,10 +17,12 @@ constructor and ``_set_host_shapes`` once its hosts described their batches, and
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from rlcollect.collectors.base import CollectorBase
-from rlcollect.collectors.hosted import TRAJ_ID_SHIFT, HostPlan, plan_hosts
+from rlcollect.collectors.base import CollectionPlan, CollectorBase
+from rlcollect.collectors.hosted import TRAJ_ID_SHIFT, HostPlan, hosted_class, plan_hosts
 from rlcollect.collectors.options import check_total_frames
 from rlcollect.seeding import env_seed
 from rlcollect.validation import check_positive_int
@@ -38,6 +40,18 @@ class HostedCollector(CollectorBase):
 
     num_hosts: int
     _host_shapes: list[torch.Size]
+
+    @classmethod
+    def batch_envs(cls, plan: CollectionPlan) -> int:
+        """Each host's collector rounds its share to its own envs (envs_per_worker per env
+        source, collector_kwargs for its worker processes); a synchronous batch stacks one
+        share per host."""
+        options = plan.options
+        envs = options.get("envs_per_worker")
+        host = dataclasses.replace(plan, options={**(options.get("collector_kwargs") or {}), "envs_per_worker": envs},
+                                   num_envs=envs)
+        per_host = hosted_class(options.get("collector_class", "sync")).batch_envs(host)
+        return per_host * ((options.get(cls.count_name) or 1) if options.get("sync", True) else 1)
 
     def _plan(self, create_env_fn, num_hosts: int, *, frames_per_batch: int, total_frames: int, sync: bool,
               collector_class: str, envs_per_worker, seed, env_kwargs: dict | None,

@@ -24,10 +24,12 @@ from typing import Sequence
 import torch
 from tensordict import TensorDictBase
 
+from rlcollect.choices import CAT_RESULTS
 from rlcollect.collectors.base import CollectionPlan, CollectorBase
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.options import (
     OPTION_GROUPS,
+    BatchSpec,
     DeliveryOptions,
     DeviceOptions,
     StepOptions,
@@ -46,10 +48,8 @@ from rlcollect.errors import ConfigError
 from rlcollect.keys import MASK
 from rlcollect.seeding import env_seed, restart_seed
 from rlcollect.trajectories import TrajectoryPool
-from rlcollect.validation import check_positive_int
 from rlcollect.weight_sync import SharedMemWeightSyncScheme, WeightSyncScheme
 
-CAT_RESULTS = ("stack", 0, -1)
 __all__ = ["MultiAsyncCollector", "MultiSyncCollector", "WorkerError"]
 
 
@@ -125,9 +125,8 @@ class _MultiCollector(CollectorBase):
             if len(frames_per_batch) != self.num_workers:
                 raise ValueError(f"frames_per_batch lists {len(frames_per_batch)} values for {self.num_workers} "
                                  "workers: give one per worker, or one int")
-            return [check_positive_int(f"frames_per_batch[{i}]", value) for i, value in enumerate(frames_per_batch)]
-        return [self._worker_frames_per_batch(check_positive_int("frames_per_batch", frames_per_batch))] * \
-            self.num_workers
+            return [BatchSpec.split(value, 1, f"frames_per_batch[{i}]") for i, value in enumerate(frames_per_batch)]
+        return [self._worker_frames_per_batch(frames_per_batch)] * self.num_workers
 
     def _worker_frames_per_batch(self, frames_per_batch: int) -> int:
         raise NotImplementedError
@@ -397,6 +396,12 @@ class MultiSyncCollector(_MultiCollector):
     """
 
     @classmethod
+    def batch_envs(cls, plan: CollectionPlan) -> int:
+        """Every worker's envs: each worker's share of frames_per_batch is rounded up to its
+        envs_per_worker envs."""
+        return (plan.options.get("num_workers") or 1) * (plan.options.get("envs_per_worker") or 1)
+
+    @classmethod
     def check_plan(cls, plan: CollectionPlan) -> None:
         """An on-policy learner needs one row per env: not workers concatenated along time."""
         super().check_plan(plan)
@@ -438,7 +443,7 @@ class MultiSyncCollector(_MultiCollector):
         return None if threshold == 1.0 else float(threshold)  # 1.0: every worker finishes (no preemption)
 
     def _worker_frames_per_batch(self, frames_per_batch: int) -> int:
-        return math.ceil(frames_per_batch / self.num_workers)
+        return BatchSpec.split(frames_per_batch, self.num_workers)
 
     def _cat_dim(self, batch_dims: int) -> int | None:
         """The dim the workers' batches are concatenated along (None: stacked)."""
@@ -530,6 +535,11 @@ class MultiAsyncCollector(_MultiCollector):
         """Its batches may be collected with older weights (first come, first served)."""
         return True
 
+    @classmethod
+    def batch_envs(cls, plan: CollectionPlan) -> int:
+        """A batch is one worker's: its envs_per_worker envs."""
+        return plan.options.get("envs_per_worker") or 1
+
     def __init__(self, create_env_fn, policy=None, *, frames_per_batch: int, total_frames: int = -1,
                  **kwargs) -> None:
         super().__init__(create_env_fn, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
@@ -540,7 +550,7 @@ class MultiAsyncCollector(_MultiCollector):
         self._arrived: dict[int, int] = {}  # of those, the ones whose batch is there: when it finished (ns)
 
     def _worker_frames_per_batch(self, frames_per_batch: int) -> int:
-        return frames_per_batch
+        return BatchSpec.split(frames_per_batch, 1)
 
     def _next_batch(self) -> TensorDictBase:
         worker_id = self._first_ready()

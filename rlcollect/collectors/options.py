@@ -1,6 +1,6 @@
 """Collector options in small groups, each checked once (docs/collectors.md, "Options").
 
-    BatchSpec        frames_per_batch rounded once to T steps of B envs (rlpyt's BatchSpec)
+    BatchSpec        frames_per_batch checked and rounded once to T steps of B envs (rlpyt's BatchSpec)
     StepOptions      the per-step loop: truncation, random frames, resets, exploration, ids
     DeviceOptions    where the policy runs, where the env's tensors live, where batches go
     DeliveryOptions  what happens to a batch: split_trajs, postproc, hooks, replay-buffer writes
@@ -21,15 +21,13 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from rlcollect.choices import EXPLORATION_TYPES, RESET_POLICIES, START_METHODS
 from rlcollect.trajectories import TRAJ_FORMATS
 from rlcollect.validation import check_non_negative_int, check_positive_int
 
 log = logging.getLogger(__name__)
 
 DeviceLike = str | torch.device | None
-EXPLORATION_TYPES = ("random", "deterministic")
-RESET_POLICIES = ("immediate", "wait")
-START_METHODS = ("spawn", "forkserver", "fork")
 
 
 # ---------------------------------------------------------------------------- checks
@@ -59,11 +57,19 @@ class BatchSpec:
     def size(self) -> int:
         return self.time_steps * self.num_envs
 
+    @staticmethod
+    def split(frames_per_batch: int, parts: int, name: str = "frames_per_batch") -> int:
+        """The frames of each of ``parts`` equal shares of ``frames_per_batch`` frames, rounded
+        up (a worker's, a host's, an env's time steps). The library's one check of a
+        frames_per_batch argument (a positive int, ``name`` in the error), wherever a
+        collector takes one."""
+        check_positive_int(name, frames_per_batch)
+        return math.ceil(frames_per_batch / parts)
+
     @classmethod
     def round(cls, frames_per_batch: int, num_envs: int) -> "BatchSpec":
         """The smallest batch of whole time steps holding ``frames_per_batch`` frames."""
-        check_positive_int("frames_per_batch", frames_per_batch)
-        spec = cls(math.ceil(frames_per_batch / num_envs), num_envs)
+        spec = cls(cls.split(frames_per_batch, num_envs), num_envs)
         if spec.size != frames_per_batch:
             log.info("frames_per_batch=%d rounded up to %d (a multiple of %d envs)", frames_per_batch, spec.size,
                      num_envs)

@@ -45,6 +45,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import set_interaction_type
 
+from rlcollect.choices import POOL_LAYOUTS as LAYOUTS
 from rlcollect.collectors.base import CollectionPlan, CollectorBase, check_env_device
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import as_device, policy_param_device
@@ -71,7 +72,11 @@ from rlcollect.keys import ENV_ID
 from rlcollect.trajectories import TrajectoryPool
 from rlcollect.validation import check_non_negative_int, check_positive_int
 
-LAYOUTS = ("flat", "per_env")
+
+def default_batch_size(num_workers: int, envs_per_worker: int) -> int:
+    """The envs a pool step serves when batch_size is not given: half of the workers' (at
+    least one worker's)."""
+    return max(1, num_workers // 2) * envs_per_worker
 
 
 @with_options_doc(StepOptions, DeviceOptions, DeliveryOptions, WorkerOptions)
@@ -131,15 +136,22 @@ class PoolCollector(CollectorBase):
     option_groups = OPTION_GROUPS  # what **options are routed to
 
     @classmethod
+    def batch_envs(cls, plan: CollectionPlan) -> int:
+        """per_env: every env of every worker; flat: the envs served per pool step."""
+        options = plan.options
+        workers, envs_per_worker = options.get("num_workers", 1), options.get("envs_per_worker", 1)
+        if options.get("layout", "flat") == "per_env":
+            return workers * envs_per_worker
+        return options.get("batch_size") or default_batch_size(workers, envs_per_worker)
+
+    @classmethod
     def check_plan(cls, plan: CollectionPlan) -> None:
-        """A layout it has (per_env for an on-policy learner), a batch_size of whole workers,
+        """The per_env layout for an on-policy learner, a batch_size of whole workers,
         no env_device, and only the options it supports."""
         super().check_plan(plan)
         options = plan.options
         check_env_device(plan)
-        layout = options.get("layout", "flat")
-        if layout not in LAYOUTS:
-            raise ConfigError(f"collector.layout={layout}: choose one of {', '.join(LAYOUTS)}")
+        layout = options.get("layout", "flat")  # one of LAYOUTS: the config's choices (config.check_ranges)
         if plan.on_policy and layout != "per_env":
             raise ConfigError(f"collector={plan.name} with collector.layout=flat yields steps grouped by env, in "
                               f"unequal numbers; algo={plan.algo}'s rollout buffer needs one row per env: use "
@@ -221,7 +233,7 @@ class PoolCollector(CollectorBase):
     # ------------------------------------------------------------------ construction
     def _setup_batch_size(self, batch_size: int | None) -> int:
         if batch_size is None:
-            return max(1, self.num_workers // 2) * self.envs_per_worker
+            return default_batch_size(self.num_workers, self.envs_per_worker)
         check_positive_int("batch_size", batch_size)
         if batch_size % self.envs_per_worker or batch_size > self.num_envs:
             raise ValueError(f"batch_size={batch_size}: the pool serves whole workers, so batch_size must be a "

@@ -109,6 +109,11 @@ class Collector(CollectorBase):
     hooks_run_in_process = True  # the post-collect hook sees every batch in the caller's process
 
     @classmethod
+    def batch_envs(cls, plan: CollectionPlan) -> int:
+        """Its env's batch (env.num_envs; a single env, 1)."""
+        return plan.num_envs or 1
+
+    @classmethod
     def check_plan(cls, plan: CollectionPlan) -> None:
         """Its envs are stepped here: a batched backend needs a number of envs, a replay
         storage keeping env rows at most the batches' dims, a CUDA-graph policy cuda."""

@@ -41,11 +41,10 @@ from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
 
+from rlcollect.choices import ENV_BACKENDS as BACKENDS
 from rlcollect.envs.spaces import is_nested, subspaces, tree_map, writer
 from rlcollect.errors import ConfigError, MissingDependencyError
 from rlcollect.seeding import env_seed
-
-BACKENDS = ("list", "sync", "async", "vector", "envpool")
 
 
 class ListBackend:

@@ -179,8 +179,12 @@ class GymEnv:
         self.backend = self._backend.name
         self.observation_space = self._backend.observation_space
         self.action_space = self._backend.action_space
-        check_supported(self.observation_space, "observation")
-        check_supported(self.action_space, "action")
+        try:
+            check_supported(self.observation_space, "observation")
+            check_supported(self.action_space, "action")
+        except TypeError:
+            self._backend.close()  # the sub-envs made (an async backend's processes too)
+            raise
         self._seed = seed
         self._closed = False
         self._paused: np.ndarray | None = None  # pause(): sub-envs never stepped again

@@ -16,6 +16,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rlcollect.errors import UnsupportedSpaceError
+
 LEAF_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
 NESTED_SPACES = (gym.spaces.Dict, gym.spaces.Tuple)
 ACTION_SPACES = LEAF_SPACES
@@ -23,7 +25,8 @@ ACTION_SPACES = LEAF_SPACES
 
 def check_supported(space: gym.Space, role: str) -> None:
     """Observations: Box, Discrete, MultiDiscrete, MultiBinary, and Dict / Tuple of them;
-    actions: the first four."""
+    actions: the first four. Any other space is an UnsupportedSpaceError (a ConfigError and
+    a TypeError) naming it."""
     allowed = LEAF_SPACES + (NESTED_SPACES if role == "observation" else ())
     if isinstance(space, NESTED_SPACES) and role == "observation":
         for child in subspaces(space).values():
@@ -31,7 +34,7 @@ def check_supported(space: gym.Space, role: str) -> None:
         return
     if not isinstance(space, allowed):
         names = ", ".join(cls.__name__ for cls in allowed)
-        raise TypeError(f"{role} space {space!r} is not supported: rlcollect handles {names} spaces. "
+        raise UnsupportedSpaceError(f"{role} space {space!r} is not supported: rlcollect handles {names} spaces. "
                         "Convert it with a gymnasium wrapper (e.g. gymnasium.wrappers.FlattenObservation).")
 
 

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from tensordict import TensorDictBase
 
+from rlcollect.choices import WANDB_MODES
 from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo
 
 METRICS_FILE = "metrics.jsonl"
@@ -174,7 +175,7 @@ class WandbLogger(RunLogger):
                  group: str | None = None, job_type: str | None = None, config: dict | None = None,
                  mode: str = "offline", entity: str | None = None, run_id: str | None = None,
                  start_frames: int = 0, gamma: float = 0.99, info_keys: Sequence[str] = ()) -> None:
-        if mode not in ("offline", "online", "disabled"):
+        if mode not in WANDB_MODES:
             raise ValueError(f"wandb mode must be 'offline', 'online' or 'disabled', got {mode!r}")
         if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _has_netrc_login()):
             raise ValueError("logger.mode=online needs a W&B login: run `wandb login` or set WANDB_API_KEY "

@@ -12,11 +12,12 @@ from tensordict.nn import InteractionType, TensorDictModuleBase, interaction_typ
 from torch import nn
 
 from rlcollect.acting import actions_only
+from rlcollect.choices import RNN_TYPES
 from rlcollect.errors import ConfigError
 from rlcollect.modules import distributions as D
 from rlcollect.modules.encoders import RunningNorm, make_encoder, resolve_encoder
 
-ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU}  # choices.ACTIVATIONS' torch classes (a test pins them)
 ENCODED_KEY = "encoded_observation"  # RecurrentActorCritic: the rnn's input (the encoder's features)
 DETERMINISTIC = (InteractionType.DETERMINISTIC, InteractionType.MODE, InteractionType.MEAN, InteractionType.MEDIAN)
 
@@ -180,8 +181,8 @@ class RecurrentActorCritic(TensorDictModuleBase):
         from rlcollect.modules.recurrent import GRUModule, LSTMModule
 
         super().__init__()
-        if rnn not in ("gru", "lstm"):
-            raise ConfigError(f"rnn must be 'gru' or 'lstm', got {rnn!r}")
+        if rnn not in RNN_TYPES:
+            raise ConfigError(f"rnn must be {' or '.join(map(repr, RNN_TYPES))}, got {rnn!r}")
         self.encoder = make_encoder(encoder, observation_space)  # Flatten (no parameters) for a flat Box
         states = ("recurrent_state",) if rnn == "gru" else ("recurrent_state_h", "recurrent_state_c")
         self.rnn = (GRUModule if rnn == "gru" else LSTMModule)(

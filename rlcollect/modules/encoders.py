@@ -31,10 +31,9 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from rlcollect.choices import ENCODERS
 from rlcollect.envs.spaces import subspaces
 from rlcollect.errors import ConfigError
-
-ENCODERS = ("auto", "mlp", "cnn", "multi_input")
 
 
 class RunningNorm(nn.Module):

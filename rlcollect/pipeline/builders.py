@@ -24,19 +24,19 @@ from omegaconf import DictConfig, OmegaConf
 from rlcollect.algos.learners import Learner
 from rlcollect.buffers import LazyMemmapStorage, LazyTensorStorage, MultiStep, PrioritizedSampler
 from rlcollect.collectors.base import CollectorBase
-from rlcollect.config import PrioritizedSamplerConfig
+from rlcollect.config import option_node
 from rlcollect.envs.sources import make_env as make_env_source
 from rlcollect.envs.spaces import sample_shape, sample_shapes, torch_dtype, torch_dtypes
 from rlcollect.envs.staging import StagedEnv
 from rlcollect.logging.run_logger import EpisodeStatsHook, RunLogger, WandbLogger
-from rlcollect.pipeline.targets import COLLECTOR_RUNTIME_ARGUMENTS, build_node, named_arguments, target_class
+from rlcollect.pipeline.targets import (
+    COLLECTOR_RUNTIME_ARGUMENTS,
+    PIPELINE_KEYS,
+    build_node,
+    named_arguments,
+    target_class,
+)
 from rlcollect.primers import policy_primers
-
-# keys of an algo node the pipeline reads itself, passed to the learner only where its
-# constructor names them: the label, the replay buffer's sampling batch, n-step writes,
-# prioritized sampling, background collection (learning_starts is read and passed on)
-ALGO_PIPELINE_KEYS = ("name", "batch_size", "n_step", "prioritized", "background")
-
 
 
 # ---------------------------------------------------------------------------- envs
@@ -161,7 +161,7 @@ def make_replay_buffer(cfg: DictConfig, run_dir: Path, *, reopen: bool = False):
     storage = make_storage(node.storage, device=cfg.device, run_dir=Path(run_dir), reopen=reopen)
     sampler_node = node.sampler
     if cfg.algo.get("prioritized") and not issubclass(target_class(sampler_node, "buffer.sampler"), PrioritizedSampler):
-        sampler_node = OmegaConf.structured(PrioritizedSamplerConfig)  # algo.prioritized: the option's defaults
+        sampler_node = option_node("buffer/sampler", "prioritized")  # algo.prioritized: that option as it composes
     sampler_runtime = {}
     if issubclass(target_class(sampler_node, "buffer.sampler"), PrioritizedSampler):
         sampler_runtime["max_capacity"] = node.storage.max_size  # one priority per element of the storage
@@ -171,7 +171,7 @@ def make_replay_buffer(cfg: DictConfig, run_dir: Path, *, reopen: bool = False):
     if n_step > 1:
         end_keys = list(cfg.algo.get("terminal_keys") or [])
         runtime["write_transform"] = MultiStep(discount(cfg), n_step, end_keys=end_keys)
-    return build_node(node, "buffer", drop=("storage", "sampler", "trajs_per_batch"), storage=storage,
+    return build_node(node, "buffer", drop=("storage", "sampler", *sorted(PIPELINE_KEYS["buffer"])), storage=storage,
                       sampler=sampler, batch_size=cfg.algo.batch_size, **runtime)
 
 
@@ -217,13 +217,13 @@ def make_learner(cfg: DictConfig, policy, collector: CollectorBase, observation_
     """``algo``'s learner on the buffer it asks for (the replay buffer the collector writes
     into, or a rollout buffer sized for the collector's batches), with the runtime
     arguments its constructor names; the algo keys the pipeline reads itself
-    (ALGO_PIPELINE_KEYS) go to it only when it names them too. ``runtime_overrides`` are
+    (targets.PIPELINE_KEYS) go to it only when it names them too. ``runtime_overrides`` are
     passed on as they are (a batched sweep's per-member settings)."""
     cls = learner_class(cfg)
     buffer = replay_buffer if cls.replay else make_rollout_buffer(cfg, policy, collector, observation_space,
                                                                    action_space)
     runtime = dict(total_frames=cfg.total_frames, observation_space=observation_space, action_space=action_space)
     accepted = named_arguments(cls)
-    drop = tuple(key for key in ALGO_PIPELINE_KEYS if key in cfg.algo and key not in accepted)
+    drop = tuple(sorted(key for key in PIPELINE_KEYS["algo"] if key in cfg.algo and key not in accepted))
     return build_node(cfg.algo, "algo", policy, buffer, drop=drop,
                       **{key: value for key, value in runtime.items() if key in accepted}, **runtime_overrides)

@@ -21,9 +21,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.buffers import PrioritizedSampler, RandomSampler, ReplayBuffer, RolloutBuffer
 from rlcollect.collectors.base import CollectionPlan, CollectorBase
-from rlcollect.collectors.options import RESET_POLICIES
-from rlcollect.config import OBJECTIVES, SCHEMAS, check_ranges, schema_nodes
-from rlcollect.envs.backends import BACKENDS, check_vector_entry_point
+from rlcollect.config import SCHEMAS, check_ranges, schema_nodes
+from rlcollect.envs.backends import check_vector_entry_point
 from rlcollect.envs.gym_env import import_plugins, resolve_env_id
 from rlcollect.envs.sources import TORCH_ENVS
 from rlcollect.errors import ConfigError
@@ -100,9 +99,7 @@ def check_config(cfg: DictConfig) -> None:
     """Everything about ``cfg`` that can be known before a part is built: its keys, the
     ranges of its values and the combinations of its options (ConfigError otherwise)."""
     check_keys(cfg)
-    check_ranges(cfg)
-    if cfg.get("objective", "final_eval_return") not in OBJECTIVES:
-        raise ConfigError(f"objective={cfg.objective}: choose one of {', '.join(OBJECTIVES)}")
+    check_ranges(cfg)  # the choices of the options too (objective, env.backend, collector.reset_policy, ...)
     check_combination(cfg)
 
 
@@ -143,19 +140,28 @@ def collection_plan(cfg: DictConfig) -> CollectionPlan:
         policy_device=cfg.collector.get("policy_device") or cfg.device or "cpu")
 
 
+def batch_frames(cfg: DictConfig) -> int:
+    """The frames of each batch the collector will collect: collector.frames_per_batch as its
+    class rounds it (``CollectorBase.batch_frames``), what a size compared with a batch's
+    is compared with."""
+    collector_class = target_class(cfg.collector, "collector")
+    if issubclass(collector_class, CollectorBase):
+        return collector_class.batch_frames(collection_plan(cfg))
+    return cfg.collector.frames_per_batch
+
+
 def check_values(cfg: DictConfig) -> None:
     """Values that would fail later (after W&B starts, or after workers spawn), checked now:
     worker and env counts, devices this torch build has, a storage ndim the batches have."""
-    if "minibatch_size" in cfg.algo and cfg.algo.minibatch_size > cfg.collector.frames_per_batch:
+    frames = batch_frames(cfg)
+    if "minibatch_size" in cfg.algo and cfg.algo.minibatch_size > frames:
+        rounded = "" if frames == cfg.collector.frames_per_batch else f", rounded up to {frames} frames"
         raise ConfigError(f"algo.minibatch_size={cfg.algo.minibatch_size}: must be at most the frames of a batch "
-                          f"(collector.frames_per_batch={cfg.collector.frames_per_batch})")
+                          f"(collector.frames_per_batch={cfg.collector.frames_per_batch}{rounded})")
     check_learning_starts(cfg)
     if cfg.eval.max_steps is not None and cfg.eval.max_steps < cfg.eval.episodes:
         raise ConfigError(f"eval.max_steps={cfg.eval.max_steps}: must be at least one step of each of the "
                           f"eval.episodes={cfg.eval.episodes} eval envs")
-    if cfg.env.backend not in (*BACKENDS, "torch"):
-        raise ConfigError(f"env.backend={cfg.env.backend!r}: choose one of {', '.join(BACKENDS)} (envs/backends.py) "
-                          "or torch (the task's torch env)")
     if cfg.env.backend == "torch":
         given = [key for key in ("wrappers", "imports", "info_keys", "make_kwargs") if cfg.env[key]]
         if cfg.env.id not in TORCH_ENVS or given:
@@ -247,9 +253,7 @@ def _warn_policy_lag(cfg: DictConfig, what: str, advice: str) -> None:
 def check_reset_policy(cfg: DictConfig) -> None:
     """collector.reset_policy: "wait" pads batches (("collector", "mask") False), which PPO
     skips and a replay buffer would store; only list-stepped gymnasium envs can wait."""
-    policy = cfg.collector.get("reset_policy", "immediate")
-    if policy not in RESET_POLICIES:
-        raise ConfigError(f"collector.reset_policy={policy!r}: choose one of {', '.join(RESET_POLICIES)}")
+    policy = cfg.collector.get("reset_policy", "immediate")  # one of its choices (check_ranges)
     if policy != "wait":
         return
     if target_class(cfg.algo, "algo").replay:

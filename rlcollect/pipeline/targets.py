@@ -35,6 +35,16 @@ RUNTIME_ARGUMENTS: dict[str, frozenset[str]] = {
                          "state_shapes", "extra_keys", "storage", "sampler", "batch_size", "write_transform"}),
     "buffer.sampler": frozenset({"max_capacity"}),
 }
+# Keys of a node that are no argument of rlcollect's class for it, the one list of them
+# (tests/test_config.py pins every other key's default to its constructor's): the pipeline
+# reads them itself. algo: the label, the replay buffer's sampling batch, n-step writes,
+# prioritized sampling, background collection (passed to a learner only where its
+# constructor names them: one of your own may); buffer: the trajectories per write, the
+# collector's.
+PIPELINE_KEYS: dict[str, frozenset[str]] = {
+    "algo": frozenset({"name", "batch_size", "n_step", "prioritized", "background"}),
+    "buffer": frozenset({"trajs_per_batch"}),
+}
 
 
 def target_class(node: DictConfig, path: str) -> type:

@@ -7,7 +7,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-STRATEGIES = ("state_dict", "tensordict")
+from rlcollect.choices import WEIGHT_SYNC_STRATEGIES as STRATEGIES
 
 
 def check_strategy(strategy: str) -> str:

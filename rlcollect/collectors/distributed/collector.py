@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 from tensordict import TensorDict, TensorDictBase
 
+from rlcollect.choices import DISTRIBUTED_BACKENDS as BACKENDS
 from rlcollect.collectors.base import CollectionPlan
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.distributed.group import (
@@ -45,7 +46,6 @@ from rlcollect.collectors.processes import WorkerError
 from rlcollect.errors import ConfigError
 from rlcollect.keys import WORKER_ID
 
-BACKENDS = ("gloo",)
 LIVENESS_SECONDS = 0.5
 FAILURE_GRACE_SECONDS = 5.0
 

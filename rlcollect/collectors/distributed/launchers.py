@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from rlcollect.choices import DISTRIBUTED_LAUNCHERS as LAUNCHERS
 from rlcollect.errors import MissingDependencyError
-
-LAUNCHERS = ("mp", "submitit", "ray")
 
 
 class ProcessLauncher:

@@ -15,8 +15,9 @@ by the pipeline (rlcollect/pipeline/checks.py) unless it is an argument of the n
 Components are ``_target_`` nodes (docs/configuration.md, "Building components from
 `_target_`"): their keys are the constructor's arguments, built with
 ``hydra.utils.instantiate``; ``_partial_: true`` marks the nodes the pipeline completes
-with runtime arguments (env, policy, hooks, run folder, ...). Point ``_target_`` at a
-class of your own to use it instead.
+with runtime arguments (env, policy, hooks, run folder, ...). Each names the module that
+defines its class (not the ``rlcollect`` facade, so that building a part imports that part
+alone). Point ``_target_`` at a class of your own to use it instead.
 
 Schemas are registered at the root of the ConfigStore as ``<group>_<option>_schema`` (not
 in the groups), so ``--help`` and Hydra's "could not find" errors list only the YAML
@@ -118,7 +119,7 @@ class SyncCollectorConfig(StepLoopConfig, CollectorTarget):
     """Collector: the per-step loop in the training process, on env.num_envs envs
     (frames_per_batch is rounded up to a multiple of them)."""
 
-    _target_: str = "rlcollect.Collector"
+    _target_: str = "rlcollect.collectors.single.Collector"
     cudagraph_policy: bool = False  # replay the policy's forward as a CUDA graph (device=cuda)
 
 
@@ -152,7 +153,7 @@ class MultiSyncCollectorConfig(MultiCollectorConfig):
     """MultiSyncCollector: every batch gathers one from each worker (frames_per_batch split
     across them), collected with the latest weights."""
 
-    _target_: str = "rlcollect.MultiSyncCollector"
+    _target_: str = "rlcollect.collectors.multi.MultiSyncCollector"
     cat_results: Any = chosen("stack", choices.CAT_RESULTS)  # PPO takes stack or 0
 
 
@@ -161,7 +162,7 @@ class MultiAsyncCollectorConfig(MultiCollectorConfig):
     """MultiAsyncCollector: each batch is one worker's, first come first served, possibly
     collected with older weights (see policy_version)."""
 
-    _target_: str = "rlcollect.MultiAsyncCollector"
+    _target_: str = "rlcollect.collectors.multi.MultiAsyncCollector"
     frames_per_batch: int = ranged(128, ">= 1")  # per batch, i.e. per worker batch
 
 
@@ -172,7 +173,7 @@ class ActionServerCollectorConfig(WorkerProcessesConfig):
     sets policy_device and storing_device. env_device must stay null (the envs live in the
     workers, on the CPU)."""
 
-    _target_: str = "rlcollect.ActionServerCollector"
+    _target_: str = "rlcollect.collectors.action_server.ActionServerCollector"
     max_decorrelation_steps: int = ranged(0, ">= 0")  # after a reset, each env takes 0..this many random steps
 
 
@@ -181,7 +182,7 @@ class AlternatingCollectorConfig(ActionServerCollectorConfig):
     """AlternatingCollector: an action server whose workers form two groups; the policy
     computes one group's actions while the other group steps (num_workers must be even)."""
 
-    _target_: str = "rlcollect.AlternatingCollector"
+    _target_: str = "rlcollect.collectors.action_server.AlternatingCollector"
     overlap: bool = True  # false: a group steps only once the other group's step is over
 
 
@@ -193,7 +194,7 @@ class PoolCollectorConfig(WorkerProcessesConfig):
     every env the same steps (what PPO needs); layout=flat, [F] steps grouped by env, the
     fast envs contributing more (DQN only). env_device must stay null."""
 
-    _target_: str = "rlcollect.PoolCollector"
+    _target_: str = "rlcollect.collectors.pool.PoolCollector"
     batch_size: Optional[int] = ranged(None, ">= 1")  # envs served per pool step, a multiple of envs_per_worker
     layout: str = chosen("flat", choices.POOL_LAYOUTS)  # conf/collector/pool.yaml: per_env (PPO, the default algo)
     max_decorrelation_steps: int = ranged(0, ">= 0")  # after a reset, each env takes 0..this many random steps
@@ -227,7 +228,7 @@ class RayCollectorConfig(CollectorTarget):
     """RayCollector: num_collectors Ray actors, each running collector_class on its own envs
     (envs_per_worker per actor, per worker process for multi*), env i seeded seed + i."""
 
-    _target_: str = "rlcollect.RayCollector"
+    _target_: str = "rlcollect.collectors.ray.collector.RayCollector"
     num_collectors: int = ranged(2, ">= 1")
     sync: bool = True  # true: one batch from every actor, stacked; false: first come first served
     collector_class: str = chosen("sync", choices.HOSTED_COLLECTOR_CLASSES)
@@ -248,7 +249,7 @@ class DistributedCollectorConfig(CollectorTarget):
     (envs_per_worker, per inner worker process for multi*), env i seeded seed + i. The
     weights travel over the group (weight_sync=none: no other scheme)."""
 
-    _target_: str = "rlcollect.DistributedCollector"
+    _target_: str = "rlcollect.collectors.distributed.collector.DistributedCollector"
     num_workers: int = ranged(2, ">= 1")
     sync: bool = True  # true: one batch from every worker, stacked; false: first come first served
     collector_class: str = chosen("sync", choices.HOSTED_COLLECTOR_CLASSES)
@@ -274,14 +275,14 @@ class DistributedCollectorConfig(CollectorTarget):
 class SharedMemWeightSyncConfig:
     """Weights in shared memory: an update is one copy plus a version bump."""
 
-    _target_: str = "rlcollect.SharedMemWeightSyncScheme"
+    _target_: str = "rlcollect.weight_sync.shared_mem.SharedMemWeightSyncScheme"
 
 
 @dataclass
 class MultiProcessWeightSyncConfig:
     """Weights sent through a pipe to each worker and acknowledged."""
 
-    _target_: str = "rlcollect.MultiProcessWeightSyncScheme"
+    _target_: str = "rlcollect.weight_sync.pipes.MultiProcessWeightSyncScheme"
     strategy: str = chosen("tensordict", choices.WEIGHT_SYNC_STRATEGIES)
     ack_timeout: float = ranged(120.0, "> 0")
 
@@ -290,7 +291,7 @@ class MultiProcessWeightSyncConfig:
 class RayWeightSyncConfig:
     """Weights put once in the Ray object store per update; every actor pulls them."""
 
-    _target_: str = "rlcollect.RayWeightSyncScheme"
+    _target_: str = "rlcollect.weight_sync.ray.RayWeightSyncScheme"
     strategy: str = chosen("tensordict", choices.WEIGHT_SYNC_STRATEGIES)
 
 
@@ -298,7 +299,7 @@ class RayWeightSyncConfig:
 class NoWeightSyncConfig:
     """Workers keep the weights they started with."""
 
-    _target_: str = "rlcollect.NoWeightSyncScheme"
+    _target_: str = "rlcollect.weight_sync.schemes.NoWeightSyncScheme"
 
 
 # ---------------------------------------------------------------------------- algo
@@ -318,7 +319,7 @@ class LearnerTarget:
 class PPOConfig(LearnerTarget):
     """Clipped PPO (rlcollect.PPO's defaults; conf/algo/ppo.yaml tunes it for CartPole)."""
 
-    _target_: str = "rlcollect.PPOLearner"
+    _target_: str = "rlcollect.algos.learners.PPOLearner"
     name: str = "ppo"
     lr: float = ranged(3e-4, "> 0")
     gamma: float = ranged(0.99, "(0, 1]")
@@ -343,7 +344,7 @@ class DQNConfig(LearnerTarget):
     """DQN (double, target network, epsilon-greedy) from a replay buffer (DQNLearner's
     defaults; conf/algo/dqn.yaml sets rl-zoo's CartPole schedule)."""
 
-    _target_: str = "rlcollect.DQNLearner"
+    _target_: str = "rlcollect.algos.learners.DQNLearner"
     name: str = "dqn"
     lr: float = ranged(1e-3, "> 0")
     gamma: float = ranged(0.99, "(0, 1]")
@@ -373,7 +374,7 @@ class SACConfig(LearnerTarget):
     settings of cleanrl's sac_continuous_action (conf/algo/sac.yaml: one update per
     collected frame)."""
 
-    _target_: str = "rlcollect.SACLearner"
+    _target_: str = "rlcollect.algos.sac.SACLearner"
     name: str = "sac"
     gamma: float = ranged(0.99, "(0, 1]")
     tau: float = ranged(0.005, "(0, 1]")  # Polyak step of the target critics
@@ -398,7 +399,7 @@ class SACConfig(LearnerTarget):
 class ActorCriticConfig:
     """ActorCritic(observation_space, action_space, ...): separate actor and critic MLPs (PPO)."""
 
-    _target_: str = "rlcollect.ActorCritic"
+    _target_: str = "rlcollect.modules.actor_critic.ActorCritic"
     _partial_: bool = True  # the pipeline passes the env's spaces
     hidden_sizes: List[int] = ranged([64, 64], ">= 1")
     activation: str = chosen("tanh", choices.ACTIVATIONS)
@@ -412,7 +413,7 @@ class RecurrentActorCriticConfig:
     """RecurrentActorCritic(observation_space, action_space, ...): a GRU or LSTM feeding the
     actor and critic heads (PPO; see experiment=cartpole_novel_gru)."""
 
-    _target_: str = "rlcollect.RecurrentActorCritic"
+    _target_: str = "rlcollect.modules.actor_critic.RecurrentActorCritic"
     _partial_: bool = True
     rnn: str = chosen("gru", choices.RNN_TYPES)
     encoder: str = chosen("auto", choices.ENCODERS)  # auto: cnn for images, multi_input for Dict/Tuple, else mlp
@@ -427,7 +428,7 @@ class RecurrentActorCriticConfig:
 class QValuePolicyConfig:
     """QValuePolicy(observation_space, action_space, ...): an MLP of Q-values, epsilon-greedy (DQN)."""
 
-    _target_: str = "rlcollect.QValuePolicy"
+    _target_: str = "rlcollect.modules.q_network.QValuePolicy"
     _partial_: bool = True
     hidden_sizes: List[int] = ranged([256, 256], ">= 1")
     activation: str = chosen("relu", choices.ACTIVATIONS)
@@ -442,7 +443,7 @@ class SACActorConfig:
     """SACActor(observation_space, action_space, ...): a tanh-squashed Gaussian over Box
     actions (SAC; algo=sac selects it)."""
 
-    _target_: str = "rlcollect.SACActor"
+    _target_: str = "rlcollect.algos.sac.SACActor"
     _partial_: bool = True
     hidden_sizes: List[int] = ranged([256, 256], ">= 1")
     activation: str = chosen("relu", choices.ACTIVATIONS)
@@ -455,7 +456,7 @@ class SACActorConfig:
 class RolloutBufferConfig:
     """RolloutBuffer(num_envs, rollout_len, shapes, ...): one collector batch per PPO update."""
 
-    _target_: str = "rlcollect.RolloutBuffer"
+    _target_: str = "rlcollect.buffers.rollout.RolloutBuffer"
     _partial_: bool = True  # the pipeline passes the batch and env shapes
     device: Optional[str] = None  # None: the training device
 
@@ -465,7 +466,7 @@ class ReplayBufferConfig:
     """ReplayBuffer(storage, sampler, batch_size=algo.batch_size). ``trajs_per_batch`` is not a
     ReplayBuffer argument: the collector's, when it writes into the buffer."""
 
-    _target_: str = "rlcollect.ReplayBuffer"
+    _target_: str = "rlcollect.buffers.replay.ReplayBuffer"
     storage: Any = MISSING  # buffer/storage: memory | memmap
     sampler: Any = MISSING  # buffer/sampler: random | slice
     trajs_per_batch: Optional[int] = ranged(None, ">= 1")  # collectors write only complete trajectories, this many
@@ -475,7 +476,7 @@ class ReplayBufferConfig:
 class LazyTensorStorageConfig:
     """LazyTensorStorage: a ring buffer in memory."""
 
-    _target_: str = "rlcollect.LazyTensorStorage"
+    _target_: str = "rlcollect.buffers.storage.LazyTensorStorage"
     max_size: int = ranged(100_000, ">= 1")
     ndim: int = ranged(1, ">= 1")  # 1: flat, safe with every collector; 2/3 keep env rows (docs/data-layout.md)
     device: Optional[str] = None  # None: the training device
@@ -488,7 +489,7 @@ class LazyTensorStorageConfig:
 class LazyMemmapStorageConfig:
     """LazyMemmapStorage: a ring buffer in memory-mapped files (a resumed run re-opens them)."""
 
-    _target_: str = "rlcollect.LazyMemmapStorage"
+    _target_: str = "rlcollect.buffers.storage.LazyMemmapStorage"
     max_size: int = ranged(100_000, ">= 1")
     ndim: int = ranged(1, ">= 1")
     scratch_dir: Optional[str] = None  # None: <run folder>/replay
@@ -499,14 +500,14 @@ class LazyMemmapStorageConfig:
 
 @dataclass
 class RandomSamplerConfig:
-    _target_: str = "rlcollect.RandomSampler"
+    _target_: str = "rlcollect.buffers.samplers.RandomSampler"
 
 
 @dataclass
 class SliceSamplerConfig:
     """SliceSampler: contiguous slices of trajectories (exactly one of slice_len, num_slices)."""
 
-    _target_: str = "rlcollect.SliceSampler"
+    _target_: str = "rlcollect.buffers.samplers.SliceSampler"
     slice_len: Optional[int] = ranged(None, ">= 1")  # the YAML options: 32
     num_slices: Optional[int] = ranged(None, ">= 1")
     strict_length: bool = False
@@ -517,7 +518,7 @@ class SliceSamplerConfig:
 class SliceSamplerWithoutReplacementConfig(SliceSamplerConfig):
     """SliceSamplerWithoutReplacement: every stored slice once per epoch, in random order."""
 
-    _target_: str = "rlcollect.SliceSamplerWithoutReplacement"
+    _target_: str = "rlcollect.buffers.samplers.SliceSamplerWithoutReplacement"
     shuffle: bool = True
 
 
@@ -526,7 +527,7 @@ class PrioritizedSamplerConfig:
     """PrioritizedSampler: proportional prioritized replay; DQN gives the sampled transitions
     their TD errors as priorities (max_capacity: the storage's max_size, set by the pipeline)."""
 
-    _target_: str = "rlcollect.PrioritizedSampler"
+    _target_: str = "rlcollect.buffers.samplers.PrioritizedSampler"
     alpha: float = ranged(0.6, ">= 0")
     beta: float = ranged(0.4, "[0, 1]")
     eps: float = ranged(1e-8, "> 0")  # conf/buffer/sampler/prioritized.yaml: 1e-6
@@ -537,7 +538,7 @@ class PrioritizedSamplerConfig:
 class WandbLoggerConfig:
     """WandbLogger: metrics.jsonl and a W&B run (offline: no account, no network)."""
 
-    _target_: str = "rlcollect.WandbLogger"
+    _target_: str = "rlcollect.logging.run_logger.WandbLogger"
     _partial_: bool = True  # the pipeline passes the run folder, name, group, job_type, config
     project: str = "rlcollect"
     entity: Optional[str] = None
@@ -548,7 +549,7 @@ class WandbLoggerConfig:
 class RunLoggerConfig:
     """RunLogger: metrics.jsonl in the run folder only."""
 
-    _target_: str = "rlcollect.RunLogger"
+    _target_: str = "rlcollect.logging.run_logger.RunLogger"
     _partial_: bool = True  # the pipeline passes the run folder
 
 

@@ -257,8 +257,9 @@ def test_an_added_unknown_key_exits_2_with_one_line_naming_it(tmp_path):
     assert result.returncode == 2
     [line] = [line for line in result.stderr.splitlines() if "frame_per_batch" in line]
     assert line == ("rlcollect train: invalid configuration: Key 'frame_per_batch' not in 'SyncCollectorConfig' "
-                    "(collector.frame_per_batch is not a key of its schema, nor an argument of rlcollect.Collector "
-                    "left to the config; did you mean collector.frames_per_batch?)")
+                    "(collector.frame_per_batch is not a key of its schema, nor an argument of "
+                    "rlcollect.collectors.single.Collector left to the config; did you mean "
+                    "collector.frames_per_batch?)")
     assert "Traceback" not in result.stderr and not (tmp_path / "run" / "metrics.jsonl").exists()
 
 

@@ -115,7 +115,8 @@ def test_every_config_composes_builds_its_targets_and_runs_one_step(tmp_path, ov
         buffer = built.learner.replay_buffer
         assert type(buffer) is get_class(cfg.buffer._target_)
         assert type(buffer.storage) is get_class(cfg.buffer.storage._target_)
-        sampler_target = "rlcollect.PrioritizedSampler" if cfg.algo.prioritized else cfg.buffer.sampler._target_
+        sampler_target = ("rlcollect.buffers.samplers.PrioritizedSampler" if cfg.algo.prioritized
+                          else cfg.buffer.sampler._target_)
         assert type(buffer.sampler) is get_class(sampler_target)
     summary = pipeline.run(built)
     assert summary["frames"] >= 64
@@ -162,14 +163,15 @@ def test_the_runs_cover_every_option_of_every_group():
 
 def test_collector_ray_composes_with_ray_weight_sync_and_its_actor_resources():
     cfg = compose_train(["collector=ray", "collector.remote_config.num_gpus=0.5", "collector.ray_address=auto"])
-    assert (cfg.collector._target_, cfg.weight_sync._target_) == ("rlcollect.RayCollector",
-                                                                   "rlcollect.RayWeightSyncScheme")
+    assert (cfg.collector._target_, cfg.weight_sync._target_) == ("rlcollect.collectors.ray.collector.RayCollector",
+                                                                   "rlcollect.weight_sync.ray.RayWeightSyncScheme")
     assert (cfg.collector.num_collectors, cfg.collector.collector_class, cfg.collector.sync) == (2, "sync", True)
     assert dict(cfg.collector.remote_config) == {"num_cpus": 1, "num_gpus": 0.5, "memory": None}
     assert cfg.collector.ray_address == "auto"
     assert pipeline.collector_name(cfg) == "ray"
     # the user's choice wins
-    assert compose_train(["collector=ray", "weight_sync=none"]).weight_sync._target_ == "rlcollect.NoWeightSyncScheme"
+    assert compose_train(["collector=ray", "weight_sync=none"]).weight_sync._target_ == \
+        "rlcollect.weight_sync.schemes.NoWeightSyncScheme"
     # only keys RayCollector uses
     assert not {"cat_results", "update_at_each_batch", "num_workers"} & set(cfg.collector)
 
@@ -226,9 +228,10 @@ def test_collector_ray_gets_its_node_and_the_runtime_arguments(tmp_path, monkeyp
 def test_defaults_are_ppo_on_batched_cartpole_with_offline_wandb():
     cfg = compose_train([])
     assert (cfg.env.id, cfg.env.num_envs, cfg.algo.name) == ("CartPole-v1", 8, "ppo")
-    assert (cfg.collector._target_, pipeline.collector_name(cfg)) == ("rlcollect.Collector", "sync")
-    assert (cfg.model._target_, cfg.buffer._target_) == ("rlcollect.ActorCritic", "rlcollect.RolloutBuffer")
-    assert (cfg.logger._target_, cfg.logger.mode) == ("rlcollect.WandbLogger", "offline")
+    assert (cfg.collector._target_, pipeline.collector_name(cfg)) == ("rlcollect.collectors.single.Collector", "sync")
+    assert (cfg.model._target_, cfg.buffer._target_) == ("rlcollect.modules.actor_critic.ActorCritic",
+                                                         "rlcollect.buffers.rollout.RolloutBuffer")
+    assert (cfg.logger._target_, cfg.logger.mode) == ("rlcollect.logging.run_logger.WandbLogger", "offline")
 
 
 def test_the_defaults_that_run_are_the_presets():
@@ -385,7 +388,7 @@ def test_the_recurrent_experiment_composes_with_the_feed_forward_model_its_docs_
     recurrent = compose_train(["experiment=cartpole_novel_gru"])
     assert (recurrent.model.rnn, recurrent.model.hidden_size) == ("gru", 64)
     feed_forward = compose_train(["experiment=cartpole_novel_gru", "model=actor_critic"])
-    assert feed_forward.model._target_ == "rlcollect.ActorCritic"
+    assert feed_forward.model._target_ == "rlcollect.modules.actor_critic.ActorCritic"
     assert feed_forward.algo == recurrent.algo and feed_forward.env == recurrent.env
     algo = recurrent.algo
     assert (algo.gae_lambda, algo.minibatch_size, algo.normalize_reward) == (0.8, 256, True)

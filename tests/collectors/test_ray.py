@@ -567,8 +567,9 @@ def test_cli_trains_ppo_on_cartpole_with_ray_actors_and_logs_their_episodes(tmp_
     assert [row["step"] for row in rows] == list(range(256, summary["frames"] + 1, 256))
     assert sum(row["collect/episodes"] for row in rows) > 0
     run = read_offline_run(find_offline_runs(tmp_path / "run")[0])
-    assert run.config["collector"]["_target_"] == "rlcollect.RayCollector"
-    assert run.config["weight_sync"]["_target_"] == "rlcollect.RayWeightSyncScheme" and run.job_type == "ray"
+    assert run.config["collector"]["_target_"] == "rlcollect.collectors.ray.collector.RayCollector"
+    assert run.config["weight_sync"]["_target_"] == "rlcollect.weight_sync.ray.RayWeightSyncScheme"
+    assert run.job_type == "ray"
     logged = [row["collect/episode_return"] for row in run.history if "collect/episode_return" in row]
     assert logged == [row["collect/episode_return"] for row in rows if "collect/episode_return" in row]
     assert wait_until(lambda: not collector_actor_processes(ray_head["pid"]))  # the run removed its actors

@@ -23,7 +23,9 @@ env in other processes between ``act`` and ``record``. ``collect()`` is the whol
 """
 from __future__ import annotations
 
+import inspect
 import math
+from dataclasses import fields
 from typing import Callable
 
 import numpy as np
@@ -38,7 +40,6 @@ from rlcollect.collectors.cudagraph import GraphedPolicy, graphed_policy
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import (
     CollectorDevices,
-    DeviceLike,
     load_policy_weights,
     policy_on_device,
     policy_param_device,
@@ -51,6 +52,7 @@ from rlcollect.collectors.options import (
     StepOptions,
     check_groups,
     check_total_frames,
+    split_options,
     with_options_doc,
 )
 from rlcollect.collectors.rows import put_rows, row_elements
@@ -64,13 +66,28 @@ from rlcollect.primers import policy_primers
 from rlcollect.trajectories import TrajectoryPool
 
 Policy = Callable[[TensorDictBase], TensorDictBase]
+OPTION_GROUPS = (DeviceOptions, StepOptions, DeliveryOptions)  # what Collector's flat keyword arguments fill
 
 
 def _as_tuple(key) -> tuple:
     return key if isinstance(key, tuple) else (key,)
 
 
-@with_options_doc(DeviceOptions, StepOptions, DeliveryOptions)
+def _options_spelled_out(*groups: type):
+    """Decorator of a constructor taking ``**options``: its signature (what ``help()``,
+    ``inspect`` and the pipeline's key checks read) names each field of ``groups`` instead,
+    keyword-only, with its default."""
+    def decorate(init):
+        signature = inspect.signature(init)
+        kept = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        spelled = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+                   for group in groups for f in fields(group)]
+        init.__signature__ = signature.replace(parameters=kept + spelled)
+        return init
+    return decorate
+
+
+@with_options_doc(*OPTION_GROUPS)
 class Collector(CollectorBase):
     """Collects batches from one (possibly batched) env in the calling process.
 
@@ -107,6 +124,7 @@ class Collector(CollectorBase):
     """
 
     hooks_run_in_process = True  # the post-collect hook sees every batch in the caller's process
+    option_groups = OPTION_GROUPS  # what **options are routed to
 
     @classmethod
     def check_plan(cls, plan: CollectionPlan) -> None:
@@ -124,56 +142,18 @@ class Collector(CollectorBase):
             raise ConfigError(f"collector.cudagraph_policy=true replays the policy as a CUDA graph: it needs the "
                               f"policy on cuda (device=cuda or collector.policy_device=cuda), not {plan.policy_device}")
 
-    def __init__(
-        self,
-        create_env_fn: EnvSource,
-        policy: Policy | None = None,
-        *,
-        frames_per_batch: int,
-        total_frames: int = -1,
-        num_envs: int | None = None,
-        seed: int | None = None,
-        env_kwargs: dict | None = None,
-        device: DeviceLike = None,
-        policy_device: DeviceLike = None,
-        env_device: DeviceLike = None,
-        storing_device: DeviceLike = None,
-        max_frames_per_traj: int | None = None,
-        init_random_frames: int = 0,
-        reset_at_each_iter: bool = False,
-        reset_when_done: bool = True,
-        split_trajs: bool = False,
-        exploration_type: str = "random",
-        track_traj_ids: bool = True,
-        set_truncated: bool = False,
-        reset_policy: str = "immediate",
-        postproc: Callable[[TensorDictBase], TensorDictBase] | None = None,
-        pre_collect_hook: Callable[[], None] | None = None,
-        post_collect_hook: Callable[[TensorDictBase], None] | None = None,
-        no_cuda_sync: bool = False,
-        replay_buffer=None,
-        trajs_per_batch: int | None = None,
-        traj_format: str = "cat",
-        track_policy_version: bool = False,
-        traj_pool: TrajectoryPool | None = None,
-        cudagraph_policy: bool = False,
-        actions_only: bool = False,
-    ) -> None:
+    @_options_spelled_out(*OPTION_GROUPS)
+    def __init__(self, create_env_fn: EnvSource, policy: Policy | None = None, *, frames_per_batch: int,
+                 total_frames: int = -1, num_envs: int | None = None, seed: int | None = None,
+                 env_kwargs: dict | None = None, track_policy_version: bool = False,
+                 traj_pool: TrajectoryPool | None = None, cudagraph_policy: bool = False, actions_only: bool = False,
+                 **options) -> None:
         if num_envs is not None or seed is not None or env_kwargs:
             create_env_fn = make_env(create_env_fn, num_envs, seed=seed, **(env_kwargs or {}))
-        self._build(
-            create_env_fn, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
-            devices=DeviceOptions(device=device, policy_device=policy_device, env_device=env_device,
-                                  storing_device=storing_device),
-            step=StepOptions(max_frames_per_traj=max_frames_per_traj, init_random_frames=init_random_frames,
-                             reset_at_each_iter=reset_at_each_iter, reset_when_done=reset_when_done,
-                             exploration_type=exploration_type, track_traj_ids=track_traj_ids,
-                             set_truncated=set_truncated, no_cuda_sync=no_cuda_sync, reset_policy=reset_policy),
-            delivery=DeliveryOptions(split_trajs=split_trajs, postproc=postproc, pre_collect_hook=pre_collect_hook,
-                                     post_collect_hook=post_collect_hook, replay_buffer=replay_buffer,
-                                     trajs_per_batch=trajs_per_batch, traj_format=traj_format),
-            traj_pool=traj_pool, actions_only=actions_only,
-        )
+        groups = split_options(type(self).__name__, options, self.option_groups)
+        self._build(create_env_fn, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
+                    devices=groups[DeviceOptions], step=groups[StepOptions], delivery=groups[DeliveryOptions],
+                    traj_pool=traj_pool, actions_only=actions_only)
         if track_policy_version:
             self._policy_version_entry = torch.zeros(self.batch_size, dtype=torch.int64, device=self.devices.storing)
             self._batch.set(POLICY_VERSION, self._policy_version_entry)

@@ -2,7 +2,7 @@
 module: it imports nothing).
 
 The classes check their own arguments against these tuples (a library user gets the
-class's error); the config schemas (rlcollect/config.py) declare them as the options'
+class's error); the config schemas (rlcollect/config/schemas.py) declare them as the options'
 choices (``config.chosen``), so that ``rlcollect train`` refuses a value outside them in
 one line, before torch loads.
 """

@@ -4,7 +4,7 @@ leaf rlcollect.errors).
 A positive int is an int >= 1 and never a bool: ``True`` is rejected everywhere. A
 :class:`Range` is the interval a number may take, :class:`Choices` the values an option
 with a fixed set of them may take; each is declared once beside the option it bounds (the
-config schemas, rlcollect/config.py) and checked before a run starts.
+config schemas, rlcollect/config/schemas.py) and checked before a run starts.
 """
 from __future__ import annotations
 

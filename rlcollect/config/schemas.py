@@ -1,68 +1,24 @@
-"""Structured-config schemas for `rlcollect train`, registered in Hydra's ConfigStore.
-
-A schema declares its node's keys, their types, ranges and choices; its defaults are the
-defaults of the class it builds (tests/test_config.py pins each to its constructor's), so
-a library user and a CLI user start from the same algorithm. What the command line picks
-otherwise, such as the CartPole-tuned settings of PPO and DQN or 4 envs per worker, is
-set by the YAML options under conf/<group>/, which name their schema in their defaults
-list and set only what differs from it (an experiment overlays a few values more). The
-keys that are not constructor arguments are read by the pipeline itself
-(rlcollect/pipeline/targets.py, ``PIPELINE_KEYS``). A misspelled key or a value of the
-wrong type is rejected by Hydra before anything runs; a key added with ``+`` is rejected
-by the pipeline (rlcollect/pipeline/checks.py) unless it is an argument of the node's
-``_target_``.
-
-Components are ``_target_`` nodes (docs/configuration.md, "Building components from
-`_target_`"): their keys are the constructor's arguments, built with
-``hydra.utils.instantiate``; ``_partial_: true`` marks the nodes the pipeline completes
-with runtime arguments (env, policy, hooks, run folder, ...). Each names the module that
-defines its class (not the ``rlcollect`` facade, so that building a part imports that part
-alone). Point ``_target_`` at a class of your own to use it instead.
-
-Schemas are registered at the root of the ConfigStore as ``<group>_<option>_schema`` (not
-in the groups), so ``--help`` and Hydra's "could not find" errors list only the YAML
-options.
+"""The schemas of `rlcollect train`'s config tree, one dataclass per YAML option's node,
+each registered where it is declared (``@schema(group, option)``, rlcollect/config/registry.py;
+a YAML option under conf/<group>/ names it in its defaults list as ``/<group>_<option>_schema``).
+A schema declares its node's keys, their types, ranges (``ranged``) and choices (``chosen``);
+its defaults are its class's constructor defaults (tests/test_config.py pins them).
 """
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterator, List, Optional
+from typing import Any, List, Optional
 
-from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import InterpolationResolutionError
+from omegaconf import MISSING
 
 from rlcollect import choices
-from rlcollect.errors import ConfigError
-from rlcollect.logging.runs import for_env_id
-from rlcollect.validation import Choices, Range
-
-RANGE = "range"  # a numeric field's metadata: the Range its value (each value, for a list) must be in
-CHOICES = "choices"  # a field's metadata: the Choices its value must be one of
-
-
-def ranged(default: Any, spec: str) -> Any:
-    """A numeric field (or a list of numbers) with ``default`` whose values must be in the
-    range ``spec`` (validation.Range: ``">= 1"``, ``"(0, 1]"``, ``"any"``...); checked by
-    before a run is built (``check_ranges``)."""
-    metadata = {RANGE: Range.parse(spec)}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
-def chosen(default: Any, values: tuple) -> Any:
-    """A field with ``default`` whose value must be one of ``values`` (None, where the
-    field allows it, is "not set"); checked with the ranges (``check_ranges``). ``values``
-    is the tuple the class checks its argument against (rlcollect/choices.py), so the
-    choices are declared once."""
-    return field(default=default, metadata={CHOICES: Choices(tuple(values))})
+from rlcollect.config.fields import chosen, ranged
+from rlcollect.config.registry import schema
+from rlcollect.config.resolvers import OBJECTIVES
 
 
 # ---------------------------------------------------------------------------- env
+@schema("env")
 @dataclass
 class EnvConfig:
     """The training env: ``GymEnv(id, num_envs, seed=..., max_episode_steps=..., **make_kwargs)``
@@ -114,6 +70,7 @@ class StepLoopConfig:
     no_cuda_sync: bool = False
 
 
+@schema("collector", "sync")
 @dataclass
 class SyncCollectorConfig(StepLoopConfig, CollectorTarget):
     """Collector: the per-step loop in the training process, on env.num_envs envs
@@ -148,6 +105,7 @@ class MultiCollectorConfig(WorkerProcessesConfig):
     update_at_each_batch: bool = False
 
 
+@schema("collector", "multisync")
 @dataclass
 class MultiSyncCollectorConfig(MultiCollectorConfig):
     """MultiSyncCollector: every batch gathers one from each worker (frames_per_batch split
@@ -157,6 +115,7 @@ class MultiSyncCollectorConfig(MultiCollectorConfig):
     cat_results: Any = chosen("stack", choices.CAT_RESULTS)  # PPO takes stack or 0
 
 
+@schema("collector", "multiasync")
 @dataclass
 class MultiAsyncCollectorConfig(MultiCollectorConfig):
     """MultiAsyncCollector: each batch is one worker's, first come first served, possibly
@@ -166,6 +125,7 @@ class MultiAsyncCollectorConfig(MultiCollectorConfig):
     frames_per_batch: int = ranged(128, ">= 1")  # per batch, i.e. per worker batch
 
 
+@schema("collector", "action_server")
 @dataclass
 class ActionServerCollectorConfig(WorkerProcessesConfig):
     """ActionServerCollector: envs step in the workers, the policy runs once per step for all
@@ -177,6 +137,7 @@ class ActionServerCollectorConfig(WorkerProcessesConfig):
     max_decorrelation_steps: int = ranged(0, ">= 0")  # after a reset, each env takes 0..this many random steps
 
 
+@schema("collector", "alternating")
 @dataclass
 class AlternatingCollectorConfig(ActionServerCollectorConfig):
     """AlternatingCollector: an action server whose workers form two groups; the policy
@@ -186,6 +147,7 @@ class AlternatingCollectorConfig(ActionServerCollectorConfig):
     overlap: bool = True  # false: a group steps only once the other group's step is over
 
 
+@schema("collector", "pool")
 @dataclass
 class PoolCollectorConfig(WorkerProcessesConfig):
     """PoolCollector: an asynchronous env pool; the policy (in the training process) serves
@@ -223,6 +185,7 @@ class HostCollectorConfig(StepLoopConfig):
     shutdown_timeout: Optional[float] = ranged(None, "> 0")
 
 
+@schema("collector", "ray")
 @dataclass
 class RayCollectorConfig(CollectorTarget):
     """RayCollector: num_collectors Ray actors, each running collector_class on its own envs
@@ -242,6 +205,7 @@ class RayCollectorConfig(CollectorTarget):
     restart_on_env_error: bool = False  # also replace an actor whose env or policy raised
 
 
+@schema("collector", "distributed")
 @dataclass
 class DistributedCollectorConfig(CollectorTarget):
     """DistributedCollector: num_workers processes (or SLURM jobs) joined with the trainer in
@@ -271,6 +235,7 @@ class DistributedCollectorConfig(CollectorTarget):
 
 
 # ---------------------------------------------------------------------------- weight sync
+@schema("weight_sync", "shared_mem")
 @dataclass
 class SharedMemWeightSyncConfig:
     """Weights in shared memory: an update is one copy plus a version bump."""
@@ -278,6 +243,7 @@ class SharedMemWeightSyncConfig:
     _target_: str = "rlcollect.weight_sync.shared_mem.SharedMemWeightSyncScheme"
 
 
+@schema("weight_sync", "multiprocess")
 @dataclass
 class MultiProcessWeightSyncConfig:
     """Weights sent through a pipe to each worker and acknowledged."""
@@ -287,6 +253,7 @@ class MultiProcessWeightSyncConfig:
     ack_timeout: float = ranged(120.0, "> 0")
 
 
+@schema("weight_sync", "ray")
 @dataclass
 class RayWeightSyncConfig:
     """Weights put once in the Ray object store per update; every actor pulls them."""
@@ -295,6 +262,7 @@ class RayWeightSyncConfig:
     strategy: str = chosen("tensordict", choices.WEIGHT_SYNC_STRATEGIES)
 
 
+@schema("weight_sync", "none")
 @dataclass
 class NoWeightSyncConfig:
     """Workers keep the weights they started with."""
@@ -315,6 +283,7 @@ class LearnerTarget:
     name: str = MISSING
 
 
+@schema("algo", "ppo")
 @dataclass
 class PPOConfig(LearnerTarget):
     """Clipped PPO (rlcollect.PPO's defaults; conf/algo/ppo.yaml tunes it for CartPole)."""
@@ -339,6 +308,7 @@ class PPOConfig(LearnerTarget):
     terminal_keys: List[str] = field(default_factory=list)  # ("next", key) flags ending value targets: [life_lost]
 
 
+@schema("algo", "dqn")
 @dataclass
 class DQNConfig(LearnerTarget):
     """DQN (double, target network, epsilon-greedy) from a replay buffer (DQNLearner's
@@ -368,6 +338,7 @@ class DQNConfig(LearnerTarget):
     background: bool = False  # collector.start(): collect while training
 
 
+@schema("algo", "sac")
 @dataclass
 class SACConfig(LearnerTarget):
     """Soft actor-critic (twin Q, automatic entropy tuning) from a replay buffer, the
@@ -395,6 +366,7 @@ class SACConfig(LearnerTarget):
 
 
 # ---------------------------------------------------------------------------- model
+@schema("model", "actor_critic")
 @dataclass
 class ActorCriticConfig:
     """ActorCritic(observation_space, action_space, ...): separate actor and critic MLPs (PPO)."""
@@ -408,6 +380,7 @@ class ActorCriticConfig:
     normalize_observation: bool = False  # running mean/std of the observations, inside the policy
 
 
+@schema("model", "recurrent_actor_critic")
 @dataclass
 class RecurrentActorCriticConfig:
     """RecurrentActorCritic(observation_space, action_space, ...): a GRU or LSTM feeding the
@@ -424,6 +397,7 @@ class RecurrentActorCriticConfig:
     log_std_init: float = ranged(0.0, "any")
 
 
+@schema("model", "q_network")
 @dataclass
 class QValuePolicyConfig:
     """QValuePolicy(observation_space, action_space, ...): an MLP of Q-values, epsilon-greedy (DQN)."""
@@ -438,6 +412,7 @@ class QValuePolicyConfig:
     normalize_observation: bool = False  # running mean/std of the observations, inside the policy
 
 
+@schema("model", "sac_actor")
 @dataclass
 class SACActorConfig:
     """SACActor(observation_space, action_space, ...): a tanh-squashed Gaussian over Box
@@ -452,6 +427,7 @@ class SACActorConfig:
 
 
 # ---------------------------------------------------------------------------- buffer
+@schema("buffer", "rollout")
 @dataclass
 class RolloutBufferConfig:
     """RolloutBuffer(num_envs, rollout_len, shapes, ...): one collector batch per PPO update."""
@@ -461,6 +437,7 @@ class RolloutBufferConfig:
     device: Optional[str] = None  # None: the training device
 
 
+@schema("buffer", "replay")
 @dataclass
 class ReplayBufferConfig:
     """ReplayBuffer(storage, sampler, batch_size=algo.batch_size). ``trajs_per_batch`` is not a
@@ -472,6 +449,7 @@ class ReplayBufferConfig:
     trajs_per_batch: Optional[int] = ranged(None, ">= 1")  # collectors write only complete trajectories, this many
 
 
+@schema("buffer_storage", "memory")
 @dataclass
 class LazyTensorStorageConfig:
     """LazyTensorStorage: a ring buffer in memory."""
@@ -485,6 +463,7 @@ class LazyTensorStorageConfig:
     spare_frames: Optional[int] = ranged(None, ">= 1")  # None: max_size / (4 * frame_stack); fixed once shared
 
 
+@schema("buffer_storage", "memmap")
 @dataclass
 class LazyMemmapStorageConfig:
     """LazyMemmapStorage: a ring buffer in memory-mapped files (a resumed run re-opens them)."""
@@ -498,11 +477,13 @@ class LazyMemmapStorageConfig:
     spare_frames: Optional[int] = ranged(None, ">= 1")
 
 
+@schema("buffer_sampler", "random")
 @dataclass
 class RandomSamplerConfig:
     _target_: str = "rlcollect.buffers.samplers.RandomSampler"
 
 
+@schema("buffer_sampler", "slice")
 @dataclass
 class SliceSamplerConfig:
     """SliceSampler: contiguous slices of trajectories (exactly one of slice_len, num_slices)."""
@@ -514,6 +495,7 @@ class SliceSamplerConfig:
     pad_output: bool = False
 
 
+@schema("buffer_sampler", "slice_without_replacement")
 @dataclass
 class SliceSamplerWithoutReplacementConfig(SliceSamplerConfig):
     """SliceSamplerWithoutReplacement: every stored slice once per epoch, in random order."""
@@ -522,6 +504,7 @@ class SliceSamplerWithoutReplacementConfig(SliceSamplerConfig):
     shuffle: bool = True
 
 
+@schema("buffer_sampler", "prioritized")
 @dataclass
 class PrioritizedSamplerConfig:
     """PrioritizedSampler: proportional prioritized replay; DQN gives the sampled transitions
@@ -534,6 +517,7 @@ class PrioritizedSamplerConfig:
 
 
 # ---------------------------------------------------------------------------- logger
+@schema("logger", "wandb")
 @dataclass
 class WandbLoggerConfig:
     """WandbLogger: metrics.jsonl and a W&B run (offline: no account, no network)."""
@@ -545,6 +529,7 @@ class WandbLoggerConfig:
     mode: str = chosen("offline", choices.WANDB_MODES)  # "online" needs a W&B login
 
 
+@schema("logger", "none")
 @dataclass
 class RunLoggerConfig:
     """RunLogger: metrics.jsonl in the run folder only."""
@@ -554,16 +539,6 @@ class RunLoggerConfig:
 
 
 # ---------------------------------------------------------------------------- top level
-EVALUATIONS_PER_RUN = 20  # eval.every_frames=null: the cadence that gives a run this many evaluations
-
-
-def eval_every_frames(cfg) -> int:
-    """``eval.every_frames`` for the run's env id (a number, or an {env id: frames} mapping
-    as the presets give), else the cadence that gives the run EVALUATIONS_PER_RUN
-    evaluations."""
-    return for_env_id(cfg.env.id, cfg.eval.every_frames) or max(1, cfg.total_frames // EVALUATIONS_PER_RUN)
-
-
 @dataclass
 class EvalConfig:
     every_frames: Any = None  # cadence in collected frames, or {env id: frames}; null: total_frames / 20
@@ -577,12 +552,7 @@ class EvalConfig:
     video: bool = False  # record one evaluation episode (rgb_array) to videos/eval_<frames>.mp4 and W&B
 
 
-# objective -> the direction a tuning sweep optimises it in (conf/hydra/sweeper/*.yaml read it
-# as ${objective_direction:${objective}})
-OBJECTIVES = {"final_eval_return": "maximize", "best_eval_return": "maximize", "eval_auc": "maximize",
-              "frames_to_solve": "minimize"}
-
-
+@schema("train")
 @dataclass
 class TrainConfig:
     env: Any = MISSING
@@ -606,119 +576,5 @@ class TrainConfig:
     objective: str = chosen("final_eval_return", tuple(OBJECTIVES))
 
 
-# (group, option) -> schema; YAML options refer to them as /<group>_<option>_schema
-SCHEMAS: dict[tuple[str, str], type] = {
-    ("collector", "sync"): SyncCollectorConfig,
-    ("collector", "multisync"): MultiSyncCollectorConfig,
-    ("collector", "multiasync"): MultiAsyncCollectorConfig,
-    ("collector", "action_server"): ActionServerCollectorConfig,
-    ("collector", "alternating"): AlternatingCollectorConfig,
-    ("collector", "pool"): PoolCollectorConfig,
-    ("collector", "ray"): RayCollectorConfig,
-    ("collector", "distributed"): DistributedCollectorConfig,
-    ("weight_sync", "shared_mem"): SharedMemWeightSyncConfig,
-    ("weight_sync", "multiprocess"): MultiProcessWeightSyncConfig,
-    ("weight_sync", "ray"): RayWeightSyncConfig,
-    ("weight_sync", "none"): NoWeightSyncConfig,
-    ("algo", "ppo"): PPOConfig,
-    ("algo", "dqn"): DQNConfig,
-    ("algo", "sac"): SACConfig,
-    ("model", "actor_critic"): ActorCriticConfig,
-    ("model", "recurrent_actor_critic"): RecurrentActorCriticConfig,
-    ("model", "q_network"): QValuePolicyConfig,
-    ("model", "sac_actor"): SACActorConfig,
-    ("buffer", "rollout"): RolloutBufferConfig,
-    ("buffer", "replay"): ReplayBufferConfig,
-    ("buffer_storage", "memory"): LazyTensorStorageConfig,
-    ("buffer_storage", "memmap"): LazyMemmapStorageConfig,
-    ("buffer_sampler", "random"): RandomSamplerConfig,
-    ("buffer_sampler", "slice"): SliceSamplerConfig,
-    ("buffer_sampler", "slice_without_replacement"): SliceSamplerWithoutReplacementConfig,
-    ("buffer_sampler", "prioritized"): PrioritizedSamplerConfig,
-    ("logger", "wandb"): WandbLoggerConfig,
-    ("logger", "none"): RunLoggerConfig,
-}
-
-
-def objective_direction(objective: str) -> str:
-    """The direction a tuning sweep optimises ``objective`` in ("maximize" for unknown ones:
-    the run refuses them itself, naming the choices)."""
-    return OBJECTIVES.get(objective, "maximize")
-
-
-JOB_DIRNAME_BYTES = 200  # a sweep job folder's name, within the file systems' 255 bytes
-
-
-def job_dirname(override_dirname: str) -> str:
-    """A sweep job's folder name from its overrides (``hydra.job.override_dirname``), cut to
-    JOB_DIRNAME_BYTES with a digest of the whole appended where it is longer (a tuning
-    trial's sampled values run past what a file system takes); .hydra/overrides.yaml keeps
-    them all."""
-    encoded = override_dirname.encode()
-    if len(encoded) <= JOB_DIRNAME_BYTES:
-        return override_dirname
-    digest = hashlib.sha1(encoded).hexdigest()[:8]
-    return encoded[:JOB_DIRNAME_BYTES - 9].decode(errors="ignore") + "-" + digest
-
-
-def schema_name(group: str, option: str) -> str:
-    return f"{group}_{option}_schema"
-
-
-def option_node(group: str, option: str) -> DictConfig:
-    """The node ``group=option`` composes: its schema with the values its YAML option
-    (conf/<group>/<option>.yaml) sets, for an option that sets only its own keys (no
-    ``@package _global_``). What ``algo.prioritized=true`` builds: buffer/sampler=prioritized."""
-    values = OmegaConf.load(Path(__file__).parent / "conf" / group / f"{option}.yaml")
-    values.pop("defaults", None)
-    return OmegaConf.merge(OmegaConf.structured(SCHEMAS[(group.replace("/", "_"), option)]), values)
-
-
-def register_configs() -> None:
-    """Register every schema at the root of the ConfigStore (not in a group: ``--help``
-    lists only the YAML options); YAML options refer to them as ``/<name>@_here_``."""
-    for name, resolver in (("objective_direction", objective_direction), ("job_dirname", job_dirname)):
-        if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, resolver)
-    store = ConfigStore.instance()
-    store.store(name="train_schema", node=TrainConfig)
-    store.store(name="env_schema", node=EnvConfig)
-    for (group, option), node in SCHEMAS.items():
-        store.store(name=schema_name(group, option), node=node)
-
-
-def schema_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig]]:
-    """``(path, node)`` for ``node`` and the nodes under it that are typed by a schema."""
-    if dataclasses.is_dataclass(OmegaConf.get_type(node)):
-        yield path, node
-    for key in node.keys():
-        if key == "hydra" or OmegaConf.is_missing(node, key):
-            continue
-        try:
-            child = node.get(key)
-        except InterpolationResolutionError:  # options that do not go together: the pipeline's checks say which
-            continue
-        if isinstance(child, DictConfig):
-            yield from schema_nodes(child, f"{path}.{key}" if path else str(key))
-
-
-def check_ranges(cfg: DictConfig) -> None:
-    """Every numeric option in the range its schema declares (``config.ranged``), each
-    entry of a list of numbers too, and every option with choices one of them
-    (``config.chosen``): a ConfigError naming the key and the range, or the choices and the
-    closest of them."""
-    for path, node in schema_nodes(cfg, ""):
-        prefix = f"{path}." if path else ""
-        for schema_field in dataclasses.fields(OmegaConf.get_type(node)):
-            allowed = schema_field.metadata.get(RANGE, schema_field.metadata.get(CHOICES))
-            if allowed is None or schema_field.name not in node or OmegaConf.is_missing(node, schema_field.name):
-                continue
-            try:
-                value = node[schema_field.name]
-            except InterpolationResolutionError:  # options that do not go together: the pipeline's checks say which
-                continue
-            if isinstance(value, ListConfig):
-                if any(entry not in allowed for entry in value):
-                    raise ConfigError(f"{prefix}{schema_field.name}={list(value)}: every entry must be {allowed}")
-            else:
-                allowed.check(f"{prefix}{schema_field.name}", value)
+__all__ = sorted(name for name, value in globals().items()  # every schema: rlcollect.config re-exports them
+                 if isinstance(value, type) and value.__module__ == __name__)

@@ -4,6 +4,8 @@ why: the combinations nobody listed (issue: PPO on a Dict observation crashed).
 Each case is a tiny run in this process (pipeline.build + pipeline.run, two batches) on
 SpacesEnv (rlcollect/testing.py), whose observation and action spaces are those of real envs;
 the torch env and the vector backend run on CartPole."""
+from pathlib import Path
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -14,24 +16,40 @@ from rlcollect.config import register_configs
 from rlcollect.errors import ConfigError
 from rlcollect.testing import SPACES_ACTIONS, SPACES_OBSERVATIONS, CountingEnv
 
+CONF = Path(__file__).parents[1] / "rlcollect" / "conf"
+
+
+def conf_options(group: str) -> list[str]:
+    """The YAML options of ``conf/<group>/``: what the matrices below run."""
+    return sorted(path.stem for path in (CONF / group).glob("*.yaml"))
+
+
 TINY = ["total_frames=32", "collector.frames_per_batch=16", "env.num_envs=2", "eval.every_frames=32",
         "eval.episodes=1", "eval.max_steps=8", "logger=none", "progress=false", "env.solved_return=null",
         "checkpoint_every_frames=null"]
-ALGOS = {
+# each learner's settings for a tiny run, by the options of conf/algo/ (every option must have an
+# entry: a new algorithm's YAML fails test_every_algo_option_is_in_the_matrix until it is given one);
+# recurrent PPO is PPO with model=recurrent_actor_critic
+TINY_ALGOS = {
     "ppo": ["algo.epochs=1", "algo.minibatch_size=8", "model.hidden_sizes=[8]"],
-    "recurrent_ppo": ["model=recurrent_actor_critic", "model.hidden_size=8", "model.hidden_sizes=[8]",
-                      "algo.epochs=1", "algo.minibatch_size=8", "algo.sequence_length=4"],
     "dqn": ["algo=dqn", "algo.learning_starts=0", "algo.gradient_steps_per_batch=1", "algo.batch_size=8",
             "model.hidden_sizes=[8]", "buffer.storage.max_size=64"],
     "sac": ["algo=sac", "algo.learning_starts=0", "algo.gradient_steps_per_batch=1", "algo.batch_size=8",
             "model.hidden_sizes=[8]", "algo.critic_hidden_sizes=[8]", "buffer.storage.max_size=64"],
 }
+ALGOS = {**TINY_ALGOS,
+         "recurrent_ppo": ["model=recurrent_actor_critic", "model.hidden_size=8", "model.hidden_sizes=[8]",
+                           "algo.epochs=1", "algo.minibatch_size=8", "algo.sequence_length=4"]}
 # the action spaces each algorithm trains on; every other one is refused up front
 TRAINS_ON = {"ppo": {"discrete", "box"}, "recurrent_ppo": {"discrete", "box"}, "dqn": {"discrete"}, "sac": {"box"}}
 REASONS = {"ppo": "PPO's ActorCritic needs a Discrete or flat Box action space",
            "recurrent_ppo": "PPO's ActorCritic needs a Discrete or flat Box action space",
            "dqn": "DQN needs a Discrete action space",
            "sac": "SAC needs continuous actions (a flat Box action space)"}
+
+
+def test_every_algo_option_is_in_the_matrix():
+    assert conf_options("algo") == sorted(TINY_ALGOS), "give a new conf/algo option its tiny settings in TINY_ALGOS"
 
 
 def run(tmp_path, overrides) -> dict:
@@ -74,10 +92,13 @@ def test_the_torch_env_and_the_vector_backend_train_every_algorithm_they_can(tmp
 
 
 WORKERS = ["collector.start_method=fork", "collector.num_workers=2", "collector.envs_per_worker=1"]
-COLLECTORS = {"sync": ["collector=sync"], **{name: [f"collector={name}", *WORKERS] for name in (
-    "multisync", "multiasync", "action_server", "alternating", "pool", "distributed")}}
-# collector=ray runs the same matrix by hand (each case starts a Ray instance: minutes on 2 cores);
-# tests/collectors/test_ray.py trains PPO from the CLI and DQN from its Ray-held buffer
+# every option of conf/collector/ (a new collector's YAML joins the matrix as it is added), two
+# worker processes where it has them; collector=ray runs the same matrix by hand (each case starts
+# a Ray instance: minutes on 2 cores); tests/collectors/test_ray.py trains PPO from the CLI and DQN
+# from its Ray-held buffer
+BY_HAND = {"ray"}
+COLLECTORS = {name: [f"collector={name}"] + (WORKERS if name != "sync" else [])
+              for name in conf_options("collector") if name not in BY_HAND}
 
 
 @pytest.mark.timeout(120)

@@ -179,6 +179,34 @@ def test_resuming_a_finished_run_needs_a_larger_total_frames_and_a_sweep_member_
     assert sorted(path.name for path in tmp_path.iterdir()) == ["sweep"]  # no stray outputs/
 
 
+@pytest.mark.timeout(300)
+def test_a_resume_drops_a_torn_last_metrics_row_and_names_a_damaged_one_without_touching_the_run(tmp_path):
+    """A last metrics.jsonl row cut short (a kill or a full disk while it was written) is
+    dropped as the rows past the checkpoint are, and the run goes on: every row whole, each
+    frame once. A damaged row before the last is one line naming the file and the line,
+    exit 2, and the run's files stay byte-identical."""
+    first = cli(tmp_path, "train", *TINY, "env.solved_return=null", "logger=none", "hydra.run.dir=torn")
+    assert first.returncode == 0, first.stderr
+    shutil.copytree(tmp_path / "torn", tmp_path / "damaged")
+    with open(tmp_path / "torn" / "metrics.jsonl", "a") as metrics:
+        metrics.write('{"step": 640, "frames": 640, "ti')  # killed while writing the row after the checkpoint
+    rows = (tmp_path / "damaged" / "metrics.jsonl").read_text().splitlines()
+    assert rows[1].startswith('{"step": 256, "frames": 256,')
+    (tmp_path / "damaged" / "metrics.jsonl").write_text("\n".join([rows[0], rows[1][:25], *rows[2:]]) + "\n")
+    damaged = hashes(tmp_path / "damaged")
+    torn, refused = cli_all(tmp_path, [["train", "resume=torn", "total_frames=768"],
+                                       ["train", "resume=damaged", "total_frames=768"]])
+    assert torn.returncode == 0, torn.stderr
+    assert [row["step"] for row in read_jsonl(tmp_path / "torn" / "metrics.jsonl")] == [128, 256, 384, 512, 640, 768]
+    assert json.loads((tmp_path / "torn" / "summary.json").read_text())["frames"] == 768
+    assert not (tmp_path / "torn" / "error.log").exists()
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        "rlcollect train: invalid configuration: resume=damaged: damaged/metrics.jsonl line 2 is not a whole JSON row "
+        "(Expecting ',' delimiter: line 1 column 26 (char 25)): repair or remove that line to resume the run"]
+    assert hashes(tmp_path / "damaged") == damaged
+
+
 # ---------------------------------------------------------------------------- errors said as whose they are
 @pytest.mark.timeout(300)
 def test_an_error_while_building_is_reported_as_what_it_is_with_its_traceback_kept(tmp_path, user_envs):

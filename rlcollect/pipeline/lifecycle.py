@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 CONFIG_FILE = "config.yaml"
 # What a resumed run may change (`rlcollect train resume=<run> total_frames=N`): everything
 # else was built into its checkpoint (weights, buffers, collector state, seeds).
-RESUME_OVERRIDES = ("total_frames", "checkpoint_every_frames", "progress", "torch_threads")
+RESUME_OVERRIDES = ("total_frames", "checkpoint_every_frames", "checkpoint_every_seconds", "progress", "torch_threads")
 ENDED_STATUSES = ("finished", "solved")  # a resume extends these only with a larger total_frames
 
 
@@ -219,9 +219,10 @@ def resume(run_dir: str | Path, overrides: dict | None = None, **build_kwargs) -
     overrides = dict(overrides or {})
     if not (run_dir / CONFIG_FILE).is_file():
         raise ConfigError(f"resume={run_dir}: not a run folder (no {CONFIG_FILE})")
-    metric_rows(run_dir)  # a damaged row is said before anything changes
+    rows = metric_rows(run_dir)
     if not (run_dir / CHECKPOINT_FILE).is_file() and not (run_dir / (CHECKPOINT_FILE + ".prev")).is_file():
-        raise ConfigError(f"resume={run_dir}: no {CHECKPOINT_FILE} (the run stopped before its first batch)")
+        raise ConfigError(f"resume={run_dir}: no {CHECKPOINT_FILE} to continue from: {stopped_before(rows)}; "
+                          "train it again in a new folder")
     refused = [key for key in overrides if key not in RESUME_OVERRIDES]
     if refused:
         raise ConfigError(f"resume={run_dir}: {', '.join(refused)} cannot change on resume (the run's config is "
@@ -264,6 +265,15 @@ def metric_rows(run_dir: Path) -> list[dict]:
         raise ConfigError(f"resume={run_dir}: {error}: repair or remove that line to resume the run") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"resume={run_dir}: cannot read its {METRICS_FILE} ({error})") from None
+
+
+def stopped_before(rows: list[dict]) -> str:
+    """Where a run without a checkpoint stopped, as its metric rows (``metric_rows``) tell."""
+    batches = [row for row in rows if "event" not in row]
+    if not batches:
+        return f"the run stopped before its first batch (its {METRICS_FILE} has no rows)"
+    return (f"the run stopped before its first checkpoint (its {METRICS_FILE} has {len(batches)} "
+            f"row{'s' if len(batches) > 1 else ''}, to frame {batches[-1]['step']})")
 
 
 def run_status(run_dir: Path) -> str | None:

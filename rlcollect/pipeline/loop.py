@@ -73,8 +73,9 @@ def rollouts(p: Pipeline) -> Iterator[tuple[TensorDictBase, int]]:
 
 def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
     """Collect, update, evaluate every ``eval.every_frames``, checkpoint every
-    ``checkpoint_every_frames``; stop at ``env.solved_return`` (deterministic evaluation
-    mean) or at ``total_frames``. Returns the run summary, also written to summary.json."""
+    ``checkpoint_every_frames`` and by time (``Session.checkpoint_due``); stop at
+    ``env.solved_return`` (deterministic evaluation mean) or at ``total_frames``. Returns
+    the run summary, also written to summary.json."""
     session = Session(pipeline, stop)
     try:
         session.open()
@@ -107,6 +108,7 @@ class Session:
         self.bar = tqdm(total=pipeline.cfg.total_frames, initial=pipeline.collector.frames, unit="frame",
                         disable=not (bar and pipeline.cfg.progress), dynamic_ncols=True)
         self.phases = phases or Phases(start_frames=pipeline.collector.frames, concurrent=pipeline.background)
+        self.checkpointed_at = self.start  # when the last checkpoint was written (for a resumed run: its start)
         self.closed = False
 
     def seconds(self) -> float:
@@ -116,7 +118,7 @@ class Session:
         """The run folder's files and the W&B run: the clock starts after them."""
         p = self.p
         p.open()
-        self.start = time.perf_counter()
+        self.start = self.checkpointed_at = time.perf_counter()
         p.logger.start_clock(p.progress.seconds_before)  # metrics' "time" and the summary share one clock
         self.phases.restart(p.collector.frames)
 
@@ -162,9 +164,9 @@ class Session:
                     summary["frames_to_solve"], summary["seconds_to_solve"] = frames, self.seconds()
         self.bar.set_postfix(postfix)
         p.logger.log(phases.metrics(frames), step=frames)
-        if progress.next_checkpoint is not None and frames >= progress.next_checkpoint:
-            progress.next_checkpoint = frames + cfg.checkpoint_every_frames
+        if self.checkpoint_due(frames):
             p.save_checkpoint(self.seconds())
+            self.checkpointed_at = time.perf_counter()
         if solved:
             self.status = "solved"
             return True
@@ -172,6 +174,20 @@ class Session:
             self.status = "interrupted"
             return True
         return False
+
+    def checkpoint_due(self, frames: int) -> bool:
+        """Whether the batch that brought the run to ``frames`` ends with a checkpoint: every
+        ``checkpoint_every_frames`` frames, and, unless ``checkpoint_every_seconds`` is null,
+        at the run's first batch (it has no checkpoint yet) and then once that many seconds
+        passed since the last one, so that a run killed at any time loses at most that long."""
+        p, progress = self.p, self.p.progress
+        every_seconds = p.cfg.get("checkpoint_every_seconds")  # absent from runs written before it existed
+        due = every_seconds is not None and (
+            p.checkpoint_frames is None or time.perf_counter() - self.checkpointed_at >= every_seconds)
+        if progress.next_checkpoint is not None and frames >= progress.next_checkpoint:
+            progress.next_checkpoint = frames + p.cfg.checkpoint_every_frames
+            due = True
+        return due
 
     def failed(self, failure: BaseException) -> None:
         """What ended the run early: a second Ctrl-C (interrupted at once) or an error."""

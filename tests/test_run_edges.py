@@ -207,6 +207,33 @@ def test_a_resume_drops_a_torn_last_metrics_row_and_names_a_damaged_one_without_
     assert hashes(tmp_path / "damaged") == damaged
 
 
+# ---------------------------------------------------------------------------- a run folder holds one run
+@pytest.mark.timeout(300)
+def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):
+    """The same command twice (README's examples write to fixed folders): the second is one
+    line naming resume= and how to pick another folder, exit 2, before Hydra writes anything:
+    every file, .hydra/ and the job log included, byte-identical. An empty folder is fine."""
+    (tmp_path / "empty").mkdir()
+    run = ["train", *TINY, "logger=none", "hydra.run.dir=runs/run"]
+    sweep = ["train", "--multirun", "seed=0,1", *TINY, "total_frames=128", "logger=none", "hydra.sweep.dir=runs/sweep"]
+    results = cli_all(tmp_path, [run, sweep, ["train", *TINY, "logger=none", "hydra.run.dir=empty"]])
+    assert [result.returncode for result in results] == [0, 0, 0], [result.stderr for result in results]
+    before = hashes(tmp_path)
+    assert {"runs/run/train.log", "runs/run/.hydra/config.yaml", "runs/run/checkpoint.pt"} <= set(before)
+    again_run, again_sweep = cli_all(tmp_path, [run, sweep])
+    assert again_run.returncode == again_sweep.returncode == 2
+    assert again_run.stderr.splitlines() == [
+        "rlcollect train: invalid configuration: hydra.run.dir=runs/run holds a run already (config.yaml, "
+        "metrics.jsonl, summary.json, checkpoint.pt, checkpoint.pt.prev, best.pt, .hydra): continue it with "
+        "`rlcollect train resume=runs/run`, or train a new run in another folder (hydra.run.dir=<new folder>)"]
+    assert again_sweep.stderr.splitlines() == [
+        "rlcollect train: invalid configuration: hydra.sweep.dir=runs/sweep holds the runs of an earlier sweep (2 run "
+        "folders): continue one with `rlcollect train resume=runs/sweep/<its folder>`, or sweep into another folder "
+        "(hydra.sweep.dir=<new folder>)"]
+    assert hashes(tmp_path) == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["empty", "runs"]
+
+
 # ---------------------------------------------------------------------------- errors said as whose they are
 @pytest.mark.timeout(300)
 def test_an_error_while_building_is_reported_as_what_it_is_with_its_traceback_kept(tmp_path, user_envs):

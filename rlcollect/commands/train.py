@@ -9,6 +9,9 @@ How a job ends, and what it leaves (docs/errors.md):
     a failure while training         one short block, the traceback in <run>/error.log, exit 1
     Ctrl-C / SIGTERM                 stops after the batch, checkpoints, exit 130 / 143
 
+A folder that holds a run already is never trained into again (``RunFolders``, a Hydra
+callback, refuses it before Hydra writes anything): `resume=<folder>` continues that run.
+
 In a sweep no job stops the others: each failed or refused job is listed at the end with
 its overrides (``SweepReport``, a Hydra callback), and the command exits 1.
 """
@@ -42,10 +45,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.config import check_ranges, register_configs
 from rlcollect.errors import ConfigError, MissingDependencyError, one_line
+from rlcollect.logging.runs import SUMMARY_FILE, run_files
 
 register_configs()
 ERROR_LOG = "error.log"
-SUMMARY_FILE = "summary.json"  # the run record's name (logging/runs.py), here without importing torch
 FAILED = None  # what a sweep job that failed or was refused returns (Optuna records a failed trial, goes on)
 log = logging.getLogger(__name__)
 
@@ -395,6 +398,51 @@ def in_resumed_run_folder(args: list[str]) -> list[str]:
     return [*args, f"hydra.run.dir={quoted(folder)}", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
 
 
+# ---------------------------------------------------------------------------- run folders
+class RefusedBeforeStart(BaseException):
+    """A ConfigError found by a Hydra callback (``RunFolders``) before any job starts, carried
+    out of Hydra as a BaseException (Hydra turns an Exception raised in a callback into a
+    warning and goes on); ``run_train`` says it in one line, exit 2."""
+
+    def __init__(self, error: ConfigError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class RunFolders(Callback):
+    """A Hydra callback (conf/train.yaml): a run is never trained into a folder that holds one
+    (any of ``logging.runs.RUN_FILES``), nor a sweep into a folder that holds an earlier
+    sweep's runs. Checked before Hydra writes anything (a job's .hydra/ and job log are
+    written before the task function runs), so a refused command leaves every file as it
+    was; an absent or empty folder is fine, and ``resume=<run>`` continues its run in place."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        if config.get("resume"):  # continues its run in its own folder (in_resumed_run_folder)
+            return
+        folder = Path(config.hydra.run.dir)
+        refuse_a_run_in(folder, "hydra.run.dir", "train a new run in")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        folder = Path(config.hydra.sweep.dir)
+        refuse_a_run_in(folder, "hydra.sweep.dir", "sweep into")
+        jobs = sorted(job for job in folder.iterdir() if job.is_dir() and run_files(job)) if folder.is_dir() else []
+        if jobs:
+            raise RefusedBeforeStart(ConfigError(
+                f"hydra.sweep.dir={folder} holds the runs of an earlier sweep ({len(jobs)} run folder"
+                f"{'s' if len(jobs) > 1 else ''}): continue one with `rlcollect train resume={folder}/<its folder>`, "
+                f"or sweep into another folder (hydra.sweep.dir=<new folder>)"))
+
+
+def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
+    """RefusedBeforeStart when ``folder`` (the value of ``key``) holds a run's files; ``what``:
+    what the command does there ("train a new run in", "sweep into")."""
+    held = run_files(folder)
+    if held:
+        raise RefusedBeforeStart(ConfigError(
+            f"{key}={folder} holds a run already ({', '.join(held)}): continue it with `rlcollect train "
+            f"resume={folder}`, or {what} another folder ({key}=<new folder>)"))
+
+
 # ---------------------------------------------------------------------------- sweeps
 @dataclass
 class SweepOutcome:
@@ -460,13 +508,23 @@ FULL_ERROR: dict[str, bool] = {}  # whether the user asked for full tracebacks (
 
 
 def run_train(args: list[str]) -> int:
-    """``rlcollect train``: Hydra composes the config and runs :func:`train`. An override
-    Hydra cannot apply (an unknown key, a value of the wrong type, a missing option, bad
-    syntax) is told in one line, exit 2, unless HYDRA_FULL_ERROR=1 asks for Hydra's own report."""
+    """``rlcollect train``: Hydra composes the config and runs :func:`train`. A folder that
+    holds a run already (``RunFolders``) and an override Hydra cannot apply (an unknown key,
+    a value of the wrong type, a missing option, bad syntax) are told in one line, exit 2,
+    the latter unless HYDRA_FULL_ERROR=1 asks for Hydra's own report."""
     sys.argv = ["rlcollect train", *in_resumed_run_folder(args)]
+    SWEEP.jobs, SWEEP.not_finished = 0, []
+    try:
+        return compose_and_train()
+    except RefusedBeforeStart as refusal:
+        print(f"rlcollect train: invalid configuration: {refusal.error}", file=sys.stderr)
+        return 2
+
+
+def compose_and_train() -> int:
+    """:func:`train` through Hydra, with Hydra's errors as one line (``run_train``)."""
     previous = os.environ.get("HYDRA_FULL_ERROR")
     FULL_ERROR["asked"] = previous == "1"
-    SWEEP.jobs, SWEEP.not_finished = 0, []
     if previous == "1":
         train()
         return report_sweep()

@@ -1,6 +1,7 @@
 """The `rlcollect` command: `train`, `compare`, `eval`, `export` (rlcollect/commands/)."""
 from __future__ import annotations
 
+import signal
 import sys
 
 USAGE = """usage: rlcollect <command> [args]
@@ -37,10 +38,19 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"rlcollect: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2
+    try:
+        return run_command(command, rest)
+    except KeyboardInterrupt:  # Ctrl-C while the command loads (its imports take seconds): one line, no traceback
+        print(f"rlcollect {command}: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+
+
+def run_command(command: str, args: list[str]) -> int:
+    """The command's function (imported only now: `rlcollect --help` loads nothing) on ``args``."""
     from importlib import import_module
 
     module, function = COMMANDS[command]
-    return getattr(import_module(module), function)(rest)
+    return getattr(import_module(module), function)(args)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ How a job ends, and what it leaves (docs/errors.md):
     an error while building the run  "error while building the run: <Type>: <message>", the
                                      traceback in <run>/error.log, exit 1
     a failure while training         one short block, the traceback in <run>/error.log, exit 1
-    Ctrl-C / SIGTERM                 stops after the batch, checkpoints, exit 130 / 143
+    Ctrl-C / SIGTERM                 stops after the batch, checkpoints, exit 130 / 143; Ctrl-C
+                                     before the first batch is one line, exit 130, and a single
+                                     run's folder is removed (it held only what Hydra wrote)
 
 A folder that holds a run already is never trained into again (``RunFolders``, a Hydra
 callback, refuses it before Hydra writes anything): `resume=<folder>` continues that run.
@@ -97,15 +99,20 @@ class Job:
     def current(cls, cfg: DictConfig) -> "Job":
         hydra_cfg = HydraConfig.get()
         run_dir = Path(cfg.resume) if cfg.resume else Path(hydra_cfg.runtime.output_dir)
-        hydra_files = [run_dir / f"{hydra_cfg.job.name}.log"]
-        if hydra_cfg.output_subdir is not None:
-            hydra_files.append(run_dir / hydra_cfg.output_subdir)
-        return cls(run_dir, hydra_cfg.mode.name == "MULTIRUN", list(hydra_cfg.overrides.task), hydra_files,
-                   cfg.resume)
+        return cls(run_dir, hydra_cfg.mode.name == "MULTIRUN", list(hydra_cfg.overrides.task),
+                   hydra_files(hydra_cfg, run_dir), cfg.resume)
 
     @property
     def label(self) -> str:
         return ",".join(self.overrides) or "(no overrides)"
+
+
+def hydra_files(hydra_cfg: DictConfig, run_dir: Path) -> list[Path]:
+    """What Hydra writes into a job's folder before the job starts: its job log and .hydra/."""
+    files = [run_dir / f"{hydra_cfg.job.name}.log"]
+    if hydra_cfg.output_subdir is not None:
+        files.append(run_dir / hydra_cfg.output_subdir)
+    return files
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="train")
@@ -114,31 +121,16 @@ def train(cfg: DictConfig) -> float | None:
     Returns the run's ``objective`` (what a tuning sweep optimises); None for a job of a
     sweep that failed or was refused, or a run without that value (a failed trial)."""
     job = Job.current(cfg)
-    hydra_cfg = HydraConfig.get()
-    if not job.resume:
-        try:
-            check_ranges(cfg)  # a value out of its range is said before torch loads (seconds sooner)
-        except ConfigError as error:
-            return refused(job, error)
-    from rlcollect import pipeline
-
     try:
-        if job.resume:
-            built = pipeline.resume(job.resume, overrides=resume_overrides(hydra_cfg.overrides.task, cfg))
-            keep_log_in(job.run_dir, hydra_cfg.job.name)
-        else:
-            built = pipeline.build(cfg, job.run_dir, name=hydra_cfg.job.override_dirname or None,
-                                   group=sweep_group(hydra_cfg) if job.multirun else None,
-                                   job_type=pipeline.collector_name(cfg))
+        built = build_job(cfg, job)
     except ConfigError as error:
         return refused(job, error)
-    except KeyboardInterrupt:  # Ctrl-C while the envs, workers or logger start: one line, no traceback
-        if not job.resume:  # a resumed run's record is its earlier part's: keep it
-            (job.run_dir / SUMMARY_FILE).write_text(json.dumps({"status": "interrupted", "frames": 0}))
-        print("rlcollect train: interrupted while starting, before the first batch", file=sys.stderr)
-        raise SystemExit(128 + signal.SIGINT) from None
+    except KeyboardInterrupt:  # Ctrl-C while torch loads or the envs, workers or logger start: one line
+        interrupted_while_starting(job)
     except Exception as error:  # our bug, or one in user code the run calls (an env constructor ...)
         return failed_to_build(job, error)
+    from rlcollect import pipeline
+
     with stop_on_signals() as stop:
         try:
             summary = pipeline.run(built, stop=stop)
@@ -155,6 +147,68 @@ def train(cfg: DictConfig) -> float | None:
         raise SystemExit(128 + stop.signal_number)
     print(finished_lines(job, summary))
     return objective_value(cfg, summary, job.run_dir)
+
+
+def build_job(cfg: DictConfig, job: Job):
+    """The job's pipeline: built from ``cfg``, or, for ``resume=<run>``, that run's resumed;
+    nothing written to the job's folder yet (Pipeline.open does, as the run starts)."""
+    hydra_cfg = HydraConfig.get()
+    if not job.resume:
+        check_ranges(cfg)  # a value out of its range is said before torch loads (seconds sooner)
+    with ctrl_c_held():
+        from rlcollect import pipeline  # torch, its first import
+    if job.resume:
+        built = pipeline.resume(job.resume, overrides=resume_overrides(hydra_cfg.overrides.task, cfg))
+        keep_log_in(job.run_dir, hydra_cfg.job.name)
+        return built
+    return pipeline.build(cfg, job.run_dir, name=hydra_cfg.job.override_dirname or None,
+                          group=sweep_group(hydra_cfg) if job.multirun else None, job_type=pipeline.collector_name(cfg))
+
+
+@contextlib.contextmanager
+def ctrl_c_held():
+    """Ctrl-C (Python's own handler) held while the block runs, then raised as KeyboardInterrupt:
+    importing torch runs Python code from its C++ code, where a KeyboardInterrupt aborts the
+    process (std::terminate) or marks it to die by SIGINT at its exit whatever it then does."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    received = []
+    signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if received:
+        raise KeyboardInterrupt
+
+
+INTERRUPTED_WHILE_STARTING = "rlcollect train: interrupted while starting, before the first batch"
+
+
+def interrupted_while_starting(*jobs: Job) -> None:
+    """Ctrl-C before the first batch: each job's folder left as ``leave_unstarted`` says,
+    one line, exit 130 (no traceback)."""
+    for job in jobs:
+        leave_unstarted(job)
+    print(INTERRUPTED_WHILE_STARTING, file=sys.stderr)
+    raise SystemExit(128 + signal.SIGINT) from None
+
+
+def leave_unstarted(job: Job) -> bool:
+    """The folder of a job stopped before its first batch: a resumed run's as it was; a sweep
+    job's with summary.json ``{"status": "interrupted", "frames": 0}`` (the sweep's record of
+    it); a single run's, which then holds only what Hydra wrote, removed with it (as a
+    refused run's is). True when the job's folder was left so; False when it holds a run's
+    files besides Hydra's (Ctrl-C landed after the job): then it is not touched."""
+    if job.resume or set(run_files(job.run_dir)) - {path.name for path in job.hydra_files}:
+        return False
+    if job.multirun:
+        (job.run_dir / SUMMARY_FILE).write_text(json.dumps({"status": "interrupted", "frames": 0}))
+        return True
+    remove_hydra_files(job)
+    remove_if_empty(job.run_dir)
+    return True
 
 
 def run_failed(job: Job, error: BaseException, trace: str) -> None:
@@ -206,10 +260,7 @@ def train_members(members: list[tuple[DictConfig, Job, dict]], share: int = 0) -
             refused(job, error)
         return values
     except KeyboardInterrupt:
-        for job in jobs:
-            (job.run_dir / SUMMARY_FILE).write_text(json.dumps({"status": "interrupted", "frames": 0}))
-        print("rlcollect train: interrupted while starting, before the first batch", file=sys.stderr)
-        raise SystemExit(128 + signal.SIGINT) from None
+        interrupted_while_starting(*jobs)
     except Exception as error:
         for job in jobs:
             failed_to_build(job, error)
@@ -409,6 +460,17 @@ class RefusedBeforeStart(BaseException):
         self.error = error
 
 
+@dataclass
+class Starting:
+    """The single run whose folder ``RunFolders`` found free, before Hydra wrote into it: what a
+    Ctrl-C before the job took over leaves (``run_train``)."""
+
+    job: Job | None = None
+
+
+STARTING = Starting()
+
+
 class RunFolders(Callback):
     """A Hydra callback (conf/train.yaml): a run is never trained into a folder that holds one
     (any of ``logging.runs.RUN_FILES``), nor a sweep into a folder that holds an earlier
@@ -417,10 +479,12 @@ class RunFolders(Callback):
     was; an absent or empty folder is fine, and ``resume=<run>`` continues its run in place."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        STARTING.job = None
         if config.get("resume"):  # continues its run in its own folder (in_resumed_run_folder)
             return
         folder = Path(config.hydra.run.dir)
         refuse_a_run_in(folder, "hydra.run.dir", "train a new run in")
+        STARTING.job = Job(folder, False, list(config.hydra.overrides.task), hydra_files(config.hydra, folder))
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         folder = Path(config.hydra.sweep.dir)
@@ -511,14 +575,21 @@ def run_train(args: list[str]) -> int:
     """``rlcollect train``: Hydra composes the config and runs :func:`train`. A folder that
     holds a run already (``RunFolders``) and an override Hydra cannot apply (an unknown key,
     a value of the wrong type, a missing option, bad syntax) are told in one line, exit 2,
-    the latter unless HYDRA_FULL_ERROR=1 asks for Hydra's own report."""
+    the latter unless HYDRA_FULL_ERROR=1 asks for Hydra's own report. Ctrl-C before the job
+    takes it over (Hydra composing, or writing the job's folder) is one line, exit 130, and
+    what Hydra wrote of a single run's folder is removed."""
     sys.argv = ["rlcollect train", *in_resumed_run_folder(args)]
     SWEEP.jobs, SWEEP.not_finished = 0, []
+    STARTING.job = None
     try:
         return compose_and_train()
     except RefusedBeforeStart as refusal:
         print(f"rlcollect train: invalid configuration: {refusal.error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        started = STARTING.job is None or leave_unstarted(STARTING.job)
+        print(INTERRUPTED_WHILE_STARTING if started else "rlcollect train: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 def compose_and_train() -> int:

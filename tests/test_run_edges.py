@@ -207,6 +207,48 @@ def test_a_resume_drops_a_torn_last_metrics_row_and_names_a_damaged_one_without_
     assert hashes(tmp_path / "damaged") == damaged
 
 
+DISK_FILLS_UP = """
+import resource, sys
+
+WRITES = []
+
+
+def disk_fills_up(event, args):
+    # the second checkpoint write meets the limit (`ulimit -f`, as a disk filling up would: no root needed)
+    if event == "open" and str(args[0]).endswith("checkpoint.pt.partial") and "w" in str(args[1]):
+        WRITES.append(args[0])
+        if len(WRITES) == 2:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+sys.addaudithook(disk_fills_up)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_checkpoint_the_disk_cannot_take_is_one_line_and_the_run_resumes_from_the_last_complete_one(tmp_path):
+    """The second checkpoint (a 139 kB file) cannot be written: one line naming the cause and
+    the folder, exit 1, status failed; the first checkpoint stays, and the run resumes from it."""
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text(DISK_FILLS_UP)
+    result = cli(tmp_path, "train", *TINY, "checkpoint_every_frames=128", "env.solved_return=null", "logger=none",
+                 "hydra.run.dir=run", pythonpath=tmp_path / "hooks")
+    run = tmp_path / "run"
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"rlcollect train: the run failed: File too large: checkpoint.pt in {run} could not be written (the file size "
+        "limit, `ulimit -f`, is 100000 bytes); its last complete checkpoint (frame 128) stays: raise the file size "
+        "limit, then continue with `rlcollect train resume=run`"]
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["status"], summary["frames"], summary["checkpoint_frames"]) == ("failed", 256, 128)
+    assert summary["error"].startswith("DiskFullError: File too large: checkpoint.pt in ")
+    assert int(load_checkpoint(run / "checkpoint.pt")["frames"]) == 128
+    assert not (run / "checkpoint.pt.partial").exists() and not (run / "error.log").exists()
+    resumed = cli(tmp_path, "train", "resume=run")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [row["step"] for row in read_jsonl(run / "metrics.jsonl")] == [128, 256, 384, 512]
+
+
 # ---------------------------------------------------------------------------- a run folder holds one run
 @pytest.mark.timeout(300)
 def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):

@@ -7,6 +7,8 @@ How a job ends, and what it leaves (docs/errors.md):
     an error while building the run  "error while building the run: <Type>: <message>", the
                                      traceback in <run>/error.log, exit 1
     a failure while training         one short block, the traceback in <run>/error.log, exit 1
+    a full disk                      one line naming the disk, the folder and the free bytes, exit 1;
+                                     the last complete checkpoint stays, to resume from
     Ctrl-C / SIGTERM                 stops after the batch, checkpoints, exit 130 / 143; Ctrl-C
                                      before the first batch is one line, exit 130, and a single
                                      run's folder is removed (it held only what Hydra wrote)
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
 import json
 import logging
 import math
@@ -46,7 +49,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.config import check_ranges, register_configs
-from rlcollect.errors import ConfigError, MissingDependencyError, one_line
+from rlcollect.errors import ConfigError, DiskFullError, MissingDependencyError, causes, one_line
 from rlcollect.logging.runs import SUMMARY_FILE, run_files
 
 register_configs()
@@ -138,7 +141,7 @@ def train(cfg: DictConfig) -> float | None:
             print(interrupted_line(job, built.collector.frames, built.checkpoint_frames), file=sys.stderr)
             raise SystemExit(128 + stop.signal_number) from None
         except Exception as error:  # a worker, env or policy failed: one short block, the traceback in a file
-            run_failed(job, error, traceback.format_exc())
+            run_failed(job, error, traceback.format_exc(), built.checkpoint_frames)
             if job.multirun:
                 return FAILED
             raise SystemExit(1) from None
@@ -211,12 +214,29 @@ def leave_unstarted(job: Job) -> bool:
     return True
 
 
-def run_failed(job: Job, error: BaseException, trace: str) -> None:
-    """A run that failed while training: one short block, the traceback in its error.log."""
+def run_failed(job: Job, error: BaseException, trace: str, checkpoint_frames: int | None = None) -> None:
+    """A run that failed while training: one short block, the traceback in its error.log;
+    a full disk (``checkpoint_frames``: the run's last complete checkpoint) is one line."""
+    full = next((link for link in causes(error) if isinstance(link, DiskFullError)), None)
+    if full is not None:
+        print(disk_full_line(job, full, checkpoint_frames), file=sys.stderr)
+        return
     log_file = job.run_dir / ERROR_LOG
     log_file.write_text(trace)
     print(f"rlcollect train: the run failed: {one_line(error)}\n"
           f"  full traceback: {log_file}\n  run status: failed (summary.json)", file=sys.stderr)
+
+
+def disk_full_line(job: Job, error: DiskFullError, checkpoint_frames: int | None) -> str:
+    """What a run stopped by a full disk says (its traceback would only repeat it, and the disk
+    may not take an error.log): the disk, the folder, the free bytes, and how to go on."""
+    remedy = "raise the file size limit" if error.errno == errno.EFBIG else "free some space"
+    if checkpoint_frames is None:
+        then = f"it has no complete checkpoint to continue from: {remedy} and train it again in a new folder"
+    else:
+        then = (f"its last complete checkpoint (frame {checkpoint_frames}) stays: {remedy}, then continue with "
+                f"`rlcollect train resume={job.resume or job_dir_label(job)}`")
+    return f"rlcollect train: the run failed: {error}; {then}"
 
 
 def finished_lines(job: Job, summary: dict) -> str:
@@ -280,7 +300,7 @@ def train_members(members: list[tuple[DictConfig, Job, dict]], share: int = 0) -
         summary = sweep.pipelines[member].progress.summary
         if member in sweep.errors:
             error, trace = sweep.errors[member]
-            run_failed(job, error, trace)
+            run_failed(job, error, trace, sweep.pipelines[member].checkpoint_frames)
         elif summary["status"] == "interrupted":
             interrupted = True
             print(interrupted_line(job, summary["frames"], summary.get("checkpoint_frames")), file=sys.stderr)

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from tensordict import TensorDictBase
 
+from rlcollect.errors import disk_full
 from rlcollect.logging.runs import json_lines
 from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo
 
@@ -151,8 +152,14 @@ class RunLogger:
 
     def _write(self, row: dict[str, Any]) -> None:
         self.open()
-        self._file.write(json.dumps(row) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(row) + "\n")
+            self._file.flush()
+        except OSError as error:  # a full disk: said as such (DiskFullError), naming the file's folder
+            full = disk_full(error, self.run_dir / METRICS_FILE)
+            if full is None:
+                raise
+            raise full from error
 
     def close(self, exit_code: int = 0) -> None:
         """Flush and close; idempotent. ``exit_code``: how the run ended (0: finished;

@@ -15,7 +15,7 @@ from tqdm import tqdm
 from rlcollect.buffers.rollout import ROLLOUT_DIM, RolloutBuffer, transition_view
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.config import eval_every_frames
-from rlcollect.errors import one_line
+from rlcollect.errors import DiskFullError, one_line
 from rlcollect.logging.runs import SUMMARY_FILE
 
 if TYPE_CHECKING:
@@ -275,8 +275,9 @@ def keeps_final_checkpoint(p: Pipeline, error: BaseException | None) -> bool:
     """Whether a run that ends with ``error`` (None: it finished, was solved or stopped on a
     signal) gets a checkpoint at its final frame: every run that collected frames past its
     last checkpoint, except one that diverged (its weights are not finite: the last
-    checkpoint stays the last good one) or was stopped at once by a second Ctrl-C."""
-    if isinstance(error, (DivergedError, KeyboardInterrupt)) or not p.opened:
+    checkpoint stays the last good one), was stopped at once by a second Ctrl-C, or could
+    not write its checkpoint to a full disk (the same write would fail again)."""
+    if isinstance(error, (DivergedError, KeyboardInterrupt, DiskFullError)) or not p.opened:
         return False
     return p.collector.frames > 0 and p.checkpoint_frames != p.collector.frames
 

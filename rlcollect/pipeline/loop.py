@@ -32,8 +32,16 @@ def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
         if in_place_rollouts(p):
             yield from rollouts(p)
             return
+        writes_replay = p.collector.replay_buffer is not None
+        frames = p.collector.frames
         for batch in p.collector:
-            yield batch, p.collector.frames
+            if writes_replay:
+                yield from caught_up(frames, p.collector.frames - p.collector.frames_per_batch,
+                                     p.collector.frames_per_batch)
+            frames = p.collector.frames
+            yield batch, frames
+        if writes_replay:
+            yield from caught_up(frames, p.collector.frames, p.collector.frames_per_batch)
         return
     replay_buffer = p.learner.replay_buffer
     p.collector.start()
@@ -48,6 +56,17 @@ def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
             return
         else:
             time.sleep(0.001)
+
+
+def caught_up(frames: int, collected: int, frames_per_batch: int) -> Iterator[tuple[None, int]]:
+    """``(None, frames)`` for each batch's worth of frames from ``frames`` to ``collected`` that
+    a collector writing into the replay buffer counted without yielding a batch for them: the
+    batches in flight that a checkpoint waited for (MultiAsyncCollector.state_dict), which
+    its workers wrote. One learn() per batch's worth, as in the background, so that no
+    batch's update, nor the run's final evaluation, is skipped."""
+    while frames < collected:
+        frames = min(frames + frames_per_batch, collected)
+        yield None, frames
 
 
 def in_place_rollouts(p: Pipeline) -> bool:

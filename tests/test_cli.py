@@ -525,7 +525,7 @@ def test_ctrl_c_at_any_point_of_the_start_is_one_line_exit_130_and_leaves_no_fol
     (tmp_path / "hooks").mkdir()
     (tmp_path / "hooks" / "sitecustomize.py").write_text(CTRL_C_AT)
     starting = "rlcollect train: interrupted while starting, before the first batch"
-    points = {"open rlcollect/commands/train.py": "rlcollect train: interrupted",  # the command loads
+    points = {"import rlcollect.config": "rlcollect train: interrupted",  # the command's module loads
               "import omegaconf._impl": starting,  # Hydra composes the config
               "open .hydra/hydra.yaml": starting,  # Hydra writes the job's folder
               "import torch": starting}  # the job loads torch

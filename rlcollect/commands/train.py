@@ -482,10 +482,12 @@ class RefusedBeforeStart(BaseException):
 
 @dataclass
 class Starting:
-    """The single run whose folder ``RunFolders`` found free, before Hydra wrote into it: what a
-    Ctrl-C before the job took over leaves (``run_train``)."""
+    """What ``RunFolders`` let start, for a Ctrl-C that lands before a job takes it over
+    (``run_train``): the single run whose folder it found free, before Hydra wrote into it,
+    or the sweep (its folder)."""
 
     job: Job | None = None
+    sweep_dir: Path | None = None
 
 
 STARTING = Starting()
@@ -499,7 +501,6 @@ class RunFolders(Callback):
     was; an absent or empty folder is fine, and ``resume=<run>`` continues its run in place."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        STARTING.job = None
         if config.get("resume"):  # continues its run in its own folder (in_resumed_run_folder)
             return
         folder = Path(config.hydra.run.dir)
@@ -515,6 +516,7 @@ class RunFolders(Callback):
                 f"hydra.sweep.dir={folder} holds the runs of an earlier sweep ({len(jobs)} run folder"
                 f"{'s' if len(jobs) > 1 else ''}): continue one with `rlcollect train resume={folder}/<its folder>`, "
                 f"or sweep into another folder (hydra.sweep.dir=<new folder>)"))
+        STARTING.sweep_dir = folder
 
 
 def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
@@ -600,16 +602,25 @@ def run_train(args: list[str]) -> int:
     what Hydra wrote of a single run's folder is removed."""
     sys.argv = ["rlcollect train", *in_resumed_run_folder(args)]
     SWEEP.jobs, SWEEP.not_finished = 0, []
-    STARTING.job = None
+    STARTING.job, STARTING.sweep_dir = None, None
     try:
         return compose_and_train()
     except RefusedBeforeStart as refusal:
         print(f"rlcollect train: invalid configuration: {refusal.error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        started = STARTING.job is None or leave_unstarted(STARTING.job)
-        print(INTERRUPTED_WHILE_STARTING if started else "rlcollect train: interrupted", file=sys.stderr)
+        print(interrupted_outside_a_job(), file=sys.stderr)
         return 128 + signal.SIGINT
+
+
+def interrupted_outside_a_job() -> str:
+    """The line for a Ctrl-C that landed in Hydra's own work, not in a job's: while composing
+    the config or writing a single run's folder (what Hydra wrote is removed: ``leave_unstarted``),
+    the start's; between the jobs of a sweep, or after a run, a plain one (every job folder
+    keeps what its job wrote)."""
+    if STARTING.sweep_dir is None and (STARTING.job is None or leave_unstarted(STARTING.job)):
+        return INTERRUPTED_WHILE_STARTING
+    return "rlcollect train: interrupted"
 
 
 def compose_and_train() -> int:

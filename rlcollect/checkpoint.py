@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rlcollect.errors import disk_full
+
 CHECKPOINT_FILE = "checkpoint.pt"
 BEST_FILE = "best.pt"  # the policy of a run's best evaluation, with its frames and eval_return
 PREVIOUS_SUFFIX = ".prev"  # checkpoint.pt.prev: the one before, kept until a new one is written and verified
@@ -33,7 +35,9 @@ def save_checkpoint(path: str | Path, state: dict, *, keep_previous: bool = True
     """Write ``state`` to ``path`` and keep the previous checkpoint as ``path.prev`` until
     the new one is complete and verified (read back with weights_only=True): a crash or a
     Ctrl-C at any moment leaves a checkpoint that loads (the half-written file is removed).
-    ``keep_previous=False``: the previous one is replaced, atomically, without a ``.prev``."""
+    ``keep_previous=False``: the previous one is replaced, atomically, without a ``.prev``.
+    A full disk (or quota, or the file size limit) is a DiskFullError naming the folder and
+    the free bytes, not torch's "unexpected pos" RuntimeError; the previous checkpoint stays."""
     path = Path(path)
     partial = path.with_name(path.name + ".partial")
     try:
@@ -42,12 +46,29 @@ def save_checkpoint(path: str | Path, state: dict, *, keep_previous: bool = True
             file.flush()
             os.fsync(file.fileno())
         _load(partial)
-    except BaseException:
+    except BaseException as error:
+        full = disk_full(error, path, needed=state_bytes(state)) if isinstance(error, Exception) else None
         partial.unlink(missing_ok=True)
+        if full is not None:
+            raise full from error
         raise
     if keep_previous and path.exists():
         os.replace(path, previous_path(path))
     os.replace(partial, path)
+
+
+def state_bytes(state) -> int:
+    """The bytes of the tensors and arrays in ``state`` (nested dicts, lists, tuples): about
+    what writing it takes."""
+    if isinstance(state, torch.Tensor):
+        return state.numel() * state.element_size()
+    if isinstance(state, np.ndarray):
+        return state.nbytes
+    if isinstance(state, dict):
+        return sum(state_bytes(value) for value in state.values())
+    if isinstance(state, (list, tuple)):
+        return sum(state_bytes(value) for value in state)
+    return 0
 
 
 def load_checkpoint(path: str | Path) -> dict:

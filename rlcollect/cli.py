@@ -40,11 +40,20 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"rlcollect: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2
+    try:
+        return run_command(command, rest)
+    except KeyboardInterrupt:  # Ctrl-C while the command loads (its imports take seconds): one line, no traceback
+        print(f"rlcollect {command}: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+
+
+def run_command(command: str, args: list[str]) -> int:
+    """The command's function (imported only now: `rlcollect --help` loads nothing) on ``args``."""
     from importlib import import_module
 
     module, function = COMMANDS[command]
     try:
-        code = getattr(import_module(module), function)(rest)
+        code = getattr(import_module(module), function)(args)
         sys.stdout.flush()  # what is still buffered meets a closed pipe here, not at exit
     except BrokenPipeError:
         if not stdout_reader_gone():  # another pipe (a worker's, a socket): not ours to quieten

@@ -10,14 +10,15 @@ import sys
 
 def _environment(pythonpath=None, env: dict | None = None) -> dict:
     """This process's environment, W&B offline, plus ``env`` (a None value unsets that
-    variable) and ``pythonpath`` in front of PYTHONPATH. Without WANDB_SERVICE: a test that ran W&B in
-    this process leaves its service's address there, and a command given it would share that
-    service as a user's shell never does (a run killed with SIGKILL keeps its run id there:
-    its resume is refused as 'run ID ... is in use')."""
+    variable) and ``pythonpath`` put first in PYTHONPATH (before this process's own, which
+    may name the checkout under test: a folder of user modules adds to it). Without
+    WANDB_SERVICE: a test that ran W&B in this process leaves its service's address there,
+    and a command given it would share that service as a user's shell never does (a run
+    killed with SIGKILL keeps its run id there: its resume is refused as 'run ID ... is in use')."""
     environment = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "HYDRA_FULL_ERROR": "0",
                    "WANDB_SERVICE": None, **(env or {})}
-    if pythonpath is not None:  # in front of this process's own (a checkout run from PYTHONPATH keeps its code)
-        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), os.environ.get("PYTHONPATH")]))
+    if pythonpath is not None:
+        environment["PYTHONPATH"] = os.pathsep.join([str(pythonpath), *filter(None, [os.environ.get("PYTHONPATH")])])
     return {key: value for key, value in environment.items() if value is not None}
 
 

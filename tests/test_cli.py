@@ -582,14 +582,67 @@ gym.register("Interrupted-v0", entry_point=Interrupted)
 """
 
 
-def test_ctrl_c_while_starting_exits_130_with_one_line_and_records_the_run_as_interrupted(tmp_path):
+def test_ctrl_c_while_starting_exits_130_with_one_line_and_leaves_no_folder(tmp_path):
+    """The envs being made: the run folder held only what Hydra wrote, and goes with it."""
     (tmp_path / "my_interrupted_envs.py").write_text(INTERRUPTING_ENV)
     result = rlcollect(tmp_path, "train", *TINY, "hydra.run.dir=run", "logger=none",
                        "env.id=my_interrupted_envs:Interrupted-v0", "env.solved_return=null", pythonpath=tmp_path,
                        timeout=120)
     assert result.returncode == 130
     assert result.stderr.strip().splitlines() == ["rlcollect train: interrupted while starting, before the first batch"]
-    assert json.loads((tmp_path / "run" / "summary.json").read_text()) == {"status": "interrupted", "frames": 0}
+    assert not (tmp_path / "run").exists()
+
+
+CTRL_C_AT = """
+# Ctrl-C at the point ctrl_c_at.txt (in the working folder) names: an import, or the opening of a
+# file whose path ends so
+import os
+import signal
+import sys
+
+try:
+    with open("ctrl_c_at.txt") as file:
+        EVENT, NAME = file.read().split()
+except OSError:
+    EVENT = NAME = None
+SENT = []
+
+
+def ctrl_c_at(event, args):
+    if not SENT and event == EVENT and (args[0] == NAME if event == "import" else str(args[0]).endswith(NAME)):
+        SENT.append(True)
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+if EVENT:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (pytest may run with it ignored)
+    sys.addaudithook(ctrl_c_at)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_at_any_point_of_the_start_is_one_line_exit_130_and_leaves_no_folder(tmp_path):
+    """Ctrl-C in the first seconds lands in imports or in Hydra's work, before the job's own
+    handling: wherever it lands, one line, no traceback, exit 130, and the folder Hydra made
+    (if it got that far) is gone with what it wrote."""
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text(CTRL_C_AT)
+    starting = "rlcollect train: interrupted while starting, before the first batch"
+    points = {"import rlcollect.config": "rlcollect train: interrupted",  # the command's module loads
+              "import omegaconf._impl": starting,  # Hydra composes the config
+              "open .hydra/hydra.yaml": starting,  # Hydra writes the job's folder
+              "import torch": starting}  # the job loads torch
+    folders = []
+    for number, point in enumerate(points):
+        folders.append(tmp_path / str(number))
+        folders[-1].mkdir()
+        (folders[-1] / "ctrl_c_at.txt").write_text(point)
+    results = rlcollect_all(folders, [(["train", *TINY, "logger=none", "hydra.run.dir=run"], tmp_path / "hooks")]
+                            * len(points))
+    for folder, (point, line), result in zip(folders, points.items(), results):
+        assert result.returncode == 130, (point, result.stderr)
+        assert result.stderr.splitlines() == [line], point
+        assert sorted(path.name for path in folder.iterdir()) == ["ctrl_c_at.txt"], point
 
 
 CRASHING_ENV = """

@@ -61,6 +61,91 @@ def test_kill_9_then_resume_continues_frames_and_metrics_without_gap_or_duplicat
         assert from_wandb.summary[key] == from_folder.summary[key]
 
 
+@pytest.mark.timeout(300)
+def test_a_run_killed_before_its_first_periodic_checkpoint_resumes_from_its_first_batch(tmp_path):
+    """checkpoint_every_frames=20000 (the default) is far off, but the run checkpoints after
+    its first batch (and every checkpoint_every_seconds): killed a few batches in, it resumes."""
+    run_dir = tmp_path / "run"
+    process = start_rlcollect(tmp_path, "train", "total_frames=10000000", "collector.frames_per_batch=256",
+                              "env.solved_return=1000000", "eval.every_frames=1000000", "logger=none", "progress=false",
+                              "hydra.run.dir=run", stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not ((run_dir / "metrics.jsonl").exists() and len(steps(run_dir)) >= 3):  # the first checkpoint is whole
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    checkpointed = int(load_checkpoint(run_dir / CHECKPOINT_FILE)["frames"])
+    assert checkpointed < 20000 and checkpointed % 256 == 0
+    result = rlcollect(tmp_path, "train", "resume=run", f"total_frames={checkpointed + 512}", timeout=240)
+    assert result.returncode == 0, result.stderr
+    assert steps(run_dir) == list(range(256, checkpointed + 512 + 1, 256))
+
+
+def checkpoints_saved(monkeypatch) -> dict[str, list[int]]:
+    """``{run folder name: [frames of each checkpoint it wrote]}``, from now on."""
+    from rlcollect.pipeline.lifecycle import Pipeline
+
+    saved: dict[str, list[int]] = {}
+    save = Pipeline.save_checkpoint
+
+    def recorded(pipeline, seconds):
+        saved.setdefault(pipeline.run_dir.name, []).append(pipeline.collector.frames)
+        save(pipeline, seconds)
+
+    monkeypatch.setattr(Pipeline, "save_checkpoint", recorded)
+    return saved
+
+
+@pytest.mark.timeout(120)
+def test_checkpoints_come_after_the_first_batch_then_every_checkpoint_every_seconds_in_runs_and_sweep_members(
+        tmp_path, monkeypatch):
+    """checkpoint_every_seconds: the first batch's checkpoint, then one whenever that many
+    seconds passed (1e-9: every batch); null: none by time. Alike for the members of a
+    batched sweep, whose sessions are the solo run's."""
+    from hydra import compose, initialize_config_module
+
+    from rlcollect import pipeline
+    from rlcollect.config import register_configs
+    from rlcollect.sweeps.run import build_sweep
+
+    tiny = ["total_frames=1024", "collector.frames_per_batch=256", "eval.every_frames=1024", "eval.episodes=1",
+            "env.solved_return=null", "algo.epochs=1", "checkpoint_every_frames=null", "logger=none", "progress=false"]
+    register_configs()
+    with initialize_config_module("rlcollect.conf", version_base="1.3"):
+        cfgs = {folder: compose("train", overrides=[*tiny, *overrides]) for folder, overrides in {
+            "every_batch": ["checkpoint_every_seconds=1e-9"], "first_batch": ["checkpoint_every_seconds=1e9"],
+            "not_by_time": ["checkpoint_every_seconds=null"],
+            "frames_and_time": ["checkpoint_every_seconds=1e9", "checkpoint_every_frames=512"]}.items()}
+        members = [compose("train", overrides=[*tiny, f"seed={seed}", "checkpoint_every_seconds=1e-9"])
+                   for seed in (0, 1)]
+    saved = checkpoints_saved(monkeypatch)
+    for folder, cfg in cfgs.items():
+        pipeline.run(pipeline.build(cfg, tmp_path / folder))
+    names = dict(name=None, group=None, job_type=None)
+    build_sweep(members, [tmp_path / "member0", tmp_path / "member1"], [names, names]).run()
+    assert saved == {"every_batch": [256, 512, 768, 1024], "first_batch": [256, 1024], "not_by_time": [1024],
+                     "frames_and_time": [256, 512, 1024], "member0": [256, 512, 768, 1024],
+                     "member1": [256, 512, 768, 1024]}
+
+
+def test_a_resume_without_a_checkpoint_says_what_the_run_folder_holds(tmp_path):
+    from rlcollect import pipeline
+    from rlcollect.errors import ConfigError
+
+    (tmp_path / "config.yaml").write_text("seed: 0\n")
+    with pytest.raises(ConfigError) as nothing:
+        pipeline.resume(tmp_path)
+    assert str(nothing.value) == (f"resume={tmp_path}: no checkpoint.pt to continue from: the run stopped before its "
+                                  "first batch (its metrics.jsonl has no rows); train it again in a new folder")
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps({"step": step}) + "\n" for step in (256, 512)))
+    with pytest.raises(ConfigError) as rows:
+        pipeline.resume(tmp_path)
+    assert str(rows.value) == (f"resume={tmp_path}: no checkpoint.pt to continue from: the run stopped before its "
+                               "first checkpoint (its metrics.jsonl has 2 rows, to frame 512); train it again in a "
+                               "new folder")
+
+
 def test_the_parts_of_a_resumed_wandb_run_are_read_as_one_history():
     killed = [{"_step": step, "x": "killed"} for step in (256, 512, 768, 1024)]  # checkpointed at 512
     resumed = [{"_step": step, "x": "resumed"} for step in (768, 1024, 1280)]

@@ -179,6 +179,103 @@ def test_resuming_a_finished_run_needs_a_larger_total_frames_and_a_sweep_member_
     assert sorted(path.name for path in tmp_path.iterdir()) == ["sweep"]  # no stray outputs/
 
 
+@pytest.mark.timeout(300)
+def test_a_resume_drops_a_torn_last_metrics_row_and_names_a_damaged_one_without_touching_the_run(tmp_path):
+    """A last metrics.jsonl row cut short (a kill or a full disk while it was written) is
+    dropped as the rows past the checkpoint are, and the run goes on: every row whole, each
+    frame once. A damaged row before the last is one line naming the file and the line,
+    exit 2, and the run's files stay byte-identical."""
+    first = cli(tmp_path, "train", *TINY, "env.solved_return=null", "logger=none", "hydra.run.dir=torn")
+    assert first.returncode == 0, first.stderr
+    shutil.copytree(tmp_path / "torn", tmp_path / "damaged")
+    with open(tmp_path / "torn" / "metrics.jsonl", "a") as metrics:
+        metrics.write('{"step": 640, "frames": 640, "ti')  # killed while writing the row after the checkpoint
+    rows = (tmp_path / "damaged" / "metrics.jsonl").read_text().splitlines()
+    assert rows[1].startswith('{"step": 256, "frames": 256,')
+    (tmp_path / "damaged" / "metrics.jsonl").write_text("\n".join([rows[0], rows[1][:25], *rows[2:]]) + "\n")
+    damaged = hashes(tmp_path / "damaged")
+    torn, refused = cli_all(tmp_path, [["train", "resume=torn", "total_frames=768"],
+                                       ["train", "resume=damaged", "total_frames=768"]])
+    assert torn.returncode == 0, torn.stderr
+    assert [row["step"] for row in read_jsonl(tmp_path / "torn" / "metrics.jsonl")] == [128, 256, 384, 512, 640, 768]
+    assert json.loads((tmp_path / "torn" / "summary.json").read_text())["frames"] == 768
+    assert not (tmp_path / "torn" / "error.log").exists()
+    assert refused.returncode == 2
+    assert refused.stderr.splitlines() == [
+        "rlcollect train: invalid configuration: resume=damaged: damaged/metrics.jsonl line 2 is not a whole JSON row "
+        "(Expecting ',' delimiter: line 1 column 26 (char 25)): repair or remove that line to resume the run"]
+    assert hashes(tmp_path / "damaged") == damaged
+
+
+DISK_FILLS_UP = """
+import resource, sys
+
+WRITES = []
+
+
+def disk_fills_up(event, args):
+    # the second checkpoint write meets the limit (`ulimit -f`, as a disk filling up would: no root needed)
+    if event == "open" and str(args[0]).endswith("checkpoint.pt.partial") and "w" in str(args[1]):
+        WRITES.append(args[0])
+        if len(WRITES) == 2:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+sys.addaudithook(disk_fills_up)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_checkpoint_the_disk_cannot_take_is_one_line_and_the_run_resumes_from_the_last_complete_one(tmp_path):
+    """The second checkpoint (a 139 kB file) cannot be written: one line naming the cause and
+    the folder, exit 1, status failed; the first checkpoint stays, and the run resumes from it."""
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text(DISK_FILLS_UP)
+    result = cli(tmp_path, "train", *TINY, "checkpoint_every_frames=128", "env.solved_return=null", "logger=none",
+                 "hydra.run.dir=run", pythonpath=tmp_path / "hooks")
+    run = tmp_path / "run"
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"rlcollect train: the run failed: File too large: checkpoint.pt in {run} could not be written (the file size "
+        "limit, `ulimit -f`, is 100000 bytes); its last complete checkpoint (frame 128) stays: raise the file size "
+        "limit, then continue with `rlcollect train resume=run`"]
+    summary = json.loads((run / "summary.json").read_text())
+    assert (summary["status"], summary["frames"], summary["checkpoint_frames"]) == ("failed", 256, 128)
+    assert summary["error"].startswith("DiskFullError: File too large: checkpoint.pt in ")
+    assert int(load_checkpoint(run / "checkpoint.pt")["frames"]) == 128
+    assert not (run / "checkpoint.pt.partial").exists() and not (run / "error.log").exists()
+    resumed = cli(tmp_path, "train", "resume=run")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [row["step"] for row in read_jsonl(run / "metrics.jsonl")] == [128, 256, 384, 512]
+
+
+# ---------------------------------------------------------------------------- a run folder holds one run
+@pytest.mark.timeout(300)
+def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):
+    """The same command twice (README's examples write to fixed folders): the second is one
+    line naming resume= and how to pick another folder, exit 2, before Hydra writes anything:
+    every file, .hydra/ and the job log included, byte-identical. An empty folder is fine."""
+    (tmp_path / "empty").mkdir()
+    run = ["train", *TINY, "logger=none", "hydra.run.dir=runs/run"]
+    sweep = ["train", "--multirun", "seed=0,1", *TINY, "total_frames=128", "logger=none", "hydra.sweep.dir=runs/sweep"]
+    results = cli_all(tmp_path, [run, sweep, ["train", *TINY, "logger=none", "hydra.run.dir=empty"]])
+    assert [result.returncode for result in results] == [0, 0, 0], [result.stderr for result in results]
+    before = hashes(tmp_path)
+    assert {"runs/run/train.log", "runs/run/.hydra/config.yaml", "runs/run/checkpoint.pt"} <= set(before)
+    again_run, again_sweep = cli_all(tmp_path, [run, sweep])
+    assert again_run.returncode == again_sweep.returncode == 2
+    assert again_run.stderr.splitlines() == [
+        "rlcollect train: invalid configuration: hydra.run.dir=runs/run holds a run already (config.yaml, "
+        "metrics.jsonl, summary.json, checkpoint.pt, checkpoint.pt.prev, best.pt, .hydra): continue it with "
+        "`rlcollect train resume=runs/run`, or train a new run in another folder (hydra.run.dir=<new folder>)"]
+    assert again_sweep.stderr.splitlines() == [
+        "rlcollect train: invalid configuration: hydra.sweep.dir=runs/sweep holds the runs of an earlier sweep (2 run "
+        "folders): continue one with `rlcollect train resume=runs/sweep/<its folder>`, or sweep into another folder "
+        "(hydra.sweep.dir=<new folder>)"]
+    assert hashes(tmp_path) == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["empty", "runs"]
+
+
 # ---------------------------------------------------------------------------- errors said as whose they are
 @pytest.mark.timeout(300)
 def test_an_error_while_building_is_reported_as_what_it_is_with_its_traceback_kept(tmp_path, user_envs):

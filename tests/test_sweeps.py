@@ -563,6 +563,47 @@ def test_ctrl_c_stops_every_member_after_the_batch_and_each_resumes_alone(tmp_pa
     assert steps == list(range(128, frames + 256 + 1, 128))
 
 
+def processes_in_group(group: int) -> list[int]:
+    """The live processes (zombies left out) of process group ``group``, read from /proc."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:  # ended meanwhile
+            continue
+        state, _, process_group = stat.rsplit(")", 1)[1].split()[:3]
+        if int(process_group) == group and state != "Z":
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.timeout(300)
+def test_no_process_of_a_batched_sweep_outlives_its_launcher_killed_with_sigkill(tmp_path):
+    """kill -9 of the command while two shares train (the second in a forked process, each
+    with envs in processes of their own: env.backend=async): the forked share ends with it,
+    and so do the envs' processes."""
+    process = start_rlcollect(tmp_path, "train", "--multirun", "seed=0,1", "hydra/launcher=batched",
+                              "hydra.launcher.processes=2", "env.backend=async", "env.num_envs=2", "eval.episodes=2",
+                              "logger=none", "progress=false", "total_frames=10000000", "env.solved_return=100000",
+                              "collector.frames_per_batch=64", "algo.minibatch_size=64", "hydra.sweep.dir=sw",
+                              start_new_session=True)
+    deadline = time.monotonic() + 120
+    while len(list((tmp_path / "sw").glob("*/metrics.jsonl"))) < 2 or not all(
+            path.read_text().count("\n") >= 1 for path in (tmp_path / "sw").glob("*/metrics.jsonl")):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.1)
+    assert len(processes_in_group(process.pid)) > 2  # the command, the second share, the envs' processes
+    process.kill()
+    process.wait()
+    deadline = time.monotonic() + 60
+    while processes_in_group(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = processes_in_group(process.pid)
+    for pid in left:  # not to leave them to the next test
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "processes of the sweep outlived it"
+
+
 # ---------------------------------------------------------------------------- a member's failure
 @pytest.mark.timeout(300)
 def test_a_diverged_member_fails_alone_and_the_others_train_as_before(tmp_path):

@@ -18,8 +18,8 @@ __all__ = ["DEFAULT_LABEL", "Group", "NOT_RESULT_KEYS", "SEED_KEY", "UNSET_VALUE
 SEED_KEY = "seed"
 # keys that change how a run is run or recorded, never its result: left out of group labels
 # (unless --group-by names them); a key names itself and everything under it
-NOT_RESULT_KEYS = ("progress", "logger", "checkpoint_every_frames", "torch_threads", "resume", "objective",
-                   "eval.video", "collector.batch_timeout", "collector.shutdown_timeout",
+NOT_RESULT_KEYS = ("progress", "logger", "checkpoint_every_frames", "checkpoint_every_seconds", "torch_threads",
+                   "resume", "objective", "eval.video", "collector.batch_timeout", "collector.shutdown_timeout",
                    "collector.worker_cpu_affinity", "collector.worker_torch_threads", "collector.start_method")
 DEFAULT_LABEL = "default"
 UNSET_VALUE = "-"  # a key a run neither sets nor holds in its config

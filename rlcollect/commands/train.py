@@ -7,7 +7,14 @@ How a job ends, and what it leaves (docs/errors.md):
     an error while building the run  "error while building the run: <Type>: <message>", the
                                      traceback in <run>/error.log, exit 1
     a failure while training         one short block, the traceback in <run>/error.log, exit 1
-    Ctrl-C / SIGTERM                 stops after the batch, checkpoints, exit 130 / 143
+    a full disk                      one line naming the disk, the folder and the free bytes, exit 1;
+                                     the last complete checkpoint stays, to resume from
+    Ctrl-C / SIGTERM                 stops after the batch, checkpoints, exit 130 / 143; Ctrl-C
+                                     before the first batch is one line, exit 130, and a single
+                                     run's folder is removed (it held only what Hydra wrote)
+
+A folder that holds a run already is never trained into again (``RunFolders``, a Hydra
+callback, refuses it before Hydra writes anything): `resume=<folder>` continues that run.
 
 In a sweep no job stops the others: each failed or refused job is listed at the end with
 its overrides (``SweepReport``, a Hydra callback), and the command exits 1.
@@ -16,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import errno
 import json
 import logging
 import math
@@ -41,11 +49,11 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.config import check_ranges, register_configs
-from rlcollect.errors import ConfigError, MissingDependencyError, one_line
+from rlcollect.errors import ConfigError, DiskFullError, MissingDependencyError, causes, one_line
+from rlcollect.logging.runs import SUMMARY_FILE, run_files
 
 register_configs()
 ERROR_LOG = "error.log"
-SUMMARY_FILE = "summary.json"  # the run record's name (logging/runs.py), here without importing torch
 FAILED = None  # what a sweep job that failed or was refused returns (Optuna records a failed trial, goes on)
 log = logging.getLogger(__name__)
 
@@ -94,15 +102,20 @@ class Job:
     def current(cls, cfg: DictConfig) -> "Job":
         hydra_cfg = HydraConfig.get()
         run_dir = Path(cfg.resume) if cfg.resume else Path(hydra_cfg.runtime.output_dir)
-        hydra_files = [run_dir / f"{hydra_cfg.job.name}.log"]
-        if hydra_cfg.output_subdir is not None:
-            hydra_files.append(run_dir / hydra_cfg.output_subdir)
-        return cls(run_dir, hydra_cfg.mode.name == "MULTIRUN", list(hydra_cfg.overrides.task), hydra_files,
-                   cfg.resume)
+        return cls(run_dir, hydra_cfg.mode.name == "MULTIRUN", list(hydra_cfg.overrides.task),
+                   hydra_files(hydra_cfg, run_dir), cfg.resume)
 
     @property
     def label(self) -> str:
         return ",".join(self.overrides) or "(no overrides)"
+
+
+def hydra_files(hydra_cfg: DictConfig, run_dir: Path) -> list[Path]:
+    """What Hydra writes into a job's folder before the job starts: its job log and .hydra/."""
+    files = [run_dir / f"{hydra_cfg.job.name}.log"]
+    if hydra_cfg.output_subdir is not None:
+        files.append(run_dir / hydra_cfg.output_subdir)
+    return files
 
 
 def train(cfg: DictConfig) -> float | None:
@@ -110,31 +123,16 @@ def train(cfg: DictConfig) -> float | None:
     Returns the run's ``objective`` (what a tuning sweep optimises); None for a job of a
     sweep that failed or was refused, or a run without that value (a failed trial)."""
     job = Job.current(cfg)
-    hydra_cfg = HydraConfig.get()
-    if not job.resume:
-        try:
-            check_ranges(cfg)  # a value out of its range is said before torch loads (seconds sooner)
-        except ConfigError as error:
-            return refused(job, error)
-    from rlcollect import pipeline
-
     try:
-        if job.resume:
-            built = pipeline.resume(job.resume, overrides=resume_overrides(hydra_cfg.overrides.task, cfg))
-            keep_log_in(job.run_dir, hydra_cfg.job.name)
-        else:
-            built = pipeline.build(cfg, job.run_dir, name=hydra_cfg.job.override_dirname or None,
-                                   group=sweep_group(hydra_cfg) if job.multirun else None,
-                                   job_type=pipeline.collector_name(cfg))
+        built = build_job(cfg, job)
     except ConfigError as error:
         return refused(job, error)
-    except KeyboardInterrupt:  # Ctrl-C while the envs, workers or logger start: one line, no traceback
-        if not job.resume:  # a resumed run's record is its earlier part's: keep it
-            (job.run_dir / SUMMARY_FILE).write_text(json.dumps({"status": "interrupted", "frames": 0}))
-        print("rlcollect train: interrupted while starting, before the first batch", file=sys.stderr)
-        raise SystemExit(128 + signal.SIGINT) from None
+    except KeyboardInterrupt:  # Ctrl-C while torch loads or the envs, workers or logger start: one line
+        interrupted_while_starting(job)
     except Exception as error:  # our bug, or one in user code the run calls (an env constructor ...)
         return failed_to_build(job, error)
+    from rlcollect import pipeline
+
     with stop_on_signals() as stop:
         try:
             summary = pipeline.run(built, stop=stop)
@@ -142,7 +140,7 @@ def train(cfg: DictConfig) -> float | None:
             print(interrupted_line(job, built.collector.frames, built.checkpoint_frames), file=sys.stderr)
             raise SystemExit(128 + stop.signal_number) from None
         except Exception as error:  # a worker, env or policy failed: one short block, the traceback in a file
-            run_failed(job, error, traceback.format_exc())
+            run_failed(job, error, traceback.format_exc(), built.checkpoint_frames)
             if job.multirun:
                 return FAILED
             raise SystemExit(1) from None
@@ -153,12 +151,91 @@ def train(cfg: DictConfig) -> float | None:
     return objective_value(cfg, summary, job.run_dir)
 
 
-def run_failed(job: Job, error: BaseException, trace: str) -> None:
-    """A run that failed while training: one short block, the traceback in its error.log."""
+def build_job(cfg: DictConfig, job: Job):
+    """The job's pipeline: built from ``cfg``, or, for ``resume=<run>``, that run's resumed;
+    nothing written to the job's folder yet (Pipeline.open does, as the run starts)."""
+    hydra_cfg = HydraConfig.get()
+    if not job.resume:
+        check_ranges(cfg)  # a value out of its range is said before torch loads (seconds sooner)
+    with ctrl_c_held():
+        from rlcollect import pipeline  # torch, its first import
+    if job.resume:
+        built = pipeline.resume(job.resume, overrides=resume_overrides(hydra_cfg.overrides.task, cfg))
+        keep_log_in(job.run_dir, hydra_cfg.job.name)
+        return built
+    return pipeline.build(cfg, job.run_dir, name=hydra_cfg.job.override_dirname or None,
+                          group=sweep_group(hydra_cfg) if job.multirun else None, job_type=pipeline.collector_name(cfg))
+
+
+@contextlib.contextmanager
+def ctrl_c_held():
+    """Ctrl-C (Python's own handler) held while the block runs, then raised as KeyboardInterrupt:
+    importing torch runs Python code from its C++ code, where a KeyboardInterrupt aborts the
+    process (std::terminate) or marks it to die by SIGINT at its exit whatever it then does."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    received = []
+    signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if received:
+        raise KeyboardInterrupt
+
+
+INTERRUPTED_WHILE_STARTING = "rlcollect train: interrupted while starting, before the first batch"
+
+
+def interrupted_while_starting(*jobs: Job) -> None:
+    """Ctrl-C before the first batch: each job's folder left as ``leave_unstarted`` says,
+    one line, exit 130 (no traceback)."""
+    for job in jobs:
+        leave_unstarted(job)
+    print(INTERRUPTED_WHILE_STARTING, file=sys.stderr)
+    raise SystemExit(128 + signal.SIGINT) from None
+
+
+def leave_unstarted(job: Job) -> bool:
+    """The folder of a job stopped before its first batch: a resumed run's as it was; a sweep
+    job's with summary.json ``{"status": "interrupted", "frames": 0}`` (the sweep's record of
+    it); a single run's, which then holds only what Hydra wrote, removed with it (as a
+    refused run's is). True when the job's folder was left so; False when it holds a run's
+    files besides Hydra's (Ctrl-C landed after the job): then it is not touched."""
+    if job.resume or set(run_files(job.run_dir)) - {path.name for path in job.hydra_files}:
+        return False
+    if job.multirun:
+        (job.run_dir / SUMMARY_FILE).write_text(json.dumps({"status": "interrupted", "frames": 0}))
+        return True
+    remove_hydra_files(job)
+    remove_if_empty(job.run_dir)
+    return True
+
+
+def run_failed(job: Job, error: BaseException, trace: str, checkpoint_frames: int | None = None) -> None:
+    """A run that failed while training: one short block, the traceback in its error.log;
+    a full disk (``checkpoint_frames``: the run's last complete checkpoint) is one line."""
+    full = next((link for link in causes(error) if isinstance(link, DiskFullError)), None)
+    if full is not None:
+        print(disk_full_line(job, full, checkpoint_frames), file=sys.stderr)
+        return
     log_file = job.run_dir / ERROR_LOG
     log_file.write_text(trace)
     print(f"rlcollect train: the run failed: {one_line(error)}\n"
           f"  full traceback: {log_file}\n  run status: failed (summary.json)", file=sys.stderr)
+
+
+def disk_full_line(job: Job, error: DiskFullError, checkpoint_frames: int | None) -> str:
+    """What a run stopped by a full disk says (its traceback would only repeat it, and the disk
+    may not take an error.log): the disk, the folder, the free bytes, and how to go on."""
+    remedy = "raise the file size limit" if error.errno == errno.EFBIG else "free some space"
+    if checkpoint_frames is None:
+        then = f"it has no complete checkpoint to continue from: {remedy} and train it again in a new folder"
+    else:
+        then = (f"its last complete checkpoint (frame {checkpoint_frames}) stays: {remedy}, then continue with "
+                f"`rlcollect train resume={job.resume or job_dir_label(job)}`")
+    return f"rlcollect train: the run failed: {error}; {then}"
 
 
 def finished_lines(job: Job, summary: dict) -> str:
@@ -202,10 +279,7 @@ def train_members(members: list[tuple[DictConfig, Job, dict]], share: int = 0) -
             refused(job, error)
         return values
     except KeyboardInterrupt:
-        for job in jobs:
-            (job.run_dir / SUMMARY_FILE).write_text(json.dumps({"status": "interrupted", "frames": 0}))
-        print("rlcollect train: interrupted while starting, before the first batch", file=sys.stderr)
-        raise SystemExit(128 + signal.SIGINT) from None
+        interrupted_while_starting(*jobs)
     except Exception as error:
         for job in jobs:
             failed_to_build(job, error)
@@ -225,7 +299,7 @@ def train_members(members: list[tuple[DictConfig, Job, dict]], share: int = 0) -
         summary = sweep.pipelines[member].progress.summary
         if member in sweep.errors:
             error, trace = sweep.errors[member]
-            run_failed(job, error, trace)
+            run_failed(job, error, trace, sweep.pipelines[member].checkpoint_frames)
         elif summary["status"] == "interrupted":
             interrupted = True
             print(interrupted_line(job, summary["frames"], summary.get("checkpoint_frames")), file=sys.stderr)
@@ -394,6 +468,66 @@ def in_resumed_run_folder(args: list[str]) -> list[str]:
     return [*args, f"hydra.run.dir={quoted(folder)}", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
 
 
+# ---------------------------------------------------------------------------- run folders
+class RefusedBeforeStart(BaseException):
+    """A ConfigError found by a Hydra callback (``RunFolders``) before any job starts, carried
+    out of Hydra as a BaseException (Hydra turns an Exception raised in a callback into a
+    warning and goes on); ``run_train`` says it in one line, exit 2."""
+
+    def __init__(self, error: ConfigError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@dataclass
+class Starting:
+    """What ``RunFolders`` let start, for a Ctrl-C that lands before a job takes it over
+    (``run_train``): the single run whose folder it found free, before Hydra wrote into it,
+    or the sweep (its folder)."""
+
+    job: Job | None = None
+    sweep_dir: Path | None = None
+
+
+STARTING = Starting()
+
+
+class RunFolders(Callback):
+    """A Hydra callback (conf/train.yaml): a run is never trained into a folder that holds one
+    (any of ``logging.runs.RUN_FILES``), nor a sweep into a folder that holds an earlier
+    sweep's runs. Checked before Hydra writes anything (a job's .hydra/ and job log are
+    written before the task function runs), so a refused command leaves every file as it
+    was; an absent or empty folder is fine, and ``resume=<run>`` continues its run in place."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        if config.get("resume"):  # continues its run in its own folder (in_resumed_run_folder)
+            return
+        folder = Path(config.hydra.run.dir)
+        refuse_a_run_in(folder, "hydra.run.dir", "train a new run in")
+        STARTING.job = Job(folder, False, list(config.hydra.overrides.task), hydra_files(config.hydra, folder))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        folder = Path(config.hydra.sweep.dir)
+        refuse_a_run_in(folder, "hydra.sweep.dir", "sweep into")
+        jobs = sorted(job for job in folder.iterdir() if job.is_dir() and run_files(job)) if folder.is_dir() else []
+        if jobs:
+            raise RefusedBeforeStart(ConfigError(
+                f"hydra.sweep.dir={folder} holds the runs of an earlier sweep ({len(jobs)} run folder"
+                f"{'s' if len(jobs) > 1 else ''}): continue one with `rlcollect train resume={folder}/<its folder>`, "
+                f"or sweep into another folder (hydra.sweep.dir=<new folder>)"))
+        STARTING.sweep_dir = folder
+
+
+def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
+    """RefusedBeforeStart when ``folder`` (the value of ``key``) holds a run's files; ``what``:
+    what the command does there ("train a new run in", "sweep into")."""
+    held = run_files(folder)
+    if held:
+        raise RefusedBeforeStart(ConfigError(
+            f"{key}={folder} holds a run already ({', '.join(held)}): continue it with `rlcollect train "
+            f"resume={folder}`, or {what} another folder ({key}=<new folder>)"))
+
+
 # ---------------------------------------------------------------------------- sweeps
 @dataclass
 class SweepOutcome:
@@ -459,13 +593,39 @@ FULL_ERROR: dict[str, bool] = {}  # whether the user asked for full tracebacks (
 
 
 def run_train(args: list[str]) -> int:
-    """``rlcollect train``: Hydra composes the config and runs :func:`train`. An override
-    Hydra cannot apply (an unknown key, a value of the wrong type, a missing option, bad
-    syntax) is told in one line, exit 2, unless HYDRA_FULL_ERROR=1 asks for Hydra's own report."""
+    """``rlcollect train``: Hydra composes the config and runs :func:`train`. A folder that
+    holds a run already (``RunFolders``) and an override Hydra cannot apply (an unknown key,
+    a value of the wrong type, a missing option, bad syntax) are told in one line, exit 2,
+    the latter unless HYDRA_FULL_ERROR=1 asks for Hydra's own report. Ctrl-C before the job
+    takes it over (Hydra composing, or writing the job's folder) is one line, exit 130, and
+    what Hydra wrote of a single run's folder is removed."""
     sys.argv = ["rlcollect train", *in_resumed_run_folder(args)]
+    SWEEP.jobs, SWEEP.not_finished = 0, []
+    STARTING.job, STARTING.sweep_dir = None, None
+    try:
+        return compose_and_train()
+    except RefusedBeforeStart as refusal:
+        print(f"rlcollect train: invalid configuration: {refusal.error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(interrupted_outside_a_job(), file=sys.stderr)
+        return 128 + signal.SIGINT
+
+
+def interrupted_outside_a_job() -> str:
+    """The line for a Ctrl-C that landed in Hydra's own work, not in a job's: while composing
+    the config or writing a single run's folder (what Hydra wrote is removed: ``leave_unstarted``),
+    the start's; between the jobs of a sweep, or after a run, a plain one (every job folder
+    keeps what its job wrote)."""
+    if STARTING.sweep_dir is None and (STARTING.job is None or leave_unstarted(STARTING.job)):
+        return INTERRUPTED_WHILE_STARTING
+    return "rlcollect train: interrupted"
+
+
+def compose_and_train() -> int:
+    """:func:`train` through Hydra, with Hydra's errors as one line (``run_train``)."""
     previous = os.environ.get("HYDRA_FULL_ERROR")
     FULL_ERROR["asked"] = previous == "1"
-    SWEEP.jobs, SWEEP.not_finished = 0, []
     # decorated here, not where train is defined: hydra.main sets Hydra's version base for the whole
     # process, and a module that only imports this one (hydra/launcher=batched in another Hydra app)
     # must leave that app's own base, and so its jobs' working dirs, as they were

@@ -568,8 +568,10 @@ class TrainConfig:
     device: str = "cpu"  # training device; also the collector's default device
     torch_threads: int = ranged(1, ">= 1")  # small MLPs run fastest on one thread; more threads only add overhead
     progress: bool = True
-    # checkpoint.pt in the run folder every this many frames (None: only the final one)
+    # checkpoint.pt in the run folder every this many frames (None: no periodic one; the final one is always written)
     checkpoint_every_frames: Optional[int] = ranged(20_000, ">= 1")
+    # and after the run's first batch, then whenever this many seconds passed since the last one (None: not by time)
+    checkpoint_every_seconds: Optional[float] = ranged(60.0, "> 0")
     resume: Optional[str] = None  # a run folder: `rlcollect train resume=<folder>` continues it
     # what `train` returns (a tuning sweep's objective, docs/tuning.md): final_eval_return | best_eval_return |
     # eval_auc (mean eval return over the run's frames) | frames_to_solve (to minimise)

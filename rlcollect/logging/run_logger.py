@@ -20,6 +20,8 @@ from typing import Any, Sequence
 from tensordict import TensorDictBase
 
 from rlcollect.choices import WANDB_MODES
+from rlcollect.errors import disk_full
+from rlcollect.logging.runs import json_lines
 from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo
 
 METRICS_FILE = "metrics.jsonl"
@@ -27,11 +29,13 @@ METRICS_FILE = "metrics.jsonl"
 
 def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
     """Drop the metrics.jsonl rows past ``last_step`` (a run resumed from a checkpoint at
-    that frame count writes them again); atomic."""
+    that frame count writes them again), and a last row cut short (a crash or a full disk
+    while it was written); atomic. A damaged row before the last is a DamagedRowError
+    naming the file and the line, and the file stays as it was."""
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
         return
-    kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= last_step]
+    kept = [line for line, row in json_lines(path) if row["step"] <= last_step]
     partial = path.with_name(path.name + ".partial")
     partial.write_text("".join(line + "\n" for line in kept))
     os.replace(partial, path)
@@ -149,8 +153,14 @@ class RunLogger:
 
     def _write(self, row: dict[str, Any]) -> None:
         self.open()
-        self._file.write(json.dumps(row) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(row) + "\n")
+            self._file.flush()
+        except OSError as error:  # a full disk: said as such (DiskFullError), naming the file's folder
+            full = disk_full(error, self.run_dir / METRICS_FILE)
+            if full is None:
+                raise
+            raise full from error
 
     def close(self, exit_code: int = 0) -> None:
         """Flush and close; idempotent. ``exit_code``: how the run ended (0: finished;

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["CompareError", "RunRecord", "find_run_dirs", "for_env_id", "hydra_choices", "load_run_dir", "load_runs",
-           "solved_return_of", "solved_threshold", "split_events", "summarize_history", "summary_error",
-           "summary_status", "wall_clock"]
+__all__ = ["CompareError", "DamagedRowError", "RUN_FILES", "RunRecord", "find_run_dirs", "for_env_id",
+           "hydra_choices", "json_lines", "load_run_dir", "load_runs", "run_files", "solved_return_of",
+           "solved_threshold", "split_events", "summarize_history", "summary_error", "summary_status", "wall_clock"]
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
@@ -33,10 +33,25 @@ HYDRA_CONFIG_FILE = Path(".hydra") / "config.yaml"  # the composed config, writt
 SUMMARY_FILE = "summary.json"
 EVAL_RETURN = "eval/episode_return"
 _SKIPPED_DIRS = {".hydra", "wandb", "__pycache__"}
+# what makes a folder a run's: `rlcollect train` writes a new run only into a folder holding none of
+# them (the checkpoints are rlcollect.checkpoint's CHECKPOINT_FILE, its previous one, and BEST_FILE)
+RUN_FILES = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, "checkpoint.pt", "checkpoint.pt.prev", "best.pt", ".hydra")
 
 
 class CompareError(ValueError):
     """A comparison cannot be made (no runs, unknown metric, ...); the message says why."""
+
+
+class DamagedRowError(ValueError):
+    """A line of a JSON-lines file, other than its last, that is not a whole JSON object: the
+    file is damaged (a last line cut short is what a crash or a full disk leaves, and is
+    left out instead); the message names the file and the line."""
+
+
+def run_files(folder: str | os.PathLike[str]) -> list[str]:
+    """The RUN_FILES that ``folder`` holds: none for a folder that holds no run (or does not exist)."""
+    folder = Path(folder)
+    return [name for name in RUN_FILES if (folder / name).exists()]
 
 
 @dataclass
@@ -236,16 +251,31 @@ def solved_return_of(config: dict[str, Any]) -> float | None:
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     """The JSON objects of a JSON-lines file (a truncated last line is ignored)."""
+    try:
+        return [row for _, row in json_lines(path)]
+    except DamagedRowError as error:
+        raise CompareError(str(error)) from None
+
+
+def json_lines(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """``(line, row)`` for each row of the JSON-lines file ``path`` (metrics.jsonl), blank
+    lines skipped. A last line that does not parse was cut short while it was written (a
+    crash, a kill, a full disk) and is left out; any other line that is not a JSON object is a
+    DamagedRowError naming the file and the line."""
     lines = path.read_text(encoding="utf-8").splitlines()
     rows = []
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError as error:
-            if number < len(lines):
-                raise CompareError(f"{path}:{number}: not JSON: {error}") from None
+            if number == len(lines):
+                break
+            raise DamagedRowError(f"{path} line {number} is not a whole JSON row ({error})") from None
+        if not isinstance(row, dict):
+            raise DamagedRowError(f"{path} line {number} is not a JSON object ({line[:40]!r})")
+        rows.append((line, row))
     return rows
 
 

@@ -31,8 +31,8 @@ from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.config import eval_every_frames
 from rlcollect.errors import ConfigError
-from rlcollect.logging.run_logger import RunLogger, truncate_metrics
-from rlcollect.logging.runs import SUMMARY_FILE, solved_threshold
+from rlcollect.logging.run_logger import METRICS_FILE, RunLogger, truncate_metrics
+from rlcollect.logging.runs import SUMMARY_FILE, DamagedRowError, json_lines, solved_threshold
 from rlcollect.pipeline.builders import (
     algo_collection,
     discount,
@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 CONFIG_FILE = "config.yaml"
 # What a resumed run may change (`rlcollect train resume=<run> total_frames=N`): everything
 # else was built into its checkpoint (weights, buffers, collector state, seeds).
-RESUME_OVERRIDES = ("total_frames", "checkpoint_every_frames", "progress", "torch_threads")
+RESUME_OVERRIDES = ("total_frames", "checkpoint_every_frames", "checkpoint_every_seconds", "progress", "torch_threads")
 ENDED_STATUSES = ("finished", "solved")  # a resume extends these only with a larger total_frames
 
 
@@ -219,8 +219,10 @@ def resume(run_dir: str | Path, overrides: dict | None = None, **build_kwargs) -
     overrides = dict(overrides or {})
     if not (run_dir / CONFIG_FILE).is_file():
         raise ConfigError(f"resume={run_dir}: not a run folder (no {CONFIG_FILE})")
+    rows = metric_rows(run_dir)
     if not (run_dir / CHECKPOINT_FILE).is_file() and not (run_dir / (CHECKPOINT_FILE + ".prev")).is_file():
-        raise ConfigError(f"resume={run_dir}: no {CHECKPOINT_FILE} (the run stopped before its first batch)")
+        raise ConfigError(f"resume={run_dir}: no {CHECKPOINT_FILE} to continue from: {stopped_before(rows)}; "
+                          "train it again in a new folder")
     refused = [key for key in overrides if key not in RESUME_OVERRIDES]
     if refused:
         raise ConfigError(f"resume={run_dir}: {', '.join(refused)} cannot change on resume (the run's config is "
@@ -250,6 +252,28 @@ def resume(run_dir: str | Path, overrides: dict | None = None, **build_kwargs) -
     pipeline = build(cfg, run_dir, checkpoint=checkpoint, **build_kwargs)
     log.info("resuming %s at frame %d", run_dir, frames)
     return pipeline
+
+
+def metric_rows(run_dir: Path) -> list[dict]:
+    """The rows of the run's metrics.jsonl that a resume keeps (a last row cut short by a
+    crash is left out: ``truncate_metrics`` drops it); a damaged row before the last is a
+    ConfigError naming the file and the line, found before any file changes."""
+    path = run_dir / METRICS_FILE
+    try:
+        return [row for _, row in json_lines(path)] if path.is_file() else []
+    except DamagedRowError as error:
+        raise ConfigError(f"resume={run_dir}: {error}: repair or remove that line to resume the run") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"resume={run_dir}: cannot read its {METRICS_FILE} ({error})") from None
+
+
+def stopped_before(rows: list[dict]) -> str:
+    """Where a run without a checkpoint stopped, as its metric rows (``metric_rows``) tell."""
+    batches = [row for row in rows if "event" not in row]
+    if not batches:
+        return f"the run stopped before its first batch (its {METRICS_FILE} has no rows)"
+    return (f"the run stopped before its first checkpoint (its {METRICS_FILE} has {len(batches)} "
+            f"row{'s' if len(batches) > 1 else ''}, to frame {batches[-1]['step']})")
 
 
 def run_status(run_dir: Path) -> str | None:

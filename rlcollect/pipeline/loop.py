@@ -16,7 +16,7 @@ from rlcollect.buffers.rollout import ROLLOUT_DIM, RolloutBuffer, transition_vie
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.config import eval_every_frames
-from rlcollect.errors import one_line
+from rlcollect.errors import DiskFullError, one_line
 from rlcollect.logging.runs import SUMMARY_FILE
 
 if TYPE_CHECKING:
@@ -33,8 +33,16 @@ def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
         if in_place_rollouts(p):
             yield from rollouts(p)
             return
+        writes_replay = p.collector.replay_buffer is not None
+        frames = p.collector.frames
         for batch in p.collector:
-            yield batch, p.collector.frames
+            if writes_replay:
+                yield from caught_up(frames, p.collector.frames - p.collector.frames_per_batch,
+                                     p.collector.frames_per_batch)
+            frames = p.collector.frames
+            yield batch, frames
+        if writes_replay:
+            yield from caught_up(frames, p.collector.frames, p.collector.frames_per_batch)
         return
     replay_buffer = p.learner.replay_buffer
     p.collector.start()
@@ -49,6 +57,17 @@ def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
             return
         else:
             time.sleep(0.001)
+
+
+def caught_up(frames: int, collected: int, frames_per_batch: int) -> Iterator[tuple[None, int]]:
+    """``(None, frames)`` for each batch's worth of frames from ``frames`` to ``collected`` that
+    a collector writing into the replay buffer counted without yielding a batch for them: the
+    batches in flight that a checkpoint waited for (MultiAsyncCollector.state_dict), which
+    its workers wrote. One learn() per batch's worth, as in the background, so that no
+    batch's update, nor the run's final evaluation, is skipped."""
+    while frames < collected:
+        frames = min(frames + frames_per_batch, collected)
+        yield None, frames
 
 
 def in_place_rollouts(p: Pipeline) -> bool:
@@ -74,8 +93,9 @@ def rollouts(p: Pipeline) -> Iterator[tuple[TensorDictBase, int]]:
 
 def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
     """Collect, update, evaluate every ``eval.every_frames``, checkpoint every
-    ``checkpoint_every_frames``; stop at ``env.solved_return`` (deterministic evaluation
-    mean) or at ``total_frames``. Returns the run summary, also written to summary.json."""
+    ``checkpoint_every_frames`` and by time (``Session.checkpoint_due``); stop at
+    ``env.solved_return`` (deterministic evaluation mean) or at ``total_frames``. Returns
+    the run summary, also written to summary.json."""
     session = Session(pipeline, stop)
     try:
         session.open()
@@ -108,6 +128,7 @@ class Session:
         self.bar = tqdm(total=pipeline.cfg.total_frames, initial=pipeline.collector.frames, unit="frame",
                         disable=not (bar and pipeline.cfg.progress), dynamic_ncols=True)
         self.phases = phases or Phases(start_frames=pipeline.collector.frames, concurrent=pipeline.background)
+        self.checkpointed_at = self.start  # when the last checkpoint was written (for a resumed run: its start)
         self.closed = False
 
     def seconds(self) -> float:
@@ -117,7 +138,7 @@ class Session:
         """The run folder's files and the W&B run: the clock starts after them."""
         p = self.p
         p.open()
-        self.start = time.perf_counter()
+        self.start = self.checkpointed_at = time.perf_counter()
         p.logger.start_clock(p.progress.seconds_before)  # metrics' "time" and the summary share one clock
         self.phases.restart(p.collector.frames)
 
@@ -163,9 +184,9 @@ class Session:
                     summary["frames_to_solve"], summary["seconds_to_solve"] = frames, self.seconds()
         self.bar.set_postfix(postfix)
         p.logger.log(phases.metrics(frames), step=frames)
-        if progress.next_checkpoint is not None and frames >= progress.next_checkpoint:
-            progress.next_checkpoint = frames + cfg.checkpoint_every_frames
+        if self.checkpoint_due(frames):
             p.save_checkpoint(self.seconds())
+            self.checkpointed_at = time.perf_counter()
         if solved:
             self.status = "solved"
             return True
@@ -173,6 +194,20 @@ class Session:
             self.status = "interrupted"
             return True
         return False
+
+    def checkpoint_due(self, frames: int) -> bool:
+        """Whether the batch that brought the run to ``frames`` ends with a checkpoint: every
+        ``checkpoint_every_frames`` frames, and, unless ``checkpoint_every_seconds`` is null,
+        at the run's first batch (it has no checkpoint yet) and then once that many seconds
+        passed since the last one, so that a run killed at any time loses at most that long."""
+        p, progress = self.p, self.p.progress
+        every_seconds = p.cfg.get("checkpoint_every_seconds")  # absent from runs written before it existed
+        due = every_seconds is not None and (
+            p.checkpoint_frames is None or time.perf_counter() - self.checkpointed_at >= every_seconds)
+        if progress.next_checkpoint is not None and frames >= progress.next_checkpoint:
+            progress.next_checkpoint = frames + p.cfg.checkpoint_every_frames
+            due = True
+        return due
 
     def failed(self, failure: BaseException) -> None:
         """What ended the run early: a second Ctrl-C (interrupted at once) or an error."""
@@ -260,8 +295,9 @@ def keeps_final_checkpoint(p: Pipeline, error: BaseException | None) -> bool:
     """Whether a run that ends with ``error`` (None: it finished, was solved or stopped on a
     signal) gets a checkpoint at its final frame: every run that collected frames past its
     last checkpoint, except one that diverged (its weights are not finite: the last
-    checkpoint stays the last good one) or was stopped at once by a second Ctrl-C."""
-    if isinstance(error, (DivergedError, KeyboardInterrupt)) or not p.opened:
+    checkpoint stays the last good one), was stopped at once by a second Ctrl-C, or could
+    not write its checkpoint to a full disk (the same write would fail again)."""
+    if isinstance(error, (DivergedError, KeyboardInterrupt, DiskFullError)) or not p.opened:
         return False
     return p.collector.frames > 0 and p.checkpoint_frames != p.collector.frames
 

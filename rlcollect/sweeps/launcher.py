@@ -14,8 +14,11 @@ overhead) run one after the other, each as the basic launcher runs it.
 from __future__ import annotations
 
 import copy
+import ctypes
 import logging
 import multiprocessing
+import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -171,7 +174,8 @@ def train_shares(train: Callable[[list, int], list], members: list, processes: i
     members' configs and folders; it sends back its values). The processes share nothing
     else, so each member trains as it would in one model. A share stopped by a signal
     (exit 130, 143) stops the command with its code once every share has ended; a share
-    whose process died leaves its members as far as they got, reported in one line."""
+    whose process died leaves its members as far as they got, reported in one line. No share
+    outlives this process: each ends with it, even killed with SIGKILL (``end_with_parent``)."""
     parts = shares(len(members), processes)
     if len(parts) == 1:
         return train(members, 0)
@@ -181,7 +185,8 @@ def train_shares(train: Callable[[list, int], list], members: list, processes: i
     children = []
     for share, part in enumerate(parts[1:], start=1):
         receive, send = context.Pipe(duplex=False)
-        child = context.Process(target=train_share, args=(train, [members[index] for index in part], share, send),
+        child = context.Process(target=train_share,
+                                args=(train, [members[index] for index in part], share, send, os.getpid()),
                                 name=f"rlcollect batched share {part.start}-{part.stop - 1}")
         child.start()
         send.close()
@@ -225,10 +230,33 @@ def outcome(train: Callable[[list, int], list], members: list, share: int) -> tu
         return "error", traceback.format_exc()
 
 
-def train_share(train: Callable[[list, int], list], members: list, share: int, send) -> None:
-    """A forked process's share of ``train_shares``: its outcome, sent to the parent."""
+def train_share(train: Callable[[list, int], list], members: list, share: int, send, parent: int) -> None:
+    """A forked process's share of ``train_shares``: its outcome, sent to the parent (pid
+    ``parent``), with which it ends."""
+    end_with_parent(parent)
     send.send(outcome(train, members, share))
     send.close()
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when the thread that forked it ends
+
+
+def end_with_parent(parent: int) -> None:
+    """This process (forked by ``parent``'s main thread) gets SIGKILL as soon as its parent
+    ends, however it ends (Linux's parent-death signal; elsewhere nothing is set); if the
+    parent already ended (before the signal was set), it ends now. Its own children end
+    with it as they would with any parent: the envs of gymnasium's async backend at the end
+    of their pipes, rlcollect's collector workers as they see their parent gone, W&B's
+    service as it watches its parent's pid."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux
+        return
+    if prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        log.warning("a batched share could not ask to end with its parent (prctl: %s)", os.strerror(ctypes.get_errno()))
+        return
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def task_config(config: DictConfig) -> DictConfig:

@@ -15,10 +15,7 @@ import numpy as np
 import torch
 
 from rlcollect.errors import disk_full
-
-CHECKPOINT_FILE = "checkpoint.pt"
-BEST_FILE = "best.pt"  # the policy of a run's best evaluation, with its frames and eval_return
-PREVIOUS_SUFFIX = ".prev"  # checkpoint.pt.prev: the one before, kept until a new one is written and verified
+from rlcollect.run_files import BEST_FILE, CHECKPOINT_FILE, PREVIOUS_SUFFIX  # noqa: F401  (rlcollect.checkpoint's names)
 
 log = logging.getLogger(__name__)
 

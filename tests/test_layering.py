@@ -54,7 +54,7 @@ def test_lower_layers_never_import_collectors_pipeline_or_hydra():
                 assert not module.startswith(("hydra", "omegaconf")), f"{path.relative_to(PACKAGE)} imports {module}"
 
 
-LEAF_MODULES = ("choices", "errors", "keys", "seeding", "validation")
+LEAF_MODULES = ("choices", "errors", "keys", "run_files", "seeding", "validation")
 
 
 def test_leaf_modules_import_only_other_leaf_modules():

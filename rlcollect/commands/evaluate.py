@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from rlcollect.errors import ConfigError, one_line
+from rlcollect.run_files import CONFIG_FILE
 
 OVERRIDE = re.compile(r"^env\.[\w.]+=")
 COLUMNS = ("run", "checkpoint", "frames", "episodes", "return", "length", "env seeds")
@@ -81,10 +82,10 @@ def run_dirs(paths: list[str]) -> tuple[list[Path], list[Path]]:
             runs = find_run_dirs(path)
         except CompareError as error:
             raise ConfigError(str(error)) from None
-        if not any((run / "config.yaml").is_file() for run in runs):
+        if not any((run / CONFIG_FILE).is_file() for run in runs):
             raise ConfigError(f"{path}: no trained run (a folder with config.yaml) at or under it")
         for run in runs:
-            (trained if (run / "config.yaml").is_file() else untrained)[run] = None
+            (trained if (run / CONFIG_FILE).is_file() else untrained)[run] = None
     return list(trained), list(untrained)
 
 

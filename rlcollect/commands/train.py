@@ -50,10 +50,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.config import check_ranges, register_configs
 from rlcollect.errors import ConfigError, DiskFullError, MissingDependencyError, causes, one_line
-from rlcollect.logging.runs import SUMMARY_FILE, run_files
+from rlcollect.run_files import ERROR_LOG, SUMMARY_FILE, run_files
 
 register_configs()
-ERROR_LOG = "error.log"
 FAILED = None  # what a sweep job that failed or was refused returns (Optuna records a failed trial, goes on)
 log = logging.getLogger(__name__)
 

@@ -22,9 +22,8 @@ from tensordict import TensorDictBase
 from rlcollect.choices import WANDB_MODES
 from rlcollect.errors import disk_full
 from rlcollect.logging.runs import json_lines
+from rlcollect.run_files import METRICS_FILE
 from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo
-
-METRICS_FILE = "metrics.jsonl"
 
 
 def truncate_metrics(run_dir: str | Path, last_step: int) -> None:

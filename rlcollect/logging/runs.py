@@ -21,21 +21,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlcollect.run_files import (
+    CONFIG_FILE,
+    HYDRA_CONFIG_FILE,
+    HYDRA_FILE,
+    METRICS_FILE,
+    OVERRIDES_FILE,
+    RUN_FILES,
+    SUMMARY_FILE,
+    run_files,
+)
+
 __all__ = ["CompareError", "DamagedRowError", "RUN_FILES", "RunRecord", "find_run_dirs", "for_env_id",
            "hydra_choices", "json_lines", "load_run_dir", "load_runs", "run_files", "solved_return_of",
            "solved_threshold", "split_events", "summarize_history", "summary_error", "summary_status", "wall_clock"]
 
-METRICS_FILE = "metrics.jsonl"
-CONFIG_FILE = "config.yaml"
-OVERRIDES_FILE = Path(".hydra") / "overrides.yaml"
-HYDRA_FILE = Path(".hydra") / "hydra.yaml"
-HYDRA_CONFIG_FILE = Path(".hydra") / "config.yaml"  # the composed config, written before the run starts
-SUMMARY_FILE = "summary.json"
 EVAL_RETURN = "eval/episode_return"
 _SKIPPED_DIRS = {".hydra", "wandb", "__pycache__"}
-# what makes a folder a run's: `rlcollect train` writes a new run only into a folder holding none of
-# them (the checkpoints are rlcollect.checkpoint's CHECKPOINT_FILE, its previous one, and BEST_FILE)
-RUN_FILES = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, "checkpoint.pt", "checkpoint.pt.prev", "best.pt", ".hydra")
 
 
 class CompareError(ValueError):
@@ -46,12 +48,6 @@ class DamagedRowError(ValueError):
     """A line of a JSON-lines file, other than its last, that is not a whole JSON object: the
     file is damaged (a last line cut short is what a crash or a full disk leaves, and is
     left out instead); the message names the file and the line."""
-
-
-def run_files(folder: str | os.PathLike[str]) -> list[str]:
-    """The RUN_FILES that ``folder`` holds: none for a folder that holds no run (or does not exist)."""
-    folder = Path(folder)
-    return [name for name in RUN_FILES if (folder / name).exists()]
 
 
 @dataclass

@@ -37,6 +37,7 @@ from rlcollect.pipeline.targets import (
     target_class,
 )
 from rlcollect.primers import policy_primers
+from rlcollect.run_files import REPLAY_DIR
 
 
 # ---------------------------------------------------------------------------- envs
@@ -178,7 +179,7 @@ def make_replay_buffer(cfg: DictConfig, run_dir: Path, *, reopen: bool = False):
 def make_storage(node: DictConfig, *, device: str, run_dir: Path, reopen: bool = False):
     cls = target_class(node, "buffer.storage")
     if issubclass(cls, LazyMemmapStorage):
-        scratch_dir = Path(node.get("scratch_dir") or run_dir / "replay")
+        scratch_dir = Path(node.get("scratch_dir") or run_dir / REPLAY_DIR)
         if reopen and scratch_dir.exists():  # a resumed run continues with its files
             return cls.load(scratch_dir)
         return build_node(node, "buffer.storage", scratch_dir=str(scratch_dir))

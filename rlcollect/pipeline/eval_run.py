@@ -16,7 +16,8 @@ from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.errors import ConfigError
 from rlcollect.pipeline.builders import discount, make_env
 from rlcollect.pipeline.saved import CHECKPOINTS, checkpoint_file, load_run_config, read_checkpoint, rebuild_policy
-from rlcollect.pipeline.video import VIDEO_DIR, EvalVideo
+from rlcollect.pipeline.video import EvalVideo
+from rlcollect.run_files import VIDEO_DIR
 from rlcollect.seeding import env_seed, eval_seed
 
 

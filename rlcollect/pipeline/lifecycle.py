@@ -31,8 +31,8 @@ from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.config import eval_every_frames
 from rlcollect.errors import ConfigError
-from rlcollect.logging.run_logger import METRICS_FILE, RunLogger, truncate_metrics
-from rlcollect.logging.runs import SUMMARY_FILE, DamagedRowError, json_lines, solved_threshold
+from rlcollect.logging.run_logger import RunLogger, truncate_metrics
+from rlcollect.logging.runs import DamagedRowError, json_lines, solved_threshold
 from rlcollect.pipeline.builders import (
     algo_collection,
     discount,
@@ -47,12 +47,12 @@ from rlcollect.pipeline.builders import (
 )
 from rlcollect.pipeline.checks import check_config, warn_combination
 from rlcollect.pipeline.progress import Progress
-from rlcollect.pipeline.video import VIDEO_DIR, EvalVideo
+from rlcollect.pipeline.video import EvalVideo
+from rlcollect.run_files import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, VIDEO_DIR
 from rlcollect.seeding import eval_seed
 
 log = logging.getLogger(__name__)
 
-CONFIG_FILE = "config.yaml"
 # What a resumed run may change (`rlcollect train resume=<run> total_frames=N`): everything
 # else was built into its checkpoint (weights, buffers, collector state, seeds).
 RESUME_OVERRIDES = ("total_frames", "checkpoint_every_frames", "checkpoint_every_seconds", "progress", "torch_threads")

@@ -20,8 +20,8 @@ from rlcollect.acting import act_deterministically
 from rlcollect.checkpoint import BEST_FILE, CHECKPOINT_FILE, CheckpointError, load_checkpoint
 from rlcollect.errors import ConfigError
 from rlcollect.pipeline.builders import make_policy, probe_spaces
+from rlcollect.run_files import CONFIG_FILE
 
-CONFIG_FILE = "config.yaml"
 CHECKPOINTS = {"last": CHECKPOINT_FILE, "best": BEST_FILE}  # --checkpoint names -> files of a run folder
 
 

@@ -12,8 +12,6 @@ from rlcollect.errors import ConfigError
 from rlcollect.pipeline.builders import discount, env_kwargs
 from rlcollect.seeding import eval_seed
 
-VIDEO_DIR = "videos"
-
 
 class EvalVideo:
     """A single eval env of its own, made with ``render_mode="rgb_array"`` and recorded; each

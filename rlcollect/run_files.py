@@ -1,0 +1,39 @@
+"""The names of what a run folder holds, declared once (a leaf: imports nothing of rlcollect).
+
+    config.yaml          the resolved config the run was built from
+    metrics.jsonl        one row per batch (and event rows)
+    summary.json         how the run ended, with its headline figures
+    checkpoint.pt        everything needed to continue (checkpoint.pt.prev: the one before,
+                         kept until a new one is complete)
+    best.pt              the policy of the best evaluation
+    error.log            the traceback of a run that failed
+    videos/, replay/     evaluation videos; a memory-mapped replay buffer's files
+    .hydra/              what Hydra wrote: the composed config, its own, the overrides
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+CHECKPOINT_FILE = "checkpoint.pt"
+PREVIOUS_SUFFIX = ".prev"  # checkpoint.pt.prev: the one before, kept until a new one is written and verified
+BEST_FILE = "best.pt"  # the policy of a run's best evaluation, with its frames and eval_return
+ERROR_LOG = "error.log"
+VIDEO_DIR = "videos"
+REPLAY_DIR = "replay"  # a LazyMemmapStorage's files, unless buffer.storage.scratch_dir says otherwise
+HYDRA_DIR = ".hydra"
+OVERRIDES_FILE = Path(HYDRA_DIR) / "overrides.yaml"
+HYDRA_FILE = Path(HYDRA_DIR) / "hydra.yaml"
+HYDRA_CONFIG_FILE = Path(HYDRA_DIR) / "config.yaml"  # the composed config, written before the run starts
+# what makes a folder a run's: `rlcollect train` writes a new run only into a folder holding none of them
+RUN_FILES = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_FILE, CHECKPOINT_FILE + PREVIOUS_SUFFIX, BEST_FILE,
+             HYDRA_DIR)
+
+
+def run_files(folder: str | os.PathLike[str]) -> list[str]:
+    """The RUN_FILES that ``folder`` holds: none for a folder that holds no run (or does not exist)."""
+    folder = Path(folder)
+    return [name for name in RUN_FILES if (folder / name).exists()]

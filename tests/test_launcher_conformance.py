@@ -8,6 +8,21 @@ import sys
 
 import pytest
 from hydra.test_utils.launcher_common_tests import LauncherTestSuite
+from hydra.version import VersionBase
+from packaging.version import Version
+
+
+@pytest.fixture(autouse=True)
+def compatibility_version_base():
+    """Each case as in a fresh process: the suite's apps set no version base, so they take
+    Hydra's compatibility base, 1.1 (jobs run in their own working dir); a test of this
+    session that composed with version_base="1.3" before them set the process's base to that."""
+    base = VersionBase.instance()
+    before = base.version_base
+    base.setbase(Version("1.1"))
+    yield
+    base.version_base = before
+
 
 
 @pytest.mark.parametrize("launcher_name, overrides", [("batched", [])])

@@ -16,7 +16,7 @@ moments and step count exactly as they are. Per element it does what torch's
 single-tensor Adam (torch/optim/adam.py, ``_single_tensor_adam``, no weight decay, no
 amsgrad) does to a solo run's parameter, op for op, with each member's Python-float
 scalars (bias corrections, step size) as float32 tensors of the same values, so a member
-that steps is its solo run's Adam to the bit on the CPU. ``member_state_dict(m, ...)`` is
+that steps is its solo run's Adam to the bit on the CPU (tests/test_sweeps.py). ``member_state_dict(m, ...)`` is
 member m's state as its solo run's ``torch.optim.Adam.state_dict()`` holds it.
 """
 from __future__ import annotations
@@ -109,8 +109,12 @@ class MemberAdam:
             torch.where(mask, self.exp_avg_sq.mul(self.beta2).addcmul_(grad, grad, value=1 - self.beta2),
                         self.exp_avg_sq, out=self.exp_avg_sq)
         denom = (self.exp_avg_sq.sqrt() / bias_sqrt_t).add_(self.eps)
-        # torch's param.addcdiv_(exp_avg, denom, value=-step_size) computes param + (value * exp_avg) / denom
-        update = (step_size_t * self.exp_avg).div_(denom)
+        # torch's param.addcdiv_(exp_avg, denom, value=-step_size): param + (value * exp_avg) / denom on the CPU,
+        # param + value * (exp_avg / denom) on CUDA (its kernel's order)
+        if denom.device.type == "cuda":
+            update = (self.exp_avg / denom).mul_(step_size_t)
+        else:
+            update = (step_size_t * self.exp_avg).div_(denom)
         if not every:  # -0.0: x + -0.0 is x for every x (a zero's sign, NaN included), so the others stay as they are
             update = torch.where(self._mask(tuple(members)), update, -0.0)
         for param, part in zip(self.params, self.member_views(update)):

@@ -11,13 +11,14 @@ be corrected with another member's step count. ``MemberAdam`` keeps:
     per member    the step count and the learning rate (Python numbers), so each
                   member's bias corrections are its own
 
-``step(members)`` moves the members listed and leaves every other member's parameters,
-moments and step count exactly as they are. Per element it does what torch's
-single-tensor Adam (torch/optim/adam.py, ``_single_tensor_adam``, no weight decay, no
-amsgrad) does to a solo run's parameter, op for op, with each member's Python-float
-scalars (bias corrections, step size) as float32 tensors of the same values, so a member
-that steps is its solo run's Adam to the bit on the CPU (tests/test_sweeps.py). ``member_state_dict(m, ...)`` is
-member m's state as its solo run's ``torch.optim.Adam.state_dict()`` holds it.
+``step(members)`` moves the members listed (it computes on their rows alone) and leaves
+every other member's parameters, moments and step count as they are. Per element it does
+what torch's single-tensor Adam (torch/optim/adam.py, ``_single_tensor_adam``, no weight
+decay, no amsgrad) does to a solo run's parameter, op for op, with each member's
+Python-float scalars (bias corrections, step size) as float32 tensors of the same values,
+so a member that steps is its solo run's Adam to the bit on the CPU
+(tests/test_sweeps.py). ``member_state_dict(m, ...)`` is member m's state as its solo
+run's ``torch.optim.Adam.state_dict()`` holds it.
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ class MemberAdam:
         self.exp_avg = torch.zeros(members, sum(self.sizes), dtype=first.dtype, device=first.device)
         self.exp_avg_sq = torch.zeros_like(self.exp_avg)
         self._corrections: dict[int, tuple[float, float]] = {}  # step -> (1 - beta1**step, sqrt(1 - beta2**step))
-        self._masks: dict[tuple[int, ...], torch.Tensor] = {}  # the members stepping -> [S, 1] bool
+        self._members_rows: dict[tuple[int, ...], torch.Tensor] = {}  # the members stepping, as an index tensor
 
     def set_lrs(self, lr: float | Sequence[float]) -> None:
         """Every member's learning rate (one for all, or one per member)."""
@@ -82,51 +83,52 @@ class MemberAdam:
     @torch.no_grad()
     def step(self, members: Sequence[int] | None = None) -> None:
         """One Adam step of the members ``members`` (None: all) from their gradients (a
-        parameter without one: zeros); the other members do not move at all."""
+        parameter without one: zeros); the other members' rows are not touched."""
         every = members is None or len(members) == self.members
-        members = range(self.members) if members is None else list(members)
+        members = list(range(self.members)) if members is None else list(members)
         if not members:
             return
         grad = torch.cat([torch.zeros_like(param).reshape(self.members, -1) if param.grad is None
                           else param.grad.reshape(self.members, -1) for param in self.params], 1)
+        bias_sqrt, step_size = [], []  # each stepping member's Python floats, as torch computes them for its step
         for member in members:
             self.steps[member] += 1
-        # each member's Python-float scalars; a member not stepping: any value, its rows are not written
-        bias_sqrt = [1.0] * self.members
-        step_size = [0.0] * self.members
-        for member in members:
-            correction1, bias_sqrt[member] = self.corrections(self.steps[member])
-            step_size[member] = -(self.lrs[member] / correction1)
+            correction1, correction2_sqrt = self.corrections(self.steps[member])
+            bias_sqrt.append(correction2_sqrt)
+            step_size.append(-(self.lrs[member] / correction1))
         options = dict(dtype=grad.dtype, device=grad.device)
         bias_sqrt_t = torch.tensor(bias_sqrt, **options).unsqueeze(1)
         step_size_t = torch.tensor(step_size, **options).unsqueeze(1)
         if every:
-            self.exp_avg.lerp_(grad, 1 - self.beta1)
-            self.exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
-        else:
-            mask = self._mask(tuple(members))
-            torch.where(mask, self.exp_avg.lerp(grad, 1 - self.beta1), self.exp_avg, out=self.exp_avg)
-            torch.where(mask, self.exp_avg_sq.mul(self.beta2).addcmul_(grad, grad, value=1 - self.beta2),
-                        self.exp_avg_sq, out=self.exp_avg_sq)
-        denom = (self.exp_avg_sq.sqrt() / bias_sqrt_t).add_(self.eps)
+            exp_avg, exp_avg_sq = self.exp_avg.lerp_(grad, 1 - self.beta1), self.exp_avg_sq
+            exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
+        else:  # the stepping members' rows alone: their copies updated, then written back
+            rows = self._rows(members)
+            grad = grad.index_select(0, rows)
+            exp_avg = self.exp_avg.index_select(0, rows).lerp_(grad, 1 - self.beta1)
+            exp_avg_sq = self.exp_avg_sq.index_select(0, rows).mul_(self.beta2).addcmul_(grad, grad,
+                                                                                        value=1 - self.beta2)
+            self.exp_avg.index_copy_(0, rows, exp_avg)
+            self.exp_avg_sq.index_copy_(0, rows, exp_avg_sq)
+        denom = (exp_avg_sq.sqrt() / bias_sqrt_t).add_(self.eps)
         # torch's param.addcdiv_(exp_avg, denom, value=-step_size): param + (value * exp_avg) / denom on the CPU,
         # param + value * (exp_avg / denom) on CUDA (its kernel's order)
         if denom.device.type == "cuda":
-            update = (self.exp_avg / denom).mul_(step_size_t)
+            update = (exp_avg / denom).mul_(step_size_t)
         else:
-            update = (step_size_t * self.exp_avg).div_(denom)
-        if not every:  # -0.0: x + -0.0 is x for every x (a zero's sign, NaN included), so the others stay as they are
-            update = torch.where(self._mask(tuple(members)), update, -0.0)
-        for param, part in zip(self.params, self.member_views(update)):
-            param.add_(part)
+            update = (step_size_t * exp_avg).div_(denom)
+        for param, part in zip(self.params, torch.split(update, self.sizes, dim=1)):
+            if every:
+                param.add_(part.view(param.shape))
+            else:
+                param.index_add_(0, rows, part.view(len(members), *param.shape[1:]))
 
-    def _mask(self, members: tuple[int, ...]) -> torch.Tensor:
-        mask = self._masks.get(members)
-        if mask is None:
-            mask = torch.zeros(self.members, 1, dtype=torch.bool, device=self.exp_avg.device)
-            mask[list(members)] = True
-            self._masks[members] = mask
-        return mask
+    def _rows(self, members: list[int]) -> torch.Tensor:
+        key = tuple(members)
+        rows = self._members_rows.get(key)
+        if rows is None:
+            rows = self._members_rows[key] = torch.tensor(members, dtype=torch.long, device=self.exp_avg.device)
+        return rows
 
     def member_state_dict(self, member: int, solo_parameters: Sequence[torch.Tensor],
                           param_groups: list[dict]) -> dict:

@@ -25,7 +25,7 @@ from rlcollect.errors import ConfigError
 from rlcollect.modules.actor_critic import ActorCritic
 from rlcollect.seeding import member_env_seeds
 from rlcollect.sweeps.members import MemberPolicy, MemberPPO, clip_member_grad_norms
-from rlcollect.sweeps.run import build_sweep, check_sweep
+from rlcollect.sweeps.run import build_sweep, check_sweep, member_options
 from rlcollect.sweeps.stacking import StackedLinear, member_state_dict, stack_modules
 from rlcollect.testing import CountingEnv
 
@@ -224,21 +224,35 @@ def cartpole_solos(seeds=(0, 1, 2)) -> list[ActorCritic]:
     return solos
 
 
-def assert_members_update_as_solo_runs(options: dict, own: dict[str, list[float]] | None = None) -> None:
+def assert_members_update_as_solo_runs(options: dict, own: dict[str, list] | None = None,
+                                       own_streams: bool = False) -> None:
     """Three members' MemberPPO update (PPO ``options``, each member's ``own`` settings) on
     a CartPole rollout equals each solo PPO's update with its own settings on its 4 rows:
-    metrics and weights."""
+    advantages, metrics and weights. ``own_streams``: each member draws its minibatch
+    permutations from a generator of its own, seeded as its solo run's torch is seeded, so
+    that the minibatches are its solo run's, and so is where its stream stands after the
+    update (a member that trains fewer epochs draws no permutation for the others')."""
     solos = cartpole_solos()
-    members = MemberPolicy(stack_modules(solos), 3)
+    generators = [torch.Generator() for _ in solos] if own_streams else None
+    members = MemberPolicy(stack_modules(solos), 3, generators)
     buffer = rollout_of("CartPole-v1", members, 12, member_env_seeds([0, 1, 2], 4))
-    rows = buffer.rollout
+    rows = buffer.rollout.clone()
+    for member, generator in enumerate(generators or []):
+        generator.manual_seed(100 + member)
     member_metrics = MemberPPO(members, member_options=own, **options).update(buffer, 1_000)
     for member, solo in enumerate(solos):
         solo_buffer = RolloutBuffer(4, 32, (4,), (), observation_dtype=torch.float32, action_dtype=torch.int64)
         solo_buffer.rollout.update(rows[member * 4:(member + 1) * 4].clone())
         solo_buffer.add(solo_buffer.rollout)
         settings = {key: values[member] for key, values in (own or {}).items()}
-        metrics = PPO(solo, **options, **settings).update(solo_buffer, 1_000)
+        if own_streams:
+            torch.manual_seed(100 + member)
+        metrics = PPO(solo, **{**options, **settings}).update(solo_buffer, 1_000)
+        if own_streams:
+            assert torch.equal(generators[member].get_state(), torch.get_rng_state())
+        advantage = buffer.rollout.get("advantage")[member * 4:(member + 1) * 4]
+        torch.testing.assert_close(advantage, solo_buffer.rollout.get("advantage"), atol=1e-6, rtol=1e-5)
+        assert set(metrics) == set(member_metrics[member])
         for key, value in metrics.items():
             assert member_metrics[member][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
         state = member_state_dict(members.stacked.state_dict(), solo, member)
@@ -261,9 +275,103 @@ def test_members_with_settings_of_their_own_update_as_their_solo_runs():
                                        own)
 
 
-def test_a_frozen_member_costs_no_update_and_the_others_update_as_before():
-    options = dict(epochs=2, minibatch_size=4 * 32, total_frames=10_000,
-                   member_options={"lr": [1e-3, 3e-4, 3e-3], "clip_epsilon": [0.1, 0.2, 0.3]})
+@pytest.mark.parametrize("own", [{"gae_lambda": [0.8, 0.92, 0.95]}, {"epochs": [2, 3, 1]},
+                                 {"epochs": [2, 3, 1], "gae_lambda": [0.8, 0.92, 0.95], "lr": [3e-4, 1e-3, 3e-3],
+                                  "clip_epsilon": [0.1, 0.2, 0.3], "entropy_coef": [0.0, 0.01, 0.1]}],
+                         ids=["gae_lambda", "epochs", "all"])
+def test_members_with_lambdas_and_epochs_of_their_own_update_as_their_solo_runs(own):
+    """GAE lambda and epochs per member, four minibatches an epoch, each member's
+    permutations from its own stream: a member with fewer epochs sits out the later ones
+    (no permutation drawn, no Adam step: MemberAdam's step count is its own), and its
+    metrics are the mean over its own steps."""
+    assert_members_update_as_solo_runs(dict(epochs=2, minibatch_size=32, total_frames=10_000), own, own_streams=True)
+
+
+def test_per_row_gae_lambdas_give_each_member_its_solo_advantages_bit_for_bit():
+    """generalized_advantage_estimate with one lambda per row (float64, as MemberPPO gives
+    them): each member's rows are a solo call with its lambda as a float, to the bit.
+    Rounding gamma and lambda to float32 before their product would not be: for 0.8 and
+    0.92 with gamma 0.98 that product differs from the double one rounded once."""
+    import numpy as np
+
+    from rlcollect.algos.gae import generalized_advantage_estimate
+
+    torch.manual_seed(0)
+    rows, steps, gamma, lambdas = 4, 32, 0.98, [0.8, 0.92, 0.95]
+    assert np.float32(gamma) * np.float32(0.8) != np.float32(gamma * 0.8)
+    reward, value, next_value = (torch.randn(3 * rows, steps) for _ in range(3))
+    terminated = torch.rand(3 * rows, steps) < 0.05
+    done = terminated | (torch.rand(3 * rows, steps) < 0.05)
+    per_row = torch.tensor(lambdas, dtype=torch.float64).repeat_interleave(rows)
+    advantage, target = generalized_advantage_estimate(reward, value, next_value, terminated, done, gamma=gamma,
+                                                       gae_lambda=per_row)
+    for member, lam in enumerate(lambdas):
+        mine = slice(member * rows, (member + 1) * rows)
+        solo = generalized_advantage_estimate(reward[mine], value[mine], next_value[mine], terminated[mine],
+                                              done[mine], gamma=gamma, gae_lambda=lam)
+        assert torch.equal(advantage[mine], solo[0]) and torch.equal(target[mine], solo[1])
+
+
+def bits(tensor: torch.Tensor) -> torch.Tensor:
+    """A float32 tensor's bits (equal bits: the same value, a zero's sign included)."""
+    return tensor.detach().contiguous().view(torch.int32)
+
+
+def test_member_adam_moves_only_the_members_that_step_each_as_torch_adam_on_its_slice():
+    """MemberAdam over stacked parameters: members masked out keep parameters, moments and
+    step count to the bit; a member that steps (alone or with others, at its own lr and
+    its own step count) is torch.optim.Adam on its slice, to the bit; its state dict is
+    that Adam's."""
+    from rlcollect.sweeps.optim import MemberAdam
+
+    torch.manual_seed(0)
+    shapes = [(8, 4), (8,), (2, 8), (2,), (1, 1, 3)]
+    stacked = [torch.randn(3, *shape, requires_grad=True) for shape in shapes]
+    with torch.no_grad():
+        stacked[1][2, 0] = -0.0  # a signed zero in a member that sits out: kept as it is
+    solos = [[parameter[member].detach().clone().requires_grad_(True) for parameter in stacked] for member in range(3)]
+    lrs = [3e-4, 1e-3, 3e-3]
+    adam = MemberAdam(stacked, 3, lr=lrs, eps=1e-5)
+    adams = [torch.optim.Adam(solo, lr=lr, eps=1e-5) for solo, lr in zip(solos, lrs)]
+    for round_, members in enumerate([None, [1], [0, 1], None, [1], [], [0, 2], [2]] * 2):
+        grads = [torch.randn(3, *shape) for shape in shapes]
+        scale = 0.9 ** round_  # an annealed lr
+        adam.set_lrs([lr * scale for lr in lrs])
+        for solo_adam, lr in zip(adams, lrs):
+            for group in solo_adam.param_groups:
+                group["lr"] = lr * scale
+        for parameter, grad in zip(stacked, grads):
+            parameter.grad = grad.clone()
+        before = [bits(value) for value in (*stacked, adam.exp_avg, adam.exp_avg_sq)]
+        steps = list(adam.steps)
+        adam.step(members)
+        stepping = range(3) if members is None else members
+        for member in set(range(3)) - set(stepping):  # sat out: not a bit moved
+            assert adam.steps[member] == steps[member]
+            after = [bits(value) for value in (*stacked, adam.exp_avg, adam.exp_avg_sq)]
+            assert all(torch.equal(old[member], new[member]) for old, new in zip(before, after))
+        for member in stepping:
+            for solo, grad in zip(solos[member], grads):
+                solo.grad = grad[member].clone()
+            adams[member].step()
+    assert adam.steps == [8, 10, 8]
+    for member in range(3):
+        for parameter, solo in zip(stacked, solos[member]):
+            assert torch.equal(bits(parameter[member]), bits(solo))
+        mine, theirs = adam.member_state_dict(member, solos[member], adams[member].state_dict()["param_groups"]), \
+            adams[member].state_dict()
+        assert mine["param_groups"] == theirs["param_groups"] and mine["state"].keys() == theirs["state"].keys()
+        for index, entry in theirs["state"].items():
+            assert entry.keys() == mine["state"][index].keys()
+            assert all(torch.equal(value, mine["state"][index][key]) for key, value in entry.items())
+
+
+@pytest.mark.parametrize("own", [{"clip_epsilon": [0.1, 0.2, 0.3]},
+                                 {"lr": [1e-3, 3e-4, 3e-3], "clip_epsilon": [0.1, 0.2, 0.3]},
+                                 {"epochs": [2, 3, 1], "gae_lambda": [0.8, 0.9, 0.95]}],
+                         ids=["fused_adam", "member_adam", "member_adam_epochs"])
+def test_a_frozen_member_costs_no_update_and_the_others_update_as_before(own):
+    options = dict(epochs=2, minibatch_size=4 * 32, total_frames=10_000, member_options=own)
     policies = [MemberPolicy(stack_modules(cartpole_solos()), 3) for _ in range(2)]
     buffer = rollout_of("CartPole-v1", policies[0], 12, member_env_seeds([0, 1, 2], 4))
     rows = buffer.rollout.clone()
@@ -299,9 +407,10 @@ def test_an_evaluation_result_names_each_episodes_env():
 def test_only_runs_that_differ_in_seed_batch():
     same = configs(["seed=0"], ["seed=1"])
     check_sweep(same)
-    check_sweep(configs(["seed=0"], ["seed=1", "algo.lr=0.000123", "algo.entropy_coef=0.01"]))
+    check_sweep(configs(["seed=0"], ["seed=1", "algo.lr=0.000123", "algo.entropy_coef=0.01", "algo.gae_lambda=0.9",
+                                     "algo.epochs=3"]))
     with pytest.raises(ConfigError, match="differ only in seed and algo.lr, algo.entropy_coef"):
-        check_sweep(configs(["seed=0"], ["seed=1", "algo.epochs=3"]))
+        check_sweep(configs(["seed=0"], ["seed=1", "algo.minibatch_size=128"]))
     with pytest.raises(ConfigError, match="algo=dqn: a batched sweep trains PPO"):
         check_sweep(configs(["algo=dqn", "seed=0"]))
     with pytest.raises(ConfigError, match="collector=multisync"):
@@ -314,9 +423,14 @@ def test_only_runs_that_differ_in_seed_batch():
 def test_the_launcher_groups_jobs_by_their_configs_without_seed():
     from rlcollect.sweeps.launcher import group_jobs
 
-    jobs = configs(["seed=0"], ["seed=1"], ["seed=0", "algo.epochs=3"], ["seed=2", "algo.lr=0.000123"],
-                   ["seed=1", "algo.epochs=3"])
-    assert group_jobs(jobs) == [[0, 1, 3], [2, 4]]  # algo.lr may differ inside a model, algo.epochs may not
+    jobs = configs(["seed=0"], ["seed=1"], ["seed=0", "algo.minibatch_size=128"],
+                   ["seed=2", "algo.lr=0.000123", "algo.epochs=3", "algo.gae_lambda=0.9"],
+                   ["seed=1", "algo.minibatch_size=128"])
+    # algo.lr, epochs and gae_lambda may differ inside a model, algo.minibatch_size may not
+    assert group_jobs(jobs) == [[0, 1, 3], [2, 4]]
+    options = member_options([jobs[0], jobs[3]])  # what the members of one model differ in: epochs as an int
+    assert options == {"lr": [0.001, 0.000123], "gae_lambda": [0.8, 0.9], "epochs": [20, 3]}
+    assert all(isinstance(epochs, int) for epochs in options["epochs"])
     assert group_jobs(jobs, max_members=2) == [[0, 1], [3], [2, 4]]
 
 

@@ -49,6 +49,69 @@ def test_a_tuning_study_tells_failed_trials_goes_on_persists_and_resumes(tmp_pat
     assert compared.stdout.count(": refused") == len(refused)
 
 
+@pytest.mark.timeout(300)
+def test_a_tuning_study_trains_each_batch_of_trials_as_one_batched_model(tmp_path):
+    """hydra/sweeper=tune_ppo with hydra/launcher=batched and n_jobs=2: each pair of trials
+    Optuna asks (different lr, clip range, lambda, entropy weight and epochs) trains as one
+    batched model of 2 members, and every trial's value reaches the study: 4 complete
+    trials, each with its job folder's final eval return."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 't.db'}"
+    result = cli(tmp_path, "train", "--multirun", "hydra/sweeper=tune_ppo", "hydra/launcher=batched",
+                 "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2", f"hydra.sweeper.storage={storage}",
+                 "algo.epochs=range(1,4)", "total_frames=512", "collector.frames_per_batch=256",
+                 "algo.minibatch_size=128", "eval.episodes=2", "logger=none", "progress=false", "hydra.sweep.dir=sw")
+    assert result.returncode == 0, result.stderr
+    output = result.stdout + result.stderr
+    assert output.count("train as one batched model of 2 members") == 2
+    assert "runs as a solo run" not in output and "run one by one" not in output
+    trials = optuna.load_study(study_name="rlcollect", storage=storage).trials
+    assert [trial.state.name for trial in trials] == ["COMPLETE"] * 4
+    assert len({trial.params["algo.lr"] for trial in trials}) == 4  # four settings: the members differ
+    for trial in trials:
+        [summary] = [json.loads(path.read_text()) for path in (tmp_path / "sw").glob(f"{trial.number}_*/summary.json")]
+        assert summary["status"] == "finished" and summary["frames"] == 512
+        assert trial.value == summary["final_eval_return"]
+
+
+@pytest.mark.parametrize("preset, overrides", [("tune_ppo", []), ("tune_sac", ["experiment=mujoco_sac"]),
+                                               ("tune_dqn", ["algo=dqn"])])
+def test_each_tuning_preset_searches_settings_of_its_algo_within_their_ranges(preset, overrides):
+    """hydra/sweeper=tune_ppo, tune_sac and tune_dqn compose (with their algo); every key of
+    their search space is a setting of that algo, a sweep in Hydra's syntax, and its ends
+    (or choices) are values the algo's schema accepts."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    from hydra import compose, initialize_config_module
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf, open_dict
+
+    from rlcollect.config import check_ranges, register_configs
+
+    register_configs()
+    with initialize_config_module("rlcollect.conf", version_base="1.3"):
+        cfg = compose("train", overrides=[f"hydra/sweeper={preset}", *overrides], return_hydra_config=True)
+    sweeper = cfg.hydra.sweeper
+    assert sweeper._target_ == "hydra_plugins.rlcollect_tuning.tuning_sweeper.TuningSweeper"
+    assert sweeper.sampler.seed == 0 and sweeper.max_failure_rate == 1.0
+    params = OmegaConf.to_container(sweeper.params)
+    assert len(params) >= 5
+    for key, text in params.items():
+        group, name = key.split(".", 1)
+        assert group == "algo" and name in cfg.algo, key
+        override = OverridesParser.create().parse_override(f"{key}={text}")
+        assert override.is_sweep_override(), key
+        sweep = override.value()
+        ends = list(sweep.list) if override.is_choice_sweep() else \
+            [sweep.start, sweep.stop] if override.is_range_sweep() else [sweep.start, sweep.end]
+        for value in ends:
+            job = OmegaConf.masked_copy(cfg, [field for field in cfg if field != "hydra"])
+            with open_dict(job):
+                job.algo[name] = value
+            check_ranges(job)
+
+
 @pytest.mark.parametrize("option, line", [
     ("hydra.sweeper.n_trials=0", "hydra.sweeper.n_trials must be a positive int, got 0"),
     ("hydra.sweeper.direction=sideways", "hydra.sweeper.direction=sideways: choose one of minimize, maximize"),

@@ -22,8 +22,9 @@ ConfigStore.instance().store(group="hydra/launcher", name="batched", provider="r
 
 
 class BatchedLauncher(Launcher):
-    """Trains the jobs of a sweep that differ only in ``seed`` as the members of one
-    batched model in this process; ``max_members`` caps the members of one model (a
+    """Trains the jobs of a sweep that differ only in ``seed`` and PPO's per-member
+    settings (rlcollect.sweeps.members.MEMBER_OPTIONS) as the members of one batched model
+    in this process; ``max_members`` caps the members of one model (a
     larger group is cut in groups of at most that many; None: no cap); ``processes``
     splits a model's members into that many shares trained at once, each a batched model
     in a process of its own (1: all in this one)."""

@@ -82,12 +82,17 @@ class PPO:
         terminated = or_next_flags(transitions.get(("next", "terminated")), transitions, self.terminal_keys)
         done = or_next_flags(transitions.get(("next", "done")), transitions, self.terminal_keys)
         advantage, value_target = generalized_advantage_estimate(
-            reward, transitions.get("state_value"), next_state_value, terminated, done,
-            gamma=self.gamma, gae_lambda=self.gae_lambda,
-        )
+            reward, transitions.get("state_value"), next_state_value, terminated, done, **self.gae_settings(reward))
         padding = torch.zeros_like(advantage[:, :1])
         rollout.set("advantage", torch.cat([advantage, padding], 1))
         rollout.set("value_target", torch.cat([value_target, padding], 1))
+
+    def gae_settings(self, reward: torch.Tensor) -> dict:
+        """The ``gamma`` and ``gae_lambda`` that generalized_advantage_estimate runs with on
+        the rollout's ``reward`` ``[rows, T]``: this PPO's own. A subclass may give
+        ``gae_lambda`` per row (a float64 tensor ``[rows]``), as a batched sweep does for
+        members with lambdas of their own."""
+        return {"gamma": self.gamma, "gae_lambda": self.gae_lambda}
 
     def update(self, buffer: RolloutBuffer, frames: int) -> dict[str, float]:
         """Several epochs of minibatch updates on the buffer's rollout; returns mean losses."""

@@ -251,7 +251,7 @@ def finished_lines(job: Job, summary: dict) -> str:
 
 def train_members(members: list[tuple[DictConfig, Job, dict]], share: int = 0) -> list[float | None]:
     """The jobs of one group of a batched sweep (hydra/launcher=batched: ``(cfg, job, W&B
-    names)`` each, differing in seed only) trained as the members of one batched model
+    names)`` each, differing in seed and PPO's per-member settings only) trained as the members of one batched model
     (rlcollect.sweeps). Each member ends as a solo sweep job would: refused, failed to
     build, failed, finished or solved, its folder and its line the same; returns each
     job's ``objective`` (None for one that did not finish). ``share``: which of the

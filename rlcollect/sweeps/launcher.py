@@ -1,10 +1,10 @@
 """``hydra/launcher=batched`` (its class: hydra_plugins.rlcollect_batched): the jobs of a
-sweep that differ only in ``seed`` train as the members of one batched model, in this
-process (docs/sweeps.md).
+sweep that differ only in ``seed`` and PPO's per-member settings train as the members of one
+batched model, in this process (docs/sweeps.md).
 
 Every job is set up as Hydra's basic launcher sets it up (its folder, .hydra/, job log,
 callbacks); the jobs are then grouped by their composed configs without ``seed`` and PPO's
-per-member float settings (``shared_settings``). A group of two jobs or more whose runs can
+per-member settings (MEMBER_OPTIONS, ``shared_settings``). A group of two jobs or more whose runs can
 batch (``rlcollect.sweeps.run.batch_refusal``) trains as one batched sweep
 (``rlcollect.commands.train.train_members``), or as ``processes`` of them at once
 (``train_shares``), each member returning its job's value; the
@@ -266,7 +266,7 @@ def task_config(config: DictConfig) -> DictConfig:
 
 def group_jobs(configs: list[DictConfig], max_members: int | None = None) -> list[list[int]]:
     """The jobs' indices grouped by their shared settings (their configs without seed and
-    PPO's per-member float settings), in launch order, each group cut into groups of at
+    PPO's per-member settings), in launch order, each group cut into groups of at
     most ``max_members`` (None: no cap)."""
     from rlcollect.sweeps.run import shared_settings
 

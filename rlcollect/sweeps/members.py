@@ -6,10 +6,12 @@ Layout: the env of a batched sweep has S x P rows, member ``m``'s P envs in rows
 
     MemberPolicy        the collector's policy: splits the rows, runs the stacked
                         ActorCritic (stacking.py), joins them again
-    MemberPPO           PPO on stacked parameters: every member's own advantage
-                        normalisation, minibatch permutation, loss, gradient clipping and
-                        Adam state (Adam is elementwise, so one Adam over the stack is S);
-                        its losses are summed, which leaves each member's gradient its own
+    MemberPPO           PPO on stacked parameters: every member's own advantages (its
+                        GAE lambda), advantage normalisation, minibatch permutations (its
+                        epochs), loss, gradient clipping and Adam state (Adam is
+                        elementwise: one Adam over the stack is S; MemberAdam where their
+                        step counts or lrs differ); its losses are summed, which leaves
+                        each member's gradient its own
     MemberPPOLearner    the Learner contract for the sweep's loop; per member metrics
     MemberRewardScaler  normalize_reward with each member's own return statistics
 """
@@ -26,6 +28,7 @@ from rlcollect.algos.ppo import PPO
 from rlcollect.algos.reward_scaling import RewardScaler
 from rlcollect.buffers.rollout import RolloutBuffer, transition_view
 from rlcollect.modules.encoders import RunningNorm
+from rlcollect.sweeps.optim import MemberAdam
 from rlcollect.sweeps.stacking import member_state_dict
 
 
@@ -117,10 +120,12 @@ class MemberRewardScaler(RewardScaler):
                 "returns": torch.zeros(0, dtype=torch.float64) if rows is None else rows.clone()}
 
 
-# PPO's float settings the members of one batched model may differ in (algo.<name>), each
-# applied per member: Adam's step scaled by the member's lr, its clip range, loss weights and
-# gradient-norm cap
-MEMBER_OPTIONS = ("lr", "entropy_coef", "clip_epsilon", "value_coef", "max_grad_norm")
+# PPO's settings the members of one batched model may differ in (algo.<name>), each applied per
+# member: its lr (MemberAdam's per member), clip range, loss weights, gradient-norm cap, GAE lambda
+# (its rows' trace decay) and epochs (a member with fewer sits out the later epochs)
+MEMBER_OPTIONS = ("lr", "entropy_coef", "clip_epsilon", "value_coef", "max_grad_norm", "gae_lambda", "epochs")
+INTEGER_MEMBER_OPTIONS = ("epochs",)  # the others are floats
+PER_MEMBER_TENSORS = ("entropy_coef", "clip_epsilon", "value_coef", "max_grad_norm")  # [S] float32 in the losses
 
 
 class MemberPPO(PPO):
@@ -128,7 +133,13 @@ class MemberPPO(PPO):
     as its solo run's PPO would update it, the members side by side. ``member_options``
     gives the settings of MEMBER_OPTIONS in which the members differ, one value per member
     (the others are PPO's arguments, shared). ``active[m]`` False (``freeze``) keeps member
-    m's parameters as they are from then on."""
+    m's parameters as they are from then on.
+
+    The optimizer: with one member, PPO's own Adam (a model of one member is its solo run
+    bit for bit); members that share their lr and epochs step together, through torch's
+    fused Adam (one kernel for all); members that differ in either step through
+    MemberAdam (rlcollect.sweeps.optim: a step count and an lr per member, only the members
+    that step moving)."""
 
     def __init__(self, actor_critic: MemberPolicy, *, member_options: dict[str, list[float]] | None = None,
                  **ppo_options) -> None:
@@ -137,31 +148,56 @@ class MemberPPO(PPO):
         self.members = actor_critic.members
         self.generators = actor_critic.generators or [None] * self.members
         device = next(actor_critic.parameters()).device
-        if self.members > 1:  # Adam's fused form: the same arithmetic per element, one kernel per step
-            self.optimizer = torch.optim.Adam(actor_critic.parameters(), lr=self.lr, eps=1e-5, fused=True)
-        if normalize_reward:
-            self.reward_scaler = MemberRewardScaler(self.gamma, self.members)
-        self.active = torch.ones(self.members, device=device)
-        # the frozen members' parameters as they were when each froze (their rows; the others' rows unused)
-        self._kept: list[torch.Tensor] | None = None
-        # each member's own value of a float setting (MEMBER_OPTIONS), where the members differ in it
+        # each member's own value of a setting (MEMBER_OPTIONS), where the members differ in it
         self.member_options = {key: list(values) for key, values in (member_options or {}).items()}
         unknown = sorted(set(self.member_options) - set(MEMBER_OPTIONS))
         if unknown or any(len(values) != self.members for values in self.member_options.values()):
             raise ValueError(f"member_options: one value per member of {', '.join(MEMBER_OPTIONS)}; got "
                              f"{ {key: len(values) for key, values in self.member_options.items()} }")
-        for key, values in self.member_options.items():
-            setattr(self, key, torch.tensor(values, dtype=torch.float32, device=device))
+        self.member_epochs = [int(epochs) for epochs in self._member_values("epochs")]
+        if min(self.member_epochs) < 1:
+            raise ValueError(f"member_options: every member trains at least 1 epoch, got {self.member_epochs}")
+        self.epochs = max(self.member_epochs)  # the update's epochs: a member with fewer sits out the later ones
+        self.member_lrs = [float(lr) for lr in self._member_values("lr")]
+        self.lrs_now = list(self.member_lrs)  # each member's lr at its last update (its solo Adam's param group's)
+        for key in PER_MEMBER_TENSORS:
+            if key in self.member_options:
+                setattr(self, key, torch.tensor(self.member_options[key], dtype=torch.float32, device=device))
+        # a solo run's Adam param groups (PPO's own optimizer over as many parameters): what a member's checkpoint holds
+        self.solo_param_groups = self.optimizer.state_dict()["param_groups"]
+        if self.members > 1:
+            parameters = list(actor_critic.parameters())
+            if "lr" in self.member_options or "epochs" in self.member_options:
+                self.optimizer = MemberAdam(parameters, self.members, lr=self.member_lrs, eps=1e-5)
+            else:  # Adam's fused form: the same arithmetic per element (to an ulp), one kernel per step
+                self.optimizer = torch.optim.Adam(parameters, lr=self.lr, eps=1e-5, fused=True)
+        if normalize_reward:
+            self.reward_scaler = MemberRewardScaler(self.gamma, self.members)
+        self.active = torch.ones(self.members, device=device)
+        self.frozen: list[int] = []
+        # torch's Adam: the frozen members' parameters as they were when each froze (their rows; the others' unused)
+        self._kept: list[torch.Tensor] | None = None
 
-    def _member_values(self, key: str, scale: float = 1.0) -> list[float]:
-        """Each member's value of setting ``key`` (as given, not rounded to float32), times ``scale``."""
-        values = self.member_options.get(key) or [getattr(self, key)] * self.members
-        return [value * scale for value in values]
+    def _member_values(self, key: str) -> list:
+        """Each member's value of setting ``key``, as given (not rounded to float32)."""
+        return self.member_options.get(key) or [getattr(self, key)] * self.members
+
+    def gae_settings(self, reward: torch.Tensor) -> dict:
+        """PPO's, with each member's own lambda on its rows where the members differ in it
+        (float64: each row's decay is its solo run's ``gamma * gae_lambda``, rounded once)."""
+        lambdas = self.member_options.get("gae_lambda")
+        if lambdas is None:
+            return super().gae_settings(reward)
+        per_row = torch.tensor(lambdas, dtype=torch.float64, device=reward.device)
+        return {"gamma": self.gamma, "gae_lambda": per_row.repeat_interleave(reward.shape[0] // self.members)}
 
     @torch.no_grad()
     def freeze(self, member: int) -> None:
         """Member ``member`` stops learning: its parameters stay as they are now."""
         self.active[member] = 0.0
+        self.frozen.append(member)
+        if isinstance(self.optimizer, MemberAdam):
+            return  # it moves only the members that step
         parameters = list(self.actor_critic.parameters())
         if self._kept is None:
             self._kept = [parameter.detach().clone() for parameter in parameters]
@@ -170,14 +206,16 @@ class MemberPPO(PPO):
                 kept[member].copy_(parameter[member])
 
     def update(self, buffer: RolloutBuffer, frames: int) -> list[dict[str, float]]:
-        """PPO.update for every member: a list of each member's mean losses."""
+        """PPO.update for every member: a list of each member's mean losses (over its own
+        minibatch steps)."""
         progress = min(frames / self.total_frames, 1.0) if self.total_frames > 0 else 0.0
         remaining = 1.0 - progress
-        lr_scale = remaining if self.anneal_lr else 1.0
-        # members with lrs of their own: Adam steps with lr 1, each member's step then scaled by its lr
-        lr = lr_scale if torch.is_tensor(self.lr) else self.lr * lr_scale
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        self.lrs_now = [lr * remaining if self.anneal_lr else lr for lr in self.member_lrs]  # as each solo run's
+        if isinstance(self.optimizer, MemberAdam):
+            self.optimizer.set_lrs(self.lrs_now)
+        else:
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.lrs_now[0]
         clip = self.clip_epsilon * remaining if self.anneal_clip else self.clip_epsilon
         if torch.is_tensor(clip):
             clip = clip.unsqueeze(1)  # [S, 1]: against the members' [S, N] ratios
@@ -185,35 +223,45 @@ class MemberPPO(PPO):
         transitions = buffer.get(flatten=False)  # [S * P, T]: member m's flat steps are row m of [S, P * T]
         flat = transitions.reshape(-1)
         steps_per_member = flat.shape[0] // self.members
-        learning = self.active.nonzero().squeeze(1)  # the members still learning: the others cost no update
-        every = learning.numel() == self.members
-        offsets = learning.unsqueeze(1) * steps_per_member
+        device = flat.device
         totals: dict[str, torch.Tensor] = {}
-        steps = 0
-        for _ in range(self.epochs):
-            # each member's own permutation, from its own generator (as its solo run draws it), the frozen
-            # members' too: no member's draws depend on which others still learn
-            order = torch.stack([torch.randperm(steps_per_member, device=flat.device, generator=generator)
-                                 for generator in self.generators])
-            order = order if every else order[learning]
+        steps = [0] * self.members
+        for epoch in range(self.epochs):
+            # each member's own permutation, from its own generator (as its solo run draws it), for as many epochs as
+            # it trains, the frozen members' too: no member's draws depend on which others still learn
+            drawing = [member for member in range(self.members) if self.member_epochs[member] > epoch]
+            orders = {member: torch.randperm(steps_per_member, device=device, generator=self.generators[member])
+                      for member in drawing}
+            stepping = [member for member in drawing if member not in self.frozen]  # the others cost no update
+            if not stepping:
+                continue
+            every = len(stepping) == self.members
+            learning = None if every else torch.tensor(stepping, device=device)
+            order = torch.stack([orders[member] for member in stepping])
+            offsets = (torch.arange(self.members, device=device) if every else learning).unsqueeze(1) * steps_per_member
             for start in range(0, steps_per_member, self.minibatch_size):
                 index = order[:, start:start + self.minibatch_size]
-                minibatch = flat[(index + offsets).reshape(-1)].reshape(len(learning), index.shape[1])
-                for key, value in self._minibatch_step(minibatch, clip, None if every else learning).items():
-                    totals[key] = totals[key] + value if key in totals else value
-                steps += 1
-        if not every:  # the frozen members' rows: zeros
-            totals = {key: torch.zeros(self.members, dtype=value.dtype, device=value.device).index_copy_(
-                0, learning, value) for key, value in totals.items()}
+                minibatch = flat[(index + offsets).reshape(-1)].reshape(len(stepping), index.shape[1])
+                values = self._minibatch_step(minibatch, clip, learning, None if every else stepping)
+                for key, value in values.items():
+                    if key not in totals:
+                        totals[key] = torch.zeros(self.members, dtype=value.dtype, device=device)
+                    if every:
+                        totals[key] += value
+                    else:  # the members that sat out (or are frozen): no term
+                        totals[key].index_add_(0, learning, value)
+                for member in stepping:
+                    steps[member] += 1
         values = {key: value.tolist() for key, value in totals.items()}  # one sync per update
-        lrs = self._member_values("lr", lr_scale)
-        return [{**{key: value[member] / steps for key, value in values.items()}, "lr": lrs[member]}
-                for member in range(self.members)]
+        return [{**{key: value[member] / steps[member] if steps[member] else 0.0 for key, value in values.items()},
+                 "lr": self.lrs_now[member]} for member in range(self.members)]
 
-    def _minibatch_step(self, minibatch, clip, learning: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    def _minibatch_step(self, minibatch, clip, learning: torch.Tensor | None = None,
+                        stepping: list[int] | None = None) -> dict[str, torch.Tensor]:
         """One minibatch step of every member (``learning`` None), or of the members
-        ``learning`` only (the minibatch holds their rows; the others' weights get no
-        gradient and their share of the work is not done)."""
+        ``learning`` only (``stepping``, the same as a list; the minibatch holds their
+        rows; the others' weights get no gradient, their share of the work is not done and
+        the optimizer leaves them as they are)."""
         if learning is None:
             log_prob, entropy, value = self.actor_critic.evaluate(minibatch)
             value_coef, entropy_coef, weight = self.value_coef, self.entropy_coef, self.active
@@ -236,13 +284,11 @@ class MemberPPO(PPO):
         (loss * weight).sum().backward()  # each member's parameters get their own loss's gradient
         parameters = list(self.actor_critic.parameters())
         clip_member_grad_norms(parameters, self.max_grad_norm, self.members)
-        if torch.is_tensor(self.lr):
-            before = [parameter.detach().clone() for parameter in parameters]
-            self.optimizer.step()
-            self._scale_steps(parameters, before)
+        if isinstance(self.optimizer, MemberAdam):
+            self.optimizer.step(stepping)
         else:
             self.optimizer.step()
-        self._restore_frozen(parameters)
+            self._restore_frozen(parameters)
         with torch.no_grad():
             return {"loss_policy": loss_policy.detach(), "loss_value": loss_value.detach(),
                     "entropy": entropy_mean.detach(), "approx_kl": ((ratio - 1) - log_ratio).mean(1),
@@ -257,16 +303,10 @@ class MemberPPO(PPO):
         return torch.func.functional_call(Evaluating(stacked), state, (minibatch,))
 
     @torch.no_grad()
-    def _scale_steps(self, parameters: list[torch.Tensor], before: list[torch.Tensor]) -> None:
-        """Each member's Adam step (taken with lr 1) times its own lr."""
-        for parameter, old in zip(parameters, before):
-            lr = self.lr.reshape(self.members, *([1] * (parameter.dim() - 1)))
-            parameter.sub_(old).mul_(lr).add_(old)
-
-    @torch.no_grad()
     def _restore_frozen(self, parameters: list[torch.Tensor]) -> None:
-        """The frozen members' rows back to their kept values (Adam's momentum moves a
-        parameter with no gradient): one select per parameter, however many are frozen."""
+        """torch's Adam: the frozen members' rows back to their kept values (its momentum
+        moves a parameter with no gradient): one select per parameter, however many are
+        frozen."""
         if self._kept is None:
             return
         frozen = self.active == 0
@@ -275,14 +315,19 @@ class MemberPPO(PPO):
 
     def member_state_dict(self, member: int, solo_parameters: list[torch.Tensor]) -> dict:
         """Member ``member``'s PPO state as its solo run's PPO.state_dict() holds it: the
-        Adam moments of its slice of each parameter, in the solo parameters' shapes."""
-        stacked = self.optimizer.state_dict()
-        state = {}
-        for index, entry in stacked["state"].items():
-            shape = solo_parameters[index].shape
-            state[index] = {key: value if key == "step" else value[member].reshape(shape).clone()
-                            for key, value in entry.items()}
-        ppo = {"optimizer": {"state": state, "param_groups": [dict(group) for group in stacked["param_groups"]]}}
+        Adam state of its slice of each parameter (its step count, its moments in the solo
+        parameters' shapes) and a solo Adam's param group with its lr."""
+        if isinstance(self.optimizer, MemberAdam):
+            optimizer = self.optimizer.member_state_dict(member, solo_parameters, self.solo_param_groups)
+        else:
+            state = {}
+            for index, entry in self.optimizer.state_dict()["state"].items():
+                shape = solo_parameters[index].shape
+                state[index] = {key: value.detach().cpu().clone() if key == "step" else
+                                value[member].reshape(shape).clone() for key, value in entry.items()}
+            optimizer = {"state": state, "param_groups": [{**group, "lr": self.lrs_now[member]}
+                                                          for group in self.solo_param_groups]}
+        ppo = {"optimizer": optimizer}
         if self.reward_scaler is not None:
             ppo["reward_scaler"] = self.reward_scaler.member_state_dict(member)
         return ppo

@@ -49,7 +49,7 @@ from rlcollect.pipeline.loop import DrivenPhases, Session, collected
 from rlcollect.pipeline.progress import Progress
 from rlcollect.pipeline.targets import target_class
 from rlcollect.seeding import eval_seed, member_env_seeds
-from rlcollect.sweeps.members import MEMBER_OPTIONS, MemberPolicy, MemberPPOLearner
+from rlcollect.sweeps.members import INTEGER_MEMBER_OPTIONS, MEMBER_OPTIONS, MemberPolicy, MemberPPOLearner
 from rlcollect.sweeps.stacking import MemberRunningNorm, member_state_dict, stack_modules
 from rlcollect.trajectories import end_rows
 
@@ -90,8 +90,8 @@ def seeds_each_env(cfg: DictConfig) -> bool:
 
 def shared_settings(cfg: DictConfig) -> dict:
     """``cfg`` as plain containers, without the keys the members of one batched model may
-    differ in (``seed`` and the float settings of MEMBER_OPTIONS: ``algo.lr``, ...): what
-    every member of one model has in common."""
+    differ in (``seed`` and PPO's settings of MEMBER_OPTIONS: ``algo.lr``, ``algo.epochs``,
+    ...): what every member of one model has in common."""
     plain = OmegaConf.to_container(cfg, resolve=True)
     plain.pop("seed", None)
     for key in MEMBER_OPTIONS:
@@ -99,9 +99,11 @@ def shared_settings(cfg: DictConfig) -> dict:
     return plain
 
 
-def member_options(cfgs: list[DictConfig]) -> dict[str, list[float]]:
-    """The MEMBER_OPTIONS the members differ in, one value per member."""
-    values = {key: [float(cfg.algo[key]) for cfg in cfgs] for key in MEMBER_OPTIONS if key in cfgs[0].algo}
+def member_options(cfgs: list[DictConfig]) -> dict[str, list[float] | list[int]]:
+    """The MEMBER_OPTIONS the members differ in, one value per member (an int for
+    ``epochs``, a float for the others)."""
+    values = {key: [(int if key in INTEGER_MEMBER_OPTIONS else float)(cfg.algo[key]) for cfg in cfgs]
+              for key in MEMBER_OPTIONS if key in cfgs[0].algo}
     return {key: member_values for key, member_values in values.items() if len(set(member_values)) > 1}
 
 
@@ -414,7 +416,7 @@ def member_generator(cfg: DictConfig) -> torch.Generator:
 
 def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict]) -> Sweep:
     """Check, seed and build a batched sweep of ``cfgs`` (one config per member, differing
-    in seed only), member m in ``run_dirs[m]`` with W&B names ``names[m]`` (name, group,
+    in seed and MEMBER_OPTIONS only), member m in ``run_dirs[m]`` with W&B names ``names[m]`` (name, group,
     job_type). Member m's policy is initialised as its solo run's (torch seeded with its
     seed), and its envs are seeded as its solo run's. No file is written before
     ``Sweep.run`` opens the members' folders."""

@@ -1,0 +1,155 @@
+"""Adam for the stacked parameters of a batched sweep, each member with its own step
+count and learning rate, and only the members asked for stepping (docs/sweeps.md).
+
+torch.optim.Adam keeps one ``step`` per parameter tensor. A stacked parameter ``[S, ...]``
+holds S members, so with torch's Adam they share it, and with it Adam's bias corrections:
+a member that sat out some steps (it trains fewer epochs per batch than the others) would
+be corrected with another member's step count. ``MemberAdam`` keeps:
+
+    per element   the first and second moments (one flat ``[S, total]`` buffer each, the
+                  parameters laid end to end per member)
+    per member    the step count and the learning rate (Python numbers), so each
+                  member's bias corrections are its own
+
+``step(members)`` moves the members listed (it computes on their rows alone) and leaves
+every other member's parameters, moments and step count as they are. Per element it does
+what torch's single-tensor Adam (torch/optim/adam.py, ``_single_tensor_adam``, no weight
+decay, no amsgrad) does to a solo run's parameter, op for op, with each member's
+Python-float scalars (bias corrections, step size) as float32 tensors of the same values,
+so a member that steps is its solo run's Adam to the bit on the CPU
+(tests/test_sweeps.py). ``member_state_dict(m, ...)`` is member m's state as its solo
+run's ``torch.optim.Adam.state_dict()`` holds it.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import torch
+
+
+class MemberAdam:
+    """Adam over stacked parameters (every one ``[S, ...]``, member m's row m).
+
+    Args:
+        params: the stacked parameters.
+        members: S.
+        lr: one learning rate for every member, or one per member (``set_lrs`` changes them).
+        betas, eps: Adam's, shared by the members.
+    """
+
+    def __init__(self, params: Iterable[torch.Tensor], members: int, lr: float | Sequence[float] = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        self.params = list(params)
+        self.members = members
+        if any(param.shape[0] != members for param in self.params):
+            raise ValueError(f"MemberAdam: every parameter needs a leading member dim of {members}")
+        self.beta1, self.beta2 = betas
+        self.eps = eps
+        self.lrs: list[float] = []
+        self.set_lrs(lr)
+        self.steps = [0] * members
+        self.sizes = [param[0].numel() for param in self.params]
+        first = self.params[0]
+        self.exp_avg = torch.zeros(members, sum(self.sizes), dtype=first.dtype, device=first.device)
+        self.exp_avg_sq = torch.zeros_like(self.exp_avg)
+        self._corrections: dict[int, tuple[float, float]] = {}  # step -> (1 - beta1**step, sqrt(1 - beta2**step))
+        self._members_rows: dict[tuple[int, ...], torch.Tensor] = {}  # the members stepping, as an index tensor
+
+    def set_lrs(self, lr: float | Sequence[float]) -> None:
+        """Every member's learning rate (one for all, or one per member)."""
+        lrs = [float(lr)] * self.members if isinstance(lr, (int, float)) else [float(value) for value in lr]
+        if len(lrs) != self.members:
+            raise ValueError(f"MemberAdam: one lr per member ({self.members}), got {len(lrs)}")
+        self.lrs = lrs
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for param in self.params:
+            if set_to_none:
+                param.grad = None
+            elif param.grad is not None:
+                param.grad.zero_()
+
+    def corrections(self, step: int) -> tuple[float, float]:
+        """Adam's bias corrections at ``step`` as torch computes them (Python floats)."""
+        found = self._corrections.get(step)
+        if found is None:
+            found = self._corrections[step] = (1 - self.beta1 ** step, (1 - self.beta2 ** step) ** 0.5)
+        return found
+
+    def member_views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """``flat`` ``[S, total]`` as one view per parameter, in its shape ``[S, ...]``."""
+        return [part.view(param.shape) for part, param in zip(torch.split(flat, self.sizes, dim=1), self.params)]
+
+    @torch.no_grad()
+    def step(self, members: Sequence[int] | None = None) -> None:
+        """One Adam step of the members ``members`` (None: all) from their gradients (a
+        parameter without one: zeros); the other members' rows are not touched."""
+        every = members is None or len(members) == self.members
+        members = list(range(self.members)) if members is None else list(members)
+        if not members:
+            return
+        grad = torch.cat([torch.zeros_like(param).reshape(self.members, -1) if param.grad is None
+                          else param.grad.reshape(self.members, -1) for param in self.params], 1)
+        bias_sqrt, step_size = [], []  # each stepping member's Python floats, as torch computes them for its step
+        for member in members:
+            self.steps[member] += 1
+            correction1, correction2_sqrt = self.corrections(self.steps[member])
+            bias_sqrt.append(correction2_sqrt)
+            step_size.append(-(self.lrs[member] / correction1))
+        options = dict(dtype=grad.dtype, device=grad.device)
+        bias_sqrt_t = torch.tensor(bias_sqrt, **options).unsqueeze(1)
+        step_size_t = torch.tensor(step_size, **options).unsqueeze(1)
+        if every:
+            exp_avg, exp_avg_sq = self.exp_avg.lerp_(grad, 1 - self.beta1), self.exp_avg_sq
+            exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
+        else:  # the stepping members' rows alone: their copies updated, then written back
+            rows = self._rows(members)
+            grad = grad.index_select(0, rows)
+            exp_avg = self.exp_avg.index_select(0, rows).lerp_(grad, 1 - self.beta1)
+            exp_avg_sq = self.exp_avg_sq.index_select(0, rows).mul_(self.beta2).addcmul_(grad, grad,
+                                                                                        value=1 - self.beta2)
+            self.exp_avg.index_copy_(0, rows, exp_avg)
+            self.exp_avg_sq.index_copy_(0, rows, exp_avg_sq)
+        denom = (exp_avg_sq.sqrt() / bias_sqrt_t).add_(self.eps)
+        # torch's param.addcdiv_(exp_avg, denom, value=-step_size): param + (value * exp_avg) / denom on the CPU,
+        # param + value * (exp_avg / denom) on CUDA (its kernel's order)
+        if denom.device.type == "cuda":
+            update = (exp_avg / denom).mul_(step_size_t)
+        else:
+            update = (step_size_t * exp_avg).div_(denom)
+        for param, part in zip(self.params, torch.split(update, self.sizes, dim=1)):
+            if every:
+                param.add_(part.view(param.shape))
+            else:
+                param.index_add_(0, rows, part.view(len(members), *param.shape[1:]))
+
+    def _rows(self, members: list[int]) -> torch.Tensor:
+        key = tuple(members)
+        rows = self._members_rows.get(key)
+        if rows is None:
+            rows = self._members_rows[key] = torch.tensor(members, dtype=torch.long, device=self.exp_avg.device)
+        return rows
+
+    def member_state_dict(self, member: int, solo_parameters: Sequence[torch.Tensor],
+                          param_groups: list[dict]) -> dict:
+        """Member ``member``'s state as its solo run's ``torch.optim.Adam`` over
+        ``solo_parameters`` holds it (``state_dict()``): its step count and its moments in
+        the solo shapes, ``param_groups`` (a solo Adam's) with this member's lr."""
+        state = {}
+        if self.steps[member]:  # torch's Adam has no state for a parameter before its first step
+            step = torch.tensor(float(self.steps[member]), dtype=torch.float32)
+            for index, (avg, avg_sq, solo) in enumerate(zip(self.member_views(self.exp_avg),
+                                                           self.member_views(self.exp_avg_sq), solo_parameters)):
+                state[index] = {"step": step.clone(), "exp_avg": avg[member].reshape(solo.shape).clone(),
+                                "exp_avg_sq": avg_sq[member].reshape(solo.shape).clone()}
+        return {"state": state, "param_groups": [{**group, "lr": self.lrs[member]} for group in param_groups]}
+
+    def state_dict(self) -> dict:
+        return {"steps": list(self.steps), "lrs": list(self.lrs), "exp_avg": self.exp_avg.clone(),
+                "exp_avg_sq": self.exp_avg_sq.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.steps, self.lrs = list(state["steps"]), list(state["lrs"])
+        self.exp_avg.copy_(state["exp_avg"])
+        self.exp_avg_sq.copy_(state["exp_avg_sq"])
+

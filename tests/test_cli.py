@@ -384,7 +384,7 @@ def test_a_hydra_launcher_without_its_extra_names_the_extra_to_install(tmp_path)
 def test_each_hydra_plugin_of_an_extra_is_named_with_its_extra(missing, extra):
     from hydra.errors import MissingConfigException
 
-    from rlcollect.commands.train import override_error_line
+    from rlcollect.commands.overrides import override_error_line
 
     group, _, option = missing.rpartition("/")
     error = MissingConfigException(f"In 'hydra/config': Could not find '{missing}'\n\nAvailable options ...",

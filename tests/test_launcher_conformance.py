@@ -38,7 +38,7 @@ def test_importing_the_launchers_work_leaves_hydras_version_base():
     process: in this one the module is imported already."""
     code = ("from hydra import version\n"
             "before = version.getbase()\n"
-            "import rlcollect.commands.train, rlcollect.sweeps.launcher\n"
+            "import rlcollect.commands.train, rlcollect.commands.batched_launch\n"
             "assert version.getbase() is before, version.getbase()\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr

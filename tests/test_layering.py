@@ -240,3 +240,11 @@ def test_the_pipeline_names_no_concrete_collector_or_learner_class():
         named |= {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
                   for alias in node.names}
         assert not named & concrete, f"{path.relative_to(PACKAGE)} names {sorted(named & concrete)}"
+
+
+def test_the_batched_sweeps_import_nothing_of_the_commands():
+    """commands/ (the Hydra task, hydra/launcher=batched) builds and drives sweeps/; sweeps/
+    never imports commands/ back (the two packages were a loop)."""
+    for path in modules("sweeps"):
+        for module, _ in imports(path):
+            assert not module.startswith("rlcollect.commands"), f"{path.relative_to(PACKAGE)} imports {module}"

@@ -421,7 +421,7 @@ def test_only_runs_that_differ_in_seed_batch():
 
 
 def test_the_launcher_groups_jobs_by_their_configs_without_seed():
-    from rlcollect.sweeps.launcher import group_jobs
+    from rlcollect.commands.batched_launch import group_jobs
 
     jobs = configs(["seed=0"], ["seed=1"], ["seed=0", "algo.minibatch_size=128"],
                    ["seed=2", "algo.lr=0.000123", "algo.epochs=3", "algo.gae_lambda=0.9"],
@@ -435,7 +435,7 @@ def test_the_launcher_groups_jobs_by_their_configs_without_seed():
 
 
 def test_a_model_splits_into_shares_of_consecutive_members():
-    from rlcollect.sweeps.launcher import shares
+    from rlcollect.commands.batched_launch import shares
 
     assert shares(8, 2) == [range(0, 4), range(4, 8)]
     assert shares(5, 2) == [range(0, 2), range(2, 5)]
@@ -488,7 +488,7 @@ def test_a_job_differing_only_in_seed_is_an_earlier_job_reseeded_as_composing_it
     from hydra.types import RunMode
     from omegaconf import OmegaConf, open_dict
 
-    from rlcollect.sweeps.launcher import ComposeOnce, seed_override
+    from rlcollect.commands.batched_launch import ComposeOnce, seed_override
 
     assert seed_override(["seed=3", "total_frames=64"]) == (0, 3)
     for overrides in (["seed=1,2"], ["+seed=1"], ["seed=a"], ["seed=true"], ["total_frames=64"], ["seed=1", "seed=2"]):
@@ -528,7 +528,7 @@ def test_shares_train_in_processes_of_their_own_and_report_how_each_ended(capsys
     member order; a share stopped by a signal stops the command with its code once all
     ended; an error in a share is raised as rlcollect's bug; a share whose process died
     is reported in one line."""
-    from rlcollect.sweeps.launcher import train_shares
+    from rlcollect.commands.batched_launch import train_shares
 
     assert train_shares(tens, [0, 1, 2, 3, 4], 3) == [0, 11, 21, 32, 42]  # shares [0], [1, 2], [3, 4]
     with pytest.raises(SystemExit) as stopped:

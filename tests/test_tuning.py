@@ -129,7 +129,7 @@ def test_a_bad_sweeper_option_is_one_line_exit_2_before_any_trial(tmp_path, opti
 def test_the_objective_picks_what_a_run_returns_and_its_direction(tmp_path):
     from omegaconf import OmegaConf
 
-    from rlcollect.commands.train import objective_value
+    from rlcollect.commands.jobs import objective_value
     from rlcollect.config import objective_direction
 
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in [

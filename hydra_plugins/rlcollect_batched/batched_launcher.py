@@ -1,5 +1,5 @@
 """``hydra/launcher=batched``. Hydra takes launchers from the hydra_plugins namespace only:
-the class lives here, its work in rlcollect.sweeps.launcher (docs/sweeps.md).
+the class lives here, its work in rlcollect.commands.batched_launch (docs/sweeps.md).
 
 Its config is stored in Hydra's ConfigStore when Hydra scans its plugins, as Hydra's own
 launcher plugins store theirs, so ``hydra/launcher=batched`` composes in any Hydra app
@@ -38,13 +38,13 @@ class BatchedLauncher(Launcher):
         self.config = self.hydra_context = self.task_function = None
 
     def setup(self, *, hydra_context, task_function, config) -> None:
-        from rlcollect.sweeps.launcher import ComposeOnce
+        from rlcollect.commands.batched_launch import ComposeOnce
 
         # the sweeper composes every job to check the sweep, then this launcher composes it: once will do
         hydra_context.config_loader = ComposeOnce(hydra_context.config_loader)
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
     def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
-        from rlcollect.sweeps.launcher import launch
+        from rlcollect.commands.batched_launch import launch
 
         return launch(self, job_overrides, initial_job_idx)

@@ -6,7 +6,7 @@ Every job is set up as Hydra's basic launcher sets it up (its folder, .hydra/, j
 callbacks); the jobs are then grouped by their composed configs without ``seed`` and PPO's
 per-member settings (MEMBER_OPTIONS, ``shared_settings``). A group of two jobs or more whose runs can
 batch (``rlcollect.sweeps.run.batch_refusal``) trains as one batched sweep
-(``rlcollect.commands.train.train_members``), or as ``processes`` of them at once
+(``rlcollect.commands.batched.train_members``), or as ``processes`` of them at once
 (``train_shares``), each member returning its job's value; the
 jobs of any other group (a job alone among them: the batched path would only add its
 overhead) run one after the other, each as the basic launcher runs it.
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> list[JobReturn]:
     """``Launcher.launch`` of hydra_plugins.rlcollect_batched.BatchedLauncher (``launcher``:
     its config, hydra_context, task_function, max_members and processes)."""
-    from rlcollect.commands.train import member_of_batched_sweep, train_members
+    from rlcollect.commands.batched import member_of_batched_sweep, train_members
     from rlcollect.sweeps.run import batch_refusal
 
     setup_globals()

@@ -1,0 +1,101 @@
+"""The jobs of one group of a batched sweep (``hydra/launcher=batched``, commands/batched_launch.py)
+trained as the members of one batched model (rlcollect.sweeps), each ending as a solo job
+would (commands/jobs.py)."""
+from __future__ import annotations
+
+import sys
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from rlcollect.commands.jobs import (
+    FAILED,
+    Job,
+    failed_to_build,
+    finished_lines,
+    interrupted_line,
+    interrupted_while_starting,
+    objective_value,
+    refused,
+    run_failed,
+    stop_on_signals,
+    sweep_group,
+)
+from rlcollect.config import check_ranges
+from rlcollect.errors import ConfigError
+
+
+def train_members(members: list[tuple[DictConfig, Job, dict]], share: int = 0) -> list[float | None]:
+    """The jobs of one group of a batched sweep (hydra/launcher=batched: ``(cfg, job, W&B
+    names)`` each, differing in seed and PPO's per-member settings only) trained as the members of one batched model
+    (rlcollect.sweeps). Each member ends as a solo sweep job would: refused, failed to
+    build, failed, finished or solved, its folder and its line the same; returns each
+    job's ``objective`` (None for one that did not finish). ``share``: which of the
+    group's shares this is, when it trains in several processes (its progress bar's line)."""
+    values: list[float | None] = [FAILED] * len(members)
+    live = []
+    for index, (cfg, job, _) in enumerate(members):
+        try:
+            check_ranges(cfg)
+        except ConfigError as error:
+            refused(job, error)
+            continue
+        live.append(index)
+    if not live:
+        return values
+    from rlcollect.sweeps.run import build_sweep
+
+    jobs = [members[index][1] for index in live]
+    try:
+        sweep = build_sweep([members[index][0] for index in live], [job.run_dir for job in jobs],
+                            [members[index][2] for index in live])
+    except ConfigError as error:
+        for job in jobs:
+            refused(job, error)
+        return values
+    except KeyboardInterrupt:
+        interrupted_while_starting(*jobs)
+    except Exception as error:
+        for job in jobs:
+            failed_to_build(job, error)
+        return values
+    with stop_on_signals() as stop:
+        try:
+            sweep.run(stop=stop, bar_position=share)
+        except KeyboardInterrupt:  # a second Ctrl-C: every member stopped at once
+            for member, job in enumerate(jobs):
+                print(interrupted_line(job, sweep.pipelines[member].collector.frames,
+                                       sweep.pipelines[member].checkpoint_frames), file=sys.stderr)
+            raise SystemExit(128 + stop.signal_number) from None
+        except Exception:
+            pass  # the shared parts failed: every member's error is in sweep.errors
+    interrupted = False
+    for member, (index, job) in enumerate(zip(live, jobs)):
+        summary = sweep.pipelines[member].progress.summary
+        if member in sweep.errors:
+            error, trace = sweep.errors[member]
+            run_failed(job, error, trace, sweep.pipelines[member].checkpoint_frames)
+        elif summary["status"] == "interrupted":
+            interrupted = True
+            print(interrupted_line(job, summary["frames"], summary.get("checkpoint_frames")), file=sys.stderr)
+        else:
+            print(finished_lines(job, summary))
+            values[index] = objective_value(members[index][0], summary, job.run_dir)
+    if interrupted:
+        raise SystemExit(128 + stop.signal_number)
+    return values
+
+
+def member_of_batched_sweep(cfg: DictConfig) -> tuple[DictConfig, Job, dict]:
+    """A batched sweep's job as Hydra set it up (its folder made, its .hydra/ written):
+    ``(cfg, job, W&B names)`` for ``train_members``; what the launcher's task function keeps."""
+    job = Job.current(cfg)
+    hydra_cfg = HydraConfig.get()
+    from rlcollect.pipeline.checks import collector_name
+
+    try:
+        job_type = collector_name(cfg)
+    except ConfigError:
+        job_type = None
+    names = {"name": hydra_cfg.job.override_dirname or None, "group": sweep_group(hydra_cfg), "job_type": job_type}
+    return cfg, job, names

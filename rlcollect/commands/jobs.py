@@ -1,0 +1,274 @@
+"""How an ``rlcollect train`` job ends, and what it leaves (docs/errors.md): refused (a user's
+mistake, one line), failed to build (our bug or user code, the traceback kept), failed while
+training, interrupted, finished or solved; the signals that stop a run after its batch; the
+objective a tuning sweep reads. Shared by a solo job (commands/train.py) and the members of a
+batched sweep (commands/batched.py)."""
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import math
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from rlcollect.errors import ConfigError, DiskFullError, MissingDependencyError, causes, one_line
+from rlcollect.run_files import ERROR_LOG, SUMMARY_FILE, run_files
+
+FAILED = None  # what a sweep job that failed or was refused returns (Optuna records a failed trial, goes on)
+
+
+class StopRequest(threading.Event):
+    """Set by SIGINT or SIGTERM: the training loop finishes its batch, checkpoints and stops."""
+
+    signal_number = signal.SIGINT
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """The first SIGINT (Ctrl-C) or SIGTERM asks the loop to stop after its batch; a second
+    one stops at once (the default handlers are back)."""
+    stop = StopRequest()
+    previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+
+    def request(number, frame) -> None:
+        stop.signal_number = number
+        stop.set()
+        for restored, handler in previous.items():
+            signal.signal(restored, handler)
+        print(f"\nrlcollect train: {signal.Signals(number).name}: stopping after this batch (again to stop now)",
+              file=sys.stderr)
+
+    for number in previous:
+        signal.signal(number, request)
+    try:
+        yield stop
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+@dataclass
+class Job:
+    """One ``rlcollect train`` job as Hydra started it."""
+
+    run_dir: Path
+    multirun: bool
+    overrides: list[str]
+    hydra_files: list[Path]  # what Hydra wrote into run_dir before the job started
+    resume: str | None = None
+
+    @classmethod
+    def current(cls, cfg: DictConfig) -> "Job":
+        hydra_cfg = HydraConfig.get()
+        run_dir = Path(cfg.resume) if cfg.resume else Path(hydra_cfg.runtime.output_dir)
+        return cls(run_dir, hydra_cfg.mode.name == "MULTIRUN", list(hydra_cfg.overrides.task),
+                   hydra_files(hydra_cfg, run_dir), cfg.resume)
+
+    @property
+    def label(self) -> str:
+        return ",".join(self.overrides) or "(no overrides)"
+
+
+def hydra_files(hydra_cfg: DictConfig, run_dir: Path) -> list[Path]:
+    """What Hydra writes into a job's folder before the job starts: its job log and .hydra/."""
+    files = [run_dir / f"{hydra_cfg.job.name}.log"]
+    if hydra_cfg.output_subdir is not None:
+        files.append(run_dir / hydra_cfg.output_subdir)
+    return files
+
+
+@contextlib.contextmanager
+def ctrl_c_held():
+    """Ctrl-C (Python's own handler) held while the block runs, then raised as KeyboardInterrupt:
+    importing torch runs Python code from its C++ code, where a KeyboardInterrupt aborts the
+    process (std::terminate) or marks it to die by SIGINT at its exit whatever it then does."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    received = []
+    signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if received:
+        raise KeyboardInterrupt
+
+
+INTERRUPTED_WHILE_STARTING = "rlcollect train: interrupted while starting, before the first batch"
+
+
+def interrupted_while_starting(*jobs: Job) -> None:
+    """Ctrl-C before the first batch: each job's folder left as ``leave_unstarted`` says,
+    one line, exit 130 (no traceback)."""
+    for job in jobs:
+        leave_unstarted(job)
+    print(INTERRUPTED_WHILE_STARTING, file=sys.stderr)
+    raise SystemExit(128 + signal.SIGINT) from None
+
+
+def leave_unstarted(job: Job) -> bool:
+    """The folder of a job stopped before its first batch: a resumed run's as it was; a sweep
+    job's with summary.json ``{"status": "interrupted", "frames": 0}`` (the sweep's record of
+    it); a single run's, which then holds only what Hydra wrote, removed with it (as a
+    refused run's is). True when the job's folder was left so; False when it holds a run's
+    files besides Hydra's (Ctrl-C landed after the job): then it is not touched."""
+    if job.resume or set(run_files(job.run_dir)) - {path.name for path in job.hydra_files}:
+        return False
+    if job.multirun:
+        (job.run_dir / SUMMARY_FILE).write_text(json.dumps({"status": "interrupted", "frames": 0}))
+        return True
+    remove_hydra_files(job)
+    remove_if_empty(job.run_dir)
+    return True
+
+
+def run_failed(job: Job, error: BaseException, trace: str, checkpoint_frames: int | None = None) -> None:
+    """A run that failed while training: one short block, the traceback in its error.log;
+    a full disk (``checkpoint_frames``: the run's last complete checkpoint) is one line."""
+    full = next((link for link in causes(error) if isinstance(link, DiskFullError)), None)
+    if full is not None:
+        print(disk_full_line(job, full, checkpoint_frames), file=sys.stderr)
+        return
+    log_file = job.run_dir / ERROR_LOG
+    log_file.write_text(trace)
+    print(f"rlcollect train: the run failed: {one_line(error)}\n"
+          f"  full traceback: {log_file}\n  run status: failed (summary.json)", file=sys.stderr)
+
+
+def disk_full_line(job: Job, error: DiskFullError, checkpoint_frames: int | None) -> str:
+    """What a run stopped by a full disk says (its traceback would only repeat it, and the disk
+    may not take an error.log): the disk, the folder, the free bytes, and how to go on."""
+    remedy = "raise the file size limit" if error.errno == errno.EFBIG else "free some space"
+    if checkpoint_frames is None:
+        then = f"it has no complete checkpoint to continue from: {remedy} and train it again in a new folder"
+    else:
+        then = (f"its last complete checkpoint (frame {checkpoint_frames}) stays: {remedy}, then continue with "
+                f"`rlcollect train resume={job.resume or job_dir_label(job)}`")
+    return f"rlcollect train: the run failed: {error}; {then}"
+
+
+def finished_lines(job: Job, summary: dict) -> str:
+    """What a finished or solved run says: its folder, frames, seconds, evaluation, solve."""
+    threshold = summary.get("solved_return")
+    target = (f"eval return >= {threshold} on {summary.get('env_id')}" if threshold is not None
+              else f"no threshold for {summary.get('env_id')}")
+    return (f"run folder: {job.run_dir}\n"
+            f"frames: {summary['frames']}  seconds: {summary['seconds']:.1f}  "
+            f"final eval return: {summary['final_eval_return']}  "
+            f"frames to solve: {summary['frames_to_solve']} ({target})  seconds to solve: "
+            f"{'-' if summary['seconds_to_solve'] is None else format(summary['seconds_to_solve'], '.1f')}")
+
+
+def objective_value(cfg: DictConfig, summary: dict, run_dir: Path) -> float | None:
+    """The run's ``objective``: its final or best eval return, the mean of its eval returns
+    over the frames up to total_frames (eval_auc: the area under its eval curve, held at
+    its last value after a solved run stopped), or its frames to solve (infinite when it
+    was not solved: the worst value to minimise). None where the run has no such value."""
+    if cfg.objective == "frames_to_solve":
+        return float(summary["frames_to_solve"]) if summary.get("frames_to_solve") is not None else math.inf
+    if cfg.objective == "eval_auc":
+        from rlcollect.analysis.stats import area_under_curve
+        from rlcollect.logging.runs import EVAL_RETURN, load_run_dir
+
+        evaluations = [(row["step"], row[EVAL_RETURN]) for row in load_run_dir(run_dir).history
+                       if row.get(EVAL_RETURN) is not None]
+        if not evaluations:
+            return None
+        frames, returns = zip(*evaluations)
+        return area_under_curve(list(frames), list(returns), frames[0], max(cfg.total_frames, frames[-1]))
+    value = summary.get(cfg.objective)
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def interrupted_line(job: Job, frames: int, checkpoint_frames: int | None) -> str:
+    """What an interrupted run says: where it stopped, its checkpoint when that is older (a
+    second Ctrl-C stopped the one being written), and how to continue."""
+    if checkpoint_frames is None:
+        return f"rlcollect train: interrupted at frame {frames}, before its first checkpoint"
+    behind = f" (its last complete checkpoint is at frame {checkpoint_frames})" if checkpoint_frames != frames else ""
+    return (f"rlcollect train: interrupted at frame {frames}{behind}; continue with "
+            f"`rlcollect train resume={job.resume or job_dir_label(job)}`")
+
+
+def job_dir_label(job: Job) -> str:
+    """The job's folder as a user types it: relative to the working folder when inside it."""
+    cwd = Path.cwd().resolve()
+    folder = job.run_dir.resolve()
+    return str(folder.relative_to(cwd)) if cwd in folder.parents else str(folder)
+
+
+def sweep_group(hydra_cfg) -> str:
+    """A sweep's W&B group: its folder's name."""
+    return hydra_cfg.sweep.dir.rstrip("/").split("/")[-1]
+
+
+def refused(job: Job, error: ConfigError) -> float:
+    """A user's mistake: one line. A single run leaves nothing behind (the folder Hydra made
+    for it is removed); a sweep job's folder keeps only its summary.json (status
+    ``refused``, the message) and the sweep goes on."""
+    what = "missing dependency" if isinstance(error, MissingDependencyError) else "invalid configuration"
+    print(f"rlcollect train: {what}: {error}", file=sys.stderr)
+    if job.resume:  # the resumed run's folder is as it was
+        raise SystemExit(2) from None
+    remove_hydra_files(job)
+    if not job.multirun:
+        remove_if_empty(job.run_dir)
+        raise SystemExit(2) from None
+    (job.run_dir / SUMMARY_FILE).write_text(json.dumps(
+        {"status": "refused", "error": f"{what}: {error}", "overrides": job.overrides}, indent=2))
+    return FAILED
+
+
+def failed_to_build(job: Job, error: Exception) -> float:
+    """Not a user's mistake: said as what it is, the traceback kept (in the run folder, or,
+    for a resumed run, whose files stay as they were, in a file of its own)."""
+    trace = traceback.format_exc()
+    if job.resume:
+        handle, name = tempfile.mkstemp(prefix="rlcollect-resume-", suffix=".log")
+        with os.fdopen(handle, "w") as file:
+            file.write(trace)
+        log_file = Path(name)
+    else:
+        log_file = job.run_dir / ERROR_LOG
+        log_file.write_text(trace)
+        (job.run_dir / SUMMARY_FILE).write_text(json.dumps(
+            {"status": "failed", "frames": 0, "error": f"error while building the run: {one_line(error)}"}, indent=2))
+    if FULL_ERROR.get("asked"):
+        print(trace, file=sys.stderr, end="")
+    print(f"rlcollect train: error while building the run: {one_line(error)} (traceback in {log_file})",
+          file=sys.stderr)
+    if job.multirun:
+        return FAILED
+    raise SystemExit(1) from None
+
+
+def remove_hydra_files(job: Job) -> None:
+    """What Hydra wrote into a job's folder before the job started (its job log, .hydra/)."""
+    for path in job.hydra_files:
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def remove_if_empty(folder: Path) -> None:
+    """Remove ``folder`` if it is empty, then each parent left empty (up to the working folder)."""
+    folder, stop = folder.resolve(), Path.cwd().resolve()
+    while folder != stop and stop in folder.parents and folder.is_dir() and not any(folder.iterdir()):
+        folder.rmdir()
+        folder = folder.parent
+
+
+FULL_ERROR: dict[str, bool] = {}  # whether the user asked for full tracebacks (HYDRA_FULL_ERROR=1)

@@ -1,0 +1,104 @@
+"""The command line of ``rlcollect train``: a ``resume=<run>`` line made to run in that run's
+folder, the overrides a resumed run takes, and one line for an override Hydra cannot apply
+(the key, the options, the extra that installs a missing plugin, the keys it may have meant)."""
+from __future__ import annotations
+
+import difflib
+
+from hydra.errors import (
+    MissingConfigException,
+    OverrideParseException,
+)
+from omegaconf import DictConfig, OmegaConf
+
+
+def resume_overrides(task_overrides, cfg: DictConfig) -> dict:
+    """``{key: value}`` of the config keys given on a ``resume=`` command line (besides
+    ``resume`` and Hydra's own), their values as composed."""
+    keys = [override.split("=", 1)[0].lstrip("+~") for override in task_overrides]
+    return {key: OmegaConf.select(cfg, key) for key in keys if key != "resume" and not key.startswith("hydra.")}
+
+
+def quoted(value: str) -> str:
+    """``value`` as a quoted Hydra override value (a path holding ``=`` or ``,``, as a
+    sweep member's folder does, is then one string, not a sweep)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def unquoted(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1].replace("\\" + value[0], value[0]).replace("\\\\", "\\")
+    return value
+
+
+def in_resumed_run_folder(args: list[str]) -> list[str]:
+    """A ``resume=<run>`` command line runs in that run folder, not a new outputs/<date>/<time>/,
+    leaving its .hydra/ as the first part wrote it and logging to its job log only once the
+    resume is known to start (``keep_log_in``). The folder is passed quoted, so any folder
+    name works (a sweep member's ``multirun/.../algo.lr=0.001,seed=1`` included)."""
+    resume = [index for index, arg in enumerate(args) if arg.startswith("resume=")]
+    if not resume:
+        return args
+    folder = unquoted(args[resume[-1]].split("=", 1)[1])
+    args = [*args[:resume[-1]], f"resume={quoted(folder)}", *args[resume[-1] + 1:]]
+    if any(arg.startswith("hydra.run.dir=") for arg in args):
+        return args
+    return [*args, f"hydra.run.dir={quoted(folder)}", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
+
+
+def override_error_line(error: Exception) -> str:
+    """One line for an override Hydra could not apply, naming it, with the options or the
+    closest keys where there are some."""
+    if isinstance(error, MissingConfigException):
+        first = str(error).splitlines()[0].split(": ", 1)[-1]  # "In 'train': Could not find 'collector/x'"
+        options = f" (options: {', '.join(error.options)})" if error.options else ""
+        extra = plugin_extra(error.missing_cfg_file)
+        if extra is not None:  # a launcher or sweeper whose Hydra plugin is not installed
+            group, _, option = error.missing_cfg_file.rpartition("/")
+            return (f"missing dependency: {group}={option} is a Hydra plugin of the {extra} extra, not installed: "
+                    f"pip install 'rlcollect[{extra}]'{options.replace('options', 'installed options', 1)}")
+        return f"invalid override: {first}{options}"
+    if isinstance(error, OverrideParseException):
+        return f"invalid override {error.override!r}: {str(error).splitlines()[0]}"
+    cause = error.__cause__
+    full_key = getattr(cause, "full_key", None)
+    if cause is None or full_key is None:
+        return f"invalid override: {' '.join(str(error).split())}"
+    line = f"invalid override {full_key}: {str(cause).splitlines()[0]}"
+    if "not in" not in line:
+        return line
+    similar = similar_keys(getattr(cause, "parent_node", None), full_key)  # an unknown key: what it may have meant
+    hint = f"did you mean {' or '.join(similar)}?" if similar else "`rlcollect train --cfg job` lists the keys"
+    return f"{line} ({hint})"
+
+
+# the Hydra plugins that extras of pyproject.toml install: the configs they bring (a path prefix) -> the extra
+PLUGIN_EXTRAS = {"hydra/launcher/ray": "raylauncher", "hydra/launcher/joblib": "sweep",
+                 "hydra/launcher/submitit_": "slurm", "hydra/sweeper/optuna": "tune", "hydra/sweeper/sampler/": "tune"}
+
+
+def plugin_extra(missing: str | None) -> str | None:
+    """The extra whose Hydra plugin brings the config ``missing`` (``hydra/launcher/ray``:
+    raylauncher; hydra/sweeper=tune_ppo builds on the Optuna sweeper's), else None."""
+    return next((extra for prefix, extra in PLUGIN_EXTRAS.items() if missing and missing.startswith(prefix)), None)
+
+
+def similar_keys(node, full_key: str) -> list[str]:
+    """Keys of the config ``node`` belongs to that ``full_key`` may have meant: the same name
+    elsewhere in the config, else close spellings beside it."""
+    if not isinstance(node, DictConfig):
+        return []
+    root = node._get_root() if hasattr(node, "_get_root") else node  # omegaconf 2.3 gives no public accessor
+    paths = []
+
+    def walk(config: dict, prefix: str) -> None:
+        for key, value in config.items():
+            paths.append(f"{prefix}{key}")
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+
+    walk({key: value for key, value in OmegaConf.to_container(root, resolve=False).items() if key != "hydra"}, "")
+    parent, _, name = full_key.rpartition(".")
+    same_name = [path for path in paths if path.rpartition(".")[2] == name]
+    siblings = {path.rpartition(".")[2]: path for path in paths if path.rpartition(".")[0] == parent}
+    return same_name[:2] or [siblings[key] for key in difflib.get_close_matches(name, siblings, n=2, cutoff=0.6)]

@@ -1,0 +1,73 @@
+"""A folder that holds a run is never trained into again: the Hydra callback ``RunFolders``
+(conf/train.yaml) refuses it before Hydra writes anything, so a refused command leaves every
+file as it was."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from rlcollect.commands.jobs import Job, hydra_files
+from rlcollect.errors import ConfigError
+from rlcollect.run_files import run_files
+
+
+class RefusedBeforeStart(BaseException):
+    """A ConfigError found by a Hydra callback (``RunFolders``) before any job starts, carried
+    out of Hydra as a BaseException (Hydra turns an Exception raised in a callback into a
+    warning and goes on); ``run_train`` says it in one line, exit 2."""
+
+    def __init__(self, error: ConfigError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@dataclass
+class Starting:
+    """What ``RunFolders`` let start, for a Ctrl-C that lands before a job takes it over
+    (``run_train``): the single run whose folder it found free, before Hydra wrote into it,
+    or the sweep (its folder)."""
+
+    job: Job | None = None
+    sweep_dir: Path | None = None
+
+
+STARTING = Starting()
+
+
+class RunFolders(Callback):
+    """A Hydra callback (conf/train.yaml): a run is never trained into a folder that holds one
+    (any of ``logging.runs.RUN_FILES``), nor a sweep into a folder that holds an earlier
+    sweep's runs. Checked before Hydra writes anything (a job's .hydra/ and job log are
+    written before the task function runs), so a refused command leaves every file as it
+    was; an absent or empty folder is fine, and ``resume=<run>`` continues its run in place."""
+
+    def on_run_start(self, config: DictConfig, **kwargs) -> None:
+        if config.get("resume"):  # continues its run in its own folder (in_resumed_run_folder)
+            return
+        folder = Path(config.hydra.run.dir)
+        refuse_a_run_in(folder, "hydra.run.dir", "train a new run in")
+        STARTING.job = Job(folder, False, list(config.hydra.overrides.task), hydra_files(config.hydra, folder))
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        folder = Path(config.hydra.sweep.dir)
+        refuse_a_run_in(folder, "hydra.sweep.dir", "sweep into")
+        jobs = sorted(job for job in folder.iterdir() if job.is_dir() and run_files(job)) if folder.is_dir() else []
+        if jobs:
+            raise RefusedBeforeStart(ConfigError(
+                f"hydra.sweep.dir={folder} holds the runs of an earlier sweep ({len(jobs)} run folder"
+                f"{'s' if len(jobs) > 1 else ''}): continue one with `rlcollect train resume={folder}/<its folder>`, "
+                f"or sweep into another folder (hydra.sweep.dir=<new folder>)"))
+        STARTING.sweep_dir = folder
+
+
+def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
+    """RefusedBeforeStart when ``folder`` (the value of ``key``) holds a run's files; ``what``:
+    what the command does there ("train a new run in", "sweep into")."""
+    held = run_files(folder)
+    if held:
+        raise RefusedBeforeStart(ConfigError(
+            f"{key}={folder} holds a run already ({', '.join(held)}): continue it with `rlcollect train "
+            f"resume={folder}`, or {what} another folder ({key}=<new folder>)"))

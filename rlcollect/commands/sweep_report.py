@@ -1,0 +1,79 @@
+"""The end of a sweep: every job that failed or was refused, listed with its overrides
+(``SweepReport``, a Hydra callback in conf/train.yaml, whatever the launcher)."""
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
+from rlcollect.run_files import SUMMARY_FILE
+
+
+@dataclass
+class SweepOutcome:
+    """The jobs of the last sweep that did not finish: ``(status, overrides, message, folder)``."""
+
+    jobs: int = 0
+    not_finished: list[tuple[str, str, str, Path]] = field(default_factory=list)
+
+
+SWEEP = SweepOutcome()
+
+
+class SweepReport(Callback):
+    """A Hydra callback (conf/train.yaml): at the end of a sweep, whatever its launcher, it
+    reads every job folder's summary.json and keeps those that failed or were refused, with
+    their overrides, for ``run_train`` to list."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        sweep_dir = Path(config.hydra.sweep.dir)
+        SWEEP.jobs, SWEEP.not_finished = 0, []
+        for summary_file in sorted(sweep_dir.glob(f"*/{SUMMARY_FILE}"), key=job_number):
+            SWEEP.jobs += 1
+            try:
+                summary = json.loads(summary_file.read_text())
+            except (OSError, ValueError):
+                continue
+            if summary.get("status") in ("failed", "refused"):
+                overrides = summary.get("overrides") or read_overrides(summary_file.parent)
+                SWEEP.not_finished.append((summary["status"], ",".join(overrides) or "(no overrides)",
+                                           summary.get("error") or "", summary_file.parent))
+
+
+def job_number(summary_file: Path) -> tuple[int, str]:
+    """Sweep job folders in launch order (``<num>_<overrides>``)."""
+    number = summary_file.parent.name.split("_", 1)[0]
+    return (int(number) if number.isdigit() else 1 << 30, summary_file.parent.name)
+
+
+def read_overrides(job_dir: Path) -> list[str]:
+    import yaml
+
+    path = job_dir / ".hydra" / "overrides.yaml"
+    try:
+        return [str(item) for item in yaml.safe_load(path.read_text()) or []]
+    except (OSError, yaml.YAMLError):
+        return []
+
+
+def sweep_report() -> list[str]:
+    """The lines listing the last sweep's failed and refused jobs (none when all finished)."""
+    if not SWEEP.not_finished:
+        return []
+    sweep_dir = SWEEP.not_finished[0][3].parent
+    lines = [f"rlcollect train: {len(SWEEP.not_finished)} of {SWEEP.jobs} sweep jobs did not finish "
+             f"(job folders in {sweep_dir}):"]
+    for status, overrides, message, folder in SWEEP.not_finished:
+        lines.append(f"  {status:<8} job {folder.name.split('_', 1)[0]} ({overrides}): {message}")
+    return lines
+
+
+def report_sweep() -> int:
+    lines = sweep_report()
+    for line in lines:
+        print(line, file=sys.stderr)
+    return 1 if lines else 0

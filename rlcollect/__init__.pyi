@@ -96,8 +96,11 @@ from rlcollect.modules.recurrent import (
 from rlcollect.algos.ppo import PPO as PPO
 from rlcollect.modules.q_network import QValuePolicy as QValuePolicy
 from rlcollect.algos.gae import generalized_advantage_estimate as generalized_advantage_estimate
-from rlcollect.algos.learners import DQNLearner as DQNLearner, Learner as Learner, PPOLearner as PPOLearner
-from rlcollect.algos.sac import SACActor as SACActor, SACLearner as SACLearner
+from rlcollect.algos.learners import Learner as Learner
+from rlcollect.algos.ppo import PPOLearner as PPOLearner
+from rlcollect.algos.dqn import DQNLearner as DQNLearner
+from rlcollect.algos.sac import SACLearner as SACLearner
+from rlcollect.modules.sac import SACActor as SACActor
 from rlcollect.acting import actions_only as actions_only, set_actions_only as set_actions_only
 
 # rlpyt's sampler interface over the collectors (docs/samplers.md), at home in rlcollect.samplers

@@ -21,6 +21,10 @@ from typing import Any, Callable
 
 # old dotted name -> new dotted name
 MOVED = {
+    # one template per algorithm: its learner beside it (algos/<algo>.py), its networks in modules/
+    "rlcollect.algos.learners.PPOLearner": "rlcollect.algos.ppo.PPOLearner",
+    "rlcollect.algos.learners.DQNLearner": "rlcollect.algos.dqn.DQNLearner",
+    "rlcollect.algos.sac.SACActor": "rlcollect.modules.sac.SACActor",
     # 31717d4: a circle between schemes.py and the schemes it named
     "rlcollect.weight_sync.WeightSyncScheme.from_backend": "rlcollect.weight_sync.scheme_from_backend",
     # 31717d4: the compare tool left rlcollect.logging for rlcollect.analysis (docs/compare.md, "From Python")

@@ -266,8 +266,8 @@ DELIBERATE_DEFAULTS = {
 }
 # The learners whose **options go to the algorithm's own class (a collector routes its **options
 # through its bases and option groups: CollectorBase.argument_defaults)
-FORWARDS = {"rlcollect.algos.learners.PPOLearner": "rlcollect.PPO",
-            "rlcollect.algos.learners.DQNLearner": "rlcollect.DQN"}
+FORWARDS = {"rlcollect.algos.ppo.PPOLearner": "rlcollect.PPO",
+            "rlcollect.algos.dqn.DQNLearner": "rlcollect.DQN"}
 
 
 def constructor_defaults(cls) -> dict:

@@ -26,6 +26,9 @@ def read_old(old: str):
 
 def test_the_moved_names_are_listed():
     assert MOVED == {
+        "rlcollect.algos.learners.PPOLearner": "rlcollect.algos.ppo.PPOLearner",
+        "rlcollect.algos.learners.DQNLearner": "rlcollect.algos.dqn.DQNLearner",
+        "rlcollect.algos.sac.SACActor": "rlcollect.modules.sac.SACActor",
         "rlcollect.weight_sync.WeightSyncScheme.from_backend": "rlcollect.weight_sync.scheme_from_backend",
         "rlcollect.logging.compare.compare": "rlcollect.analysis.compare.compare",
         "rlcollect.logging.compare.load_runs": "rlcollect.analysis.compare.load_runs",

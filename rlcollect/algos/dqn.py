@@ -8,11 +8,12 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from rlcollect.algos.learners import Learner, replay_state, update_observation_norm
 from rlcollect.buffers.transforms import or_next_flags
 from rlcollect.choices import DQN_LOSSES as LOSSES
 from rlcollect.choices import DQN_TARGET_UPDATES as TARGET_UPDATES
-from rlcollect.keys import STEPS_TO_NEXT_OBS, WEIGHT
-from rlcollect.modules.q_network import QValuePolicy
+from rlcollect.keys import INDEX, STEPS_TO_NEXT_OBS, WEIGHT
+from rlcollect.modules.q_network import QValuePolicy, linear_epsilon
 
 
 def dqn_targets(reward: torch.Tensor, terminated: torch.Tensor, next_q_online: torch.Tensor,
@@ -123,3 +124,61 @@ class DQN:
         elif self.gradient_steps % self.target_update_period == 0:
             for target_param, online_param in zip(target, online):
                 target_param.copy_(online_param)
+
+
+class DQNLearner(Learner):
+    """Off-policy: the collector writes into the replay buffer (or batches are written
+    there); ``gradient_steps_per_batch`` updates on sampled transitions per batch once
+    ``learning_starts`` frames were collected. Epsilon follows a linear schedule over frames
+    and is written into the policy (a buffer, synced to workers with the weights). With a
+    PrioritizedSampler, every gradient step gives the sampled elements their absolute TD
+    errors as new priorities. A RunningNorm in the Q policy (normalize_observation) takes in
+    each batch's observations, or, when the collector writes into the buffer itself, those
+    of the call's first sample.
+
+    Args:
+        policy: a QValuePolicy.
+        buffer: the ReplayBuffer.
+        **dqn_options: DQN's own arguments (lr, gamma, target_update, ...: rlcollect.DQN).
+    """
+
+    replay = True
+    policy_classes = (QValuePolicy,)
+
+    def __init__(self, policy: QValuePolicy, buffer, *, gradient_steps_per_batch: int = 1, learning_starts: int = 0,
+                 eps_start: float = 1.0, eps_end: float = 0.05, eps_decay_frames: int = 0, **dqn_options) -> None:
+        self.dqn, self.replay_buffer = DQN(policy, **dqn_options), buffer
+        self.gradient_steps, self.learning_starts = gradient_steps_per_batch, learning_starts
+        self.eps_start, self.eps_end, self.eps_decay_frames = eps_start, eps_end, eps_decay_frames
+        self.prioritized = bool(getattr(buffer, "prioritized", False))
+
+    def state_dict(self) -> dict:
+        """The DQN state and the replay buffer (``replay_state``)."""
+        return {"dqn": self.dqn.state_dict(), "replay_buffer": replay_state(self.replay_buffer)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.dqn.load_state_dict(state["dqn"])
+        self.replay_buffer.load_state_dict(state["replay_buffer"])
+
+    def learn(self, batch: TensorDictBase | None, frames: int) -> dict[str, float]:
+        if batch is not None:
+            self.replay_buffer.extend_batch(batch)
+            update_observation_norm(self.dqn.q_policy, batch.get("observation"))
+        epsilon = linear_epsilon(frames, start=self.eps_start, end=self.eps_end, decay_frames=self.eps_decay_frames)
+        self.dqn.q_policy.epsilon.fill_(epsilon)
+        metrics: dict[str, float] = {"epsilon": epsilon, "buffer_size": float(len(self.replay_buffer))}
+        if frames < self.learning_starts or len(self.replay_buffer) == 0:
+            return metrics
+        totals: dict[str, torch.Tensor] = {}
+        for step in range(self.gradient_steps):
+            sample = self.replay_buffer.sample()
+            if batch is None and step == 0:  # the new data went straight to the buffer: learn the stats from it
+                update_observation_norm(self.dqn.q_policy, sample.get("observation"))
+            step_metrics = self.dqn.update(sample)
+            td_error = step_metrics.pop("td_error", None)  # per sample: no metric to average
+            if self.prioritized:
+                self.replay_buffer.update_priority(sample.get(INDEX), td_error)
+            for key, value in step_metrics.items():
+                totals[key] = totals[key] + value if key in totals else value
+        metrics.update({key: value.item() / self.gradient_steps for key, value in totals.items()})
+        return metrics

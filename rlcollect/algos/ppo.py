@@ -4,9 +4,11 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+from tensordict import TensorDictBase
 from torch import nn
 
 from rlcollect.algos.gae import generalized_advantage_estimate
+from rlcollect.algos.learners import Learner, update_observation_norm
 from rlcollect.algos.reward_scaling import RewardScaler
 from rlcollect.buffers.rollout import RolloutBuffer, iterate_minibatches, iterate_sequences, transition_view
 from rlcollect.buffers.transforms import or_next_flags
@@ -151,3 +153,37 @@ class PPO:
             return {"loss_policy": loss_policy.detach(), "loss_value": loss_value.detach(),
                     "entropy": entropy_mean.detach(), "approx_kl": mean((ratio - 1) - log_ratio),
                     "clip_fraction": mean(((ratio - 1).abs() > clip).to(ratio.dtype))}
+
+
+class PPOLearner(Learner):
+    """On-policy: every batch fills the rollout buffer once and is trained on, then dropped.
+
+    Args:
+        policy: an ActorCritic or RecurrentActorCritic.
+        buffer: the RolloutBuffer ``[envs, T + 1]`` of the collector's batches.
+        total_frames: the run's frames (what anneal_lr / anneal_clip anneal over).
+        **ppo_options: PPO's own arguments (lr, gamma, gae_lambda, clip_epsilon, epochs,
+            minibatch_size, ...: rlcollect.PPO).
+    """
+
+    policy_classes = (ActorCritic, RecurrentActorCritic)
+
+    def __init__(self, policy: ActorCritic | RecurrentActorCritic, buffer: RolloutBuffer, *, total_frames: int = -1,
+                 **ppo_options) -> None:
+        self.ppo, self.buffer = PPO(policy, total_frames=total_frames, **ppo_options), buffer
+
+    def learn(self, batch: TensorDictBase | None, frames: int) -> dict[str, float]:
+        """``batch``: a collector batch (copied into the rollout buffer), or the buffer's own
+        rollout, already written in place (``Collector.collect(rollout=...)``)."""
+        self.buffer.add(batch if batch is self.buffer.rollout else
+                        batch.reshape(self.buffer.num_envs, self.buffer.rollout_len))
+        metrics = self.ppo.update(self.buffer, frames)
+        # after the update, which must see the statistics the rollout was collected with (ratio 1 at its start)
+        update_observation_norm(self.ppo.actor_critic, transition_view(self.buffer.rollout).get("observation"))
+        return metrics
+
+    def state_dict(self) -> dict:
+        return {"ppo": self.ppo.state_dict()}  # the rollout buffer is refilled every batch
+
+    def load_state_dict(self, state: dict) -> None:
+        self.ppo.load_state_dict(state["ppo"])

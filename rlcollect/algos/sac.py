@@ -1,10 +1,10 @@
 """Soft actor-critic (Haarnoja et al. 2018, with the automatic entropy tuning of their
 follow-up) for continuous (Box) actions, learning from a replay buffer.
 
-    SACActor     the policy the collectors run: a tanh-squashed diagonal Gaussian scaled to
-                 the action bounds ("action"; its mean squashed when deterministic)
     SACLearner   twin Q critics with Polyak-averaged targets, the actor, and alpha (the
-                 entropy weight) tuned towards a target entropy of -action_dim
+                 entropy weight) tuned towards a target entropy of -action_dim; the networks,
+                 the actor the collectors run (SACActor) and the critics, are in
+                 rlcollect/modules/sac.py
 
 Per gradient step: one critic update on a sampled batch; every ``policy_frequency`` steps,
 ``policy_frequency`` actor (and alpha) updates, so that actor and critic take as many steps
@@ -21,102 +21,13 @@ from typing import Sequence
 import gymnasium as gym
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModuleBase, interaction_type
 from torch import nn
 
 from rlcollect.algos.learners import Learner, replay_state, update_observation_norm
 from rlcollect.buffers.transforms import or_next_flags
-from rlcollect.errors import ConfigError
 from rlcollect.keys import STEPS_TO_NEXT_OBS, WEIGHT
-from rlcollect.modules.actor_critic import DETERMINISTIC, mlp, observation_norm
-from rlcollect.modules.encoders import make_encoder, resolve_encoder
-
-LOG_STD_RANGE = (-5.0, 2.0)  # the actor's log-std, squashed into this interval
-
-
-def check_box_actions(action_space: gym.Space, what: str) -> gym.spaces.Box:
-    """A flat, bounded Box action space, else a ConfigError naming ``what`` needs it."""
-    if not isinstance(action_space, gym.spaces.Box) or len(action_space.shape) != 1:
-        raise ConfigError(f"{what} needs continuous actions (a flat Box action space), got {action_space}")
-    if not (torch.isfinite(torch.as_tensor(action_space.low)).all() and
-            torch.isfinite(torch.as_tensor(action_space.high)).all()):
-        raise ConfigError(f"{what} squashes its actions into the action space's bounds: they must be finite, got "
-                          f"{action_space}")
-    return action_space
-
-
-class SACActor(TensorDictModuleBase):
-    """A tanh-squashed diagonal Gaussian over Box actions, scaled to the action bounds;
-    writes ``"action"`` (sampled; ``tanh(mean)`` scaled under a deterministic interaction
-    type). ``encoder`` and ``normalize_observation`` as in ActorCritic.
-
-    Args:
-        hidden_sizes: the MLP from the features to the mean and log-std.
-        activation: of the MLP ("relu" as in the SAC paper).
-    """
-
-    in_keys = ["observation"]
-    out_keys = ["action"]
-
-    def __init__(self, observation_space: gym.Space, action_space: gym.spaces.Box, *,
-                 hidden_sizes: Sequence[int] = (256, 256), activation: str = "relu", encoder: str = "auto",
-                 normalize_observation: bool = False) -> None:
-        super().__init__()
-        action_space = check_box_actions(action_space, "SAC")
-        self.observation_space, self.action_space = observation_space, action_space
-        self.encoder_kind = resolve_encoder(encoder, observation_space)  # the critics encode as the actor does
-        self.obs_norm = observation_norm(observation_space, normalize_observation, self.encoder_kind)
-        self.encoder = make_encoder(self.encoder_kind, observation_space)
-        self.action_dim = action_space.shape[0]
-        self.trunk = mlp(self.encoder.out_features, hidden_sizes, 2 * self.action_dim, activation)
-        low, high = (torch.as_tensor(bound, dtype=torch.float32) for bound in (action_space.low, action_space.high))
-        self.register_buffer("action_scale", (high - low) / 2)
-        self.register_buffer("action_bias", (high + low) / 2)
-
-    def features(self, observation) -> torch.Tensor:
-        if self.obs_norm is not None:
-            observation = self.obs_norm(observation)
-        return self.encoder(observation)
-
-    def distribution(self, observation) -> tuple[torch.Tensor, torch.Tensor]:
-        """(mean, log_std) of the Gaussian before the squashing."""
-        mean, log_std = self.trunk(self.features(observation)).chunk(2, -1)
-        low, high = LOG_STD_RANGE
-        return mean, low + 0.5 * (high - low) * (torch.tanh(log_std) + 1)
-
-    def sample(self, observation) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterised action and its log-probability (the squashing's Jacobian
-        included), differentiable with respect to the actor's parameters."""
-        mean, log_std = self.distribution(observation)
-        pre_squash = mean + log_std.exp() * torch.randn_like(mean)
-        squashed = torch.tanh(pre_squash)
-        log_prob = (-0.5 * ((pre_squash - mean) / log_std.exp()).pow(2) - log_std - 0.5 * math.log(2 * math.pi))
-        log_prob = log_prob - torch.log(self.action_scale * (1 - squashed.pow(2)) + 1e-6)
-        return squashed * self.action_scale + self.action_bias, log_prob.sum(-1)
-
-    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        observation = tensordict.get("observation")
-        if interaction_type() in DETERMINISTIC:
-            mean, _ = self.distribution(observation)
-            action = torch.tanh(mean) * self.action_scale + self.action_bias
-        else:
-            action, _ = self.sample(observation)
-        tensordict.set("action", action)
-        return tensordict
-
-
-class QCritic(nn.Module):
-    """Q(observation, action): the observation's features (an encoder of its own) and the
-    action, through an MLP."""
-
-    def __init__(self, observation_space: gym.Space, action_dim: int, hidden_sizes: Sequence[int],
-                 encoder: str) -> None:
-        super().__init__()
-        self.encoder = make_encoder(resolve_encoder(encoder, observation_space), observation_space)
-        self.q = mlp(self.encoder.out_features + action_dim, hidden_sizes, 1, "relu")
-
-    def forward(self, observation, action: torch.Tensor) -> torch.Tensor:
-        return self.q(torch.cat([self.encoder(observation), action], -1)).squeeze(-1)
+from rlcollect.modules import sac as networks
+from rlcollect.moved import moved_getattr
 
 
 class SACLearner(Learner):
@@ -141,17 +52,17 @@ class SACLearner(Learner):
     """
 
     replay = True
-    policy_classes = (SACActor,)
+    policy_classes = (networks.SACActor,)
 
-    def __init__(self, policy: SACActor, buffer, *, observation_space: gym.Space, action_space: gym.spaces.Box,
+    def __init__(self, policy: networks.SACActor, buffer, *, observation_space: gym.Space, action_space: gym.spaces.Box,
                  gamma: float = 0.99, tau: float = 0.005, actor_lr: float = 3e-4, critic_lr: float = 1e-3,
                  alpha: float = 0.2, autotune: bool = True, target_entropy: float | None = None,
                  policy_frequency: int = 2, target_network_frequency: int = 1, gradient_steps_per_batch: int = 1,
                  learning_starts: int = 5000, critic_hidden_sizes: Sequence[int] = (256, 256),
                  terminal_keys: Sequence[str] = ()) -> None:
-        check_box_actions(action_space, "SAC")
+        networks.check_box_actions(action_space, "SAC")
         self.actor, self.replay_buffer = policy, buffer
-        self.critics = nn.ModuleList(QCritic(observation_space, policy.action_dim, critic_hidden_sizes,
+        self.critics = nn.ModuleList(networks.QCritic(observation_space, policy.action_dim, critic_hidden_sizes,
                                              policy.encoder_kind) for _ in range(2)).to(policy.action_scale.device)
         self.targets = copy.deepcopy(self.critics).requires_grad_(False)
         self.gamma, self.tau = gamma, tau
@@ -274,3 +185,6 @@ class SACLearner(Learner):
             self.alpha_optimizer.load_state_dict(state["alpha_optimizer"])
         self.updates = int(state["updates"])
         self.replay_buffer.load_state_dict(state["replay_buffer"])
+
+
+__getattr__ = moved_getattr(__name__)  # SACActor moved to rlcollect.modules.sac, with SAC's other networks

@@ -288,7 +288,7 @@ class LearnerTarget:
 class PPOConfig(LearnerTarget):
     """Clipped PPO (rlcollect.PPO's defaults; conf/algo/ppo.yaml tunes it for CartPole)."""
 
-    _target_: str = "rlcollect.algos.learners.PPOLearner"
+    _target_: str = "rlcollect.algos.ppo.PPOLearner"
     name: str = "ppo"
     lr: float = ranged(3e-4, "> 0")
     gamma: float = ranged(0.99, "(0, 1]")
@@ -314,7 +314,7 @@ class DQNConfig(LearnerTarget):
     """DQN (double, target network, epsilon-greedy) from a replay buffer (DQNLearner's
     defaults; conf/algo/dqn.yaml sets rl-zoo's CartPole schedule)."""
 
-    _target_: str = "rlcollect.algos.learners.DQNLearner"
+    _target_: str = "rlcollect.algos.dqn.DQNLearner"
     name: str = "dqn"
     lr: float = ranged(1e-3, "> 0")
     gamma: float = ranged(0.99, "(0, 1]")
@@ -418,7 +418,7 @@ class SACActorConfig:
     """SACActor(observation_space, action_space, ...): a tanh-squashed Gaussian over Box
     actions (SAC; algo=sac selects it)."""
 
-    _target_: str = "rlcollect.algos.sac.SACActor"
+    _target_: str = "rlcollect.modules.sac.SACActor"
     _partial_: bool = True
     hidden_sizes: List[int] = ranged([256, 256], ">= 1")
     activation: str = chosen("relu", choices.ACTIVATIONS)

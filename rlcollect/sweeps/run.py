@@ -25,7 +25,8 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 from tqdm import tqdm
 
-from rlcollect.algos.learners import Learner, PPOLearner
+from rlcollect.algos.learners import Learner
+from rlcollect.algos.ppo import PPOLearner
 from rlcollect.collectors.evaluation import EvalCollector, EvalResult
 from rlcollect.collectors.single import Collector
 from rlcollect.config import eval_every_frames

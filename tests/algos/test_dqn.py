@@ -8,8 +8,7 @@ from tensordict import TensorDict
 from tensordict.nn import set_interaction_type
 
 from rlcollect.acting import set_actions_only
-from rlcollect.algos.dqn import DQN, dqn_targets
-from rlcollect.algos.learners import DQNLearner
+from rlcollect.algos.dqn import DQN, DQNLearner, dqn_targets
 from rlcollect.buffers import LazyTensorStorage, PrioritizedSampler, ReplayBuffer
 from rlcollect.modules.q_network import QValuePolicy, linear_epsilon
 

@@ -41,7 +41,7 @@ def test_box_actions_train_too():
 
 
 def test_ppo_updates_the_observation_norm_after_each_update():
-    from rlcollect.algos.learners import PPOLearner
+    from rlcollect.algos.ppo import PPOLearner
     from rlcollect.collectors import Collector
     from rlcollect.envs import GymEnv
     from rlcollect.modules import ActorCritic
@@ -56,7 +56,7 @@ def test_ppo_updates_the_observation_norm_after_each_update():
 
 
 def test_normalize_reward_trains_on_scaled_rewards_and_stores_them_as_collected():
-    from rlcollect.algos.learners import PPOLearner
+    from rlcollect.algos.ppo import PPOLearner
 
     env = GymEnv("CartPole-v1", 2, seed=0)
     policy = ActorCritic(env.observation_space, env.action_space)

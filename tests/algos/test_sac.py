@@ -13,8 +13,9 @@ from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 
 from rlcollect import LazyTensorStorage, ReplayBuffer
-from rlcollect.algos.sac import SACActor, SACLearner
+from rlcollect.algos.sac import SACLearner
 from rlcollect.errors import ConfigError
+from rlcollect.modules.sac import SACActor
 
 OBSERVATION = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
 ACTION = gym.spaces.Box(np.array([-2.0, 0.0], np.float32), np.array([2.0, 1.0], np.float32))

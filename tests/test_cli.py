@@ -402,6 +402,24 @@ def test_unknown_command_and_help(tmp_path):
     assert "train" in rlcollect(tmp_path, "--help").stdout
 
 
+def test_the_process_s_own_command_leaves_its_objects_to_the_exit_and_a_call_does_not(monkeypatch, capsys):
+    """main() run as the process's command (no argv) freezes the garbage collector's objects
+    as it ends, whatever the command's outcome; main(argv), called from a program that goes
+    on, leaves the collector alone."""
+    import gc
+
+    from rlcollect import cli
+
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    assert cli.main(["--help"]) == 0 and frozen == []
+    monkeypatch.setattr("sys.argv", ["rlcollect", "--help"])
+    assert cli.main() == 0 and frozen == [True]
+    monkeypatch.setattr("sys.argv", ["rlcollect", "fly"])
+    assert cli.main() == 2 and frozen == [True, True]
+    assert "unknown command 'fly'" in capsys.readouterr().err
+
+
 def _children(pid):
     children = set()
     for task in Path(f"/proc/{pid}/task").iterdir():

@@ -48,8 +48,9 @@ from hydra.errors import (
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
-from rlcollect.config import check_ranges, register_configs
+from rlcollect.config import check_ranges, logs_to_wandb, register_configs
 from rlcollect.errors import ConfigError, DiskFullError, MissingDependencyError, causes, one_line
+from rlcollect.logging.wandb_import import import_wandb
 from rlcollect.run_files import ERROR_LOG, SUMMARY_FILE, run_files
 
 register_configs()
@@ -156,6 +157,8 @@ def build_job(cfg: DictConfig, job: Job):
     hydra_cfg = HydraConfig.get()
     if not job.resume:
         check_ranges(cfg)  # a value out of its range is said before torch loads (seconds sooner)
+        if logs_to_wandb(cfg):
+            import_wandb()  # before torch: 0.2 s sooner (rlcollect/logging/wandb_import.py)
     with ctrl_c_held():
         from rlcollect import pipeline  # torch, its first import
     if job.resume:

@@ -663,6 +663,26 @@ def test_ctrl_c_at_any_point_of_the_start_is_one_line_exit_130_and_leaves_no_fol
         assert sorted(path.name for path in folder.iterdir()) == ["ctrl_c_at.txt"], point
 
 
+@pytest.mark.timeout(300)
+def test_ctrl_c_while_w_and_b_starts_early_is_the_same_one_line_exit_130_and_leaves_no_folder(tmp_path):
+    """With the W&B logger, W&B is imported and its service started before torch
+    (rlcollect/logging/wandb_start.py): Ctrl-C in W&B's import, or in torch's while the
+    service starts, ends the start as anywhere else."""
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text(CTRL_C_AT)
+    points = ["import wandb.apis.public", "import torch"]  # deep in W&B's early import; torch's
+    folders = []
+    for number, point in enumerate(points):
+        folders.append(tmp_path / str(number))
+        folders[-1].mkdir()
+        (folders[-1] / "ctrl_c_at.txt").write_text(point)
+    results = rlcollect_all(folders, [(["train", *TINY, "hydra.run.dir=run"], tmp_path / "hooks")] * len(points))
+    for folder, point, result in zip(folders, points, results):
+        assert result.returncode == 130, (point, result.stderr)
+        assert result.stderr.splitlines() == ["rlcollect train: interrupted while starting, before the first batch"]
+        assert sorted(path.name for path in folder.iterdir()) == ["ctrl_c_at.txt"], point
+
+
 CRASHING_ENV = """
 import gymnasium as gym
 from rlcollect.testing import CountingEnv

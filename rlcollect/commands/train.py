@@ -50,7 +50,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.config import check_ranges, logs_to_wandb, register_configs
 from rlcollect.errors import ConfigError, DiskFullError, MissingDependencyError, causes, one_line
-from rlcollect.logging.wandb_import import import_wandb
+from rlcollect.logging.wandb_start import start_wandb
 from rlcollect.run_files import ERROR_LOG, SUMMARY_FILE, run_files
 
 register_configs()
@@ -158,7 +158,7 @@ def build_job(cfg: DictConfig, job: Job):
     if not job.resume:
         check_ranges(cfg)  # a value out of its range is said before torch loads (seconds sooner)
         if logs_to_wandb(cfg):
-            import_wandb()  # before torch: 0.2 s sooner (rlcollect/logging/wandb_import.py)
+            start_wandb()  # W&B imported and its service started before torch (rlcollect/logging/wandb_start.py)
     with ctrl_c_held():
         from rlcollect import pipeline  # torch, its first import
     if job.resume:

@@ -32,7 +32,18 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    """Run the command ``argv`` names (None: this process's command line, ``sys.argv``:
+    the process ends once it returns, its objects left to the OS, see ``exit_soon``)."""
+    if argv is not None:
+        return dispatch(argv)
+    try:
+        return dispatch(sys.argv[1:])
+    finally:
+        exit_soon()
+
+
+def dispatch(argv: list[str]) -> int:
+    """The command ``argv`` names, run; the usage for none, or for -h / --help."""
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0 if argv else 2
@@ -82,6 +93,20 @@ def quiet_closed_stdout() -> int:
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
     return 128 + signal.SIGPIPE
+
+
+def exit_soon() -> None:
+    """The command is done and the process exits next: the garbage collector stops tracking
+    every object there is (``gc.freeze``). As it exits, Python runs a full collection
+    several times over everything still alive: after a default ``rlcollect train`` (torch,
+    tensordict, W&B), 0.6-1.7 s here, against 0.2-0.3 s frozen, for memory the OS takes
+    back anyway. Everything a command opens it closes before it returns (files, the W&B run,
+    worker processes); atexit handlers, logging's flush included, still run, and objects
+    freed by their reference counts still are. What a frozen object loses is a collection
+    of the reference cycle it may be in, which Python does not promise at exit either."""
+    import gc
+
+    gc.freeze()
 
 
 if __name__ == "__main__":

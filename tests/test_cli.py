@@ -402,6 +402,24 @@ def test_unknown_command_and_help(tmp_path):
     assert "train" in rlcollect(tmp_path, "--help").stdout
 
 
+def test_the_process_s_own_command_leaves_its_objects_to_the_exit_and_a_call_does_not(monkeypatch, capsys):
+    """main() run as the process's command (no argv) freezes the garbage collector's objects
+    as it ends, whatever the command's outcome; main(argv), called from a program that goes
+    on, leaves the collector alone."""
+    import gc
+
+    from rlcollect import cli
+
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    assert cli.main(["--help"]) == 0 and frozen == []
+    monkeypatch.setattr("sys.argv", ["rlcollect", "--help"])
+    assert cli.main() == 0 and frozen == [True]
+    monkeypatch.setattr("sys.argv", ["rlcollect", "fly"])
+    assert cli.main() == 2 and frozen == [True, True]
+    assert "unknown command 'fly'" in capsys.readouterr().err
+
+
 def _children(pid):
     children = set()
     for task in Path(f"/proc/{pid}/task").iterdir():
@@ -642,6 +660,26 @@ def test_ctrl_c_at_any_point_of_the_start_is_one_line_exit_130_and_leaves_no_fol
     for folder, (point, line), result in zip(folders, points.items(), results):
         assert result.returncode == 130, (point, result.stderr)
         assert result.stderr.splitlines() == [line], point
+        assert sorted(path.name for path in folder.iterdir()) == ["ctrl_c_at.txt"], point
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_while_w_and_b_starts_early_is_the_same_one_line_exit_130_and_leaves_no_folder(tmp_path):
+    """With the W&B logger, W&B is imported and its service started before torch
+    (rlcollect/logging/wandb_start.py): Ctrl-C in W&B's import, or in torch's while the
+    service starts, ends the start as anywhere else."""
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text(CTRL_C_AT)
+    points = ["import wandb.apis.public", "import torch"]  # deep in W&B's early import; torch's
+    folders = []
+    for number, point in enumerate(points):
+        folders.append(tmp_path / str(number))
+        folders[-1].mkdir()
+        (folders[-1] / "ctrl_c_at.txt").write_text(point)
+    results = rlcollect_all(folders, [(["train", *TINY, "hydra.run.dir=run"], tmp_path / "hooks")] * len(points))
+    for folder, point, result in zip(folders, points, results):
+        assert result.returncode == 130, (point, result.stderr)
+        assert result.stderr.splitlines() == ["rlcollect train: interrupted while starting, before the first batch"]
         assert sorted(path.name for path in folder.iterdir()) == ["ctrl_c_at.txt"], point
 
 

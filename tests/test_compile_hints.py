@@ -1,6 +1,7 @@
 """rlcollect.compile_hints: tensordict imported without torch's compiler, its compile hints
 given, unchanged, once the compiler is imported."""
 import json
+import os
 import subprocess
 import sys
 
@@ -49,3 +50,20 @@ def test_tensordict_loads_without_the_compiler_and_its_hints_are_given_when_the_
     assert deferred["allowed"] == plain["allowed"] and deferred["constant"] == plain["constant"]
     assert deferred["allowed"] == ["_add_batch_dim", "_add_batch_dim_c", "_foreach_copy_compiled", "_remove_batch_dim"]
     assert deferred["constant"] == ["_lock_warn"]
+
+
+@pytest.mark.timeout(240)
+def test_a_default_training_run_and_its_resume_never_import_the_compiler(tmp_path):
+    """`rlcollect train` with the default config (PPO, the offline W&B logger), then resumed,
+    in one fresh process: the optimizer built, stepped, checkpointed and loaded again, the
+    policy evaluated, and torch._dynamo never imported (rlcollect.algos.optim.Adam)."""
+    code = ("import sys\n"
+            "from rlcollect.cli import main\n"
+            "assert main(['train', 'hydra.run.dir=run', 'progress=false', 'total_frames=1024']) == 0\n"
+            "assert main(['train', 'resume=run', 'progress=false', 'total_frames=1536']) == 0\n"
+            "assert 'torch._dynamo' not in sys.modules, 'torch._dynamo was imported'\n")
+    env = {key: value for key, value in os.environ.items() if key != "WANDB_SERVICE"}  # a service of its own
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**env, "WANDB_MODE": "offline"},
+                            capture_output=True, text=True, timeout=200)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["frames"] == 1536

@@ -9,6 +9,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlcollect.algos.learners import Learner, replay_state, update_observation_norm
+from rlcollect.algos.optim import Adam
 from rlcollect.buffers.transforms import or_next_flags
 from rlcollect.choices import DQN_LOSSES as LOSSES
 from rlcollect.choices import DQN_TARGET_UPDATES as TARGET_UPDATES
@@ -66,7 +67,7 @@ class DQN:
         self.gamma, self.double_dqn, self.max_grad_norm = gamma, double_dqn, max_grad_norm
         self.target_update, self.target_update_period, self.tau = target_update, target_update_period, tau
         self._loss_fn = nn.SmoothL1Loss(reduction="none") if loss == "huber" else nn.MSELoss(reduction="none")
-        self.optimizer = torch.optim.Adam(q_policy.q_net.parameters(), lr=lr)
+        self.optimizer = Adam(q_policy.q_net.parameters(), lr=lr)
         self.gradient_steps = 0
 
     def state_dict(self) -> dict:

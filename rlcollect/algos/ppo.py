@@ -9,6 +9,7 @@ from torch import nn
 
 from rlcollect.algos.gae import generalized_advantage_estimate
 from rlcollect.algos.learners import Learner, update_observation_norm
+from rlcollect.algos.optim import Adam
 from rlcollect.algos.reward_scaling import RewardScaler
 from rlcollect.buffers.rollout import RolloutBuffer, iterate_minibatches, iterate_sequences, transition_view
 from rlcollect.buffers.transforms import or_next_flags
@@ -54,7 +55,7 @@ class PPO:
         self.anneal_lr, self.anneal_clip, self.total_frames = anneal_lr, anneal_clip, total_frames
         if (anneal_lr or anneal_clip) and total_frames <= 0:
             raise ValueError("anneal_lr / anneal_clip need a finite total_frames")
-        self.optimizer = torch.optim.Adam(actor_critic.parameters(), lr=lr, eps=1e-5)
+        self.optimizer = Adam(actor_critic.parameters(), lr=lr, eps=1e-5)
         self.reward_scaler = RewardScaler(gamma) if normalize_reward else None
 
     def state_dict(self) -> dict:

@@ -24,6 +24,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from rlcollect.algos.learners import Learner, replay_state, update_observation_norm
+from rlcollect.algos.optim import Adam
 from rlcollect.buffers.transforms import or_next_flags
 from rlcollect.keys import STEPS_TO_NEXT_OBS, WEIGHT
 from rlcollect.modules import sac as networks
@@ -69,12 +70,12 @@ class SACLearner(Learner):
         self.policy_frequency, self.target_network_frequency = policy_frequency, target_network_frequency
         self.gradient_steps, self.learning_starts = gradient_steps_per_batch, learning_starts
         self.terminal_keys = list(terminal_keys)
-        self.actor_optimizer = torch.optim.Adam(policy.parameters(), lr=actor_lr)
-        self.critic_optimizer = torch.optim.Adam(self.critics.parameters(), lr=critic_lr)
+        self.actor_optimizer = Adam(policy.parameters(), lr=actor_lr)
+        self.critic_optimizer = Adam(self.critics.parameters(), lr=critic_lr)
         self.autotune = autotune
         self.target_entropy = -float(policy.action_dim) if target_entropy is None else float(target_entropy)
         self.log_alpha = torch.tensor(math.log(alpha), device=policy.action_scale.device, requires_grad=autotune)
-        self.alpha_optimizer = torch.optim.Adam([self.log_alpha], lr=actor_lr) if autotune else None
+        self.alpha_optimizer = Adam([self.log_alpha], lr=actor_lr) if autotune else None
         self.updates = 0  # critic steps so far
 
     @property

@@ -57,8 +57,9 @@ from rlcollect.commands.jobs import (
 from rlcollect.commands.overrides import in_resumed_run_folder, override_error_line, resume_overrides
 from rlcollect.commands.run_folders import STARTING, RefusedBeforeStart
 from rlcollect.commands.sweep_report import SWEEP, report_sweep
-from rlcollect.config import check_ranges, register_configs
+from rlcollect.config import check_ranges, logs_to_wandb, register_configs
 from rlcollect.errors import ConfigError
+from rlcollect.logging.wandb_start import start_wandb
 
 register_configs()
 log = logging.getLogger(__name__)
@@ -104,6 +105,8 @@ def build_job(cfg: DictConfig, job: Job):
     hydra_cfg = HydraConfig.get()
     if not job.resume:
         check_ranges(cfg)  # a value out of its range is said before torch loads (seconds sooner)
+        if logs_to_wandb(cfg):
+            start_wandb()  # W&B imported and its service started before torch (rlcollect/logging/wandb_start.py)
     with ctrl_c_held():
         from rlcollect import pipeline  # torch, its first import
     if job.resume:

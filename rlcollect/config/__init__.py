@@ -33,10 +33,11 @@ from rlcollect.config.resolvers import (
     OBJECTIVES,
     eval_every_frames,
     job_dirname,
+    logs_to_wandb,
     objective_direction,
 )
 from rlcollect.config.schemas import *  # noqa: F403  (every schema)
 
 __all__ = ["CHOICES", "EVALUATIONS_PER_RUN", "OBJECTIVES", "RANGE", "SCHEMAS", "check_ranges", "chosen",
-           "eval_every_frames", "job_dirname", "objective_direction", "option_node", "ranged", "register_configs",
-           "schema", "schema_name", "schema_nodes", *schemas.__all__]
+           "eval_every_frames", "job_dirname", "logs_to_wandb", "objective_direction", "option_node", "ranged",
+           "register_configs", "schema", "schema_name", "schema_nodes", *schemas.__all__]

@@ -16,6 +16,15 @@ def eval_every_frames(cfg) -> int:
     return for_env_id(cfg.env.id, cfg.eval.every_frames) or max(1, cfg.total_frames // EVALUATIONS_PER_RUN)
 
 
+WANDB_LOGGER = "rlcollect.logging.run_logger.WandbLogger"  # logger=wandb's _target_ (schemas.WandbLoggerConfig)
+
+
+def logs_to_wandb(cfg) -> bool:
+    """Whether the run's logger is rlcollect's WandbLogger with W&B on (a logger class of
+    your own deriving from it is not seen here: this reads the config alone, torch-free)."""
+    return cfg.logger.get("_target_") == WANDB_LOGGER and cfg.logger.get("mode") != "disabled"
+
+
 # objective -> the direction a tuning sweep optimises it in (conf/hydra/sweeper/*.yaml read it
 # as ${objective_direction:${objective}})
 OBJECTIVES = {"final_eval_return": "maximize", "best_eval_return": "maximize", "eval_auc": "maximize",

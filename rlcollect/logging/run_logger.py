@@ -22,6 +22,7 @@ from tensordict import TensorDictBase
 from rlcollect.choices import WANDB_MODES
 from rlcollect.errors import disk_full
 from rlcollect.logging.runs import json_lines
+from rlcollect.logging.wandb_start import wait_for_wandb
 from rlcollect.run_files import METRICS_FILE
 from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo
 
@@ -202,6 +203,7 @@ class WandbLogger(RunLogger):
 
         super().open()
         if self._run is None:
+            wait_for_wandb()  # the service `rlcollect train` may have started early (logging/wandb_start.py)
             self._run = wandb.init(**self._init, settings=wandb.Settings(
                 console="off", save_code=False, disable_git=True, x_disable_stats=True, init_timeout=60, silent=True))
 

@@ -24,6 +24,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
 from rlcollect.algos.learners import Learner
+from rlcollect.algos.optim import Adam
 from rlcollect.algos.ppo import PPO
 from rlcollect.algos.reward_scaling import RewardScaler
 from rlcollect.buffers.rollout import RolloutBuffer, transition_view
@@ -170,7 +171,7 @@ class MemberPPO(PPO):
             if "lr" in self.member_options or "epochs" in self.member_options:
                 self.optimizer = MemberAdam(parameters, self.members, lr=self.member_lrs, eps=1e-5)
             else:  # Adam's fused form: the same arithmetic per element (to an ulp), one kernel per step
-                self.optimizer = torch.optim.Adam(parameters, lr=self.lr, eps=1e-5, fused=True)
+                self.optimizer = Adam(parameters, lr=self.lr, eps=1e-5, fused=True)
         if normalize_reward:
             self.reward_scaler = MemberRewardScaler(self.gamma, self.members)
         self.active = torch.ones(self.members, device=device)

@@ -747,3 +747,11 @@ def test_a_diverged_member_fails_alone_and_the_others_train_as_before(tmp_path):
         rows = [metric_rows(folder[member]) for folder in (poisoned, healthy)]
         assert rows[0] == rows[1]
         assert [row["step"] for row in rows[0] if "eval/episode_return" in row] == [256, 512, 768, 1024]
+
+
+def test_a_log_line_names_consecutive_jobs_as_a_range():
+    from rlcollect.commands.batched_launch import job_numbers
+
+    assert job_numbers(list(range(1024))) == "#0-#1023"
+    assert job_numbers([0, 1, 2, 3, 7, 9, 10]) == "#0-#3, #7, #9, #10"
+    assert job_numbers([5]) == "#5"

@@ -47,7 +47,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
         configs.append(config)
     results: list[JobReturn | None] = [None] * len(configs)
     for group in group_jobs([task_config(config) for config in configs], launcher.max_members):
-        numbers = ", ".join(f"#{configs[index].hydra.job.num}" for index in group)
+        numbers = job_numbers([configs[index].hydra.job.num for index in group])
         refusal = None if len(group) == 1 else batch_refusal(task_config(configs[group[0]]))
         if len(group) == 1:
             log.info("job %s runs as a solo run (no other job of the sweep can share its model)", numbers)
@@ -76,6 +76,18 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
                 results[index].return_value = value
         configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
     return results
+
+
+def job_numbers(numbers: Sequence[int]) -> str:
+    """Job numbers as a log line names them: a run of three or more consecutive numbers as a
+    range (``#0-#1023``, not a thousand numbers), the others one by one (``#0-#3, #7, #9, #10``)."""
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    return ", ".join(f"#{run[0]}-#{run[-1]}" if len(run) > 2 else ", ".join(f"#{n}" for n in run) for run in runs)
 
 
 class ComposeOnce:

@@ -49,8 +49,8 @@ def pbt_refusal(cfgs: Sequence[DictConfig]) -> str | None:
     if explored_settings(cfgs):
         return None
     floats = ", ".join(f"algo.{key}" for key in MEMBER_OPTIONS if key not in INTEGER_MEMBER_OPTIONS)
-    return (f"hydra.launcher.pbt.every_frames: the members differ in no float setting ({floats}), and population-"
-            "based training explores those they differ in: sweep over one too (e.g. 'algo.lr=0.0003,0.001,0.003')")
+    return (f"the members differ in no float setting ({floats}), and population-based training explores those they "
+            "differ in: sweep over one too (e.g. 'algo.lr=0.0003,0.001,0.003')")
 
 
 def setting_ranges(cfg: DictConfig) -> dict[str, Range]:
@@ -119,7 +119,7 @@ class PopulationTraining:
                  sweep_dir: str | Path) -> None:
         refusal = pbt_refusal(cfgs)
         if refusal is not None:
-            raise ConfigError(refusal)
+            raise ConfigError(f"hydra.launcher.pbt: {refusal}")
         if len(job_numbers) != len(cfgs):
             raise ValueError(f"PopulationTraining: one job number per member ({len(cfgs)}), got {len(job_numbers)}")
         self.options, self.job_numbers = options, list(job_numbers)

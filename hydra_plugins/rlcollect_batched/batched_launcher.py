@@ -18,6 +18,11 @@ ConfigStore.instance().store(group="hydra/launcher", name="batched", provider="r
     "_target_": "hydra_plugins.rlcollect_batched.batched_launcher.BatchedLauncher",
     "max_members": None,  # at most this many members per batched model (None: every job of a group)
     "processes": 1,  # a model's members split into this many shares, each trained in a process of its own at once
+    "pbt": {  # population-based training among the members of each batched model (docs/sweeps.md)
+        "every_frames": None,  # a member's frames between two exploit/explore steps (None: off)
+        "quantile": 0.25,  # the bottom share replaced at each step, by members drawn from the top share
+        "perturb": [0.8, 1.2],  # the factors a copied setting is multiplied by (one drawn per setting)
+    },
 })
 
 
@@ -27,14 +32,23 @@ class BatchedLauncher(Launcher):
     in this process; ``max_members`` caps the members of one model (a
     larger group is cut in groups of at most that many; None: no cap); ``processes``
     splits a model's members into that many shares trained at once, each a batched model
-    in a process of its own (1: all in this one)."""
+    in a process of its own (1: all in this one); ``pbt`` (every_frames, quantile,
+    perturb): population-based training among the members of each model, off while
+    ``every_frames`` is None (rlcollect.sweeps.pbt)."""
 
-    def __init__(self, max_members: int | None = None, processes: int = 1) -> None:
+    def __init__(self, max_members: int | None = None, processes: int = 1, pbt=None) -> None:
         super().__init__()
+        from rlcollect.errors import ConfigError
+        from rlcollect.sweeps.pbt_options import pbt_options
         from rlcollect.validation import check_positive_int
 
         self.max_members = check_positive_int("hydra.launcher.max_members", max_members, optional=True)
         self.processes = check_positive_int("hydra.launcher.processes", processes)
+        self.pbt = pbt_options(pbt)
+        if self.pbt.on and self.processes > 1:
+            raise ConfigError(f"hydra.launcher.pbt.every_frames with hydra.launcher.processes={self.processes}: "
+                              "population-based training copies weights between members, and members in other "
+                              "processes cannot exchange them (use hydra.launcher.processes=1)")
         self.config = self.hydra_context = self.task_function = None
 
     def setup(self, *, hydra_context, task_function, config) -> None:

@@ -4,6 +4,7 @@ would (commands/jobs.py)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
@@ -23,18 +24,22 @@ from rlcollect.commands.jobs import (
 )
 from rlcollect.config import check_ranges
 from rlcollect.errors import ConfigError
+from rlcollect.sweeps.pbt_options import PBTOptions
 
 
-def train_members(members: list[tuple[DictConfig, Job, dict]], share: int = 0) -> list[float | None]:
+def train_members(members: list[tuple[DictConfig, Job, dict, int]], share: int = 0, *,
+                  pbt: PBTOptions | None = None, sweep_dir: str | Path | None = None) -> list[float | None]:
     """The jobs of one group of a batched sweep (hydra/launcher=batched: ``(cfg, job, W&B
-    names)`` each, differing in seed and PPO's per-member settings only) trained as the members of one batched model
-    (rlcollect.sweeps). Each member ends as a solo sweep job would: refused, failed to
+    names, job number)`` each, differing in seed and PPO's per-member settings only) trained as the members of one
+    batched model (rlcollect.sweeps). Each member ends as a solo sweep job would: refused, failed to
     build, failed, finished or solved, its folder and its line the same; returns each
     job's ``objective`` (None for one that did not finish). ``share``: which of the
-    group's shares this is, when it trains in several processes (its progress bar's line)."""
+    group's shares this is, when it trains in several processes (its progress bar's line).
+    ``pbt``: population-based training among the members (on: ``pbt.every_frames`` set),
+    its events written to ``sweep_dir``."""
     values: list[float | None] = [FAILED] * len(members)
     live = []
-    for index, (cfg, job, _) in enumerate(members):
+    for index, (cfg, job, *_) in enumerate(members):
         try:
             check_ranges(cfg)
         except ConfigError as error:
@@ -43,12 +48,17 @@ def train_members(members: list[tuple[DictConfig, Job, dict]], share: int = 0) -
         live.append(index)
     if not live:
         return values
+    from rlcollect.sweeps.pbt import PopulationTraining
     from rlcollect.sweeps.run import build_sweep
 
     jobs = [members[index][1] for index in live]
+    cfgs = [members[index][0] for index in live]
     try:
-        sweep = build_sweep([members[index][0] for index in live], [job.run_dir for job in jobs],
-                            [members[index][2] for index in live])
+        population = None
+        if pbt is not None and pbt.on:
+            population = PopulationTraining(pbt, cfgs, [members[index][3] for index in live], sweep_dir)
+        sweep = build_sweep(cfgs, [job.run_dir for job in jobs], [members[index][2] for index in live],
+                            pbt=population)
     except ConfigError as error:
         for job in jobs:
             refused(job, error)
@@ -86,9 +96,10 @@ def train_members(members: list[tuple[DictConfig, Job, dict]], share: int = 0) -
     return values
 
 
-def member_of_batched_sweep(cfg: DictConfig) -> tuple[DictConfig, Job, dict]:
+def member_of_batched_sweep(cfg: DictConfig) -> tuple[DictConfig, Job, dict, int]:
     """A batched sweep's job as Hydra set it up (its folder made, its .hydra/ written):
-    ``(cfg, job, W&B names)`` for ``train_members``; what the launcher's task function keeps."""
+    ``(cfg, job, W&B names, its job number)`` for ``train_members``; what the launcher's task
+    function keeps."""
     job = Job.current(cfg)
     hydra_cfg = HydraConfig.get()
     from rlcollect.pipeline.checks import collector_name
@@ -98,4 +109,4 @@ def member_of_batched_sweep(cfg: DictConfig) -> tuple[DictConfig, Job, dict]:
     except ConfigError:
         job_type = None
     names = {"name": hydra_cfg.job.override_dirname or None, "group": sweep_group(hydra_cfg), "job_type": job_type}
-    return cfg, job, names
+    return cfg, job, names, int(hydra_cfg.job.num)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import functools
 import logging
 import multiprocessing
 import os
@@ -38,7 +39,8 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
 
     setup_globals()
     configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
-    Path(str(launcher.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+    sweep_dir = Path(str(launcher.config.hydra.sweep.dir))
+    sweep_dir.mkdir(parents=True, exist_ok=True)
     configs = []
     for offset, overrides in enumerate(job_overrides):
         config = launcher.hydra_context.config_loader.take(launcher.config, list(overrides))
@@ -46,7 +48,13 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
             config.hydra.job.id = config.hydra.job.num = initial_job_idx + offset
         configs.append(config)
     results: list[JobReturn | None] = [None] * len(configs)
-    for group in group_jobs([task_config(config) for config in configs], launcher.max_members):
+    groups = group_jobs([task_config(config) for config in configs], launcher.max_members)
+    pbt = launcher.pbt if launcher.pbt is not None and launcher.pbt.on else None
+    train = train_members
+    if pbt is not None:
+        refuse_pbt([[configs[index] for index in group] for group in groups])
+        train = functools.partial(train_members, pbt=pbt, sweep_dir=sweep_dir)
+    for group in groups:
         numbers = job_numbers([configs[index].hydra.job.num for index in group])
         refusal = None if len(group) == 1 else batch_refusal(task_config(configs[group[0]]))
         if len(group) == 1:
@@ -70,7 +78,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
 
         for index in group:
             results[index] = run_one(launcher, configs[index], keep)
-        values = train_shares(train_members, members, launcher.processes)
+        values = train_shares(train, members, launcher.processes)
         for index, value in zip(group, values):
             if results[index].status == JobStatus.COMPLETED:
                 results[index].return_value = value
@@ -88,6 +96,28 @@ def job_numbers(numbers: Sequence[int]) -> str:
         else:
             runs.append([number])
     return ", ".join(f"#{run[0]}-#{run[-1]}" if len(run) > 2 else ", ".join(f"#{n}" for n in run) for run in runs)
+
+
+def refuse_pbt(groups: list[list[DictConfig]]) -> None:
+    """With population-based training on, every group of jobs (their configs, Hydra's node
+    included) must train as one batched model whose members differ in a float setting:
+    else RefusedBeforeStart (one line, exit 2), before any job starts."""
+    from rlcollect.commands.run_folders import RefusedBeforeStart
+    from rlcollect.errors import ConfigError
+    from rlcollect.sweeps.pbt import pbt_refusal
+    from rlcollect.sweeps.run import batch_refusal
+
+    for group in groups:
+        numbers = job_numbers([config.hydra.job.num for config in group])
+        cfgs = [task_config(config) for config in group]
+        if len(group) == 1:
+            refusal = ("population-based training exchanges weights between the members of one batched model, and no "
+                       "other job of the sweep can share its model")
+        else:
+            refusal = batch_refusal(cfgs[0]) or pbt_refusal(cfgs)
+        if refusal is not None:
+            raise RefusedBeforeStart(ConfigError(f"hydra.launcher.pbt: job{'s' if len(group) > 1 else ''} {numbers}: "
+                                                 f"{refusal}"))
 
 
 class ComposeOnce:

@@ -192,6 +192,44 @@ class MemberPPO(PPO):
         per_row = torch.tensor(lambdas, dtype=torch.float64, device=reward.device)
         return {"gamma": self.gamma, "gae_lambda": per_row.repeat_interleave(reward.shape[0] // self.members)}
 
+    def member_setting(self, member: int, key: str) -> float | int:
+        """Member ``member``'s value of setting ``key`` (MEMBER_OPTIONS) now."""
+        return self._member_values(key)[member]
+
+    @torch.no_grad()
+    def set_member_settings(self, member: int, settings: dict[str, float]) -> None:
+        """Member ``member`` trains from its next update with ``settings`` (float settings of
+        MEMBER_OPTIONS in which the members differ: those that are per member here)."""
+        for key, value in settings.items():
+            if key not in self.member_options or key in INTEGER_MEMBER_OPTIONS:
+                raise ValueError(f"set_member_settings: {key!r} is not a float setting the members differ in "
+                                 f"({', '.join(k for k in self.member_options if k not in INTEGER_MEMBER_OPTIONS)})")
+            self.member_options[key][member] = float(value)
+            if key == "lr":
+                self.member_lrs[member] = float(value)
+            if key in PER_MEMBER_TENSORS:
+                getattr(self, key)[member] = float(value)
+
+    @torch.no_grad()
+    def copy_member(self, target: int, source: int) -> None:
+        """Member ``target`` takes member ``source``'s state (population-based training's
+        exploit): its parameters and the stacked policy's buffers (the observation
+        normaliser's statistics), its Adam moments and step count, its reward scaler's
+        return statistics. Its settings, its envs (and their running returns) and its RNG
+        stream stay its own."""
+        for value in self.actor_critic.stacked.state_dict(keep_vars=True).values():
+            value[target].copy_(value[source])
+        if isinstance(self.optimizer, MemberAdam):
+            self.optimizer.copy_member(target, source)
+        elif self.members > 1:  # torch's fused Adam: its moments per element, one step count for every member
+            for state in self.optimizer.state.values():
+                for key, value in state.items():
+                    if key != "step" and torch.is_tensor(value) and value.dim() and value.shape[0] == self.members:
+                        value[target].copy_(value[source])
+        if isinstance(self.reward_scaler, MemberRewardScaler):
+            for name, value in self.reward_scaler.members[source].state_dict().items():
+                getattr(self.reward_scaler.members[target], name).copy_(value)
+
     @torch.no_grad()
     def freeze(self, member: int) -> None:
         """Member ``member`` stops learning: its parameters stay as they are now."""

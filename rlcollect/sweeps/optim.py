@@ -144,6 +144,14 @@ class MemberAdam:
                                 "exp_avg_sq": avg_sq[member].reshape(solo.shape).clone()}
         return {"state": state, "param_groups": [{**group, "lr": self.lrs[member]} for group in param_groups]}
 
+    @torch.no_grad()
+    def copy_member(self, target: int, source: int) -> None:
+        """Member ``target`` takes member ``source``'s moments and step count (its lr is
+        set with the others', ``set_lrs``): population-based training's exploit."""
+        for buffer in (self.exp_avg, self.exp_avg_sq):
+            buffer[target].copy_(buffer[source])
+        self.steps[target] = self.steps[source]
+
     def state_dict(self) -> dict:
         return {"steps": list(self.steps), "lrs": list(self.lrs), "exp_avg": self.exp_avg.clone(),
                 "exp_avg_sq": self.exp_avg_sq.clone()}

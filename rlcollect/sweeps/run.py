@@ -51,6 +51,7 @@ from rlcollect.pipeline.progress import Progress
 from rlcollect.pipeline.targets import target_class
 from rlcollect.seeding import eval_seed, member_env_seeds
 from rlcollect.sweeps.members import INTEGER_MEMBER_OPTIONS, MEMBER_OPTIONS, MemberPolicy, MemberPPOLearner
+from rlcollect.sweeps.pbt import PopulationTraining
 from rlcollect.sweeps.stacking import MemberRunningNorm, member_state_dict, stack_modules
 from rlcollect.trajectories import end_rows
 
@@ -256,6 +257,7 @@ class Sweep:
     errors: dict[int, tuple[BaseException, str]] = field(default_factory=dict)  # a failed member's error, traceback
     batch: TensorDictBase | None = None  # the batch being learnt from
     active: list[int] = field(default_factory=list)  # the members still training
+    pbt: PopulationTraining | None = None  # population-based training among the members (None: off)
     _evaluated: tuple[int, list[EvalResult]] | None = None
     _probed: tuple[int, list[bool]] | None = None
     _checked: tuple[int, list[bool]] | None = None  # (frames, each member's parameters finite)
@@ -344,6 +346,8 @@ class Sweep:
         try:
             for member in list(self.active):
                 self._step(sessions, member, sessions[member].open)
+            if self.pbt is not None:
+                self.pbt.start(self.learner.ppo, self.pipelines)
             for batch, frames in collected(shared):
                 phases.charge("collect")
                 member_frames = frames // self.members
@@ -352,8 +356,12 @@ class Sweep:
                 self.batch = batch
                 phases.charge("train")
                 for member in list(self.active):
+                    if self.pbt is not None:
+                        self.pbt.log_settings(self.learner.ppo, self.pipelines, member, member_frames)
                     self._step(sessions, member, sessions[member].after_batch,
                                self.member_batch(batch, member), member_frames)
+                if self.pbt is not None and self.active:  # after the members' evaluations of this batch
+                    self.pbt.after_batch(self.learner.ppo, self.pipelines, self.active, member_frames)
                 # the members' records, checks and checkpoints: with the evaluation when there was one
                 evaluated = self._evaluated is not None and self._evaluated[0] == self.collector.frames
                 phases.charge("eval" if evaluated else "train")
@@ -415,11 +423,13 @@ def member_generator(cfg: DictConfig) -> torch.Generator:
     return generator
 
 
-def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict]) -> Sweep:
+def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
+                pbt: PopulationTraining | None = None) -> Sweep:
     """Check, seed and build a batched sweep of ``cfgs`` (one config per member, differing
     in seed and MEMBER_OPTIONS only), member m in ``run_dirs[m]`` with W&B names ``names[m]`` (name, group,
     job_type). Member m's policy is initialised as its solo run's (torch seeded with its
-    seed), and its envs are seeded as its solo run's. No file is written before
+    seed), and its envs are seeded as its solo run's. ``pbt``: population-based training
+    among the members (rlcollect.sweeps.pbt; None: off). No file is written before
     ``Sweep.run`` opens the members' folders."""
     check_sweep(cfgs)
     for cfg in cfgs:
@@ -457,7 +467,7 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict])
             policy, eval_max_steps=None if cfg.eval.max_steps is None else members * cfg.eval.max_steps,
             gamma=discount(cfg), seed=eval_env_seeds)  # every evaluation from each member's solo run's seeds
         built.append(evaluator)
-        sweep = Sweep(list(cfgs), policy, solos[0], collector, learner, evaluator, envs_per_member)
+        sweep = Sweep(list(cfgs), policy, solos[0], collector, learner, evaluator, envs_per_member, pbt=pbt)
         for member, (member_cfg, run_dir, member_names) in enumerate(zip(cfgs, run_dirs, names)):
             logger = make_logger(member_cfg, Path(run_dir), **member_names)
             loggers.append(logger)

@@ -100,8 +100,8 @@ from rlcollect.algos.learners import DQNLearner as DQNLearner, Learner as Learne
 from rlcollect.algos.sac import SACActor as SACActor, SACLearner as SACLearner
 from rlcollect.acting import actions_only as actions_only, set_actions_only as set_actions_only
 
-# rlpyt's sampler interface over the collectors (docs/samplers.md), at home in rlcollect.samplers
-from rlcollect.samplers import (
+# rlpyt's sampler interface over the collectors (docs/rlpyt.md), at home in rlcollect.rlpyt
+from rlcollect.rlpyt import (
     AlternatingSampler as AlternatingSampler,
     CpuResetCollector as CpuResetCollector,
     CpuSampler as CpuSampler,

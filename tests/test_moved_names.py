@@ -1,13 +1,14 @@
 """Public names that moved keep their old names for a release (rlcollect/moved.py): each old
-name in MOVED still gives the object of its new name, with a DeprecationWarning naming the
-new one, pointed at the code that read it."""
+name in MOVED, and each public name of a module in MOVED_MODULES read at its old module, still
+gives the object of its new name, with a DeprecationWarning naming the new one, pointed at the
+code that read it."""
 import importlib
 import re
 import warnings
 
 import pytest
 
-from rlcollect.moved import MOVED, MovedAttribute, resolve
+from rlcollect.moved import MOVED, MOVED_MODULES, MovedAttribute, moved_names, public_names, resolve
 
 
 def read_old(old: str):
@@ -36,10 +37,21 @@ def test_the_moved_names_are_listed():
         "rlcollect.logging.stats.probability_of_improvement": "rlcollect.analysis.stats.probability_of_improvement",
         "rlcollect.logging.stats.curve_intervals": "rlcollect.analysis.stats.curve_intervals",
     }
+    assert MOVED_MODULES == {
+        "rlcollect.samplers": "rlcollect.rlpyt",
+        "rlcollect.samplers.base": "rlcollect.rlpyt.base_sampler",
+        "rlcollect.samplers.collectors": "rlcollect.rlpyt.sampler_collectors",
+        "rlcollect.samplers.samplers": "rlcollect.rlpyt.samplers",
+    }
 
 
 @pytest.mark.parametrize("old, new", sorted(MOVED.items()))
 def test_an_old_name_gives_the_new_object_and_warns_naming_it(old, new):
+    check_old_name(old, new)
+
+
+def check_old_name(old: str, new: str) -> None:
+    """Reading ``old`` gives ``new``'s object, with the warning naming ``new``, pointed here."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the new name itself does not warn
         target = resolve(new)
@@ -48,6 +60,39 @@ def test_an_old_name_gives_the_new_object_and_warns_naming_it(old, new):
         value = read_old(old)
     assert value is target
     assert [warning.filename for warning in record] == [__file__]  # the reader's line, not the alias's
+
+
+@pytest.mark.parametrize("old_module, new_module", sorted(MOVED_MODULES.items()))
+def test_every_public_name_of_a_moved_module_reads_at_its_old_module(old_module, new_module):
+    names = public_names(new_module)
+    assert names, f"{new_module}.__all__ is empty"
+    for name in names:
+        check_old_name(f"{old_module}.{name}", f"{new_module}.{name}")
+    assert {old: new for old, new in moved_names().items() if old.rpartition(".")[0] == old_module} == \
+        {f"{old_module}.{name}": f"{new_module}.{name}" for name in names}
+
+
+def test_a_moved_module_is_imported_by_its_old_name_and_its_names_read_as_before():
+    """``import`` of the old package and ``from old import name`` work as they did; only the
+    names read warn."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        import rlcollect.samplers
+        import rlcollect.samplers.collectors  # noqa: F401 - the old submodule still imports
+    from rlcollect.rlpyt import CpuSampler as new_cpu_sampler
+    from rlcollect.rlpyt import GpuWaitResetCollector as new_collector_class
+
+    with pytest.warns(DeprecationWarning, match=r"^rlcollect\.samplers\.CpuSampler is deprecated: it moved to "
+                                                r"rlcollect\.rlpyt\.CpuSampler;") as record:
+        from rlcollect.samplers import CpuSampler
+    assert CpuSampler is new_cpu_sampler and [warning.filename for warning in record] == [__file__]
+    with pytest.warns(DeprecationWarning, match="rlcollect.rlpyt.sampler_collectors.GpuWaitResetCollector"):
+        from rlcollect.samplers.collectors import GpuWaitResetCollector
+    assert GpuWaitResetCollector is new_collector_class
+    with pytest.raises(AttributeError, match="module 'rlcollect.samplers' has no attribute 'Nothing'"):
+        rlcollect.samplers.Nothing  # noqa: B018 - the read is the test
+    with pytest.raises(AttributeError, match="has no attribute 'EnvFactory'"):
+        rlcollect.samplers.EnvFactory  # noqa: B018 - public in rlcollect.rlpyt.base_sampler, not in rlcollect.rlpyt
 
 
 def test_the_old_names_work_as_they_did():
@@ -70,3 +115,5 @@ def test_a_module_left_behind_has_only_its_moved_names():
         rlcollect.logging.stats.DEFAULT_REPS  # noqa: B018 - the read is the test
     with pytest.raises(KeyError, match="not in rlcollect.moved.MOVED"):
         MovedAttribute("rlcollect.weight_sync.WeightSyncScheme.nothing")
+    with pytest.raises(AttributeError, match="has no __all__"):
+        public_names("rlcollect.keys")

@@ -28,8 +28,8 @@ def read_old(old: str):
 def test_the_moved_names_are_listed():
     assert MOVED == {
         "rlcollect.weight_sync.WeightSyncScheme.from_backend": "rlcollect.weight_sync.scheme_from_backend",
-        "rlcollect.logging.compare.compare": "rlcollect.analysis.compare.compare",
-        "rlcollect.logging.compare.load_runs": "rlcollect.analysis.compare.load_runs",
+        "rlcollect.logging.compare.compare": "rlcollect.analysis.api.compare",
+        "rlcollect.logging.compare.load_runs": "rlcollect.analysis.api.load_runs",
         "rlcollect.logging.report.render_comparison": "rlcollect.analysis.report.render_comparison",
         "rlcollect.logging.plots.plot_report": "rlcollect.analysis.plots.plot_report",
         "rlcollect.logging.stats.interval_estimates": "rlcollect.analysis.stats.interval_estimates",
@@ -42,6 +42,7 @@ def test_the_moved_names_are_listed():
         "rlcollect.samplers.base": "rlcollect.rlpyt.base_sampler",
         "rlcollect.samplers.collectors": "rlcollect.rlpyt.sampler_collectors",
         "rlcollect.samplers.samplers": "rlcollect.rlpyt.samplers",
+        "rlcollect.analysis.compare": "rlcollect.analysis.api",
     }
 
 
@@ -89,6 +90,10 @@ def test_a_moved_module_is_imported_by_its_old_name_and_its_names_read_as_before
     with pytest.warns(DeprecationWarning, match="rlcollect.rlpyt.sampler_collectors.GpuWaitResetCollector"):
         from rlcollect.samplers.collectors import GpuWaitResetCollector
     assert GpuWaitResetCollector is new_collector_class
+    with pytest.warns(DeprecationWarning, match="rlcollect.analysis.api.compare_runs"):
+        from rlcollect.analysis.compare import compare_runs
+    from rlcollect.analysis.api import compare_runs as new_compare_runs
+    assert compare_runs is new_compare_runs
     with pytest.raises(AttributeError, match="module 'rlcollect.samplers' has no attribute 'Nothing'"):
         rlcollect.samplers.Nothing  # noqa: B018 - the read is the test
     with pytest.raises(AttributeError, match="has no attribute 'EnvFactory'"):

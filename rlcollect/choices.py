@@ -16,7 +16,7 @@ START_METHODS = ("spawn", "forkserver", "fork")
 CAT_RESULTS = ("stack", 0, -1)
 # collectors/pool.py: the batches of PoolCollector
 POOL_LAYOUTS = ("flat", "per_env")
-# collectors/hosted.py: what each actor of RayCollector / worker of DistributedCollector runs
+# collectors/host_plan.py: what each actor of RayCollector / worker of DistributedCollector runs
 HOSTED_COLLECTOR_CLASSES = ("sync", "multisync", "multiasync")
 # collectors/distributed: how DistributedCollector starts its workers, and its process group's backend
 DISTRIBUTED_LAUNCHERS = ("mp", "submitit", "ray")

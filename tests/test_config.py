@@ -210,7 +210,7 @@ def test_collector_ray_gets_its_node_and_the_runtime_arguments(tmp_path, monkeyp
     assert seen["remote_config"] == {"num_cpus": 1, "num_gpus": None, "memory": None}
     # the node's collector_kwargs as they are (RayCollector drops the null ones: host_collector_kwargs);
     # the run's device and the algorithm's random start as arguments of their own
-    from rlcollect.collectors.hosted import host_collector_kwargs
+    from rlcollect.collectors.host_plan import host_collector_kwargs
 
     expected_inner = {"max_frames_per_traj": 50, "init_random_frames": 300, "reset_at_each_iter": False,
                       "reset_when_done": True, "split_trajs": False, "exploration_type": "random",
@@ -632,7 +632,7 @@ def test_the_choices_are_the_tuples_the_classes_check_their_arguments_against():
     torch class, pinned here."""
     from rlcollect import choices
     from rlcollect.algos import dqn
-    from rlcollect.collectors import hosted, multi, options, pool
+    from rlcollect.collectors import host_plan, multi, options, pool
     from rlcollect.collectors.distributed import collector as distributed
     from rlcollect.collectors.distributed import launchers
     from rlcollect.envs import backends
@@ -641,7 +641,7 @@ def test_the_choices_are_the_tuples_the_classes_check_their_arguments_against():
 
     pairs = [(options.EXPLORATION_TYPES, choices.EXPLORATION_TYPES), (options.RESET_POLICIES, choices.RESET_POLICIES),
              (options.START_METHODS, choices.START_METHODS), (multi.CAT_RESULTS, choices.CAT_RESULTS),
-             (pool.LAYOUTS, choices.POOL_LAYOUTS), (hosted.COLLECTOR_CLASSES, choices.HOSTED_COLLECTOR_CLASSES),
+             (pool.LAYOUTS, choices.POOL_LAYOUTS), (host_plan.COLLECTOR_CLASSES, choices.HOSTED_COLLECTOR_CLASSES),
              (launchers.LAUNCHERS, choices.DISTRIBUTED_LAUNCHERS), (distributed.BACKENDS, choices.DISTRIBUTED_BACKENDS),
              (strategies.STRATEGIES, choices.WEIGHT_SYNC_STRATEGIES), (dqn.TARGET_UPDATES, choices.DQN_TARGET_UPDATES),
              (dqn.LOSSES, choices.DQN_LOSSES), (encoders.ENCODERS, choices.ENCODERS),

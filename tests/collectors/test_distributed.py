@@ -10,7 +10,7 @@ import torch
 from checks import check_trajectories, check_weights_reach_every_worker, is_loopback, listeners, needs_ss
 
 from rlcollect import Collector, DistributedCollector, DistributedSyncCollector, GymEnv, WorkerError
-from rlcollect.collectors.hosted import TRAJ_ID_SHIFT
+from rlcollect.collectors.host_plan import TRAJ_ID_SHIFT
 from rlcollect.testing import ErrorAfterEnv, WeightProbe, counting_env_factories
 
 pytestmark = pytest.mark.timeout(120)

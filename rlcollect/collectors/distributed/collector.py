@@ -39,7 +39,7 @@ from rlcollect.collectors.distributed.worker import (
     weight_tensors,
     worker_main,
 )
-from rlcollect.collectors.hosted import host_collector_kwargs
+from rlcollect.collectors.host_plan import host_collector_kwargs
 from rlcollect.collectors.hosted_collector import HostedCollector
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.processes import WorkerError

@@ -43,7 +43,7 @@ from tensordict import TensorDictBase
 
 from rlcollect.buffers.replay import ReplayBuffer
 from rlcollect.collectors.base import CollectionPlan
-from rlcollect.collectors.hosted import HostPlan, host_collector_kwargs
+from rlcollect.collectors.host_plan import HostPlan, host_collector_kwargs
 from rlcollect.collectors.hosted_collector import HostedCollector
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.processes import WorkerError, WorkerLost

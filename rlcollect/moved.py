@@ -11,7 +11,15 @@ and at the old place one of
 
 A whole module (or package) that moved is one entry ``old module -> new module`` in
 ``MOVED_MODULES`` instead, with the same module left behind: every public name of the new
-module (its ``__all__``) resolves under the old module's name.
+module (its ``__all__``) resolves under the old module's name. A module that stays but lost
+a name to another name keeps ``__getattr__ = moved_getattr(__name__)`` too (it is asked only
+for the names the module no longer has).
+
+A keyword argument of a public class that was renamed is an entry of ``RENAMED_ARGUMENTS``
+(``class -> {old keyword: new keyword}``): the constructor keeps the old keyword, default
+None, and calls ``renamed_argument``, which warns naming the new keyword and returns the
+value to use. A config key renamed with it stays declared in its schema
+(``rlcollect.config.renamed``) and is moved to its new key by the pipeline, with a warning.
 
 Reading an old name gives the new object itself and a DeprecationWarning naming the new name.
 tests/test_moved_names.py reads every entry through its old name (every public name of a
@@ -39,6 +47,8 @@ MOVED = {
     "rlcollect.logging.stats.probability_of_improvement": "rlcollect.analysis.stats.probability_of_improvement",
     "rlcollect.logging.stats.curve_intervals": "rlcollect.analysis.stats.curve_intervals",
     # issue 41: the compare tool's one import is rlcollect.analysis.api (MOVED_MODULES, below)
+    # issue 41: DistributedCollector's "launcher" option is start_workers_with (RENAMED_ARGUMENTS)
+    "rlcollect.collectors.distributed.LAUNCHERS": "rlcollect.collectors.distributed.STARTERS",
 }
 
 # old module -> new module: every public name of the new module (its __all__) resolves at the
@@ -53,6 +63,16 @@ MOVED_MODULES = {
     # issue 41: the compare tool's entry point and one import (analysis/api.py), beside the
     # comparison it computes (analysis/comparison.py); docs/compare.md, "From Python"
     "rlcollect.analysis.compare": "rlcollect.analysis.api",
+}
+
+
+# class -> {old keyword argument: new keyword argument}: the constructor still takes the old
+# keyword (default None), with a DeprecationWarning naming the new one (renamed_argument)
+RENAMED_ARGUMENTS = {
+    # issue 41: collector=ray and collector=distributed name their count of hosts alike
+    "rlcollect.collectors.ray.collector.RayCollector": {"num_collectors": "num_workers"},
+    # issue 41: "launcher" is Hydra's (hydra/launcher=...); this option says how the workers start
+    "rlcollect.collectors.distributed.collector.DistributedCollector": {"launcher": "start_workers_with"},
 }
 
 
@@ -143,3 +163,24 @@ class MovedAttribute:
 
     def __get__(self, instance: Any, owner: type | None = None) -> Any:
         return moved(self.old)
+
+
+def renamed_argument(owner: type, old: str, old_value: Any, new_value: Any, new_default: Any = None) -> Any:
+    """The value of ``owner``'s keyword argument that was called ``old`` (RENAMED_ARGUMENTS),
+    called from ``owner.__init__``: ``new_value``, or, when the caller gave the old keyword
+    (``old_value`` not None), ``old_value`` after a DeprecationWarning naming the new keyword,
+    pointed at the code that built the object (past the ``__init__`` of subclasses). A
+    TypeError when both are given and differ (``new_default``: the new keyword's default,
+    which counts as not given)."""
+    new = RENAMED_ARGUMENTS[f"{owner.__module__}.{owner.__qualname__}"][old]
+    if old_value is None:
+        return new_value
+    if new_value is not None and new_value != new_default and new_value != old_value:
+        raise TypeError(f"{owner.__name__}() got {old}={old_value!r} and {new}={new_value!r}: {old} is the old name "
+                        f"of {new}; give {new} only")
+    stacklevel, frame = 3, sys._getframe(2)  # 1: owner.__init__; 2: what called it
+    while frame is not None and frame.f_code.co_name == "__init__" and isinstance(frame.f_locals.get("self"), owner):
+        stacklevel, frame = stacklevel + 1, frame.f_back  # a subclass's __init__ passing it on
+    warnings.warn(f"{owner.__name__}({old}=...) is deprecated: the argument is {new} now; the old name will be "
+                  "removed in a future release", DeprecationWarning, stacklevel=stacklevel)
+    return old_value

@@ -8,7 +8,16 @@ import warnings
 
 import pytest
 
-from rlcollect.moved import MOVED, MOVED_MODULES, MovedAttribute, moved_names, public_names, resolve
+from rlcollect.moved import (
+    MOVED,
+    MOVED_MODULES,
+    RENAMED_ARGUMENTS,
+    MovedAttribute,
+    moved_names,
+    public_names,
+    renamed_argument,
+    resolve,
+)
 
 
 def read_old(old: str):
@@ -36,6 +45,7 @@ def test_the_moved_names_are_listed():
         "rlcollect.logging.stats.performance_profile": "rlcollect.analysis.stats.performance_profile",
         "rlcollect.logging.stats.probability_of_improvement": "rlcollect.analysis.stats.probability_of_improvement",
         "rlcollect.logging.stats.curve_intervals": "rlcollect.analysis.stats.curve_intervals",
+        "rlcollect.collectors.distributed.LAUNCHERS": "rlcollect.collectors.distributed.STARTERS",
     }
     assert MOVED_MODULES == {
         "rlcollect.samplers": "rlcollect.rlpyt",
@@ -98,6 +108,30 @@ def test_a_moved_module_is_imported_by_its_old_name_and_its_names_read_as_before
         rlcollect.samplers.Nothing  # noqa: B018 - the read is the test
     with pytest.raises(AttributeError, match="has no attribute 'EnvFactory'"):
         rlcollect.samplers.EnvFactory  # noqa: B018 - public in rlcollect.rlpyt.base_sampler, not in rlcollect.rlpyt
+
+
+def test_the_renamed_arguments_are_listed_and_each_class_still_takes_the_old_keyword():
+    """Each old keyword stays in its class's signature (default None), beside the new one;
+    tests/collectors/test_ray.py and test_distributed.py build each class with it."""
+    import inspect
+
+    assert RENAMED_ARGUMENTS == {
+        "rlcollect.collectors.ray.collector.RayCollector": {"num_collectors": "num_workers"},
+        "rlcollect.collectors.distributed.collector.DistributedCollector": {"launcher": "start_workers_with"},
+    }
+    for owner, renames in RENAMED_ARGUMENTS.items():
+        parameters = inspect.signature(resolve(owner)).parameters
+        for old, new in renames.items():
+            assert parameters[old].default is None and new in parameters, (owner, old)
+            assert old in resolve(owner).__doc__ and new in resolve(owner).__doc__  # help() says both
+
+
+def test_renamed_argument_gives_the_value_to_use():
+    from rlcollect.collectors.ray.collector import RayCollector
+
+    assert renamed_argument(RayCollector, "num_collectors", None, 4) == 4  # the old keyword not given: no warning
+    with pytest.raises(KeyError):
+        renamed_argument(RayCollector, "num_actors", 3, None)  # not a renamed argument of it
 
 
 def test_the_old_names_work_as_they_did():

@@ -12,7 +12,7 @@ from typing import Any, List, Optional
 from omegaconf import MISSING
 
 from rlcollect import choices
-from rlcollect.config.fields import chosen, ranged
+from rlcollect.config.fields import chosen, ranged, renamed
 from rlcollect.config.registry import schema
 from rlcollect.config.resolvers import OBJECTIVES
 
@@ -188,11 +188,11 @@ class HostCollectorConfig(StepLoopConfig):
 @schema("collector", "ray")
 @dataclass
 class RayCollectorConfig(CollectorTarget):
-    """RayCollector: num_collectors Ray actors, each running collector_class on its own envs
+    """RayCollector: num_workers Ray actors, each running collector_class on its own envs
     (envs_per_worker per actor, per worker process for multi*), env i seeded seed + i."""
 
     _target_: str = "rlcollect.collectors.ray.collector.RayCollector"
-    num_collectors: int = ranged(2, ">= 1")
+    num_workers: int = ranged(2, ">= 1")  # Ray actors (collector=distributed's num_workers: its processes)
     sync: bool = True  # true: one batch from every actor, stacked; false: first come first served
     collector_class: str = chosen("sync", choices.HOSTED_COLLECTOR_CLASSES)
     envs_per_worker: Optional[int] = ranged(None, ">= 1")  # None: one unbatched env (the YAML options: 4)
@@ -203,6 +203,8 @@ class RayCollectorConfig(CollectorTarget):
     shutdown_timeout: float = ranged(5.0, "> 0")
     max_worker_restarts: int = ranged(0, ">= 0")  # actors replaced when one dies or hangs (0: the run fails)
     restart_on_env_error: bool = False  # also replace an actor whose env or policy raised
+    # deprecated, for one release: num_workers's former name; a value set moves there, with a warning
+    num_collectors: Optional[int] = renamed("num_workers", ">= 1")
 
 
 @schema("collector", "distributed")
@@ -220,18 +222,21 @@ class DistributedCollectorConfig(CollectorTarget):
     envs_per_worker: Optional[int] = ranged(None, ">= 1")  # None: one unbatched env (the YAML options: 4)
     collector_kwargs: HostCollectorConfig = field(default_factory=HostCollectorConfig)
     backend: str = chosen("gloo", choices.DISTRIBUTED_BACKENDS)
-    # mp: local processes | submitit: SLURM jobs (cluster=local: local jobs) | ray: Ray tasks
-    launcher: str = chosen("mp", choices.DISTRIBUTED_LAUNCHERS)
-    start_method: str = chosen("spawn", choices.START_METHODS)  # launcher=mp
-    cluster: Optional[str] = None  # launcher=submitit: null picks SLURM where sbatch exists, or "local"
-    slurm_kwargs: Any = field(default_factory=dict)  # launcher=submitit: executor.update_parameters(...)
-    submitit_folder: str = "submitit"  # launcher=submitit: job logs, relative to the run folder
-    ray_address: Optional[str] = None  # launcher=ray: a cluster's address; null: a local Ray on loopback
+    # how the workers start: mp: local processes | submitit: SLURM jobs (cluster=local: local jobs) | ray: Ray tasks
+    start_workers_with: str = chosen("mp", choices.DISTRIBUTED_WORKER_STARTERS)
+    start_method: str = chosen("spawn", choices.START_METHODS)  # start_workers_with=mp
+    cluster: Optional[str] = None  # start_workers_with=submitit: null picks SLURM where sbatch exists, or "local"
+    slurm_kwargs: Any = field(default_factory=dict)  # start_workers_with=submitit: executor.update_parameters(...)
+    submitit_folder: str = "submitit"  # start_workers_with=submitit: job logs, relative to the run folder
+    ray_address: Optional[str] = None  # start_workers_with=ray: a cluster's address; null: a local Ray on loopback
     master_addr: str = "127.0.0.1"  # where the store and the group listen: this machine only, or an address
     master_port: int = ranged(0, "[0, 65535]")  # 0: a free port
     timeout: float = ranged(60.0, "> 0")  # seconds any wait on the group may take (a hung worker fails the run)
     worker_torch_threads: Optional[int] = ranged(1, ">= 1")
     shutdown_timeout: float = ranged(10.0, "> 0")
+    # deprecated, for one release: start_workers_with's former name (Hydra's launchers are
+    # hydra/launcher=...); a value set moves there, with a warning
+    launcher: Optional[str] = renamed("start_workers_with", values=choices.DISTRIBUTED_WORKER_STARTERS)
 
 
 # ---------------------------------------------------------------------------- weight sync

@@ -644,6 +644,27 @@ def test_the_collector_schemas_declare_the_option_groups_fields_with_their_defau
         assert keys <= cls.accepted_arguments(), (option, sorted(keys - cls.accepted_arguments()))
 
 
+def test_multisync_and_multiasync_defaults_give_each_worker_the_same_batch():
+    """frames_per_batch is the yielded batch for both; a multisync batch stacks one batch per
+    worker, a multiasync batch is one worker's. The defaults (256, 128) are what makes each
+    worker collect the same batch, T = 32 steps of its envs, as the sync collector's; the
+    schemas' comments and docs/collectors.md say so: this pins it."""
+    from rlcollect.pipeline.checks import batch_frames
+
+    sync, multisync, multiasync = (compose_train(overrides).collector for overrides in
+                                   ([], ["collector=multisync"], ["collector=multiasync"]))
+    assert (sync.frames_per_batch, multisync.frames_per_batch, multiasync.frames_per_batch) == (256, 256, 128)
+    per_worker = {"multisync": multisync.frames_per_batch // multisync.num_workers,
+                  "multiasync": multiasync.frames_per_batch}
+    assert per_worker == {"multisync": 128, "multiasync": 128}
+    assert multisync.envs_per_worker == multiasync.envs_per_worker == 4
+    steps = {name: frames // 4 for name, frames in per_worker.items()}
+    assert steps == {"multisync": 32, "multiasync": 32} and 256 // compose_train([]).env.num_envs == 32
+    # the frames of a yielded batch, as the classes count them
+    assert batch_frames(compose_train(["collector=multisync"])) == 256
+    assert batch_frames(compose_train(["collector=multiasync"])) == 128
+
+
 def test_a_size_is_compared_with_the_batch_the_collector_will_collect():
     """algo.minibatch_size against frames_per_batch as the collector rounds it up (8 envs: 250
     frames are 256), not as written."""

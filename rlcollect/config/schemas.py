@@ -48,6 +48,9 @@ class CollectorTarget:
 
     _target_: str = MISSING
     _partial_: bool = True
+    # frames of each batch the collector yields (what the learner gets per step), rounded up to
+    # whole steps of its envs; how many of them each worker collects is the collector's
+    # (multisync, ray/distributed sync=true: a share; multiasync, sync=false: all of them)
     frames_per_batch: int = ranged(256, ">= 1")
 
 
@@ -112,6 +115,9 @@ class MultiSyncCollectorConfig(MultiCollectorConfig):
     across them), collected with the latest weights."""
 
     _target_: str = "rlcollect.collectors.multi.MultiSyncCollector"
+    # per yielded batch, which stacks one batch per worker: each worker collects
+    # frames_per_batch / num_workers frames (the defaults: 256 / 2 = 128, 32 steps of 4 envs)
+    frames_per_batch: int = ranged(256, ">= 1")
     cat_results: Any = chosen("stack", choices.CAT_RESULTS)  # PPO takes stack or 0
 
 
@@ -122,7 +128,11 @@ class MultiAsyncCollectorConfig(MultiCollectorConfig):
     collected with older weights (see policy_version)."""
 
     _target_: str = "rlcollect.collectors.multi.MultiAsyncCollector"
-    frames_per_batch: int = ranged(128, ">= 1")  # per batch, i.e. per worker batch
+    # per yielded batch too, but a batch here is one worker's: each worker collects all
+    # frames_per_batch frames (not a share). 128: what a multisync worker collects by default
+    # (256 / 2 workers), so both collectors' workers collect 32 steps of their 4 envs per batch;
+    # a multiasync run's learner then gets batches of 128 frames, twice as often
+    frames_per_batch: int = ranged(128, ">= 1")
 
 
 @schema("collector", "action_server")
@@ -193,7 +203,9 @@ class RayCollectorConfig(CollectorTarget):
 
     _target_: str = "rlcollect.collectors.ray.collector.RayCollector"
     num_workers: int = ranged(2, ">= 1")  # Ray actors (collector=distributed's num_workers: its processes)
-    sync: bool = True  # true: one batch from every actor, stacked; false: first come first served
+    # true: one batch from every actor, stacked (each collects frames_per_batch / num_workers);
+    # false: first come first served (each batch one actor's: it collects frames_per_batch)
+    sync: bool = True
     collector_class: str = chosen("sync", choices.HOSTED_COLLECTOR_CLASSES)
     envs_per_worker: Optional[int] = ranged(None, ">= 1")  # None: one unbatched env (the YAML options: 4)
     collector_kwargs: HostCollectorConfig = field(default_factory=HostCollectorConfig)
@@ -217,7 +229,9 @@ class DistributedCollectorConfig(CollectorTarget):
 
     _target_: str = "rlcollect.collectors.distributed.collector.DistributedCollector"
     num_workers: int = ranged(2, ">= 1")
-    sync: bool = True  # true: one batch from every worker, stacked; false: first come first served
+    # true: one batch from every worker, stacked (each collects frames_per_batch / num_workers);
+    # false: first come first served (each batch one worker's: it collects frames_per_batch)
+    sync: bool = True
     collector_class: str = chosen("sync", choices.HOSTED_COLLECTOR_CLASSES)
     envs_per_worker: Optional[int] = ranged(None, ">= 1")  # None: one unbatched env (the YAML options: 4)
     collector_kwargs: HostCollectorConfig = field(default_factory=HostCollectorConfig)

@@ -101,7 +101,9 @@ class RayCollector(HostedCollector):
         num_workers: number of actors (DistributedCollector's and RPCCollector's name for
             their count of hosts too). ``num_collectors``, its former name, is still
             taken for one release, with a DeprecationWarning.
-        frames_per_batch: frames per yielded batch (sync: split across actors).
+        frames_per_batch: frames per yielded batch. sync=True: split across the actors (each
+            collects frames_per_batch / num_workers); sync=False: a batch is one actor's,
+            which collects all of it.
         total_frames: stop after this many frames; -1 for endless.
         sync: gather from every actor (True) or first-come first-served (False).
         collector_class: "sync" (Collector), "multisync" or "multiasync" in each actor.

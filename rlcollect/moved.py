@@ -141,6 +141,8 @@ def moved_getattr(module: str) -> Callable[[str], Any]:
 
     def __getattr__(name: str) -> Any:
         old = f"{module}.{name}"
+        if name == "__all__" and module in MOVED_MODULES:  # ``from old import *``: each name read warns
+            return public_names(MOVED_MODULES[module])
         if name.startswith("__") or new_name(old) is None:  # dunders: what import and help() look up
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
         if sys._getframe(1).f_code.co_name == "_handle_fromlist":

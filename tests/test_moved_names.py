@@ -104,6 +104,10 @@ def test_a_moved_module_is_imported_by_its_old_name_and_its_names_read_as_before
         from rlcollect.analysis.compare import compare_runs
     from rlcollect.analysis.api import compare_runs as new_compare_runs
     assert compare_runs is new_compare_runs
+    namespace: dict = {}
+    with pytest.warns(DeprecationWarning) as record:
+        exec("from rlcollect.samplers import *", namespace)  # a star import, as a module would write it
+    assert namespace["CpuSampler"] is new_cpu_sampler and len(record) == len(public_names("rlcollect.rlpyt"))
     with pytest.raises(AttributeError, match="module 'rlcollect.samplers' has no attribute 'Nothing'"):
         rlcollect.samplers.Nothing  # noqa: B018 - the read is the test
     with pytest.raises(AttributeError, match="has no attribute 'EnvFactory'"):

@@ -8,7 +8,7 @@ importing torch, and importing rlcollect never imports Ray. ``rlcollect/__init__
 declares every public name once, in its group: type checkers read it, and this package reads
 it at import for ``__all__``, the module each name loads from, and the list below
 (tests/test_public_api.py checks that each name resolves, with a docstring). rlpyt's names are
-at home in ``rlcollect.samplers`` and the migration names in ``rlcollect.compat``; the top
+at home in ``rlcollect.rlpyt`` and the migration names in ``rlcollect.compat``; the top
 level re-exports them.
 
 The public names, by group:

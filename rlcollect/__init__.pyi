@@ -103,8 +103,8 @@ from rlcollect.algos.sac import SACLearner as SACLearner
 from rlcollect.modules.sac import SACActor as SACActor
 from rlcollect.acting import actions_only as actions_only, set_actions_only as set_actions_only
 
-# rlpyt's sampler interface over the collectors (docs/samplers.md), at home in rlcollect.samplers
-from rlcollect.samplers import (
+# rlpyt's sampler interface over the collectors (docs/rlpyt.md), at home in rlcollect.rlpyt
+from rlcollect.rlpyt import (
     AlternatingSampler as AlternatingSampler,
     CpuResetCollector as CpuResetCollector,
     CpuSampler as CpuSampler,

@@ -16,10 +16,11 @@ START_METHODS = ("spawn", "forkserver", "fork")
 CAT_RESULTS = ("stack", 0, -1)
 # collectors/pool.py: the batches of PoolCollector
 POOL_LAYOUTS = ("flat", "per_env")
-# collectors/hosted.py: what each actor of RayCollector / worker of DistributedCollector runs
+# collectors/host_plan.py: what each actor of RayCollector / worker of DistributedCollector runs
 HOSTED_COLLECTOR_CLASSES = ("sync", "multisync", "multiasync")
-# collectors/distributed: how DistributedCollector starts its workers, and its process group's backend
-DISTRIBUTED_LAUNCHERS = ("mp", "submitit", "ray")
+# collectors/distributed: how DistributedCollector starts its workers (start_workers_with), and its
+# process group's backend
+DISTRIBUTED_WORKER_STARTERS = ("mp", "submitit", "ray")
 DISTRIBUTED_BACKENDS = ("gloo",)
 # weight_sync/strategies.py: how weights are packed for MultiProcess / Ray weight sync
 WEIGHT_SYNC_STRATEGIES = ("state_dict", "tensordict")

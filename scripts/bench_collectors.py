@@ -727,9 +727,9 @@ class SamplerRun:
 def rlcollect_sampler_measure(settings: Settings, sampler_name: str) -> Measure:
     """NUM_ENVS CartPole envs seeded SEED + i (the d, f, l rows' envs), no decorrelation
     steps; the parallel samplers get NUM_WORKERS workers (this machine's 2 CPUs)."""
-    import rlcollect.samplers
+    import rlcollect.rlpyt
 
-    sampler_cls = getattr(rlcollect.samplers, sampler_name)
+    sampler_cls = getattr(rlcollect.rlpyt, sampler_name)
     policy = MLPSamplingPolicy(build_mlp())
     options = {} if sampler_name == "SerialSampler" else {"start_method": settings.start_method}
 

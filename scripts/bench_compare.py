@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from rlcollect.analysis.compare import compare_runs
+from rlcollect.analysis.api import compare_runs
 
 SETTINGS = ["algo.lr=0.001", "algo.lr=0.0003", "collector=multisync", "collector=multisync,algo.lr=0.001"]
 BLOCK, HEADER = 32 * 1024, struct.Struct("<IHB")

@@ -94,7 +94,7 @@ def throughput_rows(frames_per_batch: int) -> dict:
                                   start_method="fork")
 
     def ray_collector(sync, total_frames):
-        return RayCollector(envs, policy, num_collectors=NUM_WORKERS, frames_per_batch=frames_per_batch,
+        return RayCollector(envs, policy, num_workers=NUM_WORKERS, frames_per_batch=frames_per_batch,
                             total_frames=total_frames, sync=sync)
 
     shape = f"{NUM_WORKERS} x GymEnv({ENVS_PER_WORKER})"
@@ -130,7 +130,7 @@ def update_collectors(frames_per_batch: int) -> dict:
     made = {}
     for name, scheme in (("ray", RayWeightSyncScheme()), ("ray, none", NoWeightSyncScheme())):
         policy = ProbedSamplingPolicy(build_mlp(4, UPDATE_HIDDEN))
-        made[name] = (policy, RayCollector(envs, policy, num_collectors=NUM_WORKERS, frames_per_batch=frames_per_batch,
+        made[name] = (policy, RayCollector(envs, policy, num_workers=NUM_WORKERS, frames_per_batch=frames_per_batch,
                                            weight_sync_schemes={"policy": scheme}))
     policy = ProbedSamplingPolicy(build_mlp(4, UPDATE_HIDDEN))
     made["shared memory"] = (policy, MultiSyncCollector(envs, policy, frames_per_batch=frames_per_batch,

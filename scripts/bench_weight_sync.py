@@ -80,7 +80,7 @@ def other_collectors() -> dict:
     def ray(policy, frames_per_batch, start_method):
         from rlcollect.collectors.ray import RayCollector
 
-        return RayCollector(env_fns(), policy, num_collectors=NUM_WORKERS, frames_per_batch=frames_per_batch)
+        return RayCollector(env_fns(), policy, num_workers=NUM_WORKERS, frames_per_batch=frames_per_batch)
 
     def distributed(policy, frames_per_batch, start_method):
         from rlcollect.collectors.distributed import DistributedCollector

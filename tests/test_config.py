@@ -166,7 +166,8 @@ def test_collector_ray_composes_with_ray_weight_sync_and_its_actor_resources():
     cfg = compose_train(["collector=ray", "collector.remote_config.num_gpus=0.5", "collector.ray_address=auto"])
     assert (cfg.collector._target_, cfg.weight_sync._target_) == ("rlcollect.collectors.ray.collector.RayCollector",
                                                                    "rlcollect.weight_sync.ray.RayWeightSyncScheme")
-    assert (cfg.collector.num_collectors, cfg.collector.collector_class, cfg.collector.sync) == (2, "sync", True)
+    assert (cfg.collector.num_workers, cfg.collector.collector_class, cfg.collector.sync) == (2, "sync", True)
+    assert cfg.collector.num_collectors is None  # num_workers's old name, declared for a release: not set
     assert dict(cfg.collector.remote_config) == {"num_cpus": 1, "num_gpus": 0.5, "memory": None}
     assert cfg.collector.ray_address == "auto"
     assert pipeline.collector_name(cfg) == "ray"
@@ -174,7 +175,89 @@ def test_collector_ray_composes_with_ray_weight_sync_and_its_actor_resources():
     assert compose_train(["collector=ray", "weight_sync=none"]).weight_sync._target_ == \
         "rlcollect.weight_sync.schemes.NoWeightSyncScheme"
     # only keys RayCollector uses
-    assert not {"cat_results", "update_at_each_batch", "num_workers"} & set(cfg.collector)
+    assert not {"cat_results", "update_at_each_batch"} & set(cfg.collector)
+
+
+# ---------------------------------------------------------------------------- renamed keys
+def test_collector_ray_num_collectors_composes_and_moves_to_num_workers_with_a_warning(caplog):
+    """num_collectors was collector=ray's name of what collector=distributed calls num_workers:
+    for a release it still composes, and the pipeline moves its value to num_workers (the
+    config the run saves and builds from), with a warning naming the new key."""
+    from rlcollect.errors import ConfigError
+    from rlcollect.pipeline.checks import batch_frames, check_config
+
+    cfg = compose_train(["collector=ray", "collector.num_collectors=3"])
+    with caplog.at_level("WARNING", logger="rlcollect.pipeline.checks"):
+        check_config(cfg)
+    assert (cfg.collector.num_workers, cfg.collector.num_collectors) == (3, None)
+    assert [record.getMessage() for record in caplog.records] == [
+        "collector.num_collectors is deprecated: it is collector.num_workers now (collector.num_workers=3 is used); "
+        "the old key will be removed in a future release"]
+    assert batch_frames(cfg) == batch_frames(compose_train(["collector=ray", "collector.num_workers=3"])) == 264
+    check_config(compose_train(["collector=ray", "collector.num_collectors=3", "collector.num_workers=3"]))
+    with pytest.raises(ConfigError, match=r"^collector\.num_collectors=3 and collector\.num_workers=4: num_collectors "
+                                          r"is the old name of num_workers; set collector\.num_workers only$"):
+        check_config(compose_train(["collector=ray", "collector.num_collectors=3", "collector.num_workers=4"]))
+    with pytest.raises(ConfigError, match=r"^collector\.num_collectors=0: must be >= 1$"):
+        check_config(compose_train(["collector=ray", "collector.num_collectors=0"]))
+
+
+def test_collector_distributed_launcher_composes_and_moves_to_start_workers_with(caplog):
+    """launcher (a word Hydra's hydra/launcher=... owns) was collector=distributed's name of
+    how its workers start: for a release it still composes, checked against the same choices,
+    and the pipeline moves its value to start_workers_with, with a warning."""
+    from rlcollect.errors import ConfigError
+    from rlcollect.pipeline.checks import check_config
+
+    cfg = compose_train(["collector=distributed", "collector.launcher=ray"])
+    assert (cfg.collector.start_workers_with, cfg.collector.launcher) == ("mp", "ray")
+    with caplog.at_level("WARNING", logger="rlcollect.pipeline.checks"):
+        check_config(cfg)
+    assert (cfg.collector.start_workers_with, cfg.collector.launcher) == ("ray", None)
+    assert [record.getMessage() for record in caplog.records] == [
+        "collector.launcher is deprecated: it is collector.start_workers_with now (collector.start_workers_with='ray' "
+        "is used); the old key will be removed in a future release"]
+    assert compose_train(["collector=distributed"]).collector.launcher is None
+    with pytest.raises(ConfigError, match=r"^collector\.launcher='ssh': choose one of mp, submitit, ray$"):
+        check_config(compose_train(["collector=distributed", "collector.launcher=ssh"]))
+    with pytest.raises(ConfigError, match=r"^collector\.launcher='ray' and collector\.start_workers_with='submitit': "):
+        check_config(compose_train(["collector=distributed", "collector.launcher=ray",
+                                    "collector.start_workers_with=submitit"]))
+
+
+def test_a_run_folder_s_config_with_the_old_keys_is_moved_too():
+    """A config.yaml written before the renames (read back untyped by resume) names only the old
+    keys: they move to the new ones, found by the node's _target_."""
+    from omegaconf import OmegaConf
+
+    from rlcollect.config import rename_keys
+
+    for overrides, old, new, value in ((["collector=ray"], "num_collectors", "num_workers", 3),
+                                       (["collector=distributed"], "launcher", "start_workers_with", "submitit")):
+        saved = OmegaConf.to_container(compose_train(overrides), resolve=True)
+        del saved["collector"][new]
+        saved["collector"][old] = value
+        cfg = OmegaConf.create(saved)
+        assert rename_keys(cfg) == [f"collector.{old} is deprecated: it is collector.{new} now (collector.{new}="
+                                    f"{value!r} is used); the old key will be removed in a future release"]
+        assert (cfg.collector[new], cfg.collector[old]) == (value, None)
+        assert rename_keys(cfg) == []  # moved once
+
+
+def test_every_renamed_argument_of_a_configured_class_is_a_renamed_key_of_its_schema():
+    """rlcollect.moved.RENAMED_ARGUMENTS and the schemas' ``renamed`` keys say the same: the
+    class takes the old keyword, default None, and its schema declares the old key (default
+    None) that moves to the new one."""
+    from rlcollect.config import RENAMED
+    from rlcollect.moved import RENAMED_ARGUMENTS
+
+    declared = {(schema._target_, f.name): f.metadata[RENAMED] for schema in SCHEMAS.values()
+                for f in dataclasses.fields(schema) if RENAMED in f.metadata}
+    assert declared == {(owner, old): new for owner, renames in RENAMED_ARGUMENTS.items()
+                        for old, new in renames.items()}
+    for (owner, old), new in declared.items():
+        defaults = constructor_defaults(get_class(owner))
+        assert defaults[old] is None and new in defaults, owner
 
 
 class _Built(Exception):
@@ -206,11 +289,12 @@ def test_collector_ray_gets_its_node_and_the_runtime_arguments(tmp_path, monkeyp
         pipeline.build(cfg, tmp_path)
     assert (seen["create_env_fn"], seen["seed"], seen["envs_per_worker"]) == ("CartPole-v1", 3, 4)
     assert seen["env_kwargs"] == {"max_episode_steps": None}
-    assert (seen["collector_class"], seen["num_collectors"], seen["frames_per_batch"]) == (collector_class, 2, 256)
+    assert (seen["collector_class"], seen["num_workers"], seen["frames_per_batch"]) == (collector_class, 2, 256)
+    assert seen["num_collectors"] is None
     assert seen["remote_config"] == {"num_cpus": 1, "num_gpus": None, "memory": None}
     # the node's collector_kwargs as they are (RayCollector drops the null ones: host_collector_kwargs);
     # the run's device and the algorithm's random start as arguments of their own
-    from rlcollect.collectors.hosted import host_collector_kwargs
+    from rlcollect.collectors.host_plan import host_collector_kwargs
 
     expected_inner = {"max_frames_per_traj": 50, "init_random_frames": 300, "reset_at_each_iter": False,
                       "reset_when_done": True, "split_trajs": False, "exploration_type": "random",
@@ -259,6 +343,8 @@ DELIBERATE_DEFAULTS = {
     **{("collector", option, "num_workers"): "the class's None takes the number of workers from a list of env "
        "sources, one per worker; the config names one env id, so it gives a number"
        for option in ("multisync", "multiasync")},
+    ("collector", "ray", "num_workers"): "the class requires it; its None lets the deprecated num_collectors give it "
+                                         "for a release (rlcollect.moved.RENAMED_ARGUMENTS)",
     ("buffer", "rollout", "device"): "None is the run's device: the pipeline passes cfg.device in its place; the "
                                      "class, which knows no run, keeps its batches on the CPU",
     ("buffer_storage", "memory", "device"): "None is the run's device: the pipeline passes cfg.device in its "
@@ -558,6 +644,27 @@ def test_the_collector_schemas_declare_the_option_groups_fields_with_their_defau
         assert keys <= cls.accepted_arguments(), (option, sorted(keys - cls.accepted_arguments()))
 
 
+def test_multisync_and_multiasync_defaults_give_each_worker_the_same_batch():
+    """frames_per_batch is the yielded batch for both; a multisync batch stacks one batch per
+    worker, a multiasync batch is one worker's. The defaults (256, 128) are what makes each
+    worker collect the same batch, T = 32 steps of its envs, as the sync collector's; the
+    schemas' comments and docs/collectors.md say so: this pins it."""
+    from rlcollect.pipeline.checks import batch_frames
+
+    sync, multisync, multiasync = (compose_train(overrides).collector for overrides in
+                                   ([], ["collector=multisync"], ["collector=multiasync"]))
+    assert (sync.frames_per_batch, multisync.frames_per_batch, multiasync.frames_per_batch) == (256, 256, 128)
+    per_worker = {"multisync": multisync.frames_per_batch // multisync.num_workers,
+                  "multiasync": multiasync.frames_per_batch}
+    assert per_worker == {"multisync": 128, "multiasync": 128}
+    assert multisync.envs_per_worker == multiasync.envs_per_worker == 4
+    steps = {name: frames // 4 for name, frames in per_worker.items()}
+    assert steps == {"multisync": 32, "multiasync": 32} and 256 // compose_train([]).env.num_envs == 32
+    # the frames of a yielded batch, as the classes count them
+    assert batch_frames(compose_train(["collector=multisync"])) == 256
+    assert batch_frames(compose_train(["collector=multiasync"])) == 128
+
+
 def test_a_size_is_compared_with_the_batch_the_collector_will_collect():
     """algo.minibatch_size against frames_per_batch as the collector rounds it up (8 envs: 250
     frames are 256), not as written."""
@@ -606,7 +713,8 @@ def test_every_option_with_choices_declares_them_and_a_value_outside_is_one_line
             ("MultiSyncCollectorConfig", "start_method"), ("MultiSyncCollectorConfig", "cat_results"),
             ("PoolCollectorConfig", "layout"), ("HostCollectorConfig", "start_method"),
             ("RayCollectorConfig", "collector_class"), ("DistributedCollectorConfig", "collector_class"),
-            ("DistributedCollectorConfig", "launcher"), ("DistributedCollectorConfig", "backend"),
+            ("DistributedCollectorConfig", "start_workers_with"), ("DistributedCollectorConfig", "launcher"),
+            ("DistributedCollectorConfig", "backend"),
             ("MultiProcessWeightSyncConfig", "strategy"), ("RayWeightSyncConfig", "strategy"),
             ("DQNConfig", "target_update"), ("DQNConfig", "loss"), ("ActorCriticConfig", "activation"),
             ("ActorCriticConfig", "encoder"), ("RecurrentActorCriticConfig", "rnn"), ("QValuePolicyConfig", "encoder"),
@@ -632,17 +740,18 @@ def test_the_choices_are_the_tuples_the_classes_check_their_arguments_against():
     torch class, pinned here."""
     from rlcollect import choices
     from rlcollect.algos import dqn
-    from rlcollect.collectors import hosted, multi, options, pool
+    from rlcollect.collectors import host_plan, multi, options, pool
     from rlcollect.collectors.distributed import collector as distributed
-    from rlcollect.collectors.distributed import launchers
+    from rlcollect.collectors.distributed import starters
     from rlcollect.envs import backends
     from rlcollect.modules import actor_critic, encoders
     from rlcollect.weight_sync import strategies
 
     pairs = [(options.EXPLORATION_TYPES, choices.EXPLORATION_TYPES), (options.RESET_POLICIES, choices.RESET_POLICIES),
              (options.START_METHODS, choices.START_METHODS), (multi.CAT_RESULTS, choices.CAT_RESULTS),
-             (pool.LAYOUTS, choices.POOL_LAYOUTS), (hosted.COLLECTOR_CLASSES, choices.HOSTED_COLLECTOR_CLASSES),
-             (launchers.LAUNCHERS, choices.DISTRIBUTED_LAUNCHERS), (distributed.BACKENDS, choices.DISTRIBUTED_BACKENDS),
+             (pool.LAYOUTS, choices.POOL_LAYOUTS), (host_plan.COLLECTOR_CLASSES, choices.HOSTED_COLLECTOR_CLASSES),
+             (starters.STARTERS, choices.DISTRIBUTED_WORKER_STARTERS),
+             (distributed.BACKENDS, choices.DISTRIBUTED_BACKENDS),
              (strategies.STRATEGIES, choices.WEIGHT_SYNC_STRATEGIES), (dqn.TARGET_UPDATES, choices.DQN_TARGET_UPDATES),
              (dqn.LOSSES, choices.DQN_LOSSES), (encoders.ENCODERS, choices.ENCODERS),
              (backends.BACKENDS, choices.ENV_BACKENDS)]

@@ -207,7 +207,9 @@ def test_run_records_import_nothing_of_the_compare_tool():
             tool = sorted(target for target in graph[module] if target.startswith("rlcollect.analysis"))
             assert not tool, f"{module} imports {tool}"
         if module.startswith("rlcollect.analysis"):
-            allowed = ("rlcollect.analysis", "rlcollect.logging")  # run records below it, nothing else of rlcollect
+            # run records below it, nothing else of rlcollect but the deprecation mechanism (a module left
+            # behind where a module moved: rlcollect.moved imports nothing of rlcollect until a name is read)
+            allowed = ("rlcollect.analysis", "rlcollect.logging", "rlcollect.moved")
             others = sorted(target for target in graph[module] if not target.startswith(allowed))
             assert not others, f"{module} imports {others}"
 

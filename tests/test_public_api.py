@@ -6,7 +6,7 @@ from pathlib import Path
 
 import rlcollect
 import rlcollect.compat
-import rlcollect.samplers
+import rlcollect.rlpyt
 from rlcollect.compat import ALIASES
 
 REQUIRED = ["Collector", "MultiSyncCollector", "MultiAsyncCollector", "ActionServerCollector", "AlternatingCollector",
@@ -61,16 +61,16 @@ def test_a_stub_import_outside_any_group_or_renamed_is_refused(tmp_path):
 
 
 def test_rlpyt_and_migration_names_have_their_own_homes():
-    """rlpyt's names are rlcollect.samplers', the migration aliases rlcollect.compat's; the top
+    """rlpyt's names are rlcollect.rlpyt's, the migration aliases rlcollect.compat's; the top
     level re-exports them from there, as its docstring says."""
-    for home in (rlcollect.samplers, rlcollect.compat):
+    for home in (rlcollect.rlpyt, rlcollect.compat):
         reexported = {name for name, module in rlcollect._EXPORTS.items() if module == home.__name__}
         assert reexported and reexported <= set(home.__all__), home.__name__
         assert all(name in rlcollect.__doc__ for name in reexported), home.__name__
         assert home.__name__ in rlcollect.__doc__
     assert set(ALIASES) <= set(rlcollect.compat.__all__)
     assert {"SerialSampler", "CpuSampler", "GpuSampler", "AlternatingSampler", "NoOverlapAlternatingSampler"} <= {
-        name for name, module in rlcollect._EXPORTS.items() if module == "rlcollect.samplers"}
+        name for name, module in rlcollect._EXPORTS.items() if module == "rlcollect.rlpyt"}
 
 
 def test_importing_rlcollect_imports_neither_torch_nor_ray():

@@ -6,7 +6,7 @@ What differs between them is the transport: how hosts start, where they run, how
 a batch and the weights travel. The rest is here once:
 
     plan          the hosts' env sources, seeds and collector options, the frames of a host's
-                  batch and of a yielded one (collectors/hosted.py ``plan_hosts``)
+                  batch and of a yielded one (collectors/host_plan.py ``plan_hosts``)
     shapes        each host's batch shape, and the yielded batch size (sync: stacked)
     calls         set_seed, reset, state_dict and load_state_dict answered by every host's
                   collector through the subclass's ``_call_all``
@@ -22,7 +22,7 @@ import dataclasses
 import torch
 
 from rlcollect.collectors.base import CollectionPlan, CollectorBase
-from rlcollect.collectors.hosted import TRAJ_ID_SHIFT, HostPlan, hosted_class, plan_hosts
+from rlcollect.collectors.host_plan import TRAJ_ID_SHIFT, HostPlan, hosted_class, plan_hosts
 from rlcollect.collectors.options import check_total_frames
 from rlcollect.seeding import env_seed
 from rlcollect.validation import check_positive_int

@@ -375,9 +375,10 @@ class MultiSyncCollector(_MultiCollector):
             per worker.
         policy: callable TensorDict -> TensorDict writing ``"action"`` (each worker gets a
             copy); None: uniform random actions.
-        frames_per_batch: frames per yielded batch, split across the workers; or one value
-            per worker (the batch holds their sum; with different lengths, concatenate along
-            time: cat_results=-1).
+        frames_per_batch: frames per yielded batch, split across the workers: each collects
+            ``frames_per_batch / num_workers`` per batch (MultiAsyncCollector's workers each
+            collect all of it: its batch is one worker's); or one value per worker (the batch
+            holds their sum; with different lengths, concatenate along time: cat_results=-1).
         total_frames: stop after this many frames; -1 for endless.
         cat_results: "stack" (None means it too, as in TorchRL), 0 or -1 (see above).
         num_workers: worker processes (with one env source; a list sets it).
@@ -526,8 +527,15 @@ class MultiAsyncCollector(_MultiCollector):
 
     Workers pick up new weights at the start of their next batch, so a batch may have been
     collected with older weights than the trainer's: ("collector", "policy_version") says
-    which. Same arguments as MultiSyncCollector, without ``cat_results``; with one
-    frames_per_batch per worker, each worker's batches have its own length.
+    which. Same arguments as MultiSyncCollector, without ``cat_results`` and preemption, and
+    one that reads differently:
+
+        frames_per_batch: frames per yielded batch, as for MultiSyncCollector, but a batch
+            here is one worker's, so each worker collects all ``frames_per_batch`` frames per
+            batch, not a share of them: with W workers, MultiSyncCollector(frames_per_batch=F)
+            and MultiAsyncCollector(frames_per_batch=F / W) have their workers collect the
+            same batches (``rlcollect train``'s defaults: 256 and 128, with 2 workers). One
+            value per worker gives each worker's batches their own length.
     """
 
     @classmethod

@@ -7,7 +7,7 @@ import sys
 
 def compare(argv: list[str]) -> int:
     """`rlcollect compare PATH... [options]`: print the comparison of the runs."""
-    from rlcollect.analysis.compare import FORMATS, STATS_MIN_RUNS, CompareError, compare_runs
+    from rlcollect.analysis.api import FORMATS, STATS_MIN_RUNS, CompareError, compare_runs
     from rlcollect.analysis.stats import DEFAULT_REPS
 
     parser = argparse.ArgumentParser(

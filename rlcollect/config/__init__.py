@@ -20,13 +20,24 @@ defines its class (not the ``rlcollect`` facade, so that building a part imports
 alone). Point ``_target_`` at a class of your own to use it instead.
 
 The package, one job per module: ``schemas`` (the dataclasses), ``fields`` (ranges and
-choices, and the check of both), ``registry`` (``@schema``, ``SCHEMAS``, the ConfigStore) and
-``resolvers`` (values derived from a config, the YAML options' resolvers). Importing it never
-imports torch (a config error is told before torch loads).
+choices, and the check of both; keys kept under their old names for a release, and the move
+of their values to the new keys), ``registry`` (``@schema``, ``SCHEMAS``, the ConfigStore)
+and ``resolvers`` (values derived from a config, the YAML options' resolvers). Importing it
+never imports torch (a config error is told before torch loads).
 """
 
 from rlcollect.config import schemas  # noqa: F401  (each schema registers itself as its module runs)
-from rlcollect.config.fields import CHOICES, RANGE, check_ranges, chosen, ranged, schema_nodes
+from rlcollect.config.fields import (
+    CHOICES,
+    RANGE,
+    RENAMED,
+    check_ranges,
+    chosen,
+    ranged,
+    rename_keys,
+    renamed,
+    schema_nodes,
+)
 from rlcollect.config.registry import SCHEMAS, option_node, register_configs, schema, schema_name
 from rlcollect.config.resolvers import (
     EVALUATIONS_PER_RUN,
@@ -38,6 +49,6 @@ from rlcollect.config.resolvers import (
 )
 from rlcollect.config.schemas import *  # noqa: F403  (every schema)
 
-__all__ = ["CHOICES", "EVALUATIONS_PER_RUN", "OBJECTIVES", "RANGE", "SCHEMAS", "check_ranges", "chosen",
+__all__ = ["CHOICES", "EVALUATIONS_PER_RUN", "OBJECTIVES", "RANGE", "RENAMED", "SCHEMAS", "check_ranges", "chosen",
            "eval_every_frames", "job_dirname", "logs_to_wandb", "objective_direction", "option_node", "ranged",
-           "register_configs", "schema", "schema_name", "schema_nodes", *schemas.__all__]
+           "register_configs", "rename_keys", "renamed", "schema", "schema_name", "schema_nodes", *schemas.__all__]

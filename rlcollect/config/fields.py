@@ -1,6 +1,7 @@
 """The checks a schema declares beside its fields: a numeric field's range (``ranged``) and a
 field's choices (``chosen``), both checked by ``check_ranges`` before torch loads (a value
-outside them is a ConfigError naming the key)."""
+outside them is a ConfigError naming the key); and the keys kept for a release under their
+old names (``renamed``), whose values ``rename_keys`` moves to the new keys."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,11 +11,13 @@ from typing import Any, Iterator
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
 
+from rlcollect.config.registry import SCHEMAS
 from rlcollect.errors import ConfigError
 from rlcollect.validation import Choices, Range
 
 RANGE = "range"  # a numeric field's metadata: the Range its value (each value, for a list) must be in
 CHOICES = "choices"  # a field's metadata: the Choices its value must be one of
+RENAMED = "renamed"  # a deprecated field's metadata: the key of the same node that replaced it
 
 
 def ranged(default: Any, spec: str) -> Any:
@@ -33,6 +36,20 @@ def chosen(default: Any, values: tuple) -> Any:
     is the tuple the class checks its argument against (rlcollect/choices.py), so the
     choices are declared once."""
     return field(default=default, metadata={CHOICES: Choices(tuple(values))})
+
+
+def renamed(new: str, spec: str | None = None, values: tuple | None = None) -> Any:
+    """A key that was renamed ``new`` (a key of the same schema), declared for one more
+    release so that a config naming it still composes: default None (not set); a value given
+    is checked against the new key's range ``spec`` or choices ``values``, then moved to
+    ``new`` by ``rename_keys`` (the pipeline does it, with a warning). The class the node
+    builds takes the old name too, as a deprecated keyword (rlcollect.moved.RENAMED_ARGUMENTS)."""
+    metadata: dict[str, Any] = {RENAMED: new}
+    if spec is not None:
+        metadata[RANGE] = Range.parse(spec)
+    if values is not None:
+        metadata[CHOICES] = Choices(tuple(values))
+    return field(default=None, metadata=metadata)
 
 
 def schema_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig]]:
@@ -70,3 +87,50 @@ def check_ranges(cfg: DictConfig) -> None:
                     raise ConfigError(f"{prefix}{schema_field.name}={list(value)}: every entry must be {allowed}")
             else:
                 allowed.check(f"{prefix}{schema_field.name}", value)
+
+
+def renamable_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig, type]]:
+    """``(path, node, schema)`` for ``node`` and the nodes under it that have a schema: typed
+    by it, or (a config read back from a run folder, untyped) naming its ``_target_``."""
+    schema = OmegaConf.get_type(node)
+    if not dataclasses.is_dataclass(schema):
+        target = node.get("_target_") if "_target_" in node and not OmegaConf.is_missing(node, "_target_") else None
+        schema = next((candidate for candidate in SCHEMAS.values()
+                       if target is not None and getattr(candidate, "_target_", None) == target), None)
+    if schema is not None:
+        yield path, node, schema
+    for key in node.keys():
+        if key == "hydra" or OmegaConf.is_missing(node, key):
+            continue
+        try:
+            child = node.get(key)
+        except InterpolationResolutionError:
+            continue
+        if isinstance(child, DictConfig):
+            yield from renamable_nodes(child, f"{path}.{key}" if path else str(key))
+
+
+def rename_keys(cfg: DictConfig) -> list[str]:
+    """Move the value of every renamed key that is set (``renamed``) to its new key, in
+    ``cfg`` itself (the old key is left None); one message per key moved, for the caller to
+    warn with. A ConfigError when the new key was set too, to another value than its
+    default and the old key's."""
+    messages = []
+    for path, node, schema in renamable_nodes(cfg, ""):
+        prefix = f"{path}." if path else ""
+        fields = {schema_field.name: schema_field for schema_field in dataclasses.fields(schema)}
+        for old, schema_field in fields.items():
+            new = schema_field.metadata.get(RENAMED)
+            if new is None or old not in node or OmegaConf.is_missing(node, old) or node[old] is None:
+                continue
+            value = node[old]
+            default = fields[new].default
+            current = node[new] if new in node else None
+            if current is not None and current != default and current != value:
+                raise ConfigError(f"{prefix}{old}={value!r} and {prefix}{new}={current!r}: {old} is the old name of "
+                                  f"{new}; set {prefix}{new} only")
+            node[new] = value
+            node[old] = None
+            messages.append(f"{prefix}{old} is deprecated: it is {prefix}{new} now ({prefix}{new}={value!r} is "
+                            "used); the old key will be removed in a future release")
+    return messages

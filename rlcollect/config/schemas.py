@@ -12,7 +12,7 @@ from typing import Any, List, Optional
 from omegaconf import MISSING
 
 from rlcollect import choices
-from rlcollect.config.fields import chosen, ranged
+from rlcollect.config.fields import chosen, ranged, renamed
 from rlcollect.config.registry import schema
 from rlcollect.config.resolvers import OBJECTIVES
 
@@ -48,6 +48,9 @@ class CollectorTarget:
 
     _target_: str = MISSING
     _partial_: bool = True
+    # frames of each batch the collector yields (what the learner gets per step), rounded up to
+    # whole steps of its envs; how many of them each worker collects is the collector's
+    # (multisync, ray/distributed sync=true: a share; multiasync, sync=false: all of them)
     frames_per_batch: int = ranged(256, ">= 1")
 
 
@@ -112,6 +115,9 @@ class MultiSyncCollectorConfig(MultiCollectorConfig):
     across them), collected with the latest weights."""
 
     _target_: str = "rlcollect.collectors.multi.MultiSyncCollector"
+    # per yielded batch, which stacks one batch per worker: each worker collects
+    # frames_per_batch / num_workers frames (the defaults: 256 / 2 = 128, 32 steps of 4 envs)
+    frames_per_batch: int = ranged(256, ">= 1")
     cat_results: Any = chosen("stack", choices.CAT_RESULTS)  # PPO takes stack or 0
 
 
@@ -122,7 +128,11 @@ class MultiAsyncCollectorConfig(MultiCollectorConfig):
     collected with older weights (see policy_version)."""
 
     _target_: str = "rlcollect.collectors.multi.MultiAsyncCollector"
-    frames_per_batch: int = ranged(128, ">= 1")  # per batch, i.e. per worker batch
+    # per yielded batch too, but a batch here is one worker's: each worker collects all
+    # frames_per_batch frames (not a share). 128: what a multisync worker collects by default
+    # (256 / 2 workers), so both collectors' workers collect 32 steps of their 4 envs per batch;
+    # a multiasync run's learner then gets batches of 128 frames, twice as often
+    frames_per_batch: int = ranged(128, ">= 1")
 
 
 @schema("collector", "action_server")
@@ -188,12 +198,14 @@ class HostCollectorConfig(StepLoopConfig):
 @schema("collector", "ray")
 @dataclass
 class RayCollectorConfig(CollectorTarget):
-    """RayCollector: num_collectors Ray actors, each running collector_class on its own envs
+    """RayCollector: num_workers Ray actors, each running collector_class on its own envs
     (envs_per_worker per actor, per worker process for multi*), env i seeded seed + i."""
 
     _target_: str = "rlcollect.collectors.ray.collector.RayCollector"
-    num_collectors: int = ranged(2, ">= 1")
-    sync: bool = True  # true: one batch from every actor, stacked; false: first come first served
+    num_workers: int = ranged(2, ">= 1")  # Ray actors (collector=distributed's num_workers: its processes)
+    # true: one batch from every actor, stacked (each collects frames_per_batch / num_workers);
+    # false: first come first served (each batch one actor's: it collects frames_per_batch)
+    sync: bool = True
     collector_class: str = chosen("sync", choices.HOSTED_COLLECTOR_CLASSES)
     envs_per_worker: Optional[int] = ranged(None, ">= 1")  # None: one unbatched env (the YAML options: 4)
     collector_kwargs: HostCollectorConfig = field(default_factory=HostCollectorConfig)
@@ -203,6 +215,8 @@ class RayCollectorConfig(CollectorTarget):
     shutdown_timeout: float = ranged(5.0, "> 0")
     max_worker_restarts: int = ranged(0, ">= 0")  # actors replaced when one dies or hangs (0: the run fails)
     restart_on_env_error: bool = False  # also replace an actor whose env or policy raised
+    # deprecated, for one release: num_workers's former name; a value set moves there, with a warning
+    num_collectors: Optional[int] = renamed("num_workers", ">= 1")
 
 
 @schema("collector", "distributed")
@@ -215,23 +229,28 @@ class DistributedCollectorConfig(CollectorTarget):
 
     _target_: str = "rlcollect.collectors.distributed.collector.DistributedCollector"
     num_workers: int = ranged(2, ">= 1")
-    sync: bool = True  # true: one batch from every worker, stacked; false: first come first served
+    # true: one batch from every worker, stacked (each collects frames_per_batch / num_workers);
+    # false: first come first served (each batch one worker's: it collects frames_per_batch)
+    sync: bool = True
     collector_class: str = chosen("sync", choices.HOSTED_COLLECTOR_CLASSES)
     envs_per_worker: Optional[int] = ranged(None, ">= 1")  # None: one unbatched env (the YAML options: 4)
     collector_kwargs: HostCollectorConfig = field(default_factory=HostCollectorConfig)
     backend: str = chosen("gloo", choices.DISTRIBUTED_BACKENDS)
-    # mp: local processes | submitit: SLURM jobs (cluster=local: local jobs) | ray: Ray tasks
-    launcher: str = chosen("mp", choices.DISTRIBUTED_LAUNCHERS)
-    start_method: str = chosen("spawn", choices.START_METHODS)  # launcher=mp
-    cluster: Optional[str] = None  # launcher=submitit: null picks SLURM where sbatch exists, or "local"
-    slurm_kwargs: Any = field(default_factory=dict)  # launcher=submitit: executor.update_parameters(...)
-    submitit_folder: str = "submitit"  # launcher=submitit: job logs, relative to the run folder
-    ray_address: Optional[str] = None  # launcher=ray: a cluster's address; null: a local Ray on loopback
+    # how the workers start: mp: local processes | submitit: SLURM jobs (cluster=local: local jobs) | ray: Ray tasks
+    start_workers_with: str = chosen("mp", choices.DISTRIBUTED_WORKER_STARTERS)
+    start_method: str = chosen("spawn", choices.START_METHODS)  # start_workers_with=mp
+    cluster: Optional[str] = None  # start_workers_with=submitit: null picks SLURM where sbatch exists, or "local"
+    slurm_kwargs: Any = field(default_factory=dict)  # start_workers_with=submitit: executor.update_parameters(...)
+    submitit_folder: str = "submitit"  # start_workers_with=submitit: job logs, relative to the run folder
+    ray_address: Optional[str] = None  # start_workers_with=ray: a cluster's address; null: a local Ray on loopback
     master_addr: str = "127.0.0.1"  # where the store and the group listen: this machine only, or an address
     master_port: int = ranged(0, "[0, 65535]")  # 0: a free port
     timeout: float = ranged(60.0, "> 0")  # seconds any wait on the group may take (a hung worker fails the run)
     worker_torch_threads: Optional[int] = ranged(1, ">= 1")
     shutdown_timeout: float = ranged(10.0, "> 0")
+    # deprecated, for one release: start_workers_with's former name (Hydra's launchers are
+    # hydra/launcher=...); a value set moves there, with a warning
+    launcher: Optional[str] = renamed("start_workers_with", values=choices.DISTRIBUTED_WORKER_STARTERS)
 
 
 # ---------------------------------------------------------------------------- weight sync

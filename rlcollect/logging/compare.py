@@ -1,4 +1,4 @@
-"""Deprecated: moved to rlcollect.analysis.compare (docs/compare.md); its names here warn and resolve there
+"""Deprecated: moved to rlcollect.analysis.api (docs/compare.md); its names here warn and resolve there
 (rlcollect/moved.py)."""
 from rlcollect.moved import moved_getattr
 

@@ -1,5 +1,6 @@
 """Config checks, before anything is built: keys (``check_keys``), value ranges
-(``check_ranges``) and combinations of options (``check_combination``, ``warn_combination``).
+(``check_ranges``) and combinations of options (``check_combination``, ``warn_combination``);
+the values of renamed keys moved to their new keys (``config.rename_keys``).
 
 No concrete collector class is named here: each collector class checks what it can collect
 for the run (``CollectorBase.check_plan``, given a ``CollectionPlan``), each learner class
@@ -21,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.buffers import PrioritizedSampler, RandomSampler, ReplayBuffer, RolloutBuffer
 from rlcollect.collectors.base import CollectionPlan, CollectorBase
-from rlcollect.config import SCHEMAS, check_ranges, schema_nodes
+from rlcollect.config import SCHEMAS, check_ranges, rename_keys, schema_nodes
 from rlcollect.envs.backends import check_vector_entry_point
 from rlcollect.envs.gym_env import import_plugins, resolve_env_id
 from rlcollect.envs.sources import TORCH_ENVS
@@ -111,9 +112,13 @@ def check_keys(cfg: DictConfig) -> None:
 
 def check_config(cfg: DictConfig) -> None:
     """Everything about ``cfg`` that can be known before a part is built: its keys, the
-    ranges of its values and the combinations of its options (ConfigError otherwise)."""
+    ranges of its values and the combinations of its options (ConfigError otherwise). A key
+    kept under its old name for a release (``config.renamed``: collector.num_collectors,
+    collector.launcher) has its value moved to its new key here, in ``cfg``, with a warning."""
     check_keys(cfg)
     check_ranges(cfg)  # the choices of the options too (objective, env.backend, collector.reset_policy, ...)
+    for message in rename_keys(cfg):
+        log.warning(message)
     check_combination(cfg)
 
 

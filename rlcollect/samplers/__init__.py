@@ -1,21 +1,5 @@
-"""rlpyt's sampler interface (initialize, obtain_samples, evaluate_agent, shutdown) as a
-thin front over rlcollect's collectors: docs/samplers.md."""
-from rlcollect.samplers.base import BaseSampler
-from rlcollect.samplers.collectors import (
-    CpuResetCollector,
-    CpuWaitResetCollector,
-    GpuResetCollector,
-    GpuWaitResetCollector,
-    SamplerCollector,
-)
-from rlcollect.samplers.samplers import (
-    AlternatingSampler,
-    CpuSampler,
-    GpuSampler,
-    NoOverlapAlternatingSampler,
-    SerialSampler,
-)
+"""Deprecated: moved to rlcollect.rlpyt (docs/rlpyt.md); its names here warn and resolve there
+(rlcollect/moved.py, MOVED_MODULES)."""
+from rlcollect.moved import moved_getattr
 
-__all__ = ["AlternatingSampler", "BaseSampler", "CpuResetCollector", "CpuSampler", "CpuWaitResetCollector",
-           "GpuResetCollector", "GpuSampler", "GpuWaitResetCollector", "NoOverlapAlternatingSampler",
-           "SamplerCollector", "SerialSampler"]
+__getattr__ = moved_getattr(__name__)

@@ -18,7 +18,7 @@ import yaml
 from commands import rlcollect
 
 from rlcollect import cli
-from rlcollect.analysis.compare import (
+from rlcollect.analysis.api import (
     CompareError,
     RunRecord,
     compare_table,
@@ -85,7 +85,7 @@ def lr_of(run_dir: Path) -> str:
 def test_the_compare_tool_loads_neither_torch_nor_matplotlib():
     """`rlcollect compare` answers without torch: the tool imports only rlcollect.logging.runs
     of the run records (tests/test_layering.py), and matplotlib only when it draws."""
-    code = ("import sys, rlcollect.analysis.compare, rlcollect.commands.compare; "
+    code = ("import sys, rlcollect.analysis.api, rlcollect.analysis.compare, rlcollect.commands.compare; "
             "assert not {'torch', 'matplotlib', 'wandb'} & set(sys.modules), sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -176,7 +176,7 @@ def test_wandb_offline_runs_give_the_same_table(sweep):
     assert {run.status for run in wandb_runs} <= {"finished", "solved"}  # summary.json's, beside the W&B run
     assert all(run.choices["collector"] == "sync" for run in wandb_runs)
 
-    from rlcollect.analysis.compare import compare
+    from rlcollect.analysis.api import compare
     from rlcollect.analysis.report import render_comparison
 
     folders_report = render_comparison(compare(load_runs([sweep]), bootstrap=True, reps=300), "json")
@@ -331,7 +331,7 @@ def four_seeds(tmp_path) -> Path:
 
 
 def test_interval_estimates_of_final_scores_and_areas_with_failed_runs_left_out(four_seeds):
-    from rlcollect.analysis.compare import compare
+    from rlcollect.analysis.api import compare
 
     comparison = compare(load_runs([four_seeds]))
     assert [str(item.path.name) for item in comparison.excluded] == ["c_failed", "d_stopped"]
@@ -353,7 +353,7 @@ def test_interval_estimates_of_final_scores_and_areas_with_failed_runs_left_out(
 
 def test_a_run_interrupted_while_starting_is_listed_apart(four_seeds):
     """`rlcollect train` stopped before its first batch leaves summary.json and Hydra's files only."""
-    from rlcollect.analysis.compare import compare
+    from rlcollect.analysis.api import compare
 
     started = four_seeds / "e_starting"
     (started / ".hydra").mkdir(parents=True)
@@ -370,7 +370,7 @@ def test_a_run_interrupted_while_starting_is_listed_apart(four_seeds):
 def test_only_finished_or_solved_runs_count_the_others_are_listed_with_their_status(four_seeds):
     """A run killed with SIGKILL (no summary.json) or still running counts no more than a
     cleanly interrupted one: one rule, finished or solved, and each run left out says why."""
-    from rlcollect.analysis.compare import compare
+    from rlcollect.analysis.api import compare
     from rlcollect.analysis.report import render_comparison
 
     write_run(four_seeds, "e_killed", ["algo.lr=0.001"], [100.0], lr=0.001, status=None, seed=7)
@@ -415,7 +415,7 @@ def test_normalize_option_overrides_the_presets_and_stats_can_be_turned_off(four
 
 
 def test_markdown_csv_and_html_reports(four_seeds, capsys):
-    from rlcollect.analysis.compare import compare
+    from rlcollect.analysis.api import compare
     from rlcollect.analysis.report import render_comparison
 
     comparison = compare(load_runs([four_seeds]), reps=200, versus=[("0.0003", "0.001")])
@@ -432,7 +432,7 @@ def test_markdown_csv_and_html_reports(four_seeds, capsys):
 
 
 def test_probability_of_improvement_by_hand(four_seeds):
-    from rlcollect.analysis.compare import compare
+    from rlcollect.analysis.api import compare
 
     # x = 0.1, 0.2, 0.3, 1.0 vs y = 0.4, 0.4, 0.5, 0.6: only 1.0 beats any y (all 4), no ties: 4 / 16.
     comparison = compare(load_runs([four_seeds]), reps=200, versus=[("algo.lr=0.0003", "algo.lr=0.001")])
@@ -481,7 +481,7 @@ def test_labels_use_group_choices_not_placeholders_and_group_by_picks_keys(tmp_p
 
 
 def test_several_envs_pool_into_groups_with_normalised_scores(tmp_path):
-    from rlcollect.analysis.compare import compare
+    from rlcollect.analysis.api import compare
 
     for seed in range(2):
         write_run(tmp_path, f"cp{seed}", ["env=cartpole", "algo.lr=0.001"], [50.0 + 10 * seed], lr=0.001, seed=seed)
@@ -503,7 +503,7 @@ def test_several_envs_pool_into_groups_with_normalised_scores(tmp_path):
 
 
 def test_several_envs_without_reference_scores(tmp_path, capsys):
-    from rlcollect.analysis.compare import compare
+    from rlcollect.analysis.api import compare
 
     for seed in range(3):
         write_run(tmp_path, f"cp{seed}", ["env=cartpole"], [50.0], seed=seed)

@@ -10,7 +10,7 @@ import torch
 from checks import check_trajectories, check_weights_reach_every_worker, is_loopback, listeners, needs_ss
 
 from rlcollect import Collector, DistributedCollector, DistributedSyncCollector, GymEnv, WorkerError
-from rlcollect.collectors.hosted import TRAJ_ID_SHIFT
+from rlcollect.collectors.host_plan import TRAJ_ID_SHIFT
 from rlcollect.testing import ErrorAfterEnv, WeightProbe, counting_env_factories
 
 pytestmark = pytest.mark.timeout(120)
@@ -101,7 +101,7 @@ def test_a_worker_s_env_error_is_named_with_its_traceback(make):
     with pytest.raises(WorkerError, match=r"collector worker 1: raised an exception:(.|\n)*ErrorAfterEnv: step 6"):
         list(zip(range(5), collector))
     collector.shutdown()  # at once: the failing worker is still exiting, and the survivor must get its STOP
-    assert [process.exitcode for process in collector._launcher.processes] == [0, 1]  # stopped, not killed
+    assert [process.exitcode for process in collector._starter.processes] == [0, 1]  # stopped, not killed
 
 
 def test_a_killed_worker_is_named(make):
@@ -144,19 +144,38 @@ def test_every_listener_binds_loopback(make):
 def test_arguments_are_checked_before_anything_starts():
     with pytest.raises(ValueError, match="collector_class must be one of"):
         DistributedCollector(counting((3,)), num_workers=2, frames_per_batch=8, collector_class="threads")
-    with pytest.raises(ValueError, match="launcher must be one of mp, submitit, ray; got 'ssh'"):
-        DistributedCollector(counting((3,)), num_workers=1, frames_per_batch=8, launcher="ssh")
+    with pytest.raises(ValueError, match="start_workers_with must be one of mp, submitit, ray; got 'ssh'"):
+        DistributedCollector(counting((3,)), num_workers=1, frames_per_batch=8, start_workers_with="ssh")
     with pytest.raises(ValueError, match="nccl and mpi are not supported"):
         DistributedCollector(counting((3,)), num_workers=1, frames_per_batch=8, backend="nccl")
     with pytest.raises(TypeError, match="always synchronous"):
         DistributedSyncCollector(counting((3,)), num_workers=1, frames_per_batch=8, sync=False)
 
 
+def test_launcher_is_start_workers_with_s_old_name_kept_for_a_release(make):
+    """How the workers start was ``launcher``; it is still taken, with a DeprecationWarning
+    pointed at the caller (past DistributedSyncCollector's __init__), and may not disagree
+    with start_workers_with."""
+    with pytest.warns(DeprecationWarning, match=r"^DistributedCollector\(launcher=\.\.\.\) is deprecated: the "
+                                                r"argument is start_workers_with now;") as record:
+        collector = make(counting((3,)), num_workers=1, frames_per_batch=8, total_frames=8, launcher="mp")
+    assert [warning.filename for warning in record] == [__file__]
+    assert [tuple(batch.batch_size) for batch in collector] == [(1, 1, 8)]
+    with pytest.warns(DeprecationWarning) as record, \
+            pytest.raises(ValueError, match="start_workers_with must be one of mp, submitit, ray; got 'ssh'"):
+        DistributedSyncCollector(counting((3,)), num_workers=1, frames_per_batch=8, launcher="ssh")
+    assert [warning.filename for warning in record] == [__file__]
+    with pytest.raises(TypeError, match="got launcher='ray' and start_workers_with='submitit': launcher is the old "
+                                        "name of start_workers_with; give start_workers_with only"):
+        DistributedCollector(counting((3,)), num_workers=1, frames_per_batch=8, launcher="ray",
+                             start_workers_with="submitit")
+
+
 @pytest.mark.skipif(importlib.util.find_spec("submitit") is None, reason="needs submitit (the slurm extra)")
 def test_submitit_s_local_executor_runs_the_workers_as_jobs(tmp_path):
     collector = DistributedSyncCollector(counting((3,)), num_workers=2, frames_per_batch=8, total_frames=16,
-                                         launcher="submitit", cluster="local", submitit_folder=tmp_path / "jobs",
-                                         slurm_kwargs={"timeout_min": 5})
+                                         start_workers_with="submitit", cluster="local",
+                                         submitit_folder=tmp_path / "jobs", slurm_kwargs={"timeout_min": 5})
     try:
         batches = list(collector)
     finally:
@@ -168,7 +187,8 @@ def test_submitit_s_local_executor_runs_the_workers_as_jobs(tmp_path):
 
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="needs Ray (the ray extra)")
 def test_ray_tasks_run_the_workers_on_a_loopback_ray():
-    collector = DistributedCollector(counting((3,)), num_workers=2, frames_per_batch=8, total_frames=16, launcher="ray")
+    collector = DistributedCollector(counting((3,)), num_workers=2, frames_per_batch=8, total_frames=16,
+                                     start_workers_with="ray")
     try:
         import ray
 

@@ -150,14 +150,14 @@ def test_importing_rlcollect_does_not_import_ray():
 def test_without_ray_construction_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError
     with pytest.raises(ImportError, match=r"pip install 'rlcollect\[ray\]'"):
-        RayCollector(worker_envs(1)[0], num_collectors=1, frames_per_batch=4)
+        RayCollector(worker_envs(1)[0], num_workers=1, frames_per_batch=4)
 
 
 @pytest.mark.parametrize("kwargs, error, match", [
     (dict(collector_class="pool"), ValueError, "collector_class must be one of"),
     (dict(remote_config={"cpus": 1}), ValueError, "remote_config keys must be among"),
     (dict(create_env_fn=GymEnv(CountingEnv)), TypeError, "picklable zero-argument callable"),
-    (dict(create_env_fn=worker_envs(3)), ValueError, "3 entries for num_collectors=2"),
+    (dict(create_env_fn=worker_envs(3)), ValueError, "3 entries for num_workers=2"),
     (dict(collector_class="multisync"), TypeError, "one per worker"),
     (dict(collector_class="multisync", create_env_fn=worker_envs(2), collector_kwargs={"cat_results": -1}),
      ValueError, "cat_results"),
@@ -168,10 +168,33 @@ def test_without_ray_construction_says_how_to_install(monkeypatch):
     (dict(frames_per_batch=0), ValueError, "frames_per_batch must be a positive int"),
 ])
 def test_bad_arguments_raise_before_any_actor_starts(kwargs, error, match):
-    arguments = dict(create_env_fn=worker_envs(1)[0], num_collectors=2, frames_per_batch=8, ray_address="127.0.0.1:1")
+    arguments = dict(create_env_fn=worker_envs(1)[0], num_workers=2, frames_per_batch=8, ray_address="127.0.0.1:1")
     arguments.update(kwargs)
     with pytest.raises(error, match=match):
         RayCollector(**arguments)
+
+
+def test_num_collectors_is_num_workers_s_old_name_kept_for_a_release():
+    """The actors' count was num_collectors; it still counts them, with a DeprecationWarning
+    pointed at the caller, and may not disagree with num_workers (checked before any actor
+    starts, as the argument errors above)."""
+    arguments = dict(create_env_fn=worker_envs(3), frames_per_batch=8, ray_address="127.0.0.1:1")
+    with pytest.warns(DeprecationWarning, match=r"^RayCollector\(num_collectors=\.\.\.\) is deprecated: the argument "
+                                                r"is num_workers now;") as record:
+        with pytest.raises(ValueError, match="3 entries for num_workers=2"):  # it counted the actors
+            RayCollector(num_collectors=2, **arguments)
+    assert [warning.filename for warning in record] == [__file__]
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="3 entries for num_workers=2"):
+        RayCollector(num_collectors=2, num_workers=2, **arguments)  # the same count twice: as one
+    with pytest.raises(TypeError, match="got num_collectors=2 and num_workers=3: num_collectors is the old name of "
+                                        "num_workers; give num_workers only"):
+        RayCollector(num_collectors=2, num_workers=3, **arguments)
+    with pytest.raises(TypeError, match="missing 1 required keyword argument: 'num_workers'"):
+        RayCollector(**arguments)
+    collector = object.__new__(RayCollector)  # the attribute, read as a built collector's (no actor needed)
+    collector.num_workers = 3
+    with pytest.warns(DeprecationWarning, match=r"^RayCollector\.num_collectors is deprecated: it is num_workers now;"):
+        assert collector.num_collectors == 3
 
 
 def test_ray_weight_sync_is_refused_by_process_collectors():
@@ -185,7 +208,7 @@ def test_ray_weight_sync_is_refused_by_process_collectors():
 
 # ---------------------------------------------------------------------------- collection
 def test_sync_stacks_actor_batches_in_order_with_disjoint_traj_ids(make):
-    collector = make(worker_envs(2, num_envs=2, episode_length=3), num_collectors=2, frames_per_batch=16,
+    collector = make(worker_envs(2, num_envs=2, episode_length=3), num_workers=2, frames_per_batch=16,
                      total_frames=48)
     assert collector.batch_size == torch.Size([2, 2, 4]) and collector.frames_per_batch == 16
     batches = list(collector)
@@ -207,7 +230,7 @@ def test_sync_stacks_actor_batches_in_order_with_disjoint_traj_ids(make):
 
 def test_parameters_and_buffers_reach_every_actor(make):
     policy = WeightProbe()
-    collector = make(worker_envs(2), policy, num_collectors=2, frames_per_batch=8)
+    collector = make(worker_envs(2), policy, num_workers=2, frames_per_batch=8)
     batches = check_weights_reach_every_worker(collector, policy)
     collector.update_policy_weights_({"weight": torch.tensor(3.0), "offset": torch.tensor(4.0)})  # a state_dict
     batch = next(batches)
@@ -217,7 +240,7 @@ def test_parameters_and_buffers_reach_every_actor(make):
 
 def test_async_yields_actor_batches_first_come_first_served(make):
     policy = WeightProbe()
-    collector = make(worker_envs(2, num_envs=2), policy, num_collectors=2, frames_per_batch=8, total_frames=48,
+    collector = make(worker_envs(2, num_envs=2), policy, num_workers=2, frames_per_batch=8, total_frames=48,
                      sync=False)
     assert collector.batch_size == torch.Size([2, 4]) and collector.frames_per_batch == 8
     batches = []
@@ -242,7 +265,7 @@ def test_async_yields_actor_batches_first_come_first_served(make):
 def test_multisync_actors_stack_their_workers_and_share_an_id_range(make):
     envs = worker_envs(2, episode_length=3)  # every actor runs these 2 worker processes
     policy = WeightProbe()
-    collector = make(envs, policy, num_collectors=2, frames_per_batch=24, total_frames=48,
+    collector = make(envs, policy, num_workers=2, frames_per_batch=24, total_frames=48,
                      collector_class="multisync", collector_kwargs={"start_method": "spawn"})
     assert collector.batch_size == torch.Size([2, 2, 6])  # [actors, workers, T]
     batches = iter(collector)
@@ -262,7 +285,7 @@ def test_multisync_actors_stack_their_workers_and_share_an_id_range(make):
 
 # ---------------------------------------------------------------------------- failures and shutdown
 def test_killed_actor_is_reported_not_waited_on(make):
-    collector = make(worker_envs(2), num_collectors=2, frames_per_batch=8, sync=False)
+    collector = make(worker_envs(2), num_workers=2, frames_per_batch=8, sync=False)
     batches = iter(collector)
     next(batches)  # from here on, both actors always have a batch in flight
     ray.kill(ray.get_actor(collector.actor_names[0]))
@@ -275,7 +298,7 @@ def test_killed_actor_is_reported_not_waited_on(make):
 
 def test_env_error_names_the_actor_and_carries_the_traceback(make):
     envs = [worker_envs(1)[0], functools.partial(GymEnv, functools.partial(ErrorAfterEnv, 2))]
-    collector = make(envs, num_collectors=2, frames_per_batch=8)
+    collector = make(envs, num_workers=2, frames_per_batch=8)
     with pytest.raises(WorkerError, match=r"(?s)collector worker 1: Ray actor .* raised an exception.*"
                                           r"step 3 fails by design") as info:
         next(iter(collector))
@@ -285,7 +308,7 @@ def test_env_error_names_the_actor_and_carries_the_traceback(make):
 
 def test_a_killed_actor_is_replaced_with_the_current_weights_and_fresh_ids(make):
     policy = WeightProbe()
-    collector = make(worker_envs(2, episode_length=3), policy, num_collectors=2, frames_per_batch=8,
+    collector = make(worker_envs(2, episode_length=3), policy, num_workers=2, frames_per_batch=8,
                      total_frames=24, max_worker_restarts=1)
     batches = iter(collector)
     first = next(batches)
@@ -311,7 +334,7 @@ def test_a_killed_actor_is_replaced_with_the_current_weights_and_fresh_ids(make)
 
 def test_env_errors_replace_the_actor_within_the_budget_then_fail(make):
     envs = [worker_envs(1)[0], functools.partial(GymEnv, functools.partial(ErrorAfterEnv, 2))]
-    collector = make(envs, num_collectors=2, frames_per_batch=8, max_worker_restarts=2, restart_on_env_error=True)
+    collector = make(envs, num_workers=2, frames_per_batch=8, max_worker_restarts=2, restart_on_env_error=True)
     with pytest.raises(WorkerError, match=r"(?s)collector worker 1: Ray actor .* raised.*step 3 fails by design"):
         next(iter(collector))  # actor 1 fails every time it collects: twice replaced, then the batch fails
     restarts = collector.pop_worker_restarts()
@@ -320,7 +343,7 @@ def test_env_errors_replace_the_actor_within_the_budget_then_fail(make):
 
 
 def test_shutdown_removes_the_actors_and_leaves_the_joined_cluster_running(make):
-    collector = make(worker_envs(2), num_collectors=2, frames_per_batch=8)
+    collector = make(worker_envs(2), num_workers=2, frames_per_batch=8)
     assert all(actor_exists(name) for name in collector.actor_names)
     collector.shutdown()
     collector.shutdown()
@@ -333,7 +356,7 @@ def test_shutdown_removes_the_actors_and_leaves_the_joined_cluster_running(make)
 # ---------------------------------------------------------------------------- replay buffer
 def test_actors_write_complete_trajectories_into_a_ray_held_buffer(make):
     envs = [functools.partial(GymEnv, functools.partial(CountingEnv, length), 2) for length in (3, 4)]
-    collector = make(envs, num_collectors=2, frames_per_batch=16, total_frames=96,
+    collector = make(envs, num_workers=2, frames_per_batch=16, total_frames=96,
                      replay_buffer=ReplayBuffer(LazyTensorStorage(1000), batch_size=6), trajs_per_batch=2)
     assert list(collector) == [None] * 6 and collector.frames == 96
     buffer = collector.replay_buffer
@@ -352,7 +375,7 @@ def test_actors_write_complete_trajectories_into_a_ray_held_buffer(make):
 
 def test_background_collection_fills_the_buffer_until_async_shutdown(make):
     envs = functools.partial(GymEnv, functools.partial(CountingEnv, 5), 2)
-    collector = make(envs, num_collectors=2, frames_per_batch=8, sync=False,
+    collector = make(envs, num_workers=2, frames_per_batch=8, sync=False,
                      replay_buffer=ReplayBuffer(LazyTensorStorage(10_000), batch_size=4))
     buffer = collector.replay_buffer
     collector.start()
@@ -371,7 +394,7 @@ def test_background_collection_fills_the_buffer_until_async_shutdown(make):
 
 @needs_ss
 def test_every_ray_listener_binds_loopback(make, ray_head):
-    collector = make(worker_envs(2), num_collectors=2, frames_per_batch=8)
+    collector = make(worker_envs(2), num_workers=2, frames_per_batch=8)
     next(iter(collector))  # actors up and collecting
     assert ray.util.get_node_ip_address() == "127.0.0.1"  # this driver joined as a loopback node too
     ray_pids = descendants(ray_head["pid"]) | {ray_head["pid"], os.getpid()}
@@ -393,7 +416,7 @@ from rlcollect.testing import CountingEnv
 
 {descendants}
 
-collector = RayCollector(functools.partial(GymEnv, CountingEnv), num_collectors=1, frames_per_batch=4)
+collector = RayCollector(functools.partial(GymEnv, CountingEnv), num_workers=1, frames_per_batch=4)
 batch = next(iter(collector))
 ss = subprocess.run(["ss", "-H", "-l", "-t", "-u", "-n", "-p"], capture_output=True, text=True).stdout
 report = {{"shape": list(batch.batch_size), "ss": ss, "pids": sorted(descendants(os.getpid()) | {{os.getpid()}}),

@@ -26,7 +26,7 @@ from rlcollect.collectors.distributed.group import (
     recv_object,
     send_object,
 )
-from rlcollect.collectors.distributed.launchers import LAUNCHERS, make_launcher
+from rlcollect.collectors.distributed.starters import STARTERS, make_starter
 from rlcollect.collectors.distributed.worker import (
     CALL,
     COLLECT,
@@ -39,12 +39,13 @@ from rlcollect.collectors.distributed.worker import (
     weight_tensors,
     worker_main,
 )
-from rlcollect.collectors.hosted import host_collector_kwargs
+from rlcollect.collectors.host_plan import host_collector_kwargs
 from rlcollect.collectors.hosted_collector import HostedCollector
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.processes import WorkerError
 from rlcollect.errors import ConfigError
 from rlcollect.keys import WORKER_ID
+from rlcollect.moved import renamed_argument
 
 LIVENESS_SECONDS = 0.5
 FAILURE_GRACE_SECONDS = 5.0
@@ -72,7 +73,7 @@ class DistributedCollector(HostedCollector):
             zero-argument callable returning a GymEnv), or a list with one per worker (for
             collector_class "multisync"/"multiasync": a list of callables per worker).
         policy: picklable callable TensorDict -> TensorDict (an nn.Module to sync weights).
-        num_workers: worker processes (SLURM jobs with launcher="submitit").
+        num_workers: worker processes (SLURM jobs with start_workers_with="submitit").
         collector_class: "sync" (Collector), "multisync" or "multiasync" in each worker.
         envs_per_worker, seed, env_kwargs: with one env source, each worker's envs (env i of
             the run seeded ``seed + i``, rlcollect/seeding.py).
@@ -83,10 +84,12 @@ class DistributedCollector(HostedCollector):
             they set none; at least init_random_frames random frames).
         run_dir: the folder a relative ``submitit_folder`` is in (the run folder).
         backend: "gloo" (CPU tensors).
-        launcher: "mp" (local processes, ``start_method``), "submitit" (``cluster``: None
-            for SLURM where available, "local" for local jobs; ``slurm_kwargs`` to
-            ``update_parameters``; logs in ``submitit_folder``) or "ray" (Ray tasks: on the
-            cluster at ``ray_address``, or None: a local Ray bound to loopback).
+        start_workers_with: how the workers start: "mp" (local processes, ``start_method``),
+            "submitit" (``cluster``: None for SLURM where available, "local" for local jobs;
+            ``slurm_kwargs`` to ``update_parameters``; logs in ``submitit_folder``) or "ray"
+            (Ray tasks: on the cluster at ``ray_address``, or None: a local Ray bound to
+            loopback). ``launcher``, its former name, is still taken for one release, with a
+            DeprecationWarning.
         master_addr, master_port: where the trainer's store and group listen: 127.0.0.1 (this
             machine only, the default) or an address the workers' nodes reach; port 0 picks a
             free one.
@@ -130,7 +133,7 @@ class DistributedCollector(HostedCollector):
         device=None,
         init_random_frames: int = 0,
         backend: str = "gloo",
-        launcher: str = "mp",
+        start_workers_with: str = "mp",
         start_method: str = "spawn",
         cluster: str | None = None,
         slurm_kwargs: dict | None = None,
@@ -145,19 +148,22 @@ class DistributedCollector(HostedCollector):
         replay_buffer=None,
         trajs_per_batch: int | None = None,
         shutdown_timeout: float = 10.0,
+        launcher: str | None = None,  # deprecated: start_workers_with (rlcollect.moved.RENAMED_ARGUMENTS)
     ) -> None:
+        start_workers_with = renamed_argument(DistributedCollector, "launcher", launcher, start_workers_with,
+                                              new_default="mp")
         super().__init__(DeliveryOptions(post_collect_hook=post_collect_hook, replay_buffer=replay_buffer,
                                          trajs_per_batch=trajs_per_batch))
         # here: the replay-buffer write (the hook runs in the workers)
         self._delivery = Delivery(DeliveryOptions(replay_buffer=replay_buffer, trajs_per_batch=trajs_per_batch))
-        self._group = self._rendezvous = self._launcher = None
+        self._group = self._rendezvous = self._starter = None
         if backend not in BACKENDS:
             available = {"nccl": dist.is_nccl_available(), "mpi": dist.is_mpi_available()}.get(backend)
             built = "" if available is None else f" (this torch build has it: {available})"
             raise ValueError(f"backend={backend!r}{built}: batches and weights travel point to point over gloo "
                              "(CPU tensors); nccl and mpi are not supported by DistributedCollector yet")
-        if launcher not in LAUNCHERS:
-            raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}; got {launcher!r}")
+        if start_workers_with not in STARTERS:
+            raise ValueError(f"start_workers_with must be one of {', '.join(STARTERS)}; got {start_workers_with!r}")
         plan = self._plan(create_env_fn, num_workers, frames_per_batch=frames_per_batch, total_frames=total_frames,
                           sync=sync, collector_class=collector_class, envs_per_worker=envs_per_worker, seed=seed,
                           env_kwargs=env_kwargs,
@@ -180,9 +186,9 @@ class DistributedCollector(HostedCollector):
                                 group=self._rendezvous.spec, torch_threads=worker_torch_threads)
                      for index in range(self.num_workers)]
             folder = Path(run_dir) / submitit_folder if run_dir is not None else Path(submitit_folder)
-            self._launcher = make_launcher(launcher, start_method=start_method, folder=folder,
-                                           cluster=cluster, slurm_kwargs=slurm_kwargs, ray_address=ray_address)
-            self._launcher.start(worker_main, [(spec, policy) for spec in specs])
+            self._starter = make_starter(start_workers_with, start_method=start_method, folder=folder,
+                                         cluster=cluster, slurm_kwargs=slurm_kwargs, ray_address=ray_address)
+            self._starter.start(worker_main, [(spec, policy) for spec in specs])
             self._group = make_group(self._rendezvous.spec, self._rendezvous.store, 0)
             self._set_host_shapes([shape for shape, _ in self._call_all("describe")])
         except BaseException:
@@ -196,8 +202,8 @@ class DistributedCollector(HostedCollector):
 
     @property
     def worker_pids(self) -> list[int]:
-        """The worker processes' pids (launcher="mp")."""
-        return self._launcher.pids
+        """The worker processes' pids (start_workers_with="mp")."""
+        return self._starter.pids
 
     # ------------------------------------------------------------------ talking to workers
     def _failed(self, index: int | None, error: BaseException) -> WorkerError:
@@ -207,14 +213,14 @@ class DistributedCollector(HostedCollector):
         indices = range(self.num_workers) if index is None else [index]
         order = [*indices, *range(self.num_workers)]
         # a peer's socket closes a moment before its process can be reaped: give the
-        # launcher FAILURE_GRACE_SECONDS to see the death before blaming the group
+        # starter FAILURE_GRACE_SECONDS to see the death before blaming the group
         deadline = time.monotonic() + FAILURE_GRACE_SECONDS
         while True:
             for worker in order:
                 if store.check([f"error/{worker}"]):
                     return WorkerError(worker, f"raised an exception:\n{store.get(f'error/{worker}').decode()}")
             for worker in order:
-                reason = self._launcher.failure(worker)
+                reason = self._starter.failure(worker)
                 if reason is not None:
                     return WorkerError(worker, reason)
             if time.monotonic() >= deadline:
@@ -223,13 +229,13 @@ class DistributedCollector(HostedCollector):
 
     def _check_workers(self) -> None:
         """Streaming: a worker that died while the others keep sending is not seen by the
-        receives; look at the launcher every LIVENESS_SECONDS."""
+        receives; ask the starter every LIVENESS_SECONDS."""
         now = time.monotonic()
         if now - self._last_check < LIVENESS_SECONDS:
             return
         self._last_check = now
         for index in range(self.num_workers):
-            reason = self._launcher.failure(index)
+            reason = self._starter.failure(index)
             if reason is not None:
                 raise self._failed(index, RuntimeError(reason))
 
@@ -370,16 +376,16 @@ class DistributedCollector(HostedCollector):
     def _close(self) -> None:
         if self._group is not None:
             # each worker on its own: one that is failing (alive a moment longer) must not keep
-            # the others from their STOP; whatever does not answer, the launcher stops
-            running = [index for index in range(self.num_workers) if self._launcher.failure(index) is None]
+            # the others from their STOP; whatever does not answer, the starter stops
+            running = [index for index in range(self.num_workers) if self._starter.failure(index) is None]
             for index in sorted(self._owed.intersection(running)):  # a survivor of a failed round
                 if not self._quietly(self._receive_owed, index):  # it sends its batch before it reads a command
                     running.remove(index)
             running = [index for index in running if self._quietly(self._command, index, STOP)]
             if self._streaming:  # each says goodbye after the batch it is sending
                 self._quietly(self._drain, lambda data: None, running)
-        if self._launcher is not None:
-            self._launcher.stop(self.shutdown_timeout)
+        if self._starter is not None:
+            self._starter.stop(self.shutdown_timeout)
         self._group = None
         if self._rendezvous is not None:
             self._rendezvous.close()

@@ -18,7 +18,7 @@ import traceback
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.collectors.distributed.launchers import ProcessLauncher
+from rlcollect.collectors.distributed.starters import ProcessStarter
 from rlcollect.collectors.distributed.worker import Host, HostSpec, policy_tensors, weight_tensors
 from rlcollect.collectors.hosted_collector import HostedCollector
 from rlcollect.collectors.options import DeliveryOptions
@@ -90,7 +90,8 @@ class RPCCollector(HostedCollector):
     them); ``sync=False`` yields each worker's batch first come first served, keeping one
     request in flight per worker. ``update_policy_weights_()`` sends the policy's
     parameters and buffers to every worker (an RPC each), applied before its next batch.
-    The other arguments are DistributedCollector's (launcher "mp" only). docs/collectors.md.
+    The other arguments are DistributedCollector's (its workers are local processes: start_workers_with
+    "mp" only). docs/collectors.md.
     """
 
     def __init__(
@@ -116,7 +117,7 @@ class RPCCollector(HostedCollector):
         super().__init__(DeliveryOptions(post_collect_hook=post_collect_hook))
         from torch.distributed import rpc
 
-        self._rpc, self._hosts, self._launcher, self._initialized = rpc, [], None, False
+        self._rpc, self._hosts, self._starter, self._initialized = rpc, [], None, False
         if not rpc.is_available():
             raise RuntimeError("RPCCollector needs torch.distributed.rpc, which this torch build lacks")
         if _STARTED:
@@ -137,8 +138,8 @@ class RPCCollector(HostedCollector):
         self._init_file = tempfile.mktemp(prefix="rlcollect-rpc-")
         try:
             world_size = self.num_workers + 1
-            self._launcher = ProcessLauncher(start_method)
-            self._launcher.start(_rpc_worker_main, [(index, world_size, self._init_file, timeout,
+            self._starter = ProcessStarter(start_method)
+            self._starter.start(_rpc_worker_main, [(index, world_size, self._init_file, timeout,
                                                      worker_torch_threads, plan.seeds[index])
                                                     for index in range(self.num_workers)])
             _STARTED.append(self)
@@ -157,7 +158,7 @@ class RPCCollector(HostedCollector):
 
     # ------------------------------------------------------------------ calls
     def _failed(self, index: int, error: BaseException) -> WorkerError:
-        reason = self._launcher.failure(index)
+        reason = self._starter.failure(index)
         if reason is not None:
             return WorkerError(index, reason)
         text = "".join(traceback.format_exception_only(type(error), error)).strip()
@@ -217,7 +218,7 @@ class RPCCollector(HostedCollector):
     # ------------------------------------------------------------------ shutdown
     def _close(self) -> None:
         rpc = self._rpc
-        healthy = self._launcher is not None and all(self._launcher.failure(index) is None
+        healthy = self._starter is not None and all(self._starter.failure(index) is None
                                                      for index in range(self.num_workers))
         if self._initialized:
             try:
@@ -230,14 +231,14 @@ class RPCCollector(HostedCollector):
             self._hosts, self._in_flight = [], {}
             rpc.shutdown(graceful=healthy)
             self._initialized = False
-        if self._launcher is not None:
-            self._launcher.stop(self.shutdown_timeout)
+        if self._starter is not None:
+            self._starter.stop(self.shutdown_timeout)
         if os.path.exists(self._init_file):
             os.unlink(self._init_file)
 
     @property
     def worker_pids(self) -> list[int]:
-        return self._launcher.pids
+        return self._starter.pids
 
     def __repr__(self) -> str:
         return (f"RPCCollector(num_workers={self.num_workers}, collector_class={self.collector_class!r}, "

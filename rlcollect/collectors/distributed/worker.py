@@ -40,7 +40,7 @@ from rlcollect.collectors.distributed.group import (
     recv_object,
     send_object,
 )
-from rlcollect.collectors.hosted import build_hosted_collector, traj_start
+from rlcollect.collectors.host_plan import build_hosted_collector, traj_start
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.processes import initialize_worker
 from rlcollect.collectors.worker import stamp_worker_keys

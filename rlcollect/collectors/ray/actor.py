@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlcollect.collectors.delivery import Delivery
-from rlcollect.collectors.hosted import MAX_LIVES, TRAJ_ID_SHIFT, build_hosted_collector, traj_start
+from rlcollect.collectors.host_plan import MAX_LIVES, TRAJ_ID_SHIFT, build_hosted_collector, traj_start
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.processes import seed_rngs
 from rlcollect.collectors.ray.replay_buffer import RayReplayBuffer

@@ -36,6 +36,7 @@ import logging
 import math
 import time
 import uuid
+import warnings
 from typing import Any
 
 import torch
@@ -43,7 +44,7 @@ from tensordict import TensorDictBase
 
 from rlcollect.buffers.replay import ReplayBuffer
 from rlcollect.collectors.base import CollectionPlan
-from rlcollect.collectors.hosted import HostPlan, host_collector_kwargs
+from rlcollect.collectors.host_plan import HostPlan, host_collector_kwargs
 from rlcollect.collectors.hosted_collector import HostedCollector
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.processes import WorkerError, WorkerLost
@@ -61,6 +62,7 @@ from rlcollect.collectors.restarts import Restarts
 from rlcollect.collectors.worker import resolve_model
 from rlcollect.envs.sources import EnvSpec
 from rlcollect.errors import ConfigError
+from rlcollect.moved import renamed_argument
 from rlcollect.seeding import restart_seed
 from rlcollect.validation import check_positive_int
 from rlcollect.weight_sync import NoWeightSyncScheme, WeightSyncScheme
@@ -71,14 +73,14 @@ WAIT_SLICE_SECONDS = 0.5
 
 
 class RayCollector(HostedCollector):
-    """``num_collectors`` Ray actors, each running one of rlcollect's collectors.
+    """``num_workers`` Ray actors, each running one of rlcollect's collectors.
 
     Batches (always on CPU in the driver) carry ("collector", "worker_id") = the actor index
     and ("collector", "policy_version") = the weights version the actor collected with.
 
     - ``sync=True``: every batch stacks one batch from each actor, in actor order, along a
       new leading dim: ``[A, T]`` (single env), ``[A, P, T]`` (batched env of P),
-      ``[A, W, ..., T]`` (collector_class="multisync": W workers, stacked), A = num_collectors.
+      ``[A, W, ..., T]`` (collector_class="multisync": W workers, stacked), A = num_workers.
       ``frames_per_batch`` is split across actors; the batch after ``update_policy_weights_()``
       is collected with the new weights.
     - ``sync=False``: each batch is one actor's ``frames_per_batch`` frames (that actor's
@@ -96,8 +98,12 @@ class RayCollector(HostedCollector):
             list (every actor gets the same) or a list of them (one per actor).
         policy: picklable callable TensorDict -> TensorDict (an nn.Module to sync weights);
             None: random actions.
-        num_collectors: number of actors.
-        frames_per_batch: frames per yielded batch (sync: split across actors).
+        num_workers: number of actors (DistributedCollector's and RPCCollector's name for
+            their count of hosts too). ``num_collectors``, its former name, is still
+            taken for one release, with a DeprecationWarning.
+        frames_per_batch: frames per yielded batch. sync=True: split across the actors (each
+            collects frames_per_batch / num_workers); sync=False: a batch is one actor's,
+            which collects all of it.
         total_frames: stop after this many frames; -1 for endless.
         sync: gather from every actor (True) or first-come first-served (False).
         collector_class: "sync" (Collector), "multisync" or "multiasync" in each actor.
@@ -134,7 +140,7 @@ class RayCollector(HostedCollector):
         restart_on_env_error: also replace an actor whose env or policy raised.
     """
 
-    host, count_name, state_key = "actor", "num_collectors", "actors"
+    host, count_name, state_key = "actor", "num_workers", "actors"
 
     @classmethod
     def check_plan(cls, plan: CollectionPlan) -> None:
@@ -154,7 +160,7 @@ class RayCollector(HostedCollector):
         create_env_fn,
         policy=None,
         *,
-        num_collectors: int,
+        num_workers: int | None = None,
         frames_per_batch: int,
         total_frames: int = -1,
         sync: bool = True,
@@ -175,7 +181,11 @@ class RayCollector(HostedCollector):
         shutdown_timeout: float = 5.0,
         max_worker_restarts: int = 0,
         restart_on_env_error: bool = False,
+        num_collectors: int | None = None,  # deprecated: num_workers (rlcollect.moved.RENAMED_ARGUMENTS)
     ) -> None:
+        num_workers = renamed_argument(RayCollector, "num_collectors", num_collectors, num_workers)
+        if num_workers is None:
+            raise TypeError("RayCollector() missing 1 required keyword argument: 'num_workers' (its number of actors)")
         super().__init__(DeliveryOptions(post_collect_hook=post_collect_hook))
         self._restarts = Restarts(max_worker_restarts, restart_on_env_error)
         if max_worker_restarts >= MAX_LIVES:
@@ -183,19 +193,19 @@ class RayCollector(HostedCollector):
                              f"{MAX_LIVES} lives), got {max_worker_restarts}")
         self._talking = 0  # > 0 while a failed actor may be replaced (collecting, answering a call)
         self._replay_buffer = None
-        self._actor_kwargs = [{}] * check_positive_int("num_collectors", num_collectors)  # per actor, set by _env_specs
+        self._actor_kwargs = [{}] * check_positive_int("num_workers", num_workers)  # per actor, set by _env_specs
         self._actors: list = []
         self.actor_names: list[str] = []
         self._senders: dict = {}
         self._in_flight: dict = {}  # ObjectRef -> actor index (sync=False)
         self._started_ray = False
         self._owned_buffer: RayReplayBuffer | None = None
-        plan = self._plan(create_env_fn, num_collectors, frames_per_batch=frames_per_batch, total_frames=total_frames,
+        plan = self._plan(create_env_fn, num_workers, frames_per_batch=frames_per_batch, total_frames=total_frames,
                           sync=sync, collector_class=collector_class, envs_per_worker=envs_per_worker, seed=seed,
                           env_kwargs=env_kwargs,
                           collector_kwargs=host_collector_kwargs(collector_kwargs, device=device,
                                                                  init_random_frames=init_random_frames))
-        self.num_collectors = self.num_hosts
+        self.num_workers = self.num_hosts
         self.policy = policy
         self.batch_timeout = batch_timeout
         self.shutdown_timeout = shutdown_timeout
@@ -206,7 +216,7 @@ class RayCollector(HostedCollector):
         ray = import_ray()
         try:
             self._started_ray = self._connect(ray, ray_address)
-            self._senders = {model_id: scheme.make_sender(resolve_model(self, model_id), self.num_collectors, None)
+            self._senders = {model_id: scheme.make_sender(resolve_model(self, model_id), self.num_workers, None)
                              for model_id, scheme in schemes.items()}
             self._replay_buffer = self._setup_replay_buffer(replay_buffer)
             self._start_actors(ray, plan, trajs_per_batch)
@@ -219,6 +229,13 @@ class RayCollector(HostedCollector):
         raise ValueError(f"RayCollector: {sorted(changes)} can only be set at construction (each actor holds its own "
                          "copy from its start); pass post_collect_hook=..., or the inner collector's hooks in "
                          "collector_kwargs")
+
+    @property
+    def num_collectors(self) -> int:
+        """Deprecated: ``num_workers`` (the number of actors)."""
+        warnings.warn("RayCollector.num_collectors is deprecated: it is num_workers now; the old name will be removed "
+                      "in a future release", DeprecationWarning, stacklevel=2)
+        return self.num_workers
 
     @property
     def replay_buffer(self) -> RayReplayBuffer | None:
@@ -254,7 +271,7 @@ class RayCollector(HostedCollector):
             with loopback_node_ip(ray) if is_loopback_address(ray_address) else contextlib.nullcontext():
                 ray.init(address=ray_address, logging_level=logging.WARNING)
             return False
-        start_local_ray(math.ceil(self.num_collectors * self.remote_config["num_cpus"]))
+        start_local_ray(math.ceil(self.num_workers * self.remote_config["num_cpus"]))
         return True
 
     def _setup_replay_buffer(self, replay_buffer) -> RayReplayBuffer | None:
@@ -277,17 +294,17 @@ class RayCollector(HostedCollector):
         self._actor_kwargs = plan.collector_kwargs
         self._run = uuid.uuid4().hex[:8]
         policy_ref = ray.put(self.policy)  # one copy in the object store for every actor
-        for index in range(self.num_collectors):
+        for index in range(self.num_workers):
             actor, name = self._create_actor(index, 0, policy_ref)
             self._actors.append(actor)
             self.actor_names.append(name)
         described = self._gather({actor.describe.remote(): index for index, actor in enumerate(self._actors)},
                                  what="start-up")
-        self._actor_frames = [described[i][1] for i in range(self.num_collectors)]
+        self._actor_frames = [described[i][1] for i in range(self.num_workers)]
         for model_id, sender in self._senders.items():
             if isinstance(sender, RayWeightSender):
                 sender.bind(functools.partial(self._deliver_weights, model_id))
-        self._set_host_shapes([described[i][0] for i in range(self.num_collectors)])
+        self._set_host_shapes([described[i][0] for i in range(self.num_workers)])
         self.frames_per_batch = sum(self._actor_frames) if self.sync else max(self._actor_frames)
 
     def _create_actor(self, index: int, life: int, policy_ref) -> tuple:
@@ -385,14 +402,14 @@ class RayCollector(HostedCollector):
     def _call_all(self, method: str, args_per_host: list[tuple] | None = None) -> list:
         """Call ``method`` on every actor (after the batches in flight), return results in actor order."""
         self._wait_in_flight()
-        args_per_host = args_per_host or [()] * self.num_collectors
+        args_per_host = args_per_host or [()] * self.num_workers
 
         def call(index: int):
             return getattr(self._actors[index], method).remote(*args_per_host[index])
 
-        results = self._gather({call(index): index for index in range(self.num_collectors)},
+        results = self._gather({call(index): index for index in range(self.num_workers)},
                                what=f"answer to {method}", resend=call)
-        return [results[index] for index in range(self.num_collectors)]
+        return [results[index] for index in range(self.num_workers)]
 
     def _collect_from(self, index: int):
         return self._actors[index].collect.remote()
@@ -404,9 +421,9 @@ class RayCollector(HostedCollector):
         return self._next_async_batch()
 
     def _next_sync_batch(self) -> TensorDictBase | None:
-        results = self._gather({self._collect_from(index): index for index in range(self.num_collectors)},
+        results = self._gather({self._collect_from(index): index for index in range(self.num_workers)},
                                resend=self._collect_from)
-        payloads = [self._keep_hook_result(results[index]) for index in range(self.num_collectors)]
+        payloads = [self._keep_hook_result(results[index]) for index in range(self.num_workers)]
         if self.replay_buffer is not None:
             self._frames += sum(payloads)
             return None
@@ -507,6 +524,6 @@ class RayCollector(HostedCollector):
                 self.shutdown()
 
     def __repr__(self) -> str:
-        return (f"RayCollector(num_collectors={self.num_collectors}, collector_class={self.collector_class!r}, "
+        return (f"RayCollector(num_workers={self.num_workers}, collector_class={self.collector_class!r}, "
                 f"sync={self.sync}, frames_per_batch={getattr(self, 'frames_per_batch', None)}, "
                 f"total_frames={self.total_frames})")

@@ -10,7 +10,7 @@ import torch
 from rlcollect import ActorCritic, GymEnv, TrajectoryInfo
 from rlcollect.collectors.action_server import AlternatingCollector
 from rlcollect.collectors.multi import MultiSyncCollector
-from rlcollect.samplers import (
+from rlcollect.rlpyt import (
     AlternatingSampler,
     CpuSampler,
     CpuWaitResetCollector,
@@ -261,7 +261,7 @@ def test_collector_classes_and_worker_counts_follow_the_sampler(start):
     (lambda: GpuSampler(gym.make, {"id": "CartPole-v1"}, 4, 2, CollectorCls=CpuWaitResetCollector), TypeError,
      "takes GpuResetCollector or GpuWaitResetCollector, not CpuWaitResetCollector"),
     (lambda: SerialSampler(gym.make, {"id": "CartPole-v1"}, 4, 2, CollectorCls=MultiSyncCollector), TypeError,
-     "CollectorCls must be one of rlcollect.samplers'"),
+     "CollectorCls must be one of rlcollect.rlpyt's"),
     (lambda: SerialSampler(gym.make, {"id": "CartPole-v1"}, 0, 2), ValueError, "batch_T must be a positive int"),
     (lambda: SerialSampler(gym.make, {}, 4, 2, TrajInfoCls=dict), TypeError, "TrajInfoCls must be"),
     (lambda: AlternatingSampler(gym.make, {"id": "CartPole-v1"}, 4, 3).initialize(None), ValueError,

@@ -1,8 +1,11 @@
-"""How a distributed collector's workers are started: local processes ("mp"), SLURM jobs
-through submitit ("submitit"; ``cluster="local"`` runs them as local processes, a dry run
-of the SLURM path) or Ray tasks ("ray": on a running Ray cluster, or a local Ray bound to
-loopback). A launcher starts ``worker_main(spec, policy)`` once per worker, tells whether
-each is still running, and stops them."""
+"""How a distributed collector's workers are started (its ``start_workers_with`` option):
+local processes ("mp"), SLURM jobs through submitit ("submitit"; ``cluster="local"`` runs
+them as local processes, a dry run of the SLURM path) or Ray tasks ("ray": on a running Ray
+cluster, or a local Ray bound to loopback). A starter starts ``worker_main(spec, policy)``
+once per worker, tells whether each is still running, and stops them.
+
+(This module was launchers.py, and the option ``launcher``: a word that, in rlcollect's
+command line, means Hydra's launcher plugins, ``hydra/launcher=...``.)"""
 from __future__ import annotations
 
 import multiprocessing
@@ -10,11 +13,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rlcollect.choices import DISTRIBUTED_LAUNCHERS as LAUNCHERS
+from rlcollect.choices import DISTRIBUTED_WORKER_STARTERS as STARTERS
 from rlcollect.errors import MissingDependencyError
 
 
-class ProcessLauncher:
+class ProcessStarter:
     """Workers as child processes of this one (``start_method``: spawn, fork or forkserver)."""
 
     def __init__(self, start_method: str = "spawn") -> None:
@@ -49,7 +52,7 @@ class ProcessLauncher:
         return [process.pid for process in self.processes]
 
 
-class SubmititLauncher:
+class SubmititStarter:
     """Workers as submitit jobs: SLURM (``cluster=None`` picks it where sbatch exists) or
     ``cluster="local"`` (local processes, submitit's LocalExecutor). ``slurm_kwargs`` go
     to ``executor.update_parameters`` (e.g. ``timeout_min``, ``slurm_partition``,
@@ -60,7 +63,8 @@ class SubmititLauncher:
         try:
             import submitit
         except ImportError:
-            raise MissingDependencyError("launcher='submitit' needs submitit: pip install 'rlcollect[slurm]'") from None
+            raise MissingDependencyError("start_workers_with='submitit' needs submitit: pip install 'rlcollect[slurm]'"
+                                         ) from None
         self._executor = submitit.AutoExecutor(folder=str(folder), cluster=cluster)
         self._executor.update_parameters(**dict(slurm_kwargs or {}))
         self.jobs: list = []
@@ -91,7 +95,7 @@ class SubmititLauncher:
         return []
 
 
-class RayLauncher:
+class RayStarter:
     """Workers as Ray tasks (one CPU each): on the cluster this process is connected to, or
     at ``ray_address``, or (None) on a Ray started here bound to loopback, stopped at the end."""
 
@@ -135,12 +139,13 @@ class RayLauncher:
         return []
 
 
-def make_launcher(launcher: str, *, start_method: str = "spawn", folder: str | Path = "submitit",
-                  cluster: str | None = None, slurm_kwargs: dict | None = None, ray_address: str | None = None):
-    if launcher == "mp":
-        return ProcessLauncher(start_method)
-    if launcher == "submitit":
-        return SubmititLauncher(folder, cluster, slurm_kwargs)
-    if launcher == "ray":
-        return RayLauncher(ray_address)
-    raise ValueError(f"launcher must be one of {', '.join(LAUNCHERS)}; got {launcher!r}")
+def make_starter(start_workers_with: str, *, start_method: str = "spawn", folder: str | Path = "submitit",
+                 cluster: str | None = None, slurm_kwargs: dict | None = None, ray_address: str | None = None):
+    """The starter of ``start_workers_with`` (one of STARTERS), with its own options."""
+    if start_workers_with == "mp":
+        return ProcessStarter(start_method)
+    if start_workers_with == "submitit":
+        return SubmititStarter(folder, cluster, slurm_kwargs)
+    if start_workers_with == "ray":
+        return RayStarter(ray_address)
+    raise ValueError(f"start_workers_with must be one of {', '.join(STARTERS)}; got {start_workers_with!r}")

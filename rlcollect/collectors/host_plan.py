@@ -1,9 +1,18 @@
-"""One of rlcollect's collectors run for a remote driver (a Ray actor, a torch.distributed
-worker): built with its own range of trajectory ids, so that ids stay unique across hosts
-and machines.
+"""The plan of a hosted collector's hosts (a Ray actor, a torch.distributed or RPC worker,
+each running one of rlcollect's collectors for a remote driver), and the collector each
+host builds from it. The driver class itself, HostedCollector, is in hosted_collector.py.
 
-Host i owns the ids ``[i << 40, (i + 1) << 40)``; the r-th replacement of a host that died
-(``max_worker_restarts``) starts at ``(i << 40) + (r << 32)``.
+    plan_hosts -> HostPlan    each host's env source, collector options and seed, the frames
+                              of a host's batch and of a yielded one (host_env_sources,
+                              host_collector_kwargs)
+    build_hosted_collector    what a host runs: the collector_class collector, endless, its
+                              trajectory ids in the host's own range (traj_start)
+
+Host i owns the trajectory ids ``[i << 40, (i + 1) << 40)``, so that ids stay unique across
+hosts and machines; the r-th replacement of a host that died (``max_worker_restarts``)
+starts at ``(i << 40) + (r << 32)``.
+
+(This module was collectors/hosted.py, a name that did not tell it from hosted_collector.py.)
 """
 from __future__ import annotations
 

@@ -371,17 +371,17 @@ def figure(id: str, file: str, quote: str, stated: str, tolerance: Tolerance, co
 
 
 # README.md: the CartPole headline and the batched sweeps
-figure("readme.cartpole.frames_median", README, "a median of 11,776 frames", "11,776",
-       Within(7168, 26624, "stated range"), CARTPOLE, over_seeds("median", "frames_to_solve"))
-figure("readme.cartpole.frames_min", README, "ranges 7,168-26,624 frames", "7,168", Factor(2), CARTPOLE,
+figure("readme.cartpole.frames_median", README, "a median of 10,752 frames", "10,752",
+       Within(5120, 19456, "stated range"), CARTPOLE, over_seeds("median", "frames_to_solve"))
+figure("readme.cartpole.frames_min", README, "ranges 5,120-19,456 frames", "5,120", Factor(2), CARTPOLE,
        over_seeds("min", "frames_to_solve"))
-figure("readme.cartpole.frames_max", README, "ranges 7,168-26,624 frames", "26,624", Factor(2), CARTPOLE,
+figure("readme.cartpole.frames_max", README, "ranges 5,120-19,456 frames", "19,456", Factor(2), CARTPOLE,
        over_seeds("max", "frames_to_solve"))
-figure("readme.cartpole.seconds_median", README, "3.4 s of training over seeds 0-9", "3.4", Factor(2), CARTPOLE,
+figure("readme.cartpole.seconds_median", README, "2.7 s of training over seeds 0-9", "2.7", Factor(2), CARTPOLE,
        over_seeds("median", "seconds_to_solve"))
-figure("readme.cartpole.seconds_min", README, "2.5-7.7 s", "2.5", Factor(2), CARTPOLE,
+figure("readme.cartpole.seconds_min", README, "1.2-4.5 s", "1.2", Factor(2), CARTPOLE,
        over_seeds("min", "seconds_to_solve"))
-figure("readme.cartpole.seconds_max", README, "2.5-7.7 s", "7.7", Factor(2), CARTPOLE,
+figure("readme.cartpole.seconds_max", README, "1.2-4.5 s", "4.5", Factor(2), CARTPOLE,
        over_seeds("max", "seconds_to_solve"))
 
 SWEEP_SOLVE = script("sweeps.solve", "bench_sweeps.py",
@@ -401,19 +401,19 @@ figure("readme.sweeps.gpu256", README, "256 seeds of the torch CartPole in 5.8x 
        SWEEP_GPU, sweep_way("batched"))
 
 # docs/benchmarks.md: the CartPole headline
-HEADLINE_FRAMES = "| frames to solve | **11,776** | 7,168-26,624 |"
-HEADLINE_SECONDS = "| seconds to solve | **3.4** | 2.5-7.7 |"
-figure("benchmarks.cartpole.frames_median", BENCHMARKS, HEADLINE_FRAMES, "11,776", Within(7168, 26624, "stated range"),
+HEADLINE_FRAMES = "| frames to solve | **10,752** | 5,120-19,456 |"
+HEADLINE_SECONDS = "| seconds to solve | **2.7** | 1.2-4.5 |"
+figure("benchmarks.cartpole.frames_median", BENCHMARKS, HEADLINE_FRAMES, "10,752", Within(5120, 19456, "stated range"),
        CARTPOLE, over_seeds("median", "frames_to_solve"))
-figure("benchmarks.cartpole.frames_min", BENCHMARKS, HEADLINE_FRAMES, "7,168", Factor(2), CARTPOLE,
+figure("benchmarks.cartpole.frames_min", BENCHMARKS, HEADLINE_FRAMES, "5,120", Factor(2), CARTPOLE,
        over_seeds("min", "frames_to_solve"))
-figure("benchmarks.cartpole.frames_max", BENCHMARKS, HEADLINE_FRAMES, "26,624", Factor(2), CARTPOLE,
+figure("benchmarks.cartpole.frames_max", BENCHMARKS, HEADLINE_FRAMES, "19,456", Factor(2), CARTPOLE,
        over_seeds("max", "frames_to_solve"))
-figure("benchmarks.cartpole.seconds_median", BENCHMARKS, HEADLINE_SECONDS, "3.4", Factor(2), CARTPOLE,
+figure("benchmarks.cartpole.seconds_median", BENCHMARKS, HEADLINE_SECONDS, "2.7", Factor(2), CARTPOLE,
        over_seeds("median", "seconds_to_solve"))
-figure("benchmarks.cartpole.seconds_min", BENCHMARKS, HEADLINE_SECONDS, "2.5", Factor(2), CARTPOLE,
+figure("benchmarks.cartpole.seconds_min", BENCHMARKS, HEADLINE_SECONDS, "1.2", Factor(2), CARTPOLE,
        over_seeds("min", "seconds_to_solve"))
-figure("benchmarks.cartpole.seconds_max", BENCHMARKS, HEADLINE_SECONDS, "7.7", Factor(2), CARTPOLE,
+figure("benchmarks.cartpole.seconds_max", BENCHMARKS, HEADLINE_SECONDS, "4.5", Factor(2), CARTPOLE,
        over_seeds("max", "seconds_to_solve"))
 figure("benchmarks.cartpole.solved", BENCHMARKS, "all 10 seeds solve", "all 10 seeds solve", Exact(), CARTPOLE,
        solved_seeds(), value=10)

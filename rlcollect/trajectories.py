@@ -21,11 +21,19 @@ class TrajectoryPool:
     """Hands out trajectory ids that never repeat (also after ``load_state_dict``).
 
     With a multiprocessing context the counter lives in shared memory behind a lock, so
-    worker processes that receive the pool at start-up draw from one sequence.
+    worker processes that receive the pool at start-up draw from one sequence. A worker
+    killed while it holds the lock (SIGKILL between the lock's acquire and release) would
+    leave it held for good, and every other process waiting for an id, its replacement and
+    the collector's shutdown included, would hang: the lock is held for a few instructions,
+    so one not released within ``ORPHANED_AFTER`` seconds was left by a dead process, and is
+    released for it. Reading the counter for a state (``state_dict``) takes no lock.
     """
 
+    ORPHANED_AFTER = 5.0  # seconds: a lock held this long was left by a process that died holding it
+
     def __init__(self, start: int = 0, *, mp_context=None) -> None:
-        self._counter = None if mp_context is None else mp_context.Value("q", start)
+        # a plain lock (a Value's default is an RLock, which only its owner may release)
+        self._counter = None if mp_context is None else mp_context.Value("q", start, lock=mp_context.Lock())
         self._next_id = start
 
     def take(self, count: int) -> torch.Tensor:
@@ -38,20 +46,37 @@ class TrajectoryPool:
         if self._counter is None:
             first, self._next_id = self._next_id, self._next_id + count
             return first
-        with self._counter.get_lock():
-            first = self._counter.value
-            self._counter.value = first + count
+        self._acquire()
+        try:
+            counter = self._counter.get_obj()  # the shared value itself: the lock is held
+            first = counter.value
+            counter.value = first + count
+        finally:
+            self._counter.get_lock().release()
         return first
 
+    def _acquire(self) -> None:
+        """The counter's lock; one held past ORPHANED_AFTER is released first (class docstring)."""
+        lock = self._counter.get_lock()
+        while not lock.acquire(timeout=self.ORPHANED_AFTER):
+            try:
+                lock.release()  # left held by a process that died in the few instructions it holds it
+            except ValueError:  # released meanwhile (by its holder, or another waiter): take it again
+                pass
+
     def state_dict(self) -> dict:
-        return {"next_id": self._next_id if self._counter is None else self._counter.value}
+        # the counter read without its lock: one 8-byte word, whole, and never a wait on a dead holder
+        return {"next_id": self._next_id if self._counter is None else self._counter.get_obj().value}
 
     def load_state_dict(self, state: dict) -> None:
         if self._counter is None:
             self._next_id = int(state["next_id"])
-        else:
-            with self._counter.get_lock():
-                self._counter.value = int(state["next_id"])
+            return
+        self._acquire()
+        try:
+            self._counter.get_obj().value = int(state["next_id"])
+        finally:
+            self._counter.get_lock().release()
 
 
 def _trajectory_ids(flat: TensorDict, row_length: int) -> torch.Tensor:

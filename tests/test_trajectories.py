@@ -1,3 +1,9 @@
+import multiprocessing
+import os
+import signal
+import threading
+
+import pytest
 import torch
 from tensordict import TensorDict
 
@@ -42,3 +48,28 @@ def test_trajectory_pool_never_repeats_after_reload():
     other = TrajectoryPool()
     other.load_state_dict(pool.state_dict())
     assert other.take(2).tolist() == [3, 4]
+
+
+def _hold_the_lock_and_wait(pool, held):
+    pool._counter.get_lock().acquire()  # as a worker inside take_range when it is killed
+    held.set()
+    threading.Event().wait()
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_killed_while_it_holds_the_id_lock_leaves_no_process_waiting_for_good():
+    """A worker killed with SIGKILL while it holds the shared counter's lock: the state reads
+    at once, and the next id is handed out once the lock is known to be orphaned."""
+    context = multiprocessing.get_context("fork")
+    pool = TrajectoryPool(7, mp_context=context)
+    pool.ORPHANED_AFTER = 0.2
+    held = context.Event()
+    holder = context.Process(target=_hold_the_lock_and_wait, args=(pool, held))
+    holder.start()
+    assert held.wait(30)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.join(30)
+    assert holder.exitcode == -signal.SIGKILL
+    assert pool.state_dict() == {"next_id": 7}  # no wait on the dead holder
+    assert pool.take_range(3) == 7 and pool.take_range(1) == 10
+    assert pool._counter.get_lock().acquire(timeout=1)  # released again after each take

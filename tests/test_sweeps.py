@@ -754,4 +754,4 @@ def test_a_log_line_names_consecutive_jobs_as_a_range():
 
     assert job_numbers(list(range(1024))) == "#0-#1023"
     assert job_numbers([0, 1, 2, 3, 7, 9, 10]) == "#0-#3, #7, #9, #10"
-    assert job_numbers([5]) == "#5"
+    assert job_numbers([5]) == "#5" and job_numbers([0, 1, 2]) == "#0, #1, #2"

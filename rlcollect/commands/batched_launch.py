@@ -87,15 +87,16 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
 
 
 def job_numbers(numbers: Sequence[int]) -> str:
-    """Job numbers as a log line names them: a run of three or more consecutive numbers as a
-    range (``#0-#1023``, not a thousand numbers), the others one by one (``#0-#3, #7, #9, #10``)."""
+    """Job numbers as a log line names them: a run of four or more consecutive numbers as a
+    range (``#0-#1023``, not a thousand numbers), the others one by one (``#0-#3, #7, #9, #10``;
+    ``#0, #1, #2``)."""
     runs: list[list[int]] = []
     for number in numbers:
         if runs and number == runs[-1][-1] + 1:
             runs[-1].append(number)
         else:
             runs.append([number])
-    return ", ".join(f"#{run[0]}-#{run[-1]}" if len(run) > 2 else ", ".join(f"#{n}" for n in run) for run in runs)
+    return ", ".join(f"#{run[0]}-#{run[-1]}" if len(run) > 3 else ", ".join(f"#{n}" for n in run) for run in runs)
 
 
 def refuse_pbt(groups: list[list[DictConfig]]) -> None:

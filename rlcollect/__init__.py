@@ -13,16 +13,14 @@ level re-exports them.
 
 The public names, by group:
 """
-import os
-
 from rlcollect import compile_hints
-from rlcollect.lazy_exports import lazy_getattr, read_stub
+from rlcollect.lazy_exports import lazy_getattr, rlcollect_stub
 
 compile_hints.install()  # tensordict's compile hints wait for torch's compiler: 1.5 s off every start-up
 
 __version__ = "0.1.0"
 
-_STUB = read_stub(os.path.join(os.path.dirname(__file__), "__init__.pyi"))
+_STUB = rlcollect_stub()
 _EXPORTS = _STUB.exports  # public name -> the module it loads from (where it is defined, or the package presenting it)
 __all__ = sorted(_EXPORTS)
 __doc__ += _STUB.listing()

@@ -1,6 +1,8 @@
 """Package attributes imported on first access (PEP 562), so light commands stay light."""
 from __future__ import annotations
 
+import functools
+import os
 from importlib import import_module
 from typing import Callable
 
@@ -77,11 +79,15 @@ def read_stub(path: str) -> Stub:
     return Stub(exports, [(headers[line], names) for line, names in groups.items()])
 
 
+@functools.lru_cache(maxsize=None)
+def rlcollect_stub() -> Stub:
+    """rlcollect's own ``Stub`` (rlcollect/__init__.pyi), read once per process: the package
+    and the subpackages that re-export its names (``public_exports``) share it."""
+    return read_stub(os.path.join(os.path.dirname(__file__), "__init__.pyi"))
+
+
 def public_exports(prefix: str) -> dict[str, str]:
     """The public names of rlcollect (its ``__init__.pyi``) that load from a module under
     ``prefix`` (e.g. ``"rlcollect.collectors."``): what a subpackage re-exports without a
     list of its own."""
-    import os
-
-    stub = read_stub(os.path.join(os.path.dirname(__file__), "__init__.pyi"))
-    return {name: module for name, module in stub.exports.items() if module.startswith(prefix)}
+    return {name: module for name, module in rlcollect_stub().exports.items() if module.startswith(prefix)}

@@ -555,6 +555,21 @@ def out_of_range(allowed, kind: str) -> list:
     return [int(value) if kind.startswith("int") else float(value) for value in values]
 
 
+def composed_schema_fields():
+    """``(cfg, key, schema, field)`` for every field of every schema-typed node of each of
+    RANGE_COMPOSITIONS: what the range and choice tests walk."""
+    from omegaconf import OmegaConf
+
+    from rlcollect.pipeline.checks import schema_nodes
+
+    for composition in RANGE_COMPOSITIONS:
+        cfg = compose_train(composition)
+        for path, node in schema_nodes(cfg, ""):
+            schema = OmegaConf.get_type(node)
+            for schema_field in dataclasses.fields(schema):
+                yield cfg, f"{path}.{schema_field.name}" if path else schema_field.name, schema, schema_field
+
+
 def test_every_numeric_option_declares_its_range_and_an_out_of_range_value_is_one_line_naming_it():
     """Each int / float option of every schema says the range it takes (config.ranged); each
     value just outside it (and an infinite float) is refused before anything is built, with
@@ -563,29 +578,24 @@ def test_every_numeric_option_declares_its_range_and_an_out_of_range_value_is_on
 
     from rlcollect.config import RANGE
     from rlcollect.errors import ConfigError
-    from rlcollect.pipeline.checks import check_config, schema_nodes
+    from rlcollect.pipeline.checks import check_config
 
     checked = set()
-    for composition in RANGE_COMPOSITIONS:
-        cfg = compose_train(composition)
-        for path, node in schema_nodes(cfg, ""):
-            schema = OmegaConf.get_type(node)
-            for schema_field in dataclasses.fields(schema):
-                kind = numeric_kind(schema_field)
-                if kind is None:
-                    continue
-                key = f"{path}.{schema_field.name}" if path else schema_field.name
-                allowed = schema_field.metadata.get(RANGE)
-                assert allowed is not None, f"{schema.__name__}.{schema_field.name} declares no range"
-                for value in out_of_range(allowed, kind):
-                    bad = cfg.copy()
-                    OmegaConf.update(bad, key, [1, value] if kind == "int list" else value)
-                    with pytest.raises(ConfigError) as refused:
-                        check_config(bad)
-                    message = str(refused.value)
-                    assert message.startswith(f"{key}=") and "\n" not in message, message
-                    assert str(allowed) in message
-                    checked.add((schema.__name__, schema_field.name))
+    for cfg, key, schema, schema_field in composed_schema_fields():
+        kind = numeric_kind(schema_field)
+        if kind is None:
+            continue
+        allowed = schema_field.metadata.get(RANGE)
+        assert allowed is not None, f"{schema.__name__}.{schema_field.name} declares no range"
+        for value in out_of_range(allowed, kind):
+            bad = cfg.copy()
+            OmegaConf.update(bad, key, [1, value] if kind == "int list" else value)
+            with pytest.raises(ConfigError) as refused:
+                check_config(bad)
+            message = str(refused.value)
+            assert message.startswith(f"{key}=") and "\n" not in message, message
+            assert str(allowed) in message
+            checked.add((schema.__name__, schema_field.name))
     assert {("PPOConfig", "epochs"), ("PPOConfig", "gamma"), ("TrainConfig", "seed"), ("EvalConfig", "episodes"),
             ("ActorCriticConfig", "hidden_sizes"), ("RayRemoteConfig", "num_cpus")} <= checked
     assert len(checked) > 80
@@ -686,28 +696,23 @@ def test_every_option_with_choices_declares_them_and_a_value_outside_is_one_line
 
     from rlcollect.config import CHOICES
     from rlcollect.errors import ConfigError
-    from rlcollect.pipeline.checks import check_config, schema_nodes
+    from rlcollect.pipeline.checks import check_config
 
     checked = set()
-    for composition in RANGE_COMPOSITIONS:
-        cfg = compose_train(composition)
-        for path, node in schema_nodes(cfg, ""):
-            schema = OmegaConf.get_type(node)
-            for schema_field in dataclasses.fields(schema):
-                allowed = schema_field.metadata.get(CHOICES)
-                if allowed is None:
-                    continue
-                key = f"{path}.{schema_field.name}" if path else schema_field.name
-                first = str(allowed.values[0])
-                for value in (first.upper() + "x", 7):  # a misspelling, a number
-                    bad = cfg.copy()
-                    OmegaConf.update(bad, key, value)
-                    with pytest.raises(ConfigError) as refused:
-                        check_config(bad)
-                    message = str(refused.value)
-                    assert message.startswith(f"{key}={OmegaConf.select(bad, key)!r}: choose one of {allowed}"), message
-                    assert "\n" not in message
-                checked.add((schema.__name__, schema_field.name))
+    for cfg, key, schema, schema_field in composed_schema_fields():
+        allowed = schema_field.metadata.get(CHOICES)
+        if allowed is None:
+            continue
+        first = str(allowed.values[0])
+        for value in (first.upper() + "x", 7):  # a misspelling, a number
+            bad = cfg.copy()
+            OmegaConf.update(bad, key, value)
+            with pytest.raises(ConfigError) as refused:
+                check_config(bad)
+            message = str(refused.value)
+            assert message.startswith(f"{key}={OmegaConf.select(bad, key)!r}: choose one of {allowed}"), message
+            assert "\n" not in message
+        checked.add((schema.__name__, schema_field.name))
     # the options whose values the classes check: their choices are declared in the schemas
     assert {("SyncCollectorConfig", "exploration_type"), ("SyncCollectorConfig", "reset_policy"),
             ("MultiSyncCollectorConfig", "start_method"), ("MultiSyncCollectorConfig", "cat_results"),

@@ -117,8 +117,14 @@ from rlcollect.rlpyt import (
 )
 
 # Batched sweeps (hydra/launcher=batched, docs/sweeps.md): S runs as the members of one stacked
-#   model
+#   model (PPO, DQN), or in lockstep on one collector (every other algorithm and model)
 from rlcollect.sweeps.members import MemberPPOLearner as MemberPPOLearner, MemberPolicy as MemberPolicy
+from rlcollect.sweeps.member_dqn import MemberDQNLearner as MemberDQNLearner, MemberQPolicy as MemberQPolicy
+from rlcollect.sweeps.lockstep import (
+    LockstepLearner as LockstepLearner,
+    LockstepPolicy as LockstepPolicy,
+    MemberStreams as MemberStreams,
+)
 from rlcollect.sweeps.stacking import StackedLinear as StackedLinear, stack_modules as stack_modules
 from rlcollect.sweeps.run import Sweep as Sweep, build_sweep as build_sweep
 

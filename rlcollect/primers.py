@@ -52,9 +52,13 @@ class HiddenStatePrimer:
 
 def policy_primers(policy) -> list[HiddenStatePrimer]:
     """The primers of every submodule of ``policy`` with a ``make_tensordict_primer`` method
-    (each module once); ``[]`` for a policy that is not an nn.Module or has none."""
+    (each module once); ``[]`` for a policy that is not an nn.Module or has none. A policy
+    with a ``hidden_state_primers()`` method (one wrapping other policies) names them itself."""
     if not isinstance(policy, nn.Module):
         return []
+    own = getattr(policy, "hidden_state_primers", None)
+    if callable(own):
+        return own()
     primers, owners = [], {}
     for name, module in policy.named_modules():
         if not callable(getattr(module, "make_tensordict_primer", None)):

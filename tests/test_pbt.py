@@ -196,7 +196,11 @@ def test_bad_pbt_options_and_sweeps_pbt_cannot_train_are_one_line_exit_2_before_
          "algo.clip_epsilon, algo.value_coef, algo.max_grad_norm, algo.gae_lambda), and population-based training "
          "explores those they differ in: sweep over one too (e.g. 'algo.lr=0.0003,0.001,0.003')"),
         (["algo.lr=0.001,0.003", "algo=dqn", pbt],
-         "hydra.launcher.pbt: jobs #0, #1: algo=dqn: a batched sweep trains PPO (algo=ppo)"),
+         "hydra.launcher.pbt: jobs #0, #1: population-based training trains the members of a stacked PPO model (PPO "
+         "with an MLP ActorCritic), not algo=dqn"),
+        (["algo.gamma=0.9,0.99", "algo=sac", "env=pendulum", pbt],
+         "hydra.launcher.pbt: jobs #0, #1: population-based training trains the members of a stacked PPO model (PPO "
+         "with an MLP ActorCritic), not algo=sac (its members train in lockstep)"),
     ]
     folders = []
     for index in range(len(cases)):

@@ -24,8 +24,9 @@ from rlcollect.envs.gym_env import GymEnv
 from rlcollect.errors import ConfigError
 from rlcollect.modules.actor_critic import ActorCritic
 from rlcollect.seeding import member_env_seeds
+from rlcollect.sweeps.grouping import check_sweep, member_options
 from rlcollect.sweeps.members import MemberPolicy, MemberPPO, clip_member_grad_norms
-from rlcollect.sweeps.run import build_sweep, check_sweep, member_options
+from rlcollect.sweeps.run import build_sweep
 from rlcollect.sweeps.stacking import StackedLinear, member_state_dict, stack_modules
 from rlcollect.testing import CountingEnv
 
@@ -411,8 +412,7 @@ def test_only_runs_that_differ_in_seed_batch():
                                      "algo.epochs=3"]))
     with pytest.raises(ConfigError, match="differ only in seed and algo.lr, algo.entropy_coef"):
         check_sweep(configs(["seed=0"], ["seed=1", "algo.minibatch_size=128"]))
-    with pytest.raises(ConfigError, match="algo=dqn: a batched sweep trains PPO"):
-        check_sweep(configs(["algo=dqn", "seed=0"]))
+    check_sweep(configs(["algo=dqn", "seed=0"]))  # in lockstep (tests/test_lockstep.py)
     with pytest.raises(ConfigError, match="collector=multisync"):
         check_sweep(configs(["collector=multisync", "seed=0"]))
     check_sweep(configs(["env.backend=vector", "seed=0"], ["env.backend=vector", "seed=1"]))  # CartPole's: per env
@@ -547,18 +547,21 @@ def test_shares_train_in_processes_of_their_own_and_report_how_each_ended(capsys
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("overrides", [[], ["experiment=mujoco_ppo", "env=pendulum", "collector.frames_per_batch=256",
                                             "algo.minibatch_size=64", "eval.every_frames=256"],
+                                       ["env.id=rlcollect-test/Spaces-dict-box-v0", "env.solved_return=null"],
                                        pytest.param(["env=cartpole_torch", "device=cuda"], marks=CUDA)],
-                         ids=["cartpole", "normalized_continuous", "cuda"])
+                         ids=["cartpole", "normalized_continuous", "multi_input", "cuda"])
 def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, overrides):
     """A sweep of one member (build_sweep, run): the same metrics, evaluations, summary and
-    checkpoint as the solo run (pipeline.build, run), for CartPole and for a Gaussian policy
-    with normalize_observation and normalize_reward."""
+    checkpoint as the solo run (pipeline.build, run), for CartPole, for a Gaussian policy
+    with normalize_observation and normalize_reward, and for Dict observations through the
+    multi-input encoder (its entries one-hot or flattened: it stacks)."""
     from rlcollect.pipeline import build, run
 
     [cfg] = configs([*TINY, *overrides, "seed=3"])
+    sweep = build_sweep([cfg], [tmp_path / "member"], [dict(name=None, group=None, job_type=None)])
+    assert type(sweep.policy).__name__ == "MemberPolicy"  # stacked
     solo = build(cfg, tmp_path / "solo")
     run(solo)
-    sweep = build_sweep([cfg], [tmp_path / "member"], [dict(name=None, group=None, job_type=None)])
     sweep.run()
     member, alone = tmp_path / "member", tmp_path / "solo"
     assert metric_rows(member) == metric_rows(alone)
@@ -633,12 +636,12 @@ def test_members_are_runs_of_their_own_that_eval_resume_and_compare_read(tmp_pat
 
 @pytest.mark.timeout(300)
 def test_jobs_that_cannot_batch_run_one_by_one(tmp_path):
-    result = cli(tmp_path, "train", "--multirun", "seed=0,1", "algo=dqn", "hydra/launcher=batched",
+    result = cli(tmp_path, "train", "--multirun", "seed=0,1", "eval.max_trajectories=2", "hydra/launcher=batched",
                  "total_frames=256", "collector.frames_per_batch=64", "env.num_envs=2", "eval.every_frames=256",
-                 "eval.episodes=2", "progress=false", "logger=none", "algo.learning_starts=64",
-                 "hydra.sweep.dir=sw")
+                 "eval.episodes=2", "progress=false", "logger=none", "algo.minibatch_size=32", "hydra.sweep.dir=sw")
     assert result.returncode == 0, result.stderr
-    assert "jobs #0, #1 run one by one: algo=dqn: a batched sweep trains PPO" in result.stdout + result.stderr
+    assert ("jobs #0, #1 run one by one: eval.max_trajectories: a batched sweep evaluates one episode per eval env"
+            in result.stdout + result.stderr)
     assert [json.loads((job / "summary.json").read_text())["status"] for job in job_dirs(tmp_path / "sw")] == \
         ["finished", "finished"]
 

@@ -82,7 +82,9 @@ class DQN:
     def loss(self, batch: TensorDictBase, *, return_td_error: bool = False):
         """(TD loss, mean Q of the taken actions) for a batch of transitions; with
         ``return_td_error``, also the per-sample ``|target - Q(s, a)|`` (detached, ``[N]``),
-        the priorities of prioritized replay."""
+        the priorities of prioritized replay. Every mean is over the last (sample) dim, so a
+        batch ``[S, N]`` of S stacked members (rlcollect.sweeps.member_dqn) gets one loss per
+        member, ``[S]``."""
         q_values = self.q_policy.q_values(batch.get("observation"))
         action = batch.get("action") - self.q_policy.action_offset
         taken = q_values.gather(-1, action.unsqueeze(-1)).squeeze(-1)
@@ -99,7 +101,7 @@ class DQN:
         weight = batch.get(WEIGHT, None)
         if weight is not None:
             per_sample = per_sample * weight.reshape(per_sample.shape).to(per_sample.dtype)
-        loss, q_mean = per_sample.mean(), taken.detach().mean()
+        loss, q_mean = per_sample.mean(-1), taken.detach().mean(-1)
         if return_td_error:
             return loss, q_mean, (target - taken.detach()).abs()
         return loss, q_mean

@@ -31,8 +31,9 @@ class PolicyRunner:
 
     def run(self, carrier: TensorDictBase, random: bool) -> TensorDictBase:
         """The policy's output on ``carrier`` (``random``: the env's random action instead)."""
-        if random:
-            carrier.set("action", self.env.random_action())
+        if random:  # a policy with random_actions(env) draws them itself (the members of a lockstep sweep)
+            own = getattr(self.policy, "random_actions", None)
+            carrier.set("action", own(self.env) if callable(own) else self.env.random_action())
             return carrier
         if self.cast:
             policy_input = carrier.to(self.device, non_blocking=True)

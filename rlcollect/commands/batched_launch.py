@@ -5,7 +5,7 @@ batched model, in this process (docs/sweeps.md).
 Every job is set up as Hydra's basic launcher sets it up (its folder, .hydra/, job log,
 callbacks); the jobs are then grouped by their composed configs without ``seed`` and PPO's
 per-member settings (MEMBER_OPTIONS, ``shared_settings``). A group of two jobs or more whose runs can
-batch (``rlcollect.sweeps.run.batch_refusal``) trains as one batched sweep
+batch (``rlcollect.sweeps.grouping.batch_refusal``) trains as one batched sweep
 (``rlcollect.commands.batched.train_members``), or as ``processes`` of them at once
 (``train_shares``), each member returning its job's value; the
 jobs of any other group (a job alone among them: the batched path would only add its
@@ -35,7 +35,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
     """``Launcher.launch`` of hydra_plugins.rlcollect_batched.BatchedLauncher (``launcher``:
     its config, hydra_context, task_function, max_members and processes)."""
     from rlcollect.commands.batched import member_of_batched_sweep, train_members
-    from rlcollect.sweeps.run import batch_refusal
+    from rlcollect.sweeps.grouping import batch_refusal, lockstep_reason
 
     setup_globals()
     configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
@@ -66,11 +66,17 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
                 results[index] = run_one(launcher, configs[index], launcher.task_function)
             continue
         parts = shares(len(group), launcher.processes)
-        if len(parts) == 1:
+        sizes = " + ".join(str(len(part)) for part in parts)
+        lockstep = lockstep_reason(task_config(configs[group[0]]))
+        if lockstep is not None:
+            where = "one process" if len(parts) == 1 else f"{len(parts)} processes ({sizes} members)"
+            log.info("jobs %s train in lockstep in %s, each member its own model (%s does not stack)", numbers,
+                     where, lockstep)
+        elif len(parts) == 1:
             log.info("jobs %s train as one batched model of %d members", numbers, len(group))
         else:
             log.info("jobs %s train as %d batched models (%s members), each in a process of its own", numbers,
-                     len(parts), " + ".join(str(len(part)) for part in parts))
+                     len(parts), sizes)
         members: list = []
 
         def keep(cfg, members=members) -> None:  # the job's folder, .hydra/ and callbacks are Hydra's
@@ -105,8 +111,8 @@ def refuse_pbt(groups: list[list[DictConfig]]) -> None:
     else RefusedBeforeStart (one line, exit 2), before any job starts."""
     from rlcollect.commands.run_folders import RefusedBeforeStart
     from rlcollect.errors import ConfigError
+    from rlcollect.sweeps.grouping import batch_refusal
     from rlcollect.sweeps.pbt import pbt_refusal
-    from rlcollect.sweeps.run import batch_refusal
 
     for group in groups:
         numbers = job_numbers([config.hydra.job.num for config in group])
@@ -311,7 +317,7 @@ def group_jobs(configs: list[DictConfig], max_members: int | None = None) -> lis
     """The jobs' indices grouped by their shared settings (their configs without seed and
     PPO's per-member settings), in launch order, each group cut into groups of at
     most ``max_members`` (None: no cap)."""
-    from rlcollect.sweeps.run import shared_settings
+    from rlcollect.sweeps.grouping import shared_settings
 
     groups: dict[str, list[int]] = {}
     for index, config in enumerate(configs):

@@ -30,7 +30,7 @@ from rlcollect.algos.reward_scaling import RewardScaler
 from rlcollect.buffers.rollout import RolloutBuffer, transition_view
 from rlcollect.modules.encoders import RunningNorm
 from rlcollect.sweeps.optim import MemberAdam
-from rlcollect.sweeps.stacking import member_state_dict
+from rlcollect.sweeps.stacking import MemberRunningNorm, member_state_dict
 
 
 class MemberPolicy(TensorDictModuleBase):
@@ -70,6 +70,17 @@ class MemberPolicy(TensorDictModuleBase):
     def evaluate(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log_prob, entropy, value), each ``[S, N]``, of a minibatch ``[S, N]``."""
         return self.stacked.evaluate(tensordict)
+
+    @torch.no_grad()
+    def zero_member(self, member: int) -> None:
+        """Member ``member``'s parameters zeroed and its observation statistics reset (a
+        failed member: every action it takes stays finite)."""
+        for parameter in self.stacked.parameters():
+            parameter[member].zero_()
+        for module in self.stacked.modules():
+            if isinstance(module, MemberRunningNorm):
+                module.running_mean[member].zero_()
+                module.running_var[member].fill_(1.0)
 
     @property
     def obs_norm(self):
@@ -426,6 +437,10 @@ class MemberPPOLearner(Learner):
         if norm is not None:  # after the update, as PPOLearner: each member folds in its own rows
             norm.update(self.ppo.actor_critic.split(transition_view(self.buffer.rollout).get("observation")))
         return metrics
+
+    def freeze(self, member: int) -> None:
+        """Member ``member`` learns no more (MemberPPO.freeze)."""
+        self.ppo.freeze(member)
 
     def member_state_dict(self, member: int, solo_policy: torch.nn.Module) -> dict:
         """Member ``member``'s learner state as its solo run's PPOLearner saves it."""

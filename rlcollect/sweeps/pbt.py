@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlcollect.config.fields import RANGE
 from rlcollect.errors import ConfigError
 from rlcollect.pipeline.lifecycle import Pipeline
+from rlcollect.sweeps.grouping import lockstep_reason, stacked_kind
 from rlcollect.sweeps.members import INTEGER_MEMBER_OPTIONS, MEMBER_OPTIONS, MemberPPO
 from rlcollect.sweeps.pbt_options import PBTOptions
 from rlcollect.validation import Range
@@ -46,6 +47,11 @@ def explored_settings(cfgs: Sequence[DictConfig]) -> list[str]:
 
 def pbt_refusal(cfgs: Sequence[DictConfig]) -> str | None:
     """Why ``cfgs`` (the members of one batched model) cannot train with PBT (None: they can)."""
+    if stacked_kind(cfgs[0]) != "ppo":
+        why = lockstep_reason(cfgs[0])
+        what = f"{why} (its members train in lockstep)" if why else f"algo={cfgs[0].algo.get('name')}"
+        return f"population-based training trains the members of a stacked PPO model (PPO with an MLP ActorCritic), " \
+               f"not {what}"
     if explored_settings(cfgs):
         return None
     floats = ", ".join(f"algo.{key}" for key in MEMBER_OPTIONS if key not in INTEGER_MEMBER_OPTIONS)

@@ -1,6 +1,8 @@
-"""A batched sweep: S members built as one stacked policy, one collector, one learner and
-one evaluator (``build_sweep``), trained together, each member a normal run in its own
-folder (``Sweep.run``; docs/sweeps.md).
+"""A batched sweep: S members built as one policy, one collector, one learner and one
+evaluator (``build_sweep``), trained together, each member a normal run in its own folder
+(``Sweep.run``; docs/sweeps.md). PPO with the MLP ActorCritic stacks its members into one
+model (members.py, stacking.py); every other algorithm and model trains its members' solo
+policies and learners in lockstep (lockstep.py), on one collector.
 
 Every member gets a Pipeline of its own, whose collector, learner, evaluator and policy
 are views of its share of the shared parts, and is driven by the training loop's own
@@ -26,102 +28,42 @@ from torch import nn
 from tqdm import tqdm
 
 from rlcollect.algos.learners import Learner
-from rlcollect.algos.ppo import PPOLearner
 from rlcollect.collectors.evaluation import EvalCollector, EvalResult
 from rlcollect.collectors.single import Collector
 from rlcollect.config import eval_every_frames
-from rlcollect.envs.backends import vector_seeds_each_env
 from rlcollect.errors import ConfigError
 from rlcollect.logging.run_logger import episode_tracker
 from rlcollect.logging.runs import solved_threshold
-from rlcollect.modules.actor_critic import ActorCritic
 from rlcollect.pipeline.builders import (
+    algo_collection,
     discount,
+    learner_class,
     make_collector,
     make_env,
     make_learner,
     make_logger,
     make_policy,
+    make_replay_buffer,
     probe_spaces,
 )
-from rlcollect.pipeline.checks import check_config, collector_name, warn_combination
+from rlcollect.pipeline.checks import check_config, warn_combination
 from rlcollect.pipeline.lifecycle import Pipeline
 from rlcollect.pipeline.loop import DrivenPhases, Session, collected
 from rlcollect.pipeline.progress import Progress
-from rlcollect.pipeline.targets import target_class
 from rlcollect.seeding import eval_seed, member_env_seeds
-from rlcollect.sweeps.members import INTEGER_MEMBER_OPTIONS, MEMBER_OPTIONS, MemberPolicy, MemberPPOLearner
+from rlcollect.sweeps.grouping import check_sweep, lockstep_reason, member_options, seeds_each_env, stacked_kind
+from rlcollect.sweeps.lockstep import LockstepLearner, LockstepPolicy, MemberStreams
+from rlcollect.sweeps.member_dqn import MemberDQNLearner, MemberQPolicy, MemberReplay
+from rlcollect.sweeps.members import MemberPolicy, MemberPPOLearner
 from rlcollect.sweeps.pbt import PopulationTraining
-from rlcollect.sweeps.stacking import MemberRunningNorm, member_state_dict, stack_modules
+from rlcollect.sweeps.stacking import member_state_dict, stack_modules, unstackable_layer
 from rlcollect.trajectories import end_rows
 
 log = logging.getLogger(__name__)
 
-MEMBER_LEARNER = f"{MemberPPOLearner.__module__}.{MemberPPOLearner.__name__}"
+MEMBER_LEARNERS = {kind: f"{learner.__module__}.{learner.__name__}"  # a stacked model's learner, by kind
+                   for kind, learner in (("ppo", MemberPPOLearner), ("dqn", MemberDQNLearner))}
 PROBE_STEPS = 8  # the steps of each member's batch its policy's outputs are checked on (as a solo run's)
-PER_ENV_SEED_BACKENDS = ("list", "sync", "async")  # backends that seed each env on its own (a list of seeds)
-
-
-# ---------------------------------------------------------------------------- what can batch
-def batch_refusal(cfg: DictConfig) -> str | None:
-    """Why runs of ``cfg`` cannot be members of a batched sweep (None: they can)."""
-    if target_class(cfg.algo, "algo") is not PPOLearner:
-        return f"algo={cfg.algo.get('name', '?')}: a batched sweep trains PPO (algo=ppo)"
-    if target_class(cfg.model, "model") is not ActorCritic:
-        return "model: a batched sweep stacks the MLP ActorCritic (model=actor_critic)"
-    if target_class(cfg.collector, "collector") is not Collector:
-        return f"collector={collector_name(cfg)}: a batched sweep collects with collector=sync"
-    if cfg.collector.get("reset_policy", "immediate") != "immediate":
-        return "collector.reset_policy=wait: a batched sweep steps every env at every step (reset_policy=immediate)"
-    if cfg.eval.get("max_trajectories") is not None:
-        return "eval.max_trajectories: a batched sweep evaluates one episode per eval env (eval.max_trajectories=null)"
-    if cfg.eval.get("video"):
-        return "eval.video: a batched sweep records no evaluation video"
-    if cfg.env.backend != "torch" and not seeds_each_env(cfg):
-        return (f"env.backend={cfg.env.backend}: a batched sweep seeds each env itself (env.backend=list, sync or "
-                "async; vector for CartPole-v1)")
-    return None
-
-
-def seeds_each_env(cfg: DictConfig) -> bool:
-    """Whether ``cfg``'s gymnasium backend seeds each env on its own (member m's env i:
-    seed_m + i), as a list of seeds."""
-    return cfg.env.backend in PER_ENV_SEED_BACKENDS or (
-        cfg.env.backend == "vector" and vector_seeds_each_env(cfg.env.id))
-
-
-def shared_settings(cfg: DictConfig) -> dict:
-    """``cfg`` as plain containers, without the keys the members of one batched model may
-    differ in (``seed`` and PPO's settings of MEMBER_OPTIONS: ``algo.lr``, ``algo.epochs``,
-    ...): what every member of one model has in common."""
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    plain.pop("seed", None)
-    for key in MEMBER_OPTIONS:
-        plain.get("algo", {}).pop(key, None)
-    return plain
-
-
-def member_options(cfgs: list[DictConfig]) -> dict[str, list[float] | list[int]]:
-    """The MEMBER_OPTIONS the members differ in, one value per member (an int for
-    ``epochs``, a float for the others)."""
-    values = {key: [(int if key in INTEGER_MEMBER_OPTIONS else float)(cfg.algo[key]) for cfg in cfgs]
-              for key in MEMBER_OPTIONS if key in cfgs[0].algo}
-    return {key: member_values for key, member_values in values.items() if len(set(member_values)) > 1}
-
-
-def check_sweep(cfgs: list[DictConfig]) -> None:
-    """A ConfigError unless ``cfgs`` can train as the members of one batched sweep."""
-    refusal = batch_refusal(cfgs[0])
-    if refusal is not None:
-        raise ConfigError(refusal)
-    first = shared_settings(cfgs[0])
-    for cfg in cfgs[1:]:
-        if shared_settings(cfg) != first:
-            settings = ", ".join(f"algo.{key}" for key in MEMBER_OPTIONS)
-            raise ConfigError(f"the members of a batched sweep differ only in seed and {settings} "
-                              "(hydra/launcher=batched groups the jobs that do)")
-
-
 # ---------------------------------------------------------------------------- the members' views
 class MemberModule(nn.Module):
     """Member ``member`` of the stacked policy, as the training loop sees a run's policy: its
@@ -211,16 +153,23 @@ class MemberEvaluator:
 
 class MemberEpisodeHook:
     """The sweep collector's post-collect hook: the episodes a batch completed, as a list of
-    S lists of TrajectoryInfo (member m's from its rows), from one tracker of every row."""
+    S lists of TrajectoryInfo (member m's from its rows), from one tracker of every row, or
+    one per member where their discounts differ (``gamma``: one per member)."""
 
-    def __init__(self, members: int, gamma: float, info_keys) -> None:
-        self.members, self.tracker = members, episode_tracker(gamma, info_keys)
+    def __init__(self, members: int, gamma: float | list[float], info_keys) -> None:
+        gammas = gamma if isinstance(gamma, list) else [gamma] * members
+        self.members = members
+        self.tracker = episode_tracker(gammas[0], info_keys) if len(set(gammas)) == 1 else None
+        self.trackers = [episode_tracker(value, info_keys) for value in gammas] if self.tracker is None else []
 
     def __call__(self, batch: TensorDictBase) -> list[list]:
+        rows_per_member = batch.shape[0] // self.members
+        if self.tracker is None:
+            return [tracker.infos(batch[member * rows_per_member:(member + 1) * rows_per_member])
+                    for member, tracker in enumerate(self.trackers)]
         infos = self.tracker.infos(batch)
         if self.members == 1:
             return [infos]
-        rows_per_member = batch.shape[0] // self.members
         row_of = end_rows(batch)
         episodes: list[list] = [[] for _ in range(self.members)]
         for info in infos:
@@ -245,10 +194,10 @@ class Sweep:
     """The shared parts of a batched sweep and its members' pipelines (``build_sweep``)."""
 
     cfgs: list[DictConfig]
-    policy: MemberPolicy
+    policy: MemberPolicy | LockstepPolicy
     solo: nn.Module  # member 0's solo policy: the shapes a member's state is saved in
     collector: Collector
-    learner: MemberPPOLearner
+    learner: MemberPPOLearner | LockstepLearner
     evaluator: EvalCollector
     envs_per_member: int
     pipelines: list[Pipeline] = field(default_factory=list)
@@ -323,13 +272,8 @@ class Sweep:
             if callable(pause):
                 pause(range(member * rows_per_member, (member + 1) * rows_per_member))
         if failed:
-            for parameter in self.policy.stacked.parameters():
-                parameter[member].zero_()
-            for module in self.policy.stacked.modules():
-                if isinstance(module, MemberRunningNorm):
-                    module.running_mean[member].zero_()
-                    module.running_var[member].fill_(1.0)
-        self.learner.ppo.freeze(member)
+            self.policy.zero_member(member)
+        self.learner.freeze(member)
 
     def run(self, stop: threading.Event | None = None, bar_position: int = 0) -> list[dict]:
         """Train every member until each is solved, finished, failed or stopped; returns
@@ -399,13 +343,16 @@ class Sweep:
         self.evaluator.shutdown()
 
 
-def shared_config(cfg: DictConfig, members: int) -> DictConfig:
-    """The config the shared parts are built from: ``members`` times the frames per batch,
-    the member learner."""
+def shared_config(cfg: DictConfig, members: int, kind: str | None = "ppo") -> DictConfig:
+    """The config the shared parts are built from: ``members`` times the frames per batch
+    (and random frames at the start), the member learner of a stacked model of ``kind``
+    (None: members in lockstep, each its own learner)."""
     shared = copy.deepcopy(cfg)
     OmegaConf.set_struct(shared, False)
     shared.collector.frames_per_batch = cfg.collector.frames_per_batch * members
-    shared.algo._target_ = MEMBER_LEARNER
+    shared.collector.init_random_frames = algo_collection(cfg).init_random_frames * members
+    if kind is not None:
+        shared.algo._target_ = MEMBER_LEARNERS[kind]
     return shared
 
 
@@ -426,40 +373,62 @@ def member_generator(cfg: DictConfig) -> torch.Generator:
 def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
                 pbt: PopulationTraining | None = None) -> Sweep:
     """Check, seed and build a batched sweep of ``cfgs`` (one config per member, differing
-    in seed and MEMBER_OPTIONS only), member m in ``run_dirs[m]`` with W&B names ``names[m]`` (name, group,
-    job_type). Member m's policy is initialised as its solo run's (torch seeded with its
-    seed), and its envs are seeded as its solo run's. ``pbt``: population-based training
-    among the members (rlcollect.sweeps.pbt; None: off). No file is written before
-    ``Sweep.run`` opens the members' folders."""
+    in seed and what ``shared_settings`` leaves out), member m in ``run_dirs[m]`` with W&B
+    names ``names[m]`` (name, group, job_type). Member m's policy is initialised as its
+    solo run's (torch seeded with its seed), and its envs are seeded as its solo run's.
+    PPO with an MLP ActorCritic stacks into one model; anything else trains in lockstep
+    (lockstep.py). ``pbt``: population-based training among the members of a stacked
+    model (rlcollect.sweeps.pbt; None: off). No file is written before ``Sweep.run``
+    opens the members' folders."""
     check_sweep(cfgs)
     for cfg in cfgs:
         check_config(cfg)
     cfg, members = cfgs[0], len(cfgs)
     torch.set_num_threads(cfg.torch_threads)
     solos, generators = [], []
+    streams = MemberStreams(cfg.device)
     for index, member_cfg in enumerate(cfgs):
         torch.manual_seed(member_cfg.seed)
         if index == 0:
             observation_space, action_space = probe_spaces(cfg)
         solos.append(make_policy(member_cfg, observation_space, action_space))
         generators.append(member_generator(member_cfg))
+        streams.capture()
     warn_combination(cfg)
-    policy = MemberPolicy(stack_modules(solos), members, generators)
+    kind = stacked_kind(cfg)
+    unstackable = None if kind is None else unstackable_layer(solos[0])
+    if unstackable is not None:
+        log.info("the members train in lockstep: %s", unstackable)
+        kind = None
+    if pbt is not None and kind != "ppo":
+        raise ConfigError("hydra.launcher.pbt: population-based training trains the members of a stacked PPO model "
+                          f"(PPO with an MLP ActorCritic), not {unstackable or lockstep_reason(cfg)}")
+    if kind == "ppo":
+        policy = MemberPolicy(stack_modules(solos), members, generators)
+    elif kind == "dqn":
+        policy, generators = MemberQPolicy(stack_modules(solos), streams), streams.generators
+    else:
+        policy, generators = LockstepPolicy(solos, streams), streams.generators
     envs_per_member = cfg.env.num_envs or 1
     seeds = [member_cfg.seed for member_cfg in cfgs]
     # gymnasium backends seed each env (member m's env i: seed_m + i); a torch env seeds each member's group of envs
     per_env = seeds_each_env(cfg)
-    shared = shared_config(cfg, members)
+    shared = shared_config(cfg, members, kind)
     built: list = []
     loggers = []
     try:
         collector = make_collector(
             shared, policy, run_dirs[0], total_frames=cfg.total_frames * members, num_envs=members * envs_per_member,
             seed=member_env_seeds(seeds, envs_per_member) if per_env else seeds,
-            post_collect_hook=MemberEpisodeHook(members, discount(cfg), list(cfg.env.info_keys)))
+            post_collect_hook=MemberEpisodeHook(members, [discount(member_cfg) for member_cfg in cfgs],
+                                                list(cfg.env.info_keys)))
         built.append(collector)
-        learner = make_learner(shared, policy, collector, observation_space, action_space,
-                               member_options=member_options(cfgs))
+        if kind is None:
+            learner = lockstep_learner(cfgs, run_dirs, solos, streams, collector, observation_space, action_space)
+        else:  # a replay learner samples each member's own buffer (made as in lockstep)
+            replay = None if kind == "ppo" else MemberReplay(member_replay_buffers(cfgs, run_dirs, streams), streams)
+            learner = make_learner(shared, policy, collector, observation_space, action_space, replay,
+                                   member_options=member_options(cfgs))
         eval_seeds = [eval_seed(seed) for seed in seeds]
         eval_env_seeds = member_env_seeds(eval_seeds, cfg.eval.episodes) if per_env else eval_seeds
         evaluator = EvalCollector(
@@ -475,8 +444,10 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
                                                                                         cfg.env.solved_return),
                                       eval_every_frames=eval_every_frames(cfg),
                                       checkpoint_every_frames=cfg.checkpoint_every_frames)
+            # a stacked model's member is a view of its rows; a member in lockstep is its solo policy
+            member_policy = solos[member] if kind is None else MemberModule(sweep, solos[0], member)
             sweep.pipelines.append(Pipeline(
-                member_cfg, Path(run_dir), MemberModule(sweep, solos[0], member), MemberCollector(sweep, member),
+                member_cfg, Path(run_dir), member_policy, MemberCollector(sweep, member),
                 MemberLearner(sweep, member), MemberEvaluator(sweep, member), logger, progress, names=member_names,
                 generator=generators[member] if generators[member].device.type == "cpu" else None))
     except BaseException:
@@ -486,3 +457,28 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
             logger.close(exit_code=1)
         raise
     return sweep
+
+
+def lockstep_learner(cfgs: list[DictConfig], run_dirs: list[Path], policies: list[nn.Module], streams: MemberStreams,
+                     collector: Collector, observation_space, action_space) -> LockstepLearner:
+    """Every member's solo learner (from its own config, on its own buffer: a replay buffer
+    in its run folder's place, or a rollout buffer of its rows), each built under its RNG
+    streams, as its solo run builds it after its collector."""
+    rows = collector.batch_size[0] // len(cfgs)
+    member_shape = SimpleNamespace(batch_size=torch.Size([rows, *collector.batch_size[1:]]))  # its rows' batches
+    buffers = member_replay_buffers(cfgs, run_dirs, streams) if learner_class(cfgs[0]).replay else [None] * len(cfgs)
+    learners = []
+    for member, (member_cfg, policy, buffer) in enumerate(zip(cfgs, policies, buffers)):
+        with streams.member(member):
+            learners.append(make_learner(member_cfg, policy, member_shape, observation_space, action_space, buffer))
+    return LockstepLearner(learners, streams)
+
+
+def member_replay_buffers(cfgs: list[DictConfig], run_dirs: list[Path], streams: MemberStreams) -> list:
+    """Each member's replay buffer, as its solo run makes it (its config, its run folder's
+    place for memory-mapped storage), under its RNG streams."""
+    buffers = []
+    for member, (member_cfg, run_dir) in enumerate(zip(cfgs, run_dirs)):
+        with streams.member(member):
+            buffers.append(make_replay_buffer(member_cfg, Path(run_dir)))
+    return buffers

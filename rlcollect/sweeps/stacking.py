@@ -12,10 +12,11 @@ reads inputs ``[S, N, ...]``, member ``m`` computing on row ``m`` with its own w
     other parameters  -> [S, 1, *shape] (e.g. a Gaussian's log-std [A]: broadcast over N)
     and buffers
 
-Other layers with weights (convolutions, recurrent cells, layer norms) are refused: the
-members stack MLP policies. ``member_state_dict(stacked_state, solo_module, m)`` is member
-m's state in the solo module's shapes (what its run folder's checkpoints hold), and
-``load_member_state`` the reverse.
+Other layers with weights (convolutions, recurrent cells, layer norms) are refused
+(``unstackable_layer``): such members train in lockstep instead (lockstep.py).
+``member_state_dict(stacked_state, solo_module, m)`` is member m's state in the solo
+module's shapes (what its run folder's checkpoints hold), and ``load_member_state`` the
+reverse.
 """
 from __future__ import annotations
 
@@ -83,6 +84,19 @@ class MemberRunningNorm(RunningNorm):
             RunningNorm.update(solo, x[member])
 
 
+def unstackable_layer(module: nn.Module) -> str | None:
+    """The first layer of ``module`` with weights that ``stack_modules`` cannot stack (a
+    convolution, a recurrent cell, a layer norm: any torch.nn layer but Linear), named in
+    words; None: every layer stacks."""
+    for name, layer in module.named_modules():
+        if isinstance(layer, (nn.Linear, RunningNorm, *SHAPE_AGNOSTIC)) or not type(layer).__module__.startswith(
+                "torch.nn"):
+            continue
+        if any(True for _ in layer.parameters(recurse=False)) or any(True for _ in layer.buffers(recurse=False)):
+            return f"the model's {name or 'module'!r} is a {type(layer).__name__}"
+    return None
+
+
 def stack_values(values: Sequence[torch.Tensor]) -> torch.Tensor:
     """S tensors of one shape ``[*shape]`` -> ``[S, 1, *shape]`` (broadcast over a member's rows)."""
     return torch.stack([value.detach() for value in values]).unsqueeze(1).clone()
@@ -102,14 +116,9 @@ def stack_modules(modules: Sequence[nn.Module]) -> nn.Module:
                                                  torch.stack([m.bias.detach() for m in members]).clone()))
         elif isinstance(module, RunningNorm):
             replace(stacked, name, MemberRunningNorm(module, members))
-    for name, module in stacked.named_modules():
-        if isinstance(module, (StackedLinear, MemberRunningNorm, *SHAPE_AGNOSTIC)):
-            continue
-        if any(True for _ in module.parameters(recurse=False)) or any(True for _ in module.buffers(recurse=False)):
-            if type(module).__module__.startswith("torch.nn"):
-                raise ConfigError(f"a batched sweep stacks MLP policies (Linear layers); the model's "
-                                  f"{name or 'module'!r} is a {type(module).__name__}: run this sweep with the basic "
-                                  "launcher")
+    refusal = unstackable_layer(modules[0])
+    if refusal is not None:
+        raise ConfigError(f"stack_modules stacks MLP policies (Linear layers); {refusal}")
     for name, module in stacked.named_modules():  # the policy's own parameters (e.g. log_std): [S, 1, *shape]
         if isinstance(module, (StackedLinear, MemberRunningNorm)):
             continue

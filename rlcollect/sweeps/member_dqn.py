@@ -1,0 +1,297 @@
+"""DQN's members stacked into one model (docs/sweeps.md, "How members are stacked").
+
+The members' QValuePolicies stack (``stack_modules``: one batched matrix product per
+layer for all of them), and DQN's own loss (rlcollect.algos.dqn, its means over the sample
+dim) computes one TD loss per member on a stacked batch ``[S, B]``:
+
+    MemberQPolicy      the collector's policy: the stacked Q-values of every member's rows,
+                       each member's epsilon-greedy draws from its own RNG streams
+                       (lockstep.MemberStreams), as its solo policy draws them
+    MemberReplay       each member's own replay buffer, written with its rows, sampled under
+                       its streams (its solo run's indices) and stacked ``[S, B]``
+    MemberDQN          DQN's update on the stacked model: the members' losses summed (each
+                       parameter row gets its own member's gradient), each member's gradient
+                       norm clipped alone, MemberAdam (an lr and a step count per member),
+                       each member's target update
+    MemberDQNLearner   DQNLearner's schedule (learning_starts, epsilon, gradient steps per
+                       batch) for every member; per member metrics and solo-shaped state
+
+The settings the members may differ in are MEMBER_DQN_OPTIONS; a model of one member is
+its solo run bit for bit (tests/test_member_dqn.py).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from tensordict import TensorDictBase
+from tensordict.nn import TensorDictModuleBase, interaction_type
+
+from rlcollect.acting import actions_only
+from rlcollect.algos.dqn import DQN
+from rlcollect.algos.learners import Learner, replay_state
+from rlcollect.keys import INDEX
+from rlcollect.modules.actor_critic import DETERMINISTIC
+from rlcollect.modules.q_network import QValuePolicy, linear_epsilon
+from rlcollect.sweeps.lockstep import MemberStreams
+from rlcollect.sweeps.members import clip_member_grad_norms
+from rlcollect.sweeps.optim import MemberAdam
+from rlcollect.sweeps.stacking import MemberRunningNorm, member_state_dict
+
+# DQN's settings (algo.<name>) the members of one stacked model may differ in, each applied per member
+MEMBER_DQN_OPTIONS = ("lr", "gamma", "tau", "max_grad_norm", "target_update_period", "eps_start", "eps_end",
+                      "eps_decay_frames")
+INTEGER_DQN_OPTIONS = ("target_update_period", "eps_decay_frames")
+
+
+class MemberQPolicy(TensorDictModuleBase):
+    """The stacked QValuePolicy ``stacked`` of ``streams``' members as a policy over the
+    sweep's ``[S * P, ...]`` rows: greedy on the stacked Q-values, and, outside a
+    deterministic interaction type, member m's exploration drawn under its streams as its
+    solo QValuePolicy draws it (``torch.rand``, then ``torch.randint``, over its P rows)."""
+
+    in_keys = ["observation"]
+    out_keys = ["action", "action_value"]
+
+    def __init__(self, stacked: QValuePolicy, streams: MemberStreams) -> None:
+        super().__init__()
+        self.stacked, self.streams = stacked, streams
+        self.members = len(streams)
+
+    @property
+    def generators(self) -> list[torch.Generator]:
+        return self.streams.generators
+
+    @property
+    def obs_norm(self):
+        return self.stacked.obs_norm
+
+    def split(self, value: torch.Tensor) -> torch.Tensor:
+        return value.unflatten(0, (self.members, -1))
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        q_values = self.stacked.q_values(self.split(tensordict.get("observation")))  # [S, P, A]
+        action = q_values.argmax(-1)
+        if interaction_type() not in DETERMINISTIC:
+            rows = action.shape[1]
+            draws = []
+            for member in range(self.members):
+                with self.streams.member(member):
+                    explore = torch.rand((rows,), device=action.device) < self.stacked.epsilon[member]
+                    draws.append(torch.where(explore, torch.randint(self.stacked.num_actions, (rows,),
+                                                                    device=action.device), action[member]))
+            action = torch.stack(draws)
+        offset = self.stacked.action_offset
+        tensordict.set("action", (action + offset if offset else action).flatten(0, 1))
+        if not actions_only():
+            tensordict.set("action_value", q_values.flatten(0, 1))
+        return tensordict
+
+    def random_actions(self, env) -> torch.Tensor:
+        """The env's random actions, member m's from its streams (``MemberStreams.random_actions``)."""
+        return self.streams.random_actions(env)
+
+    @torch.no_grad()
+    def zero_member(self, member: int) -> None:
+        """Member ``member``'s parameters zeroed and its observation statistics reset."""
+        for parameter in self.stacked.parameters():
+            parameter[member].zero_()
+        for module in self.stacked.modules():
+            if isinstance(module, MemberRunningNorm):
+                module.running_mean[member].zero_()
+                module.running_var[member].fill_(1.0)
+
+    @contextlib.contextmanager
+    def rng_kept(self):
+        """Run the policy without moving any RNG stream (torch's global ones, the members')."""
+        states = [generator.get_state() for generator in self.streams.generators]
+        cuda_states = list(self.streams.cuda_states)
+        try:
+            with torch.random.fork_rng(devices=[] if self.streams.cuda is None else [self.streams.cuda]):
+                yield
+        finally:
+            for generator, state in zip(self.streams.generators, states):
+                generator.set_state(state)
+            self.streams.cuda_states[:] = cuda_states
+
+
+class MemberReplay:
+    """The members' own replay buffers: ``extend`` writes member m's rows of a sweep batch
+    into buffer m (as its solo run's collector writes its batch), ``sample`` samples every
+    buffer under its member's streams (its solo run's draws) and stacks them ``[S, B]``."""
+
+    def __init__(self, buffers: list, streams: MemberStreams) -> None:
+        self.buffers, self.streams = buffers, streams
+
+    def extend(self, batch: TensorDictBase) -> None:
+        rows = batch.shape[0] // len(self.buffers)
+        for member, buffer in enumerate(self.buffers):
+            buffer.extend_batch(batch[member * rows:(member + 1) * rows])
+
+    def sample(self) -> TensorDictBase:
+        samples = []
+        for member, buffer in enumerate(self.buffers):
+            with self.streams.member(member):
+                samples.append(buffer.sample())
+        return torch.stack(samples)
+
+    def sizes(self) -> list[int]:
+        return [len(buffer) for buffer in self.buffers]
+
+
+class MemberDQN(DQN):
+    """DQN (its arguments) on a MemberQPolicy: each member's update is its solo run's on its
+    own samples. ``member_options``: the settings of MEMBER_DQN_OPTIONS the members differ
+    in (one value per member; the learner's epsilon schedule keys are read there, not here).
+    With one member: DQN's own optimizer and clipping (bit for bit its solo run); with more:
+    MemberAdam, each member's gradient norm clipped alone."""
+
+    def __init__(self, q_policy: MemberQPolicy, *, member_options: dict[str, list] | None = None,
+                 **dqn_options) -> None:
+        super().__init__(q_policy.stacked, **dqn_options)
+        self.members, self.lr = q_policy.members, self.optimizer.param_groups[0]["lr"]
+        self.member_options = {key: list(values) for key, values in (member_options or {}).items()}
+        self.member_lrs = [float(value) for value in self.member_values("lr")]
+        device = next(q_policy.stacked.parameters()).device
+        if "gamma" in self.member_options:  # [S, 1]: against the members' [S, B] rewards
+            self.gamma = torch.tensor(self.member_options["gamma"], dtype=torch.float32, device=device).unsqueeze(1)
+        if "max_grad_norm" in self.member_options:
+            self.max_grad_norm = torch.tensor(self.member_options["max_grad_norm"], dtype=torch.float32,
+                                              device=device)
+        self.taus = [float(value) for value in self.member_values("tau")]
+        self.periods = [int(value) for value in self.member_values("target_update_period")]
+        self.solo_param_groups = self.optimizer.state_dict()["param_groups"]
+        if self.members > 1:
+            self.optimizer = MemberAdam(q_policy.stacked.q_net.parameters(), self.members, lr=self.member_lrs)
+        self.frozen: list[int] = []
+
+    def member_values(self, key: str) -> list:
+        """Each member's value of setting ``key`` (the shared one where they do not differ)."""
+        return self.member_options.get(key) or [getattr(self, key)] * self.members
+
+    def update(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
+        """One gradient step of every member on its rows of ``batch`` ``[S, B]`` (then the
+        target updates); metrics ``[S]`` per member and ``"td_error"`` ``[S, B]``."""
+        loss, q_mean, td_error = self.loss(batch, return_td_error=True)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.sum().backward()  # each member's rows of every parameter get their own loss's gradient
+        parameters = list(self.q_policy.q_net.parameters())
+        clip_member_grad_norms(parameters, self.max_grad_norm, self.members)
+        if isinstance(self.optimizer, MemberAdam):
+            self.optimizer.step([member for member in range(self.members) if member not in self.frozen])
+        else:
+            self.optimizer.step()
+        self.gradient_steps += 1
+        self._update_target()
+        return {"loss_q": loss.detach(), "q_mean": q_mean, "td_error": td_error}
+
+    @torch.no_grad()
+    def _update_target(self) -> None:
+        if self.members == 1:
+            return super()._update_target()  # the solo run's own arithmetic
+        online, target = list(self.q_policy.q_net.parameters()), list(self.target.q_net.parameters())
+        if self.target_update == "polyak":
+            if len(set(self.taus)) == 1:
+                for target_param, online_param in zip(target, online):
+                    target_param.lerp_(online_param, self.taus[0])
+            else:
+                for member, tau in enumerate(self.taus):
+                    for target_param, online_param in zip(target, online):
+                        target_param[member].lerp_(online_param[member], tau)
+            return
+        due = [member for member, period in enumerate(self.periods) if self.gradient_steps % period == 0]
+        for member in due if len(due) < self.members else [None]:
+            for target_param, online_param in zip(target, online):
+                (target_param if member is None else target_param[member]).copy_(
+                    online_param if member is None else online_param[member])
+
+    def member_state_dict(self, member: int, solo: QValuePolicy) -> dict:
+        """Member ``member``'s DQN state as its solo run's ``DQN.state_dict()`` holds it."""
+        solo_parameters = list(solo.q_net.parameters())
+        if isinstance(self.optimizer, MemberAdam):
+            optimizer = self.optimizer.member_state_dict(member, solo_parameters, self.solo_param_groups)
+        else:
+            state = self.optimizer.state_dict()
+            optimizer = {"state": {index: {key: value.clone() if key == "step" else
+                                           value[member].reshape(solo_parameters[index].shape).clone()
+                                           for key, value in entry.items()}
+                                   for index, entry in state["state"].items()},
+                         "param_groups": state["param_groups"]}
+        return {"optimizer": optimizer, "target": member_state_dict(self.target.state_dict(), solo, member),
+                "gradient_steps": self.gradient_steps}
+
+
+class MemberDQNLearner(Learner):
+    """DQNLearner for the members of a stacked sweep: ``learn`` writes each member's rows
+    into its replay buffer, sets each member's epsilon, then takes ``gradient_steps_per_batch``
+    steps of every member on its own samples; returns a list of each member's metrics.
+
+    Args:
+        policy: the MemberQPolicy.
+        replay: the MemberReplay.
+        member_options: the settings of MEMBER_DQN_OPTIONS the members differ in.
+        gradient_steps_per_batch, learning_starts, eps_start, eps_end, eps_decay_frames: as
+            DQNLearner's (the last three per member where they differ).
+        **dqn_options: DQN's own arguments.
+    """
+
+    replay = True
+
+    def __init__(self, policy: MemberQPolicy, replay: MemberReplay, *, member_options: dict | None = None,
+                 gradient_steps_per_batch: int = 1, learning_starts: int = 0, eps_start: float = 1.0,
+                 eps_end: float = 0.05, eps_decay_frames: int = 0, **dqn_options) -> None:
+        options = dict(member_options or {})
+        self.schedules = [options.pop(key, [value] * policy.members) for key, value in
+                          (("eps_start", eps_start), ("eps_end", eps_end), ("eps_decay_frames", eps_decay_frames))]
+        self.dqn = MemberDQN(policy, member_options=options, **dqn_options)
+        self.policy, self.replay_buffer, self.members = policy, replay, policy.members
+        self.gradient_steps, self.learning_starts = gradient_steps_per_batch, learning_starts
+        self.prioritized = bool(getattr(replay.buffers[0], "prioritized", False))
+
+    def learn(self, batch: TensorDictBase | None, frames: int) -> list[dict[str, float]]:
+        """``frames``: one member's frames so far."""
+        self.replay_buffer.extend(batch)
+        epsilons = [linear_epsilon(frames, start=start, end=end, decay_frames=int(decay))
+                    for start, end, decay in zip(*self.schedules)]
+        with torch.no_grad():
+            for member, epsilon in enumerate(epsilons):
+                self.policy.stacked.epsilon[member].fill_(epsilon)
+        sizes = self.replay_buffer.sizes()
+        metrics = [{"epsilon": epsilon, "buffer_size": float(size)} for epsilon, size in zip(epsilons, sizes)]
+        if frames < self.learning_starts or min(sizes) == 0:
+            return metrics
+        totals: dict[str, torch.Tensor] = {}
+        for step in range(self.gradient_steps):
+            sample = self.replay_buffer.sample()  # [S, B]
+            if step == 0:  # as a solo run's, whose collector wrote the batch: the statistics of its first sample
+                norm = self.policy.obs_norm
+                if norm is not None:
+                    norm.update(sample.get("observation"))
+            step_metrics = self.dqn.update(sample)
+            td_error = step_metrics.pop("td_error")
+            if self.prioritized:
+                index = sample.get(INDEX)
+                for member, buffer in enumerate(self.replay_buffer.buffers):
+                    buffer.update_priority(index[member], td_error[member])
+            for key, value in step_metrics.items():
+                totals[key] = totals[key] + value if key in totals else value
+        values = {key: value.tolist() for key, value in totals.items()}  # one sync; then as a solo run divides
+        for member, row in enumerate(metrics):
+            row.update({key: value[member] / self.gradient_steps for key, value in values.items()})
+        return metrics
+
+    def freeze(self, member: int) -> None:
+        """Member ``member`` learns no more (its rows still compute, its parameters stay)."""
+        self.dqn.frozen.append(member)
+
+    def member_state_dict(self, member: int, solo_policy: QValuePolicy) -> dict:
+        """Member ``member``'s learner state as its solo run's DQNLearner saves it."""
+        return {"dqn": self.dqn.member_state_dict(member, solo_policy),
+                "replay_buffer": replay_state(self.replay_buffer.buffers[member])}
+
+    def state_dict(self) -> dict:
+        raise NotImplementedError("a stacked sweep saves each member's state (member_state_dict)")
+
+    def load_state_dict(self, state: dict) -> None:
+        raise NotImplementedError("a member of a batched sweep resumes as a solo run (rlcollect train resume=<folder>)")
+

@@ -1,0 +1,38 @@
+"""What two runs wrote, compared: their metrics rows without the wall-clock entries, and
+their checkpoints' states bit for bit (a replay buffer's rows as far as written)."""
+import json
+
+import torch
+
+
+def metric_rows(run_dir):
+    """metrics.jsonl without the wall-clock entries."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{key: value for key, value in row.items() if not key.startswith(("time", "_timestamp", "_runtime"))
+             and "per_second" not in key} for row in rows]
+
+
+def assert_equal_states(left, right, path="state"):
+    """Two nested checkpoint states equal, tensors bit for bit; of a replay buffer's storage
+    the rows written, without the trajectory ids (the shared collector's numbering)."""
+    if isinstance(right, dict) and "data" in right and "filled" in right:
+        left, right = (dict(state, data=filled_rows(state["data"], state["filled"])) for state in (left, right))
+    if torch.is_tensor(right):
+        assert torch.equal(left, right), path
+    elif isinstance(right, dict):
+        assert set(left) == set(right), path
+        for key in right:
+            assert_equal_states(left[key], right[key], f"{path}.{key}")
+    elif isinstance(right, (list, tuple)):
+        assert len(left) == len(right), path
+        for index, (a, b) in enumerate(zip(left, right)):
+            assert_equal_states(a, b, f"{path}[{index}]")
+    else:
+        assert left == right, path
+
+
+def filled_rows(data, filled: int):
+    """A storage's rows 0 ... filled - 1 of every entry but ("collector", "traj_ids")."""
+    if isinstance(data, dict):
+        return {key: filled_rows(value, filled) for key, value in data.items() if key != "traj_ids"}
+    return data[:filled]

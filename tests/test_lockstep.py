@@ -1,0 +1,135 @@
+"""Batched sweeps of models that do not stack (rlcollect.sweeps.lockstep): SAC, recurrent PPO
+and the CNN encoder (PPO's, DQN's) train their members' solo policies and learners in
+lockstep on one collector, each member its solo run bit for bit. (PPO with the multi-input
+encoder of flat entries stacks: tests/test_sweeps.py; so does DQN: tests/test_member_dqn.py.)"""
+import json
+
+import pytest
+from commands import rlcollect as cli
+from hydra import compose, initialize_config_module
+from run_states import assert_equal_states, metric_rows
+
+import rlcollect.testing  # noqa: F401  (registers the rlcollect-test/ envs)
+from rlcollect.checkpoint import load_checkpoint
+from rlcollect.config import register_configs
+from rlcollect.errors import ConfigError
+from rlcollect.sweeps.grouping import check_sweep, lockstep_reason
+from rlcollect.sweeps.run import build_sweep
+
+QUIET = ["progress=false", "logger=none", "eval.episodes=2", "env.num_envs=2", "total_frames=512",
+         "collector.frames_per_batch=64", "eval.every_frames=256"]
+TINY_PPO = ["algo.minibatch_size=32", "algo.epochs=2"]
+TINY_REPLAY = ["algo.learning_starts=128", "algo.gradient_steps_per_batch=4", "algo.batch_size=16"]
+KINDS = {  # each kind of member that trains in lockstep: its overrides, the setting its two members differ in
+    "dqn_cnn": (["algo=dqn", "env.id=rlcollect-test/Spaces-image_chw-discrete-v0", "env.solved_return=null",
+                 *TINY_REPLAY, "model.hidden_sizes=[16]", "algo.n_step=3", "algo.prioritized=true"],
+                "algo.lr=0.0005"),
+    "sac": (["algo=sac", "env=pendulum", *TINY_REPLAY, "model.hidden_sizes=[16]", "algo.critic_hidden_sizes=[16]"],
+            "algo.gamma=0.9"),
+    "gru": (["experiment=cartpole_novel_gru", *TINY_PPO, "algo.sequence_length=8", "model.hidden_size=16"],
+            "algo.lr=0.001"),
+    "lstm": (["experiment=cartpole_novel_gru", *TINY_PPO, "algo.sequence_length=8", "model.rnn=lstm",
+              "model.hidden_size=16"], "algo.clip_epsilon=0.1"),
+    "cnn": (["env.id=rlcollect-test/Spaces-image_hwc-discrete-v0", "env.solved_return=null", *TINY_PPO],
+            "algo.lr=0.001"),
+}
+
+
+def configs(*overrides_per_member):
+    register_configs()
+    with initialize_config_module("rlcollect.conf", version_base="1.3"):
+        return [compose("train", overrides=list(overrides)) for overrides in overrides_per_member]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_each_member_in_lockstep_is_its_solo_run_bit_for_bit(tmp_path, kind):
+    """Two members (two seeds, and a setting of the algo that differs): each member's metrics,
+    evaluations, summary and checkpoint (policy, learner with its optimizers, target networks
+    and replay buffer, RNG stream) are its solo run's, bit for bit."""
+    from rlcollect.pipeline import build, run
+
+    overrides, differing = KINDS[kind]
+    cfgs = configs([*QUIET, *overrides, "seed=3"], [*QUIET, *overrides, "seed=4", differing])
+    sweep = build_sweep(cfgs, [tmp_path / "m3", tmp_path / "m4"], [dict(name=None, group=None, job_type=None)] * 2)
+    assert type(sweep.policy).__name__ == "LockstepPolicy"
+    sweep.run()
+    finals = []
+    for seed, cfg in zip((3, 4), cfgs):
+        run(build(cfg, tmp_path / f"solo{seed}"))
+        member, solo = tmp_path / f"m{seed}", tmp_path / f"solo{seed}"
+        assert metric_rows(member) == metric_rows(solo)
+        rows = metric_rows(solo)
+        assert [row["step"] for row in rows] == list(range(64, 513, 64))
+        assert any(key.startswith("train/loss") for key in rows[-1]), rows[-1]  # it learnt
+        assert [row["step"] for row in rows if "eval/episode_return" in row] == [256, 512]
+        summaries = [json.loads((folder / "summary.json").read_text()) for folder in (member, solo)]
+        for key in ("status", "frames", "final_eval_return", "best_eval_return", "checkpoint_frames"):
+            assert summaries[0][key] == summaries[1][key], key
+        checkpoints = [load_checkpoint(folder / "checkpoint.pt") for folder in (member, solo)]
+        for key in ("policy", "learner", "rng", "frames"):
+            assert_equal_states(checkpoints[0][key], checkpoints[1][key], key)
+        finals.append(rows[-1])
+    assert finals[0] != finals[1]  # two seeds, two runs
+
+
+def test_what_trains_in_lockstep_and_what_stacks():
+    """PPO with the MLP ActorCritic and DQN with its MLP stack; another algo, model or encoder
+    trains in lockstep, and its members may differ in every algo setting the collector does
+    not read."""
+    cases = {(): None, ("algo=dqn",): None, ("algo=sac", "env=pendulum"): "algo=sac",
+             ("experiment=cartpole_novel_gru",): "model=recurrent_actor_critic", ("model.encoder=cnn",):
+             "model.encoder=cnn", ("algo=dqn", "model.encoder=cnn"): "model.encoder=cnn"}
+    for overrides, reason in cases.items():
+        [cfg] = configs(overrides)
+        assert lockstep_reason(cfg) == reason, overrides
+    sac = ["algo=sac", "env=pendulum"]
+    check_sweep(configs([*sac, "seed=0"], [*sac, "seed=1", "algo.actor_lr=0.01", "algo.batch_size=32",
+                                           "algo.gamma=0.9", "algo.autotune=false"]))
+    with pytest.raises(ConfigError, match="differ only in seed and algo.. but algo.learning_starts, algo.n_step"):
+        check_sweep(configs([*sac, "seed=0"], [*sac, "seed=1", "algo.learning_starts=10"]))
+    with pytest.raises(ConfigError, match="algo.background=true: a batched sweep collects between"):
+        check_sweep(configs(["algo=sac", "env=pendulum", "algo.background=true"]))
+
+
+@pytest.mark.timeout(300)
+def test_a_sac_sweep_trains_in_lockstep_from_the_command_line_and_a_member_resumes_alone(tmp_path):
+    """Two seeds x two critic learning rates of SAC: one line says they train in lockstep in
+    one process; four finished runs of their own, four different results; one resumes alone."""
+    result = cli(tmp_path, "train", "--multirun", "seed=0,1", "algo.critic_lr=0.001,0.003", "algo=sac", "env=pendulum",
+                 "hydra/launcher=batched", *QUIET, *TINY_REPLAY, "model.hidden_sizes=[16]",
+                 "algo.critic_hidden_sizes=[16]", "hydra.sweep.dir=sw")
+    assert result.returncode == 0, result.stderr
+    assert ("jobs #0-#3 train in lockstep in one process, each member its own model (algo=sac does not stack)"
+            in result.stdout + result.stderr)
+    members = sorted((tmp_path / "sw").glob("*_*"), key=lambda path: int(path.name.split("_")[0]))
+    summaries = [json.loads((member / "summary.json").read_text()) for member in members]
+    assert [summary["status"] for summary in summaries] == ["finished"] * 4
+    assert [summary["frames"] for summary in summaries] == [512] * 4
+    assert len({json.dumps(metric_rows(member)[-1]) for member in members}) == 4
+    resumed = cli(tmp_path, "train", f"resume={members[2]}", "total_frames=640")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [row["step"] for row in metric_rows(members[2])] == list(range(64, 641, 64))
+
+
+@pytest.mark.timeout(300)
+def test_a_sac_tuning_study_trains_each_batch_of_trials_in_lockstep(tmp_path):
+    """hydra/sweeper=tune_sac hydra/launcher=batched n_jobs=2: each pair of trials (different
+    learning rates, tau, gamma, alpha, autotune, batch size) trains in lockstep, every
+    trial's value reaches the study."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 't.db'}"
+    result = cli(tmp_path, "train", "--multirun", "hydra/sweeper=tune_sac", "algo=sac", "env=pendulum",
+                 "hydra/launcher=batched", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
+                 f"hydra.sweeper.storage={storage}", *QUIET, "algo.learning_starts=128",
+                 "algo.gradient_steps_per_batch=4", "model.hidden_sizes=[16]", "algo.critic_hidden_sizes=[16]",
+                 "hydra.sweep.dir=sw")
+    assert result.returncode == 0, result.stderr
+    assert (result.stdout + result.stderr).count("train in lockstep in one process") == 2
+    trials = optuna.load_study(study_name="rlcollect", storage=storage).trials
+    assert [trial.state.name for trial in trials] == ["COMPLETE"] * 4
+    for trial in trials:
+        [summary] = [json.loads(path.read_text()) for path in (tmp_path / "sw").glob(f"{trial.number}_*/summary.json")]
+        assert summary["status"] == "finished" and trial.value == summary["final_eval_return"]

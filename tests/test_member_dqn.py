@@ -1,0 +1,118 @@
+"""DQN's members stacked into one model (rlcollect.sweeps.member_dqn): one member is its solo
+run bit for bit, every member's update is its solo run's on its own samples, and a sweep or
+a tuning study of DQN trains as one batched model from the command line."""
+import json
+
+import pytest
+from commands import rlcollect as cli
+from hydra import compose, initialize_config_module
+from run_states import assert_equal_states, metric_rows
+
+from rlcollect.checkpoint import load_checkpoint
+from rlcollect.config import register_configs
+from rlcollect.errors import ConfigError
+from rlcollect.sweeps.grouping import check_sweep, member_options
+from rlcollect.sweeps.run import build_sweep
+
+TINY = ["algo=dqn", "progress=false", "logger=none", "eval.episodes=2", "env.num_envs=2", "total_frames=1024",
+        "collector.frames_per_batch=128", "eval.every_frames=256", "algo.learning_starts=256",
+        "algo.gradient_steps_per_batch=4", "algo.batch_size=16", "model.hidden_sizes=[32]"]
+NAMES = dict(name=None, group=None, job_type=None)
+
+
+def configs(*overrides_per_member):
+    register_configs()
+    with initialize_config_module("rlcollect.conf", version_base="1.3"):
+        return [compose("train", overrides=[*TINY, *overrides]) for overrides in overrides_per_member]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("overrides", [[], ["algo.n_step=3", "algo.prioritized=true", "algo.target_update=polyak",
+                                            "model.normalize_observation=true"]],
+                         ids=["double_periodic", "nstep_prioritized_polyak_normalized"])
+def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, overrides):
+    """A stacked model of one member: the same metrics, evaluations, summary and checkpoint
+    (Q network, Adam state, target network, replay buffer, RNG stream) as the solo run."""
+    from rlcollect.pipeline import build, run
+
+    [cfg] = configs([*overrides, "seed=3"])
+    sweep = build_sweep([cfg], [tmp_path / "member"], [NAMES])
+    assert type(sweep.policy).__name__ == "MemberQPolicy"
+    sweep.run()
+    run(build(cfg, tmp_path / "solo"))
+    member, solo = tmp_path / "member", tmp_path / "solo"
+    rows = metric_rows(solo)
+    assert metric_rows(member) == rows
+    assert [row["step"] for row in rows] == list(range(128, 1025, 128)) and "train/loss_q" in rows[-1]
+    summaries = [json.loads((folder / "summary.json").read_text()) for folder in (member, solo)]
+    for key in ("status", "frames", "final_eval_return", "best_eval_return", "checkpoint_frames"):
+        assert summaries[0][key] == summaries[1][key], key
+    checkpoints = [load_checkpoint(folder / "checkpoint.pt") for folder in (member, solo)]
+    for key in ("policy", "learner", "rng", "frames"):
+        assert_equal_states(checkpoints[0][key], checkpoints[1][key], key)
+
+
+@pytest.mark.timeout(300)
+def test_each_member_updates_as_its_solo_run_with_its_own_settings(tmp_path):
+    """Three members, differing in seed, lr, gamma, the epsilon schedule's end and the target
+    period: each member's metrics are its solo run's (its own samples, exploration, update and
+    target copies), to float32 rounding of a batched matrix product."""
+    from rlcollect.pipeline import build, run
+
+    cfgs = configs(["seed=3"], ["seed=4", "algo.lr=0.0005", "algo.gamma=0.9"],
+                   ["seed=5", "algo.eps_end=0.2", "algo.target_update_period=3"])
+    assert member_options(cfgs) == {"lr": [0.0023, 0.0005, 0.0023], "gamma": [0.99, 0.9, 0.99],
+                                    "target_update_period": [128, 128, 3], "eps_end": [0.04, 0.04, 0.2]}
+    build_sweep(cfgs, [tmp_path / f"m{seed}" for seed in (3, 4, 5)], [NAMES] * 3).run()
+    finals = []
+    for seed, cfg in zip((3, 4, 5), cfgs):
+        run(build(cfg, tmp_path / f"solo{seed}"))
+        member, solo = metric_rows(tmp_path / f"m{seed}"), metric_rows(tmp_path / f"solo{seed}")
+        assert [row["step"] for row in member] == [row["step"] for row in solo] == list(range(128, 1025, 128))
+        for ours, theirs in zip(member, solo):
+            assert ours == pytest.approx(theirs, rel=1e-4, abs=1e-6)
+        finals.append(member[-1])
+    # epsilon 1 -> eps_end over 8,000 frames: at frame 1,024, 12.8% of the way
+    assert [final["train/epsilon"] for final in finals] == pytest.approx([0.87712, 0.87712, 0.8976])
+    assert len({json.dumps(final) for final in finals}) == 3
+
+
+def test_members_of_one_dqn_model_differ_in_its_per_member_settings_only():
+    check_sweep(configs(["seed=0"], ["seed=1", "algo.lr=0.01", "algo.tau=0.01", "algo.max_grad_norm=1",
+                                     "algo.eps_start=0.5", "algo.eps_decay_frames=100"]))
+    with pytest.raises(ConfigError, match="differ only in seed and algo.lr, algo.gamma, algo.tau"):
+        check_sweep(configs(["seed=0"], ["seed=1", "algo.batch_size=32"]))
+    with pytest.raises(ConfigError, match="differ only in seed"):  # n-step returns: the collector discounts
+        check_sweep(configs(["seed=0", "algo.n_step=3"], ["seed=1", "algo.n_step=3", "algo.gamma=0.9"]))
+
+
+@pytest.mark.timeout(300)
+def test_a_dqn_sweep_and_a_dqn_study_train_as_batched_models_from_the_command_line(tmp_path):
+    """Two seeds x two learning rates: one batched model of 4 members, four runs of their own
+    in solo shapes; a tuning study in pairs of trials (its batch size fixed: the members of
+    one model sample as many transitions): two models of 2, every value in the study."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    import optuna
+
+    result = cli(tmp_path, "train", "--multirun", "seed=0,1", "algo.lr=0.001,0.003", "hydra/launcher=batched",
+                 *TINY, "hydra.sweep.dir=sw")
+    assert result.returncode == 0, result.stderr
+    assert "jobs #0-#3 train as one batched model of 4 members" in result.stdout + result.stderr
+    members = sorted((tmp_path / "sw").glob("*_*"), key=lambda path: int(path.name.split("_")[0]))
+    assert [json.loads((member / "summary.json").read_text())["frames"] for member in members] == [1024] * 4
+    assert len({json.dumps(metric_rows(member)[-1]) for member in members}) == 4
+    checkpoint = load_checkpoint(members[1] / "checkpoint.pt")
+    assert checkpoint["policy"]["q_net.0.weight"].shape == (32, 4) and checkpoint["policy"]["epsilon"].shape == ()
+    assert checkpoint["learner"]["dqn"]["target"]["q_net.0.weight"].shape == (32, 4)
+    storage = f"sqlite:///{tmp_path / 't.db'}"
+    study = cli(tmp_path, "train", "--multirun", "hydra/sweeper=tune_dqn", "hydra/launcher=batched",
+                "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2", f"hydra.sweeper.storage={storage}",
+                "algo.batch_size=choice(16)", *TINY, "hydra.sweep.dir=study")
+    assert study.returncode == 0, study.stderr
+    assert (study.stdout + study.stderr).count("train as one batched model of 2 members") == 2
+    trials = optuna.load_study(study_name="rlcollect", storage=storage).trials
+    assert [trial.state.name for trial in trials] == ["COMPLETE"] * 4
+    for trial in trials:
+        [summary] = [json.loads(path.read_text())
+                     for path in (tmp_path / "study").glob(f"{trial.number}_*/summary.json")]
+        assert summary["status"] == "finished" and trial.value == summary["final_eval_return"]

@@ -30,12 +30,13 @@ from tensordict.nn import TensorDictModuleBase, interaction_type
 from rlcollect.acting import actions_only
 from rlcollect.algos.dqn import DQN
 from rlcollect.algos.learners import Learner, replay_state
+from rlcollect.algos.optim import Adam
 from rlcollect.keys import INDEX
 from rlcollect.modules.actor_critic import DETERMINISTIC
 from rlcollect.modules.q_network import QValuePolicy, linear_epsilon
 from rlcollect.sweeps.lockstep import MemberStreams
 from rlcollect.sweeps.members import clip_member_grad_norms
-from rlcollect.sweeps.optim import MemberAdam
+from rlcollect.sweeps.optim import FrozenRows, MemberAdam
 from rlcollect.sweeps.stacking import MemberRunningNorm, member_state_dict
 
 # DQN's settings (algo.<name>) the members of one stacked model may differ in, each applied per member
@@ -161,9 +162,12 @@ class MemberDQN(DQN):
         self.taus = [float(value) for value in self.member_values("tau")]
         self.periods = [int(value) for value in self.member_values("target_update_period")]
         self.solo_param_groups = self.optimizer.state_dict()["param_groups"]
-        if self.members > 1:
-            self.optimizer = MemberAdam(q_policy.stacked.q_net.parameters(), self.members, lr=self.member_lrs)
-        self.frozen: list[int] = []
+        parameters = list(q_policy.stacked.q_net.parameters())
+        if self.members > 1 and "lr" in self.member_options:
+            self.optimizer = MemberAdam(parameters, self.members, lr=self.member_lrs)
+        elif self.members > 1:  # Adam's fused form: the same arithmetic per element (to an ulp), one kernel per step
+            self.optimizer = Adam(parameters, lr=self.lr, fused=True)
+        self.frozen_rows = FrozenRows(self.members)  # torch's Adam: the frozen members' rows, kept
 
     def member_values(self, key: str) -> list:
         """Each member's value of setting ``key`` (the shared one where they do not differ)."""
@@ -178,9 +182,10 @@ class MemberDQN(DQN):
         parameters = list(self.q_policy.q_net.parameters())
         clip_member_grad_norms(parameters, self.max_grad_norm, self.members)
         if isinstance(self.optimizer, MemberAdam):
-            self.optimizer.step([member for member in range(self.members) if member not in self.frozen])
+            self.optimizer.step([member for member in range(self.members) if member not in self.frozen_rows.frozen])
         else:
             self.optimizer.step()
+            self.frozen_rows.restore(parameters)
         self.gradient_steps += 1
         self._update_target()
         return {"loss_q": loss.detach(), "q_mean": q_mean, "td_error": td_error}
@@ -212,11 +217,11 @@ class MemberDQN(DQN):
             optimizer = self.optimizer.member_state_dict(member, solo_parameters, self.solo_param_groups)
         else:
             state = self.optimizer.state_dict()
-            optimizer = {"state": {index: {key: value.clone() if key == "step" else
+            optimizer = {"state": {index: {key: value.detach().cpu().clone() if key == "step" else
                                            value[member].reshape(solo_parameters[index].shape).clone()
                                            for key, value in entry.items()}
                                    for index, entry in state["state"].items()},
-                         "param_groups": state["param_groups"]}
+                         "param_groups": self.solo_param_groups}
         return {"optimizer": optimizer, "target": member_state_dict(self.target.state_dict(), solo, member),
                 "gradient_steps": self.gradient_steps}
 
@@ -282,7 +287,9 @@ class MemberDQNLearner(Learner):
 
     def freeze(self, member: int) -> None:
         """Member ``member`` learns no more (its rows still compute, its parameters stay)."""
-        self.dqn.frozen.append(member)
+        dqn = self.dqn
+        dqn.frozen_rows.freeze(None if isinstance(dqn.optimizer, MemberAdam) else
+                               list(dqn.q_policy.q_net.parameters()), member)
 
     def member_state_dict(self, member: int, solo_policy: QValuePolicy) -> dict:
         """Member ``member``'s learner state as its solo run's DQNLearner saves it."""

@@ -29,7 +29,7 @@ from rlcollect.algos.ppo import PPO
 from rlcollect.algos.reward_scaling import RewardScaler
 from rlcollect.buffers.rollout import RolloutBuffer, transition_view
 from rlcollect.modules.encoders import RunningNorm
-from rlcollect.sweeps.optim import MemberAdam
+from rlcollect.sweeps.optim import FrozenRows, MemberAdam
 from rlcollect.sweeps.stacking import MemberRunningNorm, member_state_dict
 
 
@@ -186,9 +186,11 @@ class MemberPPO(PPO):
         if normalize_reward:
             self.reward_scaler = MemberRewardScaler(self.gamma, self.members)
         self.active = torch.ones(self.members, device=device)
-        self.frozen: list[int] = []
-        # torch's Adam: the frozen members' parameters as they were when each froze (their rows; the others' unused)
-        self._kept: list[torch.Tensor] | None = None
+        self.frozen_rows = FrozenRows(self.members)  # torch's Adam: the frozen members' rows, kept
+
+    @property
+    def frozen(self) -> list[int]:
+        return self.frozen_rows.frozen
 
     def _member_values(self, key: str) -> list:
         """Each member's value of setting ``key``, as given (not rounded to float32)."""
@@ -245,15 +247,9 @@ class MemberPPO(PPO):
     def freeze(self, member: int) -> None:
         """Member ``member`` stops learning: its parameters stay as they are now."""
         self.active[member] = 0.0
-        self.frozen.append(member)
-        if isinstance(self.optimizer, MemberAdam):
-            return  # it moves only the members that step
-        parameters = list(self.actor_critic.parameters())
-        if self._kept is None:
-            self._kept = [parameter.detach().clone() for parameter in parameters]
-        else:
-            for kept, parameter in zip(self._kept, parameters):
-                kept[member].copy_(parameter[member])
+        # MemberAdam moves only the members that step; torch's Adam moves them all
+        self.frozen_rows.freeze(None if isinstance(self.optimizer, MemberAdam) else
+                                list(self.actor_critic.parameters()), member)
 
     def update(self, buffer: RolloutBuffer, frames: int) -> list[dict[str, float]]:
         """PPO.update for every member: a list of each member's mean losses (over its own
@@ -338,7 +334,7 @@ class MemberPPO(PPO):
             self.optimizer.step(stepping)
         else:
             self.optimizer.step()
-            self._restore_frozen(parameters)
+            self.frozen_rows.restore(parameters)
         with torch.no_grad():
             return {"loss_policy": loss_policy.detach(), "loss_value": loss_value.detach(),
                     "entropy": entropy_mean.detach(), "approx_kl": ((ratio - 1) - log_ratio).mean(1),
@@ -351,17 +347,6 @@ class MemberPPO(PPO):
         state = {f"module.{name}": value.index_select(0, learning)
                  for name, value in (*stacked.named_parameters(), *stacked.named_buffers())}
         return torch.func.functional_call(Evaluating(stacked), state, (minibatch,))
-
-    @torch.no_grad()
-    def _restore_frozen(self, parameters: list[torch.Tensor]) -> None:
-        """torch's Adam: the frozen members' rows back to their kept values (its momentum
-        moves a parameter with no gradient): one select per parameter, however many are
-        frozen."""
-        if self._kept is None:
-            return
-        frozen = self.active == 0
-        for parameter, kept in zip(parameters, self._kept):
-            torch.where(frozen.reshape(self.members, *([1] * (parameter.dim() - 1))), kept, parameter, out=parameter)
 
     def member_state_dict(self, member: int, solo_parameters: list[torch.Tensor]) -> dict:
         """Member ``member``'s PPO state as its solo run's PPO.state_dict() holds it: the
@@ -404,8 +389,9 @@ def clip_member_grad_norms(parameters: list[torch.Tensor], max_norm: float | tor
     if members == 1 and not torch.is_tensor(max_norm):  # the solo run's own call, on every device: bit-equal
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm).reshape(1)
     grads = [parameter.grad for parameter in parameters if parameter.grad is not None]
-    # one norm over each member's gradients laid end to end
-    total = torch.linalg.vector_norm(torch.cat([grad.reshape(members, -1) for grad in grads], 1), 2.0, dim=1)
+    # as clip_grad_norm_ computes it: each gradient's norm, then the norm of those norms (per member)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(grad.reshape(members, -1), 2.0, dim=1)
+                                                  for grad in grads]), 2.0, dim=0)
     coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
     for grad in grads:
         grad.mul_(coefficient.reshape(members, *([1] * (grad.dim() - 1))))

@@ -161,3 +161,42 @@ class MemberAdam:
         self.exp_avg.copy_(state["exp_avg"])
         self.exp_avg_sq.copy_(state["exp_avg_sq"])
 
+
+class FrozenRows:
+    """The rows of stacked parameters ``[S, ...]`` of the members that learn no more, kept as
+    they were when each froze: torch's Adam (one optimizer over every member) moves a row
+    with no gradient through its momentum, so after each of its steps ``restore`` writes
+    the kept rows back (one select per parameter, however many are frozen). MemberAdam
+    needs none of this: it steps only the members it is given."""
+
+    def __init__(self, members: int) -> None:
+        self.members = members
+        self.frozen: list[int] = []
+        self._kept: list[torch.Tensor] | None = None
+        self._mask: torch.Tensor | None = None
+
+    @torch.no_grad()
+    def freeze(self, parameters: Sequence[torch.Tensor] | None, member: int) -> None:
+        """Keep member ``member``'s rows of ``parameters`` as they are now (None: only count
+        it frozen, for an optimizer that leaves it alone)."""
+        self.frozen.append(member)
+        if parameters is None:
+            return
+        if self._kept is None:
+            self._kept = [parameter.detach().clone() for parameter in parameters]
+        else:
+            for kept, parameter in zip(self._kept, parameters):
+                kept[member].copy_(parameter[member])
+        device = self._kept[0].device
+        self._mask = torch.zeros(self.members, dtype=torch.bool, device=device)
+        self._mask[self.frozen] = True
+
+    @torch.no_grad()
+    def restore(self, parameters: Sequence[torch.Tensor]) -> None:
+        """The frozen members' rows back to their kept values."""
+        if self._kept is None:
+            return
+        for parameter, kept in zip(parameters, self._kept):
+            torch.where(self._mask.reshape(self.members, *([1] * (parameter.dim() - 1))), kept, parameter,
+                        out=parameter)
+

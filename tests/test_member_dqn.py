@@ -116,3 +116,91 @@ def test_a_dqn_sweep_and_a_dqn_study_train_as_batched_models_from_the_command_li
         [summary] = [json.loads(path.read_text())
                      for path in (tmp_path / "study").glob(f"{trial.number}_*/summary.json")]
         assert summary["status"] == "finished" and trial.value == summary["final_eval_return"]
+
+
+# ---------------------------------------------------------------------------- population-based training
+def test_pbt_s_exploit_copies_a_dqn_member_s_state_and_explores_its_settings(tmp_path):
+    """Four DQN members after a few updates, members 1 and 3 at the bottom: each takes its
+    drawn parent's Q network, target network, observation statistics and Adam state, and
+    the parent's lr and epsilon end perturbed; its replay buffer and RNG stream stay its own;
+    the next update steps it at its new lr."""
+    import random
+
+    import torch
+
+    from rlcollect.sweeps.pbt import clamped, exploit_and_explore, setting_ranges
+    from rlcollect.sweeps.pbt_options import PBTOptions
+
+    lrs, ends = [0.001, 0.002, 0.003, 0.0005], [0.05, 0.1, 0.02, 0.2]
+    cfgs = configs(*[[f"seed={seed}", f"algo.lr={lrs[seed]}", f"algo.eps_end={ends[seed]}",
+                      "model.normalize_observation=true", "algo.learning_starts=128"] for seed in range(4)])
+    sweep = build_sweep(cfgs, [tmp_path / f"m{seed}" for seed in range(4)], [NAMES] * 4)
+    learner = sweep.learner
+    for frames, batch in zip((128, 256), sweep.collector):
+        learner.learn(batch, frames)
+
+    def state(member):
+        dqn = learner.dqn
+        values = {f"q/{key}": value[member].clone() for key, value in dqn.q_policy.state_dict().items()}
+        values.update({f"target/{key}": value[member].clone() for key, value in dqn.target.state_dict().items()})
+        values.update({"adam/exp_avg": dqn.optimizer.exp_avg[member].clone(),
+                       "adam/exp_avg_sq": dqn.optimizer.exp_avg_sq[member].clone(),
+                       "adam/step": torch.tensor(dqn.optimizer.steps[member])})
+        return values
+
+    def own(member):
+        buffer = learner.replay_buffer.buffers[member]
+        return {"buffer": buffer.state_dict(include_storage=True)["storage"]["data"]["observation"][:len(buffer)],
+                "rng": sweep.policy.streams.generators[member].get_state()}
+
+    before, kept = [state(m) for m in range(4)], [own(m) for m in range(4)]
+    keys = ["lr", "eps_end"]
+    ranges = {key: setting_ranges(cfgs[0])[key] for key in keys}
+    replacements = exploit_and_explore(learner, {0: 5.0, 1: -1.0, 2: 9.0, 3: 0.0}, keys, ranges,
+                                       PBTOptions(every_frames=128, quantile=0.5), random.Random(3))
+    draws, expected = random.Random(3), {}
+    for member in (1, 3):
+        parent = draws.choice([0, 2])
+        expected[member] = (parent, {key: clamped([lrs, ends][index][parent] * draws.choice((0.8, 1.2)),
+                                                  ranges[key]) for index, key in enumerate(keys)})
+    assert [(r.member, r.parent, r.settings) for r in replacements] == [(m, *expected[m]) for m in (1, 3)]
+    for member in range(4):
+        source = expected[member][0] if member in expected else member
+        for key, value in state(member).items():
+            assert torch.equal(value, before[source][key]), (member, key)
+        assert torch.equal(own(member)["buffer"], kept[member]["buffer"])
+        assert torch.equal(own(member)["rng"], kept[member]["rng"])
+        settings = expected[member][1] if member in expected else {"lr": lrs[member], "eps_end": ends[member]}
+        assert {key: learner.member_setting(member, key) for key in keys} == settings
+    batch = next(iter(sweep.collector))
+    learner.learn(batch, 384)
+    assert learner.dqn.optimizer.lrs == [learner.member_setting(m, "lr") for m in range(4)]
+    sweep.shutdown()
+
+
+@pytest.mark.timeout(300)
+def test_a_dqn_pbt_sweep_writes_its_events_and_settings(tmp_path):
+    """Four learning rates of DQN, PBT every 256 frames: an event at 256, 512 and 768 (one
+    member of four each time, none at the last batch), each lr a parent's lr times 0.8 or
+    1.2, every member's rows carry the lr it trained with, its summary its parents."""
+    lrs = [0.0005, 0.001, 0.002, 0.004]
+    result = cli(tmp_path, "train", "--multirun", f"algo.lr={','.join(map(str, lrs))}", "hydra/launcher=batched",
+                 "hydra.launcher.pbt.every_frames=256", *TINY, "env.solved_return=null", "hydra.sweep.dir=sw")
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in (tmp_path / "sw" / "pbt.jsonl").read_text().splitlines()]
+    assert [event["frames"] for event in events] == [256, 512, 768]
+    lr_of = dict(enumerate(lrs))
+    for event in events:
+        [(key, lr)] = event["settings"].items()
+        assert key == "algo.lr" and lr in (pytest.approx(lr_of[event["parent"]] * 0.8),
+                                           pytest.approx(lr_of[event["parent"]] * 1.2))
+        lr_of[event["member"]] = lr
+    members = sorted((tmp_path / "sw").glob("*_*"), key=lambda path: int(path.name.split("_")[0]))
+    for number, member in enumerate(members):
+        summary = json.loads((member / "summary.json").read_text())
+        assert summary["status"] == "finished" and summary["pbt_settings"] == {"algo.lr": lr_of[number]}
+        assert [parent["frames"] for parent in summary["pbt_parents"]] == \
+            [event["frames"] for event in events if event["member"] == number]
+        rows = metric_rows(member)
+        assert all("pbt/algo.lr" in row for row in rows) and rows[-1]["pbt/algo.lr"] == lr_of[number]
+        assert [row["step"] for row in rows if "eval/episode_return" in row] == [256, 512, 768, 1024]

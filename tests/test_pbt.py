@@ -195,12 +195,13 @@ def test_bad_pbt_options_and_sweeps_pbt_cannot_train_are_one_line_exit_2_before_
          "hydra.launcher.pbt: jobs #0, #1: the members differ in no float setting (algo.lr, algo.entropy_coef, "
          "algo.clip_epsilon, algo.value_coef, algo.max_grad_norm, algo.gae_lambda), and population-based training "
          "explores those they differ in: sweep over one too (e.g. 'algo.lr=0.0003,0.001,0.003')"),
-        (["algo.lr=0.001,0.003", "algo=dqn", pbt],
-         "hydra.launcher.pbt: jobs #0, #1: population-based training trains the members of a stacked PPO model (PPO "
-         "with an MLP ActorCritic), not algo=dqn"),
         (["algo.gamma=0.9,0.99", "algo=sac", "env=pendulum", pbt],
-         "hydra.launcher.pbt: jobs #0, #1: population-based training trains the members of a stacked PPO model (PPO "
-         "with an MLP ActorCritic), not algo=sac (its members train in lockstep)"),
+         "hydra.launcher.pbt: jobs #0, #1: population-based training exchanges the state of the members of one "
+         "stacked model (PPO or DQN with an MLP), not algo=sac (its members train in lockstep)"),
+        (["seed=0,1", "algo=dqn", pbt],
+         "hydra.launcher.pbt: jobs #0, #1: the members differ in no float setting (algo.lr, algo.gamma, algo.tau, "
+         "algo.max_grad_norm, algo.eps_start, algo.eps_end), and population-based training explores those they "
+         "differ in: sweep over one too (e.g. 'algo.lr=0.0003,0.001,0.003')"),
     ]
     folders = []
     for index in range(len(cases)):

@@ -152,13 +152,16 @@ class LockstepLearner(Learner):
     """Every member's solo learner, each on its rows of the sweep's batch and under its RNG
     streams; ``learn`` returns a list of each member's metrics (a frozen member's: empty).
 
-    A replay learner (``learner.replay``) gets its rows written into its replay buffer as
-    its solo run's collector writes them (``extend_batch``), then ``learn(None, frames)``;
-    an on-policy learner gets its rows as its batch.
+    A replay learner (``learner.replay``) gets its rows written into its replay buffer
+    (``replay_buffers[m]``, the one it was built on) as its solo run's collector writes them
+    (``extend_batch``), then ``learn(None, frames)``; an on-policy learner gets its rows as
+    its batch.
     """
 
-    def __init__(self, learners: Sequence[Learner], streams: MemberStreams) -> None:
+    def __init__(self, learners: Sequence[Learner], streams: MemberStreams,
+                 replay_buffers: Sequence | None = None) -> None:
         self.learners, self.streams = list(learners), streams
+        self.replay_buffers = list(replay_buffers) if replay_buffers is not None else [None] * len(self.learners)
         self.members = len(self.learners)
         self.frozen: set[int] = set()
 
@@ -173,7 +176,7 @@ class LockstepLearner(Learner):
             own = batch[member * rows:(member + 1) * rows]
             with self.streams.member(member):
                 if learner.replay:
-                    learner.replay_buffer.extend_batch(own)
+                    self.replay_buffers[member].extend_batch(own)
                     metrics.append(learner.learn(None, frames))
                 else:
                     metrics.append(learner.learn(own, frames))

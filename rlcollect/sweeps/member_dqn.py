@@ -36,13 +36,14 @@ from rlcollect.modules.actor_critic import DETERMINISTIC
 from rlcollect.modules.q_network import QValuePolicy, linear_epsilon
 from rlcollect.sweeps.lockstep import MemberStreams
 from rlcollect.sweeps.members import clip_member_grad_norms
-from rlcollect.sweeps.optim import FrozenRows, MemberAdam
+from rlcollect.sweeps.optim import FrozenRows, MemberAdam, copy_member_optimizer_state
 from rlcollect.sweeps.stacking import MemberRunningNorm, member_state_dict
 
 # DQN's settings (algo.<name>) the members of one stacked model may differ in, each applied per member
 MEMBER_DQN_OPTIONS = ("lr", "gamma", "tau", "max_grad_norm", "target_update_period", "eps_start", "eps_end",
                       "eps_decay_frames")
 INTEGER_DQN_OPTIONS = ("target_update_period", "eps_decay_frames")
+SCHEDULE_OPTIONS = ("eps_start", "eps_end", "eps_decay_frames")  # the learner's, not DQN's
 
 
 class MemberQPolicy(TensorDictModuleBase):
@@ -173,6 +174,32 @@ class MemberDQN(DQN):
         """Each member's value of setting ``key`` (the shared one where they do not differ)."""
         return self.member_options.get(key) or [getattr(self, key)] * self.members
 
+    @torch.no_grad()
+    def set_member_setting(self, member: int, key: str, value: float) -> None:
+        """Member ``member`` trains with ``value`` of setting ``key`` (one the members differ
+        in, so kept per member) from its next gradient step."""
+        self.member_options[key][member] = value
+        if key == "lr":
+            self.member_lrs[member] = float(value)
+            self.optimizer.set_lrs(self.member_lrs)  # MemberAdam: the members differ in lr
+        elif key == "tau":
+            self.taus[member] = float(value)
+        elif key == "target_update_period":
+            self.periods[member] = int(value)
+        elif key in ("gamma", "max_grad_norm"):  # per member tensors
+            getattr(self, key)[member] = float(value)
+
+    @torch.no_grad()
+    def copy_member(self, target: int, source: int) -> None:
+        """Member ``target`` takes member ``source``'s state (population-based training's
+        exploit): its Q network and the stacked policy's buffers (observation statistics,
+        epsilon), its target network, its Adam state. Its settings, replay buffer, envs and
+        RNG streams stay its own."""
+        for module in (self.q_policy, self.target):
+            for value in module.state_dict(keep_vars=True).values():
+                value[target].copy_(value[source])
+        copy_member_optimizer_state(self.optimizer, target, source, self.members)
+
     def update(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
         """One gradient step of every member on its rows of ``batch`` ``[S, B]`` (then the
         target updates); metrics ``[S]`` per member and ``"td_error"`` ``[S, B]``."""
@@ -245,9 +272,10 @@ class MemberDQNLearner(Learner):
     def __init__(self, policy: MemberQPolicy, replay: MemberReplay, *, member_options: dict | None = None,
                  gradient_steps_per_batch: int = 1, learning_starts: int = 0, eps_start: float = 1.0,
                  eps_end: float = 0.05, eps_decay_frames: int = 0, **dqn_options) -> None:
-        options = dict(member_options or {})
-        self.schedules = [options.pop(key, [value] * policy.members) for key, value in
-                          (("eps_start", eps_start), ("eps_end", eps_end), ("eps_decay_frames", eps_decay_frames))]
+        options = {key: list(values) for key, values in (member_options or {}).items()}
+        self.differing = list(options)  # the settings the members differ in
+        defaults = {"eps_start": eps_start, "eps_end": eps_end, "eps_decay_frames": eps_decay_frames}
+        self.schedules = [options.pop(key, [defaults[key]] * policy.members) for key in SCHEDULE_OPTIONS]
         self.dqn = MemberDQN(policy, member_options=options, **dqn_options)
         self.policy, self.replay_buffer, self.members = policy, replay, policy.members
         self.gradient_steps, self.learning_starts = gradient_steps_per_batch, learning_starts
@@ -284,6 +312,29 @@ class MemberDQNLearner(Learner):
         for member, row in enumerate(metrics):
             row.update({key: value[member] / self.gradient_steps for key, value in values.items()})
         return metrics
+
+    # population-based training (rlcollect.sweeps.pbt) reads and sets the members through these
+    def member_setting(self, member: int, key: str) -> float | int:
+        """Member ``member``'s value of setting ``key`` (MEMBER_DQN_OPTIONS) now."""
+        if key in SCHEDULE_OPTIONS:
+            return self.schedules[SCHEDULE_OPTIONS.index(key)][member]
+        return self.dqn.member_values(key)[member]
+
+    def set_member_settings(self, member: int, settings: dict[str, float]) -> None:
+        """Member ``member`` trains with ``settings`` (float settings the members differ in)
+        from its next batch on."""
+        for key, value in settings.items():
+            if key not in self.differing or key in INTEGER_DQN_OPTIONS:
+                raise ValueError(f"set_member_settings: {key!r} is not a float setting the members differ in "
+                                 f"({', '.join(k for k in self.differing if k not in INTEGER_DQN_OPTIONS)})")
+            if key in SCHEDULE_OPTIONS:
+                self.schedules[SCHEDULE_OPTIONS.index(key)][member] = float(value)
+            else:
+                self.dqn.set_member_setting(member, key, float(value))
+
+    def copy_member(self, target: int, source: int) -> None:
+        """Member ``target`` takes member ``source``'s state (``MemberDQN.copy_member``)."""
+        self.dqn.copy_member(target, source)
 
     def freeze(self, member: int) -> None:
         """Member ``member`` learns no more (its rows still compute, its parameters stay)."""

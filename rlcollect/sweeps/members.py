@@ -29,7 +29,7 @@ from rlcollect.algos.ppo import PPO
 from rlcollect.algos.reward_scaling import RewardScaler
 from rlcollect.buffers.rollout import RolloutBuffer, transition_view
 from rlcollect.modules.encoders import RunningNorm
-from rlcollect.sweeps.optim import FrozenRows, MemberAdam
+from rlcollect.sweeps.optim import FrozenRows, MemberAdam, copy_member_optimizer_state
 from rlcollect.sweeps.stacking import MemberRunningNorm, member_state_dict
 
 
@@ -232,13 +232,7 @@ class MemberPPO(PPO):
         stream stay its own."""
         for value in self.actor_critic.stacked.state_dict(keep_vars=True).values():
             value[target].copy_(value[source])
-        if isinstance(self.optimizer, MemberAdam):
-            self.optimizer.copy_member(target, source)
-        elif self.members > 1:  # torch's fused Adam: its moments per element, one step count for every member
-            for state in self.optimizer.state.values():
-                for key, value in state.items():
-                    if key != "step" and torch.is_tensor(value) and value.dim() and value.shape[0] == self.members:
-                        value[target].copy_(value[source])
+        copy_member_optimizer_state(self.optimizer, target, source, self.members)
         if isinstance(self.reward_scaler, MemberRewardScaler):
             for name, value in self.reward_scaler.members[source].state_dict().items():
                 getattr(self.reward_scaler.members[target], name).copy_(value)
@@ -427,6 +421,16 @@ class MemberPPOLearner(Learner):
     def freeze(self, member: int) -> None:
         """Member ``member`` learns no more (MemberPPO.freeze)."""
         self.ppo.freeze(member)
+
+    # population-based training (rlcollect.sweeps.pbt) reads and sets the members through these
+    def member_setting(self, member: int, key: str) -> float | int:
+        return self.ppo.member_setting(member, key)
+
+    def set_member_settings(self, member: int, settings: dict[str, float]) -> None:
+        self.ppo.set_member_settings(member, settings)
+
+    def copy_member(self, target: int, source: int) -> None:
+        self.ppo.copy_member(target, source)
 
     def member_state_dict(self, member: int, solo_policy: torch.nn.Module) -> dict:
         """Member ``member``'s learner state as its solo run's PPOLearner saves it."""

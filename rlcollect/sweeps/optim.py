@@ -200,3 +200,17 @@ class FrozenRows:
             torch.where(self._mask.reshape(self.members, *([1] * (parameter.dim() - 1))), kept, parameter,
                         out=parameter)
 
+
+@torch.no_grad()
+def copy_member_optimizer_state(optimizer, target: int, source: int, members: int) -> None:
+    """Member ``target`` takes member ``source``'s optimizer state (population-based
+    training's exploit): MemberAdam's moments and step count, or the rows of torch's Adam
+    moments (its step count is one for every member, and stays)."""
+    if isinstance(optimizer, MemberAdam):
+        optimizer.copy_member(target, source)
+        return
+    for state in optimizer.state.values():
+        for key, value in state.items():
+            if key != "step" and torch.is_tensor(value) and value.dim() and value.shape[0] == members:
+                value[target].copy_(value[source])
+

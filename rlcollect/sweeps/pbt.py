@@ -3,13 +3,14 @@ docs/sweeps.md): Ray Tune's exploit and explore among the members of one process
 
 Every ``every_frames`` of a member's frames, the members still training are ranked on their
 latest evaluation; each member of the bottom ``quantile`` takes the state of a member drawn
-from the top ``quantile`` (``MemberPPO.copy_member``: parameters, observation normaliser,
-Adam moments and step count, reward scaler's return statistics) and that member's float
-settings, each multiplied by a factor drawn from ``perturb`` and clamped into its schema's
-range (``MemberPPO.set_member_settings``). The settings explored are the float settings of
-MEMBER_OPTIONS the members differ in at the start; an integer one (``epochs``) stays each
-member's own. The draws come from a generator of PBT's own, seeded with the first member's
-seed, so a PBT sweep repeats.
+from the top ``quantile`` (its learner's ``copy_member``: parameters and the policy's
+buffers, such as the observation normaliser, Adam moments and step count; PPO's reward
+scaler's return statistics, DQN's target network) and that member's float settings, each
+multiplied by a factor drawn from ``perturb`` and clamped into its schema's range
+(``set_member_settings``). The settings explored are the float settings of the model's
+kind (STACKED_OPTIONS) the members differ in at the start; an integer one (PPO's
+``epochs``, DQN's ``target_update_period``) stays each member's own. The draws come from a
+generator of PBT's own, seeded with the first member's seed, so a PBT sweep repeats.
 
 Each event is a line of ``pbt.jsonl`` in the sweep folder; each member's metrics rows carry
 its settings as ``pbt/algo.<key>`` and its summary.json its parents (``pbt_parents``) and
@@ -23,49 +24,55 @@ import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Protocol, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.config.fields import RANGE
 from rlcollect.errors import ConfigError
 from rlcollect.pipeline.lifecycle import Pipeline
-from rlcollect.sweeps.grouping import lockstep_reason, stacked_kind
-from rlcollect.sweeps.members import INTEGER_MEMBER_OPTIONS, MEMBER_OPTIONS, MemberPPO
+from rlcollect.sweeps.grouping import STACKED_OPTIONS, lockstep_reason, stacked_kind
 from rlcollect.sweeps.pbt_options import PBTOptions
 from rlcollect.validation import Range
 
 PBT_FILE = "pbt.jsonl"
 
 
+def float_settings(cfg: DictConfig) -> list[str]:
+    """The float settings the members of ``cfg``'s stacked model may differ in (its kind's
+    STACKED_OPTIONS but the integer ones): what PBT may explore."""
+    options, integers = STACKED_OPTIONS[stacked_kind(cfg)]
+    return [key for key in options if key not in integers]
+
+
 def explored_settings(cfgs: Sequence[DictConfig]) -> list[str]:
-    """The float settings of MEMBER_OPTIONS in which ``cfgs`` (the members) differ: what PBT
-    explores (``lr``, ``entropy_coef``, ...; never ``epochs``)."""
-    return [key for key in MEMBER_OPTIONS if key not in INTEGER_MEMBER_OPTIONS and key in cfgs[0].algo
+    """The float settings in which ``cfgs`` (the members of a stacked model) differ: what PBT
+    explores (PPO's ``lr``, ``entropy_coef``, ...; DQN's ``lr``, ``gamma``, ``eps_end``, ...;
+    never an integer setting such as ``epochs``)."""
+    return [key for key in float_settings(cfgs[0]) if key in cfgs[0].algo
             and len({float(cfg.algo[key]) for cfg in cfgs}) > 1]
 
 
 def pbt_refusal(cfgs: Sequence[DictConfig]) -> str | None:
     """Why ``cfgs`` (the members of one batched model) cannot train with PBT (None: they can)."""
-    if stacked_kind(cfgs[0]) != "ppo":
-        why = lockstep_reason(cfgs[0])
-        what = f"{why} (its members train in lockstep)" if why else f"algo={cfgs[0].algo.get('name')}"
-        return f"population-based training trains the members of a stacked PPO model (PPO with an MLP ActorCritic), " \
-               f"not {what}"
+    why = lockstep_reason(cfgs[0])
+    if why is not None:
+        return ("population-based training exchanges the state of the members of one stacked model (PPO or DQN with "
+                f"an MLP), not {why} (its members train in lockstep)")
     if explored_settings(cfgs):
         return None
-    floats = ", ".join(f"algo.{key}" for key in MEMBER_OPTIONS if key not in INTEGER_MEMBER_OPTIONS)
+    floats = ", ".join(f"algo.{key}" for key in float_settings(cfgs[0]))
     return (f"the members differ in no float setting ({floats}), and population-based training explores those they "
             "differ in: sweep over one too (e.g. 'algo.lr=0.0003,0.001,0.003')")
 
 
 def setting_ranges(cfg: DictConfig) -> dict[str, Range]:
-    """Each setting of MEMBER_OPTIONS with the range its algo schema declares (``ranged``;
-    a setting without one: any finite number)."""
+    """Each setting of ``cfg.algo`` with the range its schema declares (``ranged``; a setting
+    without one: any finite number)."""
     schema = OmegaConf.get_type(cfg.algo)
     declared = {field.name: field.metadata.get(RANGE) for field in dataclasses.fields(schema)} \
         if dataclasses.is_dataclass(schema) else {}
-    return {key: declared.get(key) or Range() for key in MEMBER_OPTIONS}
+    return {key: declared.get(key) or Range() for key in cfg.algo}
 
 
 def clamped(value: float, allowed: Range) -> float:
@@ -80,7 +87,7 @@ def clamped(value: float, allowed: Range) -> float:
 @dataclass
 class Replacement:
     """One exploit/explore: ``member`` took ``parent``'s state and ``settings`` (keys of
-    MEMBER_OPTIONS); ``scores``: the two members' latest evaluations."""
+    its learner's ``member_setting``); ``scores``: the two members' latest evaluations."""
 
     member: int
     parent: int
@@ -89,7 +96,18 @@ class Replacement:
     parent_score: float
 
 
-def exploit_and_explore(ppo: MemberPPO, scores: dict[int, float], keys: Sequence[str], ranges: dict[str, Range],
+class Members(Protocol):
+    """What PBT reads and changes of a stacked model's members (MemberPPOLearner,
+    MemberDQNLearner)."""
+
+    def member_setting(self, member: int, key: str) -> float | int: ...
+
+    def set_member_settings(self, member: int, settings: dict[str, float]) -> None: ...
+
+    def copy_member(self, target: int, source: int) -> None: ...
+
+
+def exploit_and_explore(members: Members, scores: dict[int, float], keys: Sequence[str], ranges: dict[str, Range],
                         options: PBTOptions, rng: random.Random) -> list[Replacement]:
     """One PBT step among the members ``scores`` ranks (member -> its latest evaluation; a
     non-finite one ranks last): each of the bottom ``ceil(quantile * n)`` (at most half of
@@ -108,12 +126,12 @@ def exploit_and_explore(ppo: MemberPPO, scores: dict[int, float], keys: Sequence
     replacements = []
     for member in bottom:
         parent = rng.choice(top)
-        settings = {key: clamped(float(ppo.member_setting(parent, key)) * rng.choice(options.perturb), ranges[key])
+        settings = {key: clamped(float(members.member_setting(parent, key)) * rng.choice(options.perturb), ranges[key])
                     for key in keys}
         replacements.append(Replacement(member, parent, settings, scores[member], scores[parent]))
     for replacement in replacements:  # bottom and top do not meet: no member copied from is changed
-        ppo.copy_member(replacement.member, replacement.parent)
-        ppo.set_member_settings(replacement.member, replacement.settings)
+        members.copy_member(replacement.member, replacement.parent)
+        members.set_member_settings(replacement.member, replacement.settings)
     return replacements
 
 
@@ -136,24 +154,24 @@ class PopulationTraining:
         self.rng = random.Random(cfgs[0].seed)  # PBT's own draws: which parent, which factor
         self.next_frames = options.every_frames
 
-    def settings(self, ppo: MemberPPO, member: int) -> dict[str, float]:
+    def settings(self, members: Members, member: int) -> dict[str, float]:
         """Member ``member``'s explored settings now, as ``algo.<key>``."""
-        return {f"algo.{key}": float(ppo.member_setting(member, key)) for key in self.keys}
+        return {f"algo.{key}": float(members.member_setting(member, key)) for key in self.keys}
 
-    def start(self, ppo: MemberPPO, pipelines: Sequence[Pipeline]) -> None:
+    def start(self, members: Members, pipelines: Sequence[Pipeline]) -> None:
         """Every member's summary (``pipelines[m]``, member m's): no parents yet, its
         starting settings."""
         for member, pipeline in enumerate(pipelines):
             pipeline.progress.summary["pbt_parents"] = []
-            pipeline.progress.summary["pbt_settings"] = self.settings(ppo, member)
+            pipeline.progress.summary["pbt_settings"] = self.settings(members, member)
 
-    def log_settings(self, ppo: MemberPPO, pipelines: Sequence[Pipeline], member: int, frames: int) -> None:
+    def log_settings(self, members: Members, pipelines: Sequence[Pipeline], member: int, frames: int) -> None:
         """``pbt/algo.<key>`` in the member's metrics row at ``frames``: the settings of the
         update that brought it there."""
-        pipelines[member].logger.log({f"pbt/{key}": value for key, value in self.settings(ppo, member).items()},
+        pipelines[member].logger.log({f"pbt/{key}": value for key, value in self.settings(members, member).items()},
                                      step=frames)
 
-    def after_batch(self, ppo: MemberPPO, pipelines: Sequence[Pipeline], active: Sequence[int],
+    def after_batch(self, members: Members, pipelines: Sequence[Pipeline], active: Sequence[int],
                     frames: int) -> list[Replacement]:
         """The step due at ``frames`` (a member's frames; none at the run's last batch, after
         which nothing trains) among the members ``active`` (those still training), ranked on
@@ -165,7 +183,7 @@ class PopulationTraining:
         scores = {member: pipelines[member].progress.summary["final_eval_return"] for member in active}
         if any(score is None for score in scores.values()):
             return []
-        replacements = exploit_and_explore(ppo, scores, self.keys, self.ranges, self.options, self.rng)
+        replacements = exploit_and_explore(members, scores, self.keys, self.ranges, self.options, self.rng)
         with self.path.open("a") as events:
             for replacement in replacements:
                 event = {"frames": frames, "member": self.job_numbers[replacement.member],
@@ -176,7 +194,7 @@ class PopulationTraining:
                 events.write(json.dumps(event) + "\n")
                 summary = pipelines[replacement.member].progress.summary
                 summary["pbt_parents"].append({"frames": frames, "parent": self.job_numbers[replacement.parent]})
-                summary["pbt_settings"] = self.settings(ppo, replacement.member)
+                summary["pbt_settings"] = self.settings(members, replacement.member)
         return replacements
 
 

@@ -291,7 +291,7 @@ class Sweep:
             for member in list(self.active):
                 self._step(sessions, member, sessions[member].open)
             if self.pbt is not None:
-                self.pbt.start(self.learner.ppo, self.pipelines)
+                self.pbt.start(self.learner, self.pipelines)
             for batch, frames in collected(shared):
                 phases.charge("collect")
                 member_frames = frames // self.members
@@ -301,11 +301,11 @@ class Sweep:
                 phases.charge("train")
                 for member in list(self.active):
                     if self.pbt is not None:
-                        self.pbt.log_settings(self.learner.ppo, self.pipelines, member, member_frames)
+                        self.pbt.log_settings(self.learner, self.pipelines, member, member_frames)
                     self._step(sessions, member, sessions[member].after_batch,
                                self.member_batch(batch, member), member_frames)
                 if self.pbt is not None and self.active:  # after the members' evaluations of this batch
-                    self.pbt.after_batch(self.learner.ppo, self.pipelines, self.active, member_frames)
+                    self.pbt.after_batch(self.learner, self.pipelines, self.active, member_frames)
                 # the members' records, checks and checkpoints: with the evaluation when there was one
                 evaluated = self._evaluated is not None and self._evaluated[0] == self.collector.frames
                 phases.charge("eval" if evaluated else "train")
@@ -400,9 +400,10 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
     if unstackable is not None:
         log.info("the members train in lockstep: %s", unstackable)
         kind = None
-    if pbt is not None and kind != "ppo":
-        raise ConfigError("hydra.launcher.pbt: population-based training trains the members of a stacked PPO model "
-                          f"(PPO with an MLP ActorCritic), not {unstackable or lockstep_reason(cfg)}")
+    if pbt is not None and kind is None:
+        raise ConfigError("hydra.launcher.pbt: population-based training exchanges the state of the members of one "
+                          f"stacked model (PPO or DQN with an MLP), not {unstackable or lockstep_reason(cfg)} (its "
+                          "members train in lockstep)")
     if kind == "ppo":
         policy = MemberPolicy(stack_modules(solos), members, generators)
     elif kind == "dqn":
@@ -471,7 +472,7 @@ def lockstep_learner(cfgs: list[DictConfig], run_dirs: list[Path], policies: lis
     for member, (member_cfg, policy, buffer) in enumerate(zip(cfgs, policies, buffers)):
         with streams.member(member):
             learners.append(make_learner(member_cfg, policy, member_shape, observation_space, action_space, buffer))
-    return LockstepLearner(learners, streams)
+    return LockstepLearner(learners, streams, buffers)
 
 
 def member_replay_buffers(cfgs: list[DictConfig], run_dirs: list[Path], streams: MemberStreams) -> list:

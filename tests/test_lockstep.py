@@ -133,3 +133,36 @@ def test_a_sac_tuning_study_trains_each_batch_of_trials_in_lockstep(tmp_path):
     for trial in trials:
         [summary] = [json.loads(path.read_text()) for path in (tmp_path / "sw").glob(f"{trial.number}_*/summary.json")]
         assert summary["status"] == "finished" and trial.value == summary["final_eval_return"]
+
+
+@pytest.mark.timeout(300)
+def test_a_member_that_stops_leaves_the_others_their_solo_runs(tmp_path):
+    """Two GRU members, a solved threshold between their evaluations: the first to reach it
+    stops there (its policy is called no more), the other trains on to total_frames; each is
+    its solo run with that threshold, bit for bit."""
+    from rlcollect.pipeline import build, run
+
+    overrides, _ = KINDS["gru"]
+    seeds = range(3, 9)
+    evals = {}
+    for seed, cfg in zip(seeds, configs(*[[*QUIET, *overrides, f"seed={seed}", "env.solved_return=null"]
+                                          for seed in seeds])):
+        run(build(cfg, tmp_path / f"probe{seed}"))
+        evals[seed] = [row["eval/episode_return"] for row in metric_rows(tmp_path / f"probe{seed}")
+                       if "eval/episode_return" in row]
+    # two seeds, a threshold the first reaches at its first evaluation and the second never does (seeds 3 and 4
+    # here; another CPU's floats may pick others)
+    first, other = next((a, b) for a in seeds for b in seeds if a != b and evals[a][0] > max(evals[b]))
+    threshold = (evals[first][0] + max(evals[other])) / 2
+    pair = (first, other)
+    cfgs = configs(*[[*QUIET, *overrides, f"seed={seed}", f"env.solved_return={threshold}"] for seed in pair])
+    names = [dict(name=None, group=None, job_type=None)] * 2
+    sweep = build_sweep(cfgs, [tmp_path / f"m{seed}" for seed in pair], names)
+    sweep.run()
+    assert sweep.policy.stopped == {0}
+    for seed, cfg in zip(pair, cfgs):
+        run(build(cfg, tmp_path / f"solo{seed}"))
+        assert metric_rows(tmp_path / f"m{seed}") == metric_rows(tmp_path / f"solo{seed}")
+    summaries = [json.loads((tmp_path / f"m{seed}" / "summary.json").read_text()) for seed in pair]
+    assert summaries[0]["status"] == "solved" and summaries[0]["frames"] == 256
+    assert summaries[1]["status"] == "finished" and summaries[1]["frames"] == 512

@@ -103,6 +103,7 @@ class LockstepPolicy(TensorDictModuleBase):
         super().__init__()
         self.policies = list(policies)  # a list, not a ModuleList: each is its member's own module
         self.streams = streams
+        self.stopped: set[int] = set()
         self.in_keys, self.out_keys = list(policies[0].in_keys), list(policies[0].out_keys)
         self.register_buffer("_device", torch.empty(0, device=next(policies[0].parameters()).device))
 
@@ -117,20 +118,28 @@ class LockstepPolicy(TensorDictModuleBase):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         rows = tensordict.shape[0] // self.members
-        outputs: dict = {}
+        outputs: list[dict | None] = []  # each member's, None for a stopped member
         for member, policy in enumerate(self.policies):
+            if member in self.stopped:
+                outputs.append(None)
+                continue
             part = tensordict[member * rows:(member + 1) * rows]
             given = {key: part.get(key) for key in part.keys(True, True)}
             with self.streams.member(member):
                 written = policy(part)
             written = part if written is None else written
-            for key in written.keys(True, True):  # what the policy set (a new tensor, not its row view)
-                value = written.get(key)
-                if given.get(key) is not value:
-                    outputs.setdefault(key, []).append(value)
-        for key, values in outputs.items():
-            tensordict.set(key, torch.cat(values))
+            # what the policy set: a new tensor, not its row view
+            outputs.append({key: value for key, value in written.items(True, True) if given.get(key) is not value})
+        running = next((written for written in outputs if written is not None), None)
+        for key, stand_in in (running or {}).items():  # a stopped member's rows: a running member's (valid actions,
+            tensordict.set(key, torch.cat([stand_in if written is None else written[key]  # which no one reads)
+                                           for written in outputs]))
         return tensordict
+
+    def stop_member(self, member: int) -> None:
+        """Member ``member``'s policy runs no more (its envs are paused and it is not
+        evaluated): its rows get a running member's outputs, which no one reads."""
+        self.stopped.add(member)
 
     @torch.no_grad()
     def zero_member(self, member: int) -> None:

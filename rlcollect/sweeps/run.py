@@ -273,6 +273,9 @@ class Sweep:
                 pause(range(member * rows_per_member, (member + 1) * rows_per_member))
         if failed:
             self.policy.zero_member(member)
+        stop = getattr(self.policy, "stop_member", None)  # members in lockstep: its policy calls end too
+        if callable(stop):
+            stop(member)
         self.learner.freeze(member)
 
     def run(self, stop: threading.Event | None = None, bar_position: int = 0) -> list[dict]:

@@ -660,6 +660,20 @@ figure("sweeps.launchers.basic", SWEEPS, "| one by one (basic launcher) | 43.4 (
        Relative(0.3), SWEEP_LAUNCHERS, sweep_way("basic"))
 figure("sweeps.launchers.joblib", SWEEPS, "| joblib, 2 workers | 26.1 (27.3 / 24.8) | 2.37 |", "2.37",
        Relative(0.3), SWEEP_LAUNCHERS, sweep_way("joblib"))
+SWEEP_DQN = script("sweeps.dqn8", "bench_sweeps.py",
+                   ("solve", "--seeds", "8", "--repeats", "1", "--ways", "batched,batched2", "--solo", "1", "--",
+                    "algo=dqn", "total_frames=50000", "env.solved_return=null"), "long", 10)
+SWEEP_GRU = script("sweeps.gru8", "bench_sweeps.py",
+                   ("solve", "--seeds", "8", "--repeats", "1", "--ways", "batched,batched2", "--solo", "1", "--",
+                    "experiment=cartpole_novel_gru", "total_frames=50000", "env.solved_return=null"), "long", 8)
+figure("sweeps.dqn8.batched", SWEEPS, "| 62.0 | 337.9 s (5.45x) | 167.5 s (2.70x) |", "5.45x", Relative(0.3),
+       SWEEP_DQN, sweep_way("batched"))
+figure("sweeps.dqn8.batched2", SWEEPS, "| 62.0 | 337.9 s (5.45x) | 167.5 s (2.70x) |", "2.70x", Relative(0.3),
+       SWEEP_DQN, sweep_way("batched2"))
+figure("sweeps.gru8.batched", SWEEPS, "| 29.6 | 249.3 s (8.41x) | 150.6 s (5.08x) |", "8.41x", Relative(0.3),
+       SWEEP_GRU, sweep_way("batched"))
+figure("sweeps.gru8.batched2", SWEEPS, "| 29.6 | 249.3 s (8.41x) | 150.6 s (5.08x) |", "5.08x", Relative(0.3),
+       SWEEP_GRU, sweep_way("batched2"))
 figure("sweeps.gpu256.x_solo", SWEEPS, "and 256 seeds 5.8x", "5.8x", Relative(0.3), SWEEP_GPU, sweep_way("batched"))
 HALFCHEETAH_SWEEP = Command(
     "sweeps.halfcheetah8", "long", 50,

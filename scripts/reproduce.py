@@ -666,6 +666,13 @@ SWEEP_DQN = script("sweeps.dqn8", "bench_sweeps.py",
 SWEEP_GRU = script("sweeps.gru8", "bench_sweeps.py",
                    ("solve", "--seeds", "8", "--repeats", "1", "--ways", "batched,batched2", "--solo", "1", "--",
                     "experiment=cartpole_novel_gru", "total_frames=50000", "env.solved_return=null"), "long", 8)
+SWEEP_SAC = script("sweeps.sac8", "bench_sweeps.py",
+                   ("solve", "--seeds", "8", "--repeats", "1", "--ways", "batched2,joblib", "--solo", "1", "--",
+                    "algo=sac", "env=pendulum", "total_frames=20000", "env.solved_return=null"), "long", 30)
+figure("sweeps.sac8.batched2", SWEEPS, "| 196.0 | 787.3 s (4.02x) | 765.6 s (3.91x) |", "4.02x", Relative(0.3),
+       SWEEP_SAC, sweep_way("batched2"))
+figure("sweeps.sac8.joblib", SWEEPS, "| 196.0 | 787.3 s (4.02x) | 765.6 s (3.91x) |", "3.91x", Relative(0.3),
+       SWEEP_SAC, sweep_way("joblib"))
 figure("sweeps.dqn8.batched", SWEEPS, "| 62.0 | 337.9 s (5.45x) | 167.5 s (2.70x) |", "5.45x", Relative(0.3),
        SWEEP_DQN, sweep_way("batched"))
 figure("sweeps.dqn8.batched2", SWEEPS, "| 62.0 | 337.9 s (5.45x) | 167.5 s (2.70x) |", "2.70x", Relative(0.3),

@@ -166,3 +166,33 @@ def test_a_member_that_stops_leaves_the_others_their_solo_runs(tmp_path):
     summaries = [json.loads((tmp_path / f"m{seed}" / "summary.json").read_text()) for seed in pair]
     assert summaries[0]["status"] == "solved" and summaries[0]["frames"] == 256
     assert summaries[1]["status"] == "finished" and summaries[1]["frames"] == 512
+
+
+@pytest.mark.timeout(300)
+def test_recurrent_and_cnn_policies_batch_from_the_command_line(tmp_path):
+    """GRU and LSTM PPO, and PPO with a CNN over image observations: each group of two seeds
+    trains in lockstep in one process (the launcher or the sweep says so), every member a
+    finished run of its own with its own results."""
+    recurrent = cli(tmp_path, "train", "--multirun", "seed=0,1", "experiment=cartpole_novel_gru", "model.rnn=gru,lstm",
+                    "hydra/launcher=batched", *QUIET, *TINY_PPO, "algo.sequence_length=8", "model.hidden_size=16",
+                    "hydra.sweep.dir=recurrent")
+    images = cli(tmp_path, "train", "--multirun", "seed=0,1,2,3", "hydra/launcher=batched", *QUIET, *TINY_PPO,
+                 "env.id=rlcollect-test/Spaces-image_hwc-discrete-v0", "env.imports=[rlcollect.testing]",
+                 "env.solved_return=null", "hydra.sweep.dir=images")
+    for result in (recurrent, images):
+        assert result.returncode == 0, result.stderr
+    output = recurrent.stdout + recurrent.stderr
+    assert output.count("train in lockstep in one process, each member its own model (model=recurrent_actor_critic "
+                        "does not stack)") == 2
+    output = images.stdout + images.stderr
+    # the auto encoder turns out a CNN once the env is probed: the members fall back to lockstep
+    assert "jobs #0-#3 train as one batched model of 4 members" in output
+    assert "the members train in lockstep: the model's" in output and "is a Conv2d" in output
+    for sweep in ("recurrent", "images"):
+        # an env id with a slash makes Hydra's job folder name a nested path: the run folders are where summaries are
+        members = sorted((path.parent for path in (tmp_path / sweep).rglob("summary.json")),
+                         key=lambda path: int(path.relative_to(tmp_path / sweep).parts[0].split("_")[0]))
+        assert len(members) == 4
+        summaries = [json.loads((member / "summary.json").read_text()) for member in members]
+        assert [(summary["status"], summary["frames"]) for summary in summaries] == [("finished", 512)] * 4
+        assert len({json.dumps(metric_rows(member)[-1]) for member in members}) == 4

@@ -19,7 +19,8 @@ from rlcollect.sweeps.run import build_sweep
 QUIET = ["progress=false", "logger=none", "eval.episodes=2", "env.num_envs=2", "total_frames=512",
          "collector.frames_per_batch=64", "eval.every_frames=256"]
 TINY_PPO = ["algo.minibatch_size=32", "algo.epochs=2"]
-TINY_REPLAY = ["algo.learning_starts=128", "algo.gradient_steps_per_batch=4", "algo.batch_size=16"]
+TINY_REPLAY = ["algo.learning_starts=128", "algo.gradient_steps_per_batch=4", "algo.batch_size=16",
+               "buffer.storage.max_size=1024"]
 KINDS = {  # each kind of member that trains in lockstep: its overrides, the setting its two members differ in
     "dqn_cnn": (["algo=dqn", "env.id=rlcollect-test/Spaces-image_chw-discrete-v0", "env.solved_return=null",
                  *TINY_REPLAY, "model.hidden_sizes=[16]", "algo.n_step=3", "algo.prioritized=true"],

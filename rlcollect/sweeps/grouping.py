@@ -57,6 +57,8 @@ def stacked_kind(cfg: DictConfig) -> str | None:
     """The kind of stacked model runs of ``cfg`` make (a key of STACKED_OPTIONS: PPO with the
     ActorCritic, DQN with the QValuePolicy, each with an MLP encoder; an ``auto`` encoder
     that turns out to be a CNN is found by ``build_sweep``); None: they train in lockstep."""
+    if cfg.get("algo") is None or cfg.get("model") is None:  # a Hydra app of another kind (the launcher serves any)
+        return None
     if cfg.model.get("encoder", "auto") not in ("auto", "mlp"):
         return None
     algo, model = target_class(cfg.algo, "algo"), target_class(cfg.model, "model")

@@ -1,8 +1,8 @@
 """Members that do not stack, trained in lockstep in one process (docs/sweeps.md, "Members
 in lockstep").
 
-A batched sweep of an algorithm or model with no stacked form (SAC, DQN, recurrent PPO,
-the CNN and multi-input encoders) still shares what a process of its own would pay for:
+A batched sweep of an algorithm or model with no stacked form (SAC, recurrent PPO, a CNN
+encoder, a user's learner) still shares what a process of its own would pay for:
 the start-up, one collector stepping every member's envs as one batch, one evaluator. Each
 member keeps its solo run's own policy and learner (built from its own config: the members
 may differ in any ``algo.*`` setting), and each draws from its own torch RNG streams:
@@ -18,9 +18,11 @@ may differ in any ``algo.*`` setting), and each draws from its own torch RNG str
                       its solo run's collector writes them
 
 So every member is its solo run bit for bit, whatever the number of members
-(tests/test_lockstep.py). The members' updates run one after the other: the sweep saves
-each member's process and start-up and steps the envs as one batch, not the update's
-arithmetic.
+(tests/test_lockstep.py). The members' updates and policy calls run one after the other:
+the sweep saves each member's process and start-up, not the per-member work; a member
+that stops is called no more. The stacked DQN (member_dqn.py) reuses MemberStreams for
+the draws its stacked computation cannot make (exploration, random actions, replay
+sampling).
 """
 from __future__ import annotations
 

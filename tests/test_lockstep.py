@@ -5,6 +5,7 @@ encoder of flat entries stacks: tests/test_sweeps.py; so does DQN: tests/test_me
 import json
 
 import pytest
+import torch
 from commands import rlcollect as cli
 from hydra import compose, initialize_config_module
 from run_states import assert_equal_states, metric_rows
@@ -197,3 +198,40 @@ def test_recurrent_and_cnn_policies_batch_from_the_command_line(tmp_path):
         summaries = [json.loads((member / "summary.json").read_text()) for member in members]
         assert [(summary["status"], summary["frames"]) for summary in summaries] == [("finished", 512)] * 4
         assert len({json.dumps(metric_rows(member)[-1]) for member in members}) == 4
+
+
+def test_members_whose_rows_are_idle_or_stopped_are_not_called():
+    """LockstepPolicy: a member whose rows an evaluation has paused (rows_idle), or that
+    stopped, is not called and its rows take a called member's outputs; the others run on
+    their own rows; with no row idle every member runs again."""
+    from tensordict import TensorDict
+
+    from rlcollect.sweeps.lockstep import LockstepPolicy, MemberStreams
+
+    class Recorder(torch.nn.Module):
+        in_keys, out_keys = ["observation"], ["action"]
+
+        def __init__(self, offset):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(()))
+            self.offset, self.calls = offset, []
+
+        def forward(self, tensordict):
+            self.calls.append(tensordict.get("observation").tolist())
+            tensordict.set("action", tensordict.get("observation") + self.offset)
+            return tensordict
+
+    streams = MemberStreams()
+    policies = [Recorder(100 * member) for member in range(3)]
+    for _ in policies:
+        streams.capture()
+    policy = LockstepPolicy(policies, streams)
+    rows = TensorDict({"observation": torch.arange(6)}, batch_size=[6])
+    assert policy(rows.clone())["action"].tolist() == [0, 1, 102, 103, 204, 205]
+    policy.rows_idle([0, 1, 2])  # member 0's two rows (and one of member 1's)
+    assert policy(rows.clone())["action"].tolist() == [102, 103, 102, 103, 204, 205]
+    policy.stop_member(2)
+    assert policy(rows.clone())["action"].tolist() == [102, 103, 102, 103, 102, 103]
+    policy.rows_idle(())  # the first member called stands in for the stopped one
+    assert policy(rows.clone())["action"].tolist() == [0, 1, 102, 103, 0, 1]
+    assert [len(recorder.calls) for recorder in policies] == [2, 4, 2]

@@ -81,7 +81,7 @@ class EvalCollector:
         steps = STEPS_PER_BATCH if eval_max_steps is None else min(STEPS_PER_BATCH, eval_max_steps // self.num_envs)
         self.collector = Collector(env, policy, frames_per_batch=self.num_envs * steps,
                                    exploration_type=exploration_type, actions_only=True)
-        self.env, self.seed = env, seed
+        self.env, self.seed, self.policy = env, seed, policy
 
     def evaluate(self, rows=None) -> EvalResult:
         """Reset the eval envs and run them until done (see the class doc). ``rows``: with
@@ -96,6 +96,8 @@ class EvalCollector:
         env_of: dict[int, int] = {}  # trajectory id -> the env row it ran in
         steps, started = 0, set()
         paused: list[int] = []  # envs whose one episode is counted: left unstepped (list backend) till the end
+        # a policy with rows_idle(rows) is told which rows no longer need actions (lockstep members skip theirs)
+        idle = getattr(self.policy, "rows_idle", None)
         try:
             for batch in self.collector:
                 ids = batch.get(TRAJ_IDS)
@@ -117,9 +119,13 @@ class EvalCollector:
                     break
                 if counted is not None and ended:
                     paused += self._pause([env_of[info.traj_id] for info in ended])
+                    if callable(idle):
+                        idle(paused)
         finally:
             if paused:
                 self.env.unpause(paused)
+            if callable(idle):
+                idle(())
         cut = len(counted if counted is not None else started) - len(completed)
         if self.eval_max_trajectories is not None:
             completed = completed[:self.eval_max_trajectories]

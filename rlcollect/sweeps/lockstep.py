@@ -106,6 +106,7 @@ class LockstepPolicy(TensorDictModuleBase):
         self.policies = list(policies)  # a list, not a ModuleList: each is its member's own module
         self.streams = streams
         self.stopped: set[int] = set()
+        self.idle_rows: frozenset[int] = frozenset()  # rows an evaluation has paused (rows_idle)
         self.in_keys, self.out_keys = list(policies[0].in_keys), list(policies[0].out_keys)
         self.register_buffer("_device", torch.empty(0, device=next(policies[0].parameters()).device))
 
@@ -120,9 +121,13 @@ class LockstepPolicy(TensorDictModuleBase):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         rows = tensordict.shape[0] // self.members
-        outputs: list[dict | None] = []  # each member's, None for a stopped member
+        skipped = [member in self.stopped or (bool(self.idle_rows) and self.idle_rows.issuperset(
+            range(member * rows, (member + 1) * rows))) for member in range(self.members)]
+        if all(skipped):  # someone's outputs must fill the rows
+            skipped[0] = False
+        outputs: list[dict | None] = []  # each member's, None for a member not called
         for member, policy in enumerate(self.policies):
-            if member in self.stopped:
+            if skipped[member]:
                 outputs.append(None)
                 continue
             part = tensordict[member * rows:(member + 1) * rows]
@@ -133,10 +138,16 @@ class LockstepPolicy(TensorDictModuleBase):
             # what the policy set: a new tensor, not its row view
             outputs.append({key: value for key, value in written.items(True, True) if given.get(key) is not value})
         running = next((written for written in outputs if written is not None), None)
-        for key, stand_in in (running or {}).items():  # a stopped member's rows: a running member's (valid actions,
+        for key, stand_in in running.items():  # a member not called: a called member's outputs (valid actions,
             tensordict.set(key, torch.cat([stand_in if written is None else written[key]  # which no one reads)
                                            for written in outputs]))
         return tensordict
+
+    def rows_idle(self, rows) -> None:
+        """The env rows an evaluation has paused, its counted episodes on them done (the
+        EvalCollector says so; empty at its end): a member whose rows are all idle is not
+        called until they are not, as its solo run's evaluation would have ended there."""
+        self.idle_rows = frozenset(rows)
 
     def stop_member(self, member: int) -> None:
         """Member ``member``'s policy runs no more (its envs are paused and it is not

@@ -4,6 +4,8 @@ import json
 
 import torch
 
+from rlcollect.checkpoint import load_checkpoint
+
 
 def metric_rows(run_dir):
     """metrics.jsonl without the wall-clock entries."""
@@ -29,6 +31,17 @@ def assert_equal_states(left, right, path="state"):
             assert_equal_states(a, b, f"{path}[{index}]")
     else:
         assert left == right, path
+
+
+def assert_same_summary_and_checkpoint(member, solo) -> None:
+    """Run folders ``member`` and ``solo`` end alike (status, frames, evaluations, checkpoint
+    frames) and their last checkpoints hold the same policy, learner, RNG state and frames."""
+    summaries = [json.loads((folder / "summary.json").read_text()) for folder in (member, solo)]
+    for key in ("status", "frames", "final_eval_return", "best_eval_return", "checkpoint_frames"):
+        assert summaries[0][key] == summaries[1][key], key
+    checkpoints = [load_checkpoint(folder / "checkpoint.pt") for folder in (member, solo)]
+    for key in ("policy", "learner", "rng", "frames"):
+        assert_equal_states(checkpoints[0][key], checkpoints[1][key], key)
 
 
 def filled_rows(data, filled: int):

@@ -8,10 +8,9 @@ import pytest
 import torch
 from commands import rlcollect as cli
 from hydra import compose, initialize_config_module
-from run_states import assert_equal_states, metric_rows
+from run_states import assert_same_summary_and_checkpoint, metric_rows
 
 import rlcollect.testing  # noqa: F401  (registers the rlcollect-test/ envs)
-from rlcollect.checkpoint import load_checkpoint
 from rlcollect.config import register_configs
 from rlcollect.errors import ConfigError
 from rlcollect.sweeps.grouping import check_sweep, lockstep_reason
@@ -65,12 +64,7 @@ def test_each_member_in_lockstep_is_its_solo_run_bit_for_bit(tmp_path, kind):
         assert [row["step"] for row in rows] == list(range(64, 513, 64))
         assert any(key.startswith("train/loss") for key in rows[-1]), rows[-1]  # it learnt
         assert [row["step"] for row in rows if "eval/episode_return" in row] == [256, 512]
-        summaries = [json.loads((folder / "summary.json").read_text()) for folder in (member, solo)]
-        for key in ("status", "frames", "final_eval_return", "best_eval_return", "checkpoint_frames"):
-            assert summaries[0][key] == summaries[1][key], key
-        checkpoints = [load_checkpoint(folder / "checkpoint.pt") for folder in (member, solo)]
-        for key in ("policy", "learner", "rng", "frames"):
-            assert_equal_states(checkpoints[0][key], checkpoints[1][key], key)
+        assert_same_summary_and_checkpoint(member, solo)
         finals.append(rows[-1])
     assert finals[0] != finals[1]  # two seeds, two runs
 

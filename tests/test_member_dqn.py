@@ -6,7 +6,7 @@ import json
 import pytest
 from commands import rlcollect as cli
 from hydra import compose, initialize_config_module
-from run_states import assert_equal_states, metric_rows
+from run_states import assert_same_summary_and_checkpoint, metric_rows
 
 from rlcollect.checkpoint import load_checkpoint
 from rlcollect.config import register_configs
@@ -44,12 +44,7 @@ def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, overrides):
     rows = metric_rows(solo)
     assert metric_rows(member) == rows
     assert [row["step"] for row in rows] == list(range(128, 1025, 128)) and "train/loss_q" in rows[-1]
-    summaries = [json.loads((folder / "summary.json").read_text()) for folder in (member, solo)]
-    for key in ("status", "frames", "final_eval_return", "best_eval_return", "checkpoint_frames"):
-        assert summaries[0][key] == summaries[1][key], key
-    checkpoints = [load_checkpoint(folder / "checkpoint.pt") for folder in (member, solo)]
-    for key in ("policy", "learner", "rng", "frames"):
-        assert_equal_states(checkpoints[0][key], checkpoints[1][key], key)
+    assert_same_summary_and_checkpoint(member, solo)
 
 
 @pytest.mark.timeout(300)

@@ -64,6 +64,20 @@ class MemberStreams:
     def __len__(self) -> int:
         return len(self.generators)
 
+    @contextlib.contextmanager
+    def kept(self):
+        """Whatever runs inside moves no RNG stream: neither torch's global ones nor any
+        member's."""
+        states = [generator.get_state() for generator in self.generators]
+        cuda_states = list(self.cuda_states)
+        try:
+            with torch.random.fork_rng(devices=[] if self.cuda is None else [self.cuda]):
+                yield
+        finally:
+            for generator, state in zip(self.generators, states):
+                generator.set_state(state)
+            self.cuda_states[:] = cuda_states
+
     def random_actions(self, env) -> torch.Tensor:
         """The random actions of ``env``'s rows (every member's P envs), member m's drawn from
         its streams as its solo run's env draws them for its P envs (``PolicyRunner`` asks a

@@ -21,8 +21,6 @@ its solo run bit for bit (tests/test_member_dqn.py).
 """
 from __future__ import annotations
 
-import contextlib
-
 import torch
 from tensordict import TensorDictBase
 from tensordict.nn import TensorDictModuleBase, interaction_type
@@ -37,7 +35,7 @@ from rlcollect.modules.q_network import QValuePolicy, linear_epsilon
 from rlcollect.sweeps.lockstep import MemberStreams
 from rlcollect.sweeps.members import clip_member_grad_norms
 from rlcollect.sweeps.optim import FrozenRows, MemberAdam, copy_member_optimizer_state
-from rlcollect.sweeps.stacking import MemberRunningNorm, member_state_dict
+from rlcollect.sweeps.stacking import member_state_dict, zero_member
 
 # DQN's settings (algo.<name>) the members of one stacked model may differ in, each applied per member
 MEMBER_DQN_OPTIONS = ("lr", "gamma", "tau", "max_grad_norm", "target_update_period", "eps_start", "eps_end",
@@ -93,28 +91,13 @@ class MemberQPolicy(TensorDictModuleBase):
         """The env's random actions, member m's from its streams (``MemberStreams.random_actions``)."""
         return self.streams.random_actions(env)
 
-    @torch.no_grad()
     def zero_member(self, member: int) -> None:
-        """Member ``member``'s parameters zeroed and its observation statistics reset."""
-        for parameter in self.stacked.parameters():
-            parameter[member].zero_()
-        for module in self.stacked.modules():
-            if isinstance(module, MemberRunningNorm):
-                module.running_mean[member].zero_()
-                module.running_var[member].fill_(1.0)
+        """Member ``member``'s rows zeroed (``stacking.zero_member``)."""
+        zero_member(self.stacked, member)
 
-    @contextlib.contextmanager
     def rng_kept(self):
-        """Run the policy without moving any RNG stream (torch's global ones, the members')."""
-        states = [generator.get_state() for generator in self.streams.generators]
-        cuda_states = list(self.streams.cuda_states)
-        try:
-            with torch.random.fork_rng(devices=[] if self.streams.cuda is None else [self.streams.cuda]):
-                yield
-        finally:
-            for generator, state in zip(self.streams.generators, states):
-                generator.set_state(state)
-            self.streams.cuda_states[:] = cuda_states
+        """Run the policy without moving any RNG stream (``MemberStreams.kept``)."""
+        return self.streams.kept()
 
 
 class MemberReplay:

@@ -30,7 +30,7 @@ from rlcollect.algos.reward_scaling import RewardScaler
 from rlcollect.buffers.rollout import RolloutBuffer, transition_view
 from rlcollect.modules.encoders import RunningNorm
 from rlcollect.sweeps.optim import FrozenRows, MemberAdam, copy_member_optimizer_state
-from rlcollect.sweeps.stacking import MemberRunningNorm, member_state_dict
+from rlcollect.sweeps.stacking import member_state_dict, zero_member
 
 
 class MemberPolicy(TensorDictModuleBase):
@@ -71,16 +71,9 @@ class MemberPolicy(TensorDictModuleBase):
         """(log_prob, entropy, value), each ``[S, N]``, of a minibatch ``[S, N]``."""
         return self.stacked.evaluate(tensordict)
 
-    @torch.no_grad()
     def zero_member(self, member: int) -> None:
-        """Member ``member``'s parameters zeroed and its observation statistics reset (a
-        failed member: every action it takes stays finite)."""
-        for parameter in self.stacked.parameters():
-            parameter[member].zero_()
-        for module in self.stacked.modules():
-            if isinstance(module, MemberRunningNorm):
-                module.running_mean[member].zero_()
-                module.running_var[member].fill_(1.0)
+        """Member ``member``'s rows zeroed (``stacking.zero_member``)."""
+        zero_member(self.stacked, member)
 
     @property
     def obs_norm(self):

@@ -131,6 +131,18 @@ def stack_modules(modules: Sequence[nn.Module]) -> nn.Module:
     return stacked
 
 
+@torch.no_grad()
+def zero_member(stacked: nn.Module, member: int) -> None:
+    """Member ``member``'s rows of every parameter of ``stacked`` zeroed and its
+    observation statistics reset (a failed member: every action it takes stays finite)."""
+    for parameter in stacked.parameters():
+        parameter[member].zero_()
+    for module in stacked.modules():
+        if isinstance(module, MemberRunningNorm):
+            module.running_mean[member].zero_()
+            module.running_var[member].fill_(1.0)
+
+
 def replace(root: nn.Module, name: str, module: nn.Module) -> None:
     parent, _, child = name.rpartition(".")
     setattr(root.get_submodule(parent) if parent else root, child, module)

@@ -17,7 +17,7 @@ import rlcollect
 from rlcollect.checkpoint import load_checkpoint
 
 TINY = ["total_frames=512", "collector.frames_per_batch=128", "env.num_envs=4", "eval.every_frames=256",
-        "eval.episodes=2", "progress=false", "logger=none", "env.solved_return=null"]
+        "eval.episodes=2", "progress=false", "logger=none", "env.solved_return=null", "eval.max_time_share=null"]
 PPO = ["algo.minibatch_size=64", "algo.epochs=1"]
 KINDS = {
     "dqn": ["algo=dqn", "algo.learning_starts=128", "algo.gradient_steps_per_batch=2"],

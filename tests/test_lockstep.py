@@ -1,7 +1,8 @@
-"""Batched sweeps of models that do not stack (rlcollect.sweeps.lockstep): SAC, recurrent PPO
-and the CNN encoder (PPO's, DQN's) train their members' solo policies and learners in
+"""Batched sweeps of models that do not stack (rlcollect.sweeps.lockstep): recurrent PPO and
+the CNN encoder (PPO's, DQN's, SAC's) train their members' solo policies and learners in
 lockstep on one collector, each member its solo run bit for bit. (PPO with the multi-input
-encoder of flat entries stacks: tests/test_sweeps.py; so does DQN: tests/test_member_dqn.py.)"""
+encoder of flat entries stacks: tests/test_sweeps.py; so do DQN and SAC with MLPs:
+tests/test_member_dqn.py, tests/test_member_sac.py.)"""
 import json
 
 import pytest
@@ -16,8 +17,8 @@ from rlcollect.errors import ConfigError
 from rlcollect.sweeps.grouping import check_sweep, lockstep_reason
 from rlcollect.sweeps.run import build_sweep
 
-QUIET = ["progress=false", "logger=none", "eval.episodes=2", "env.num_envs=2", "total_frames=512",
-         "collector.frames_per_batch=64", "eval.every_frames=256"]
+QUIET = ["progress=false", "logger=none", "eval.max_time_share=null", "eval.episodes=2", "env.num_envs=2",
+         "total_frames=512", "collector.frames_per_batch=64", "eval.every_frames=256"]
 TINY_PPO = ["algo.minibatch_size=32", "algo.epochs=2"]
 TINY_REPLAY = ["algo.learning_starts=128", "algo.gradient_steps_per_batch=4", "algo.batch_size=16",
                "buffer.storage.max_size=1024"]
@@ -25,8 +26,8 @@ KINDS = {  # each kind of member that trains in lockstep: its overrides, the set
     "dqn_cnn": (["algo=dqn", "env.id=rlcollect-test/Spaces-image_chw-discrete-v0", "env.solved_return=null",
                  *TINY_REPLAY, "model.hidden_sizes=[16]", "algo.n_step=3", "algo.prioritized=true"],
                 "algo.lr=0.0005"),
-    "sac": (["algo=sac", "env=pendulum", *TINY_REPLAY, "model.hidden_sizes=[16]", "algo.critic_hidden_sizes=[16]"],
-            "algo.gamma=0.9"),
+    "sac_cnn": (["algo=sac", "env.id=rlcollect-test/Spaces-image_chw-box-v0", "env.solved_return=null", *TINY_REPLAY,
+                 "model.hidden_sizes=[16]", "algo.critic_hidden_sizes=[16]", "algo.batch_size=4"], "algo.gamma=0.9"),
     "gru": (["experiment=cartpole_novel_gru", *TINY_PPO, "algo.sequence_length=8", "model.hidden_size=16"],
             "algo.lr=0.001"),
     "lstm": (["experiment=cartpole_novel_gru", *TINY_PPO, "algo.sequence_length=8", "model.rnn=lstm",
@@ -70,65 +71,24 @@ def test_each_member_in_lockstep_is_its_solo_run_bit_for_bit(tmp_path, kind):
 
 
 def test_what_trains_in_lockstep_and_what_stacks():
-    """PPO with the MLP ActorCritic and DQN with its MLP stack; another algo, model or encoder
-    trains in lockstep, and its members may differ in every algo setting the collector does
-    not read."""
-    cases = {(): None, ("algo=dqn",): None, ("algo=sac", "env=pendulum"): "algo=sac",
+    """PPO with the MLP ActorCritic, DQN and SAC with their MLPs stack; another model or
+    encoder trains in lockstep, and its members may differ in every algo setting the
+    collector does not read."""
+    cases = {(): None, ("algo=dqn",): None, ("algo=sac", "env=pendulum"): None,
+             ("algo=sac", "env=pendulum", "model.encoder=cnn"): "model.encoder=cnn",
              ("experiment=cartpole_novel_gru",): "model=recurrent_actor_critic", ("model.encoder=cnn",):
              "model.encoder=cnn", ("algo=dqn", "model.encoder=cnn"): "model.encoder=cnn"}
     for overrides, reason in cases.items():
         [cfg] = configs(overrides)
         assert lockstep_reason(cfg) == reason, overrides
-    sac = ["algo=sac", "env=pendulum"]
-    check_sweep(configs([*sac, "seed=0"], [*sac, "seed=1", "algo.actor_lr=0.01", "algo.batch_size=32",
-                                           "algo.gamma=0.9", "algo.autotune=false"]))
+    gru = ["experiment=cartpole_novel_gru"]
+    check_sweep(configs([*gru, "seed=0"], [*gru, "seed=1", "algo.lr=0.01", "algo.minibatch_size=32",
+                                           "algo.gamma=0.9", "algo.epochs=2"]))
     with pytest.raises(ConfigError, match="differ only in seed and algo.. but algo.learning_starts, algo.n_step"):
-        check_sweep(configs([*sac, "seed=0"], [*sac, "seed=1", "algo.learning_starts=10"]))
+        sac_cnn = ["algo=sac", "env=pendulum", "model.encoder=cnn"]
+        check_sweep(configs([*sac_cnn, "seed=0"], [*sac_cnn, "seed=1", "algo.learning_starts=10"]))
     with pytest.raises(ConfigError, match="algo.background=true: a batched sweep collects between"):
         check_sweep(configs(["algo=sac", "env=pendulum", "algo.background=true"]))
-
-
-@pytest.mark.timeout(300)
-def test_a_sac_sweep_trains_in_lockstep_from_the_command_line_and_a_member_resumes_alone(tmp_path):
-    """Two seeds x two critic learning rates of SAC: one line says they train in lockstep in
-    one process; four finished runs of their own, four different results; one resumes alone."""
-    result = cli(tmp_path, "train", "--multirun", "seed=0,1", "algo.critic_lr=0.001,0.003", "algo=sac", "env=pendulum",
-                 "hydra/launcher=batched", *QUIET, *TINY_REPLAY, "model.hidden_sizes=[16]",
-                 "algo.critic_hidden_sizes=[16]", "hydra.sweep.dir=sw")
-    assert result.returncode == 0, result.stderr
-    assert ("jobs #0-#3 train in lockstep in one process, each member its own model (algo=sac does not stack)"
-            in result.stdout + result.stderr)
-    members = sorted((tmp_path / "sw").glob("*_*"), key=lambda path: int(path.name.split("_")[0]))
-    summaries = [json.loads((member / "summary.json").read_text()) for member in members]
-    assert [summary["status"] for summary in summaries] == ["finished"] * 4
-    assert [summary["frames"] for summary in summaries] == [512] * 4
-    assert len({json.dumps(metric_rows(member)[-1]) for member in members}) == 4
-    resumed = cli(tmp_path, "train", f"resume={members[2]}", "total_frames=640")
-    assert resumed.returncode == 0, resumed.stderr
-    assert [row["step"] for row in metric_rows(members[2])] == list(range(64, 641, 64))
-
-
-@pytest.mark.timeout(300)
-def test_a_sac_tuning_study_trains_each_batch_of_trials_in_lockstep(tmp_path):
-    """hydra/sweeper=tune_sac hydra/launcher=batched n_jobs=2: each pair of trials (different
-    learning rates, tau, gamma, alpha, autotune, batch size) trains in lockstep, every
-    trial's value reaches the study."""
-    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
-    import optuna
-
-    storage = f"sqlite:///{tmp_path / 't.db'}"
-    result = cli(tmp_path, "train", "--multirun", "hydra/sweeper=tune_sac", "algo=sac", "env=pendulum",
-                 "hydra/launcher=batched", "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2",
-                 f"hydra.sweeper.storage={storage}", *QUIET, "algo.learning_starts=128",
-                 "algo.gradient_steps_per_batch=4", "model.hidden_sizes=[16]", "algo.critic_hidden_sizes=[16]",
-                 "hydra.sweep.dir=sw")
-    assert result.returncode == 0, result.stderr
-    assert (result.stdout + result.stderr).count("train in lockstep in one process") == 2
-    trials = optuna.load_study(study_name="rlcollect", storage=storage).trials
-    assert [trial.state.name for trial in trials] == ["COMPLETE"] * 4
-    for trial in trials:
-        [summary] = [json.loads(path.read_text()) for path in (tmp_path / "sw").glob(f"{trial.number}_*/summary.json")]
-        assert summary["status"] == "finished" and trial.value == summary["final_eval_return"]
 
 
 @pytest.mark.timeout(300)

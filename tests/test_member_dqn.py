@@ -14,8 +14,8 @@ from rlcollect.errors import ConfigError
 from rlcollect.sweeps.grouping import check_sweep, member_options
 from rlcollect.sweeps.run import build_sweep
 
-TINY = ["algo=dqn", "progress=false", "logger=none", "eval.episodes=2", "env.num_envs=2", "total_frames=1024",
-        "collector.frames_per_batch=128", "eval.every_frames=256", "algo.learning_starts=256",
+TINY = ["algo=dqn", "progress=false", "logger=none", "eval.max_time_share=null", "eval.episodes=2", "env.num_envs=2",
+        "total_frames=1024", "collector.frames_per_batch=128", "eval.every_frames=256", "algo.learning_starts=256",
         "algo.gradient_steps_per_batch=4", "algo.batch_size=16", "model.hidden_sizes=[32]"]
 NAMES = dict(name=None, group=None, job_type=None)
 

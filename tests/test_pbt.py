@@ -195,9 +195,10 @@ def test_bad_pbt_options_and_sweeps_pbt_cannot_train_are_one_line_exit_2_before_
          "hydra.launcher.pbt: jobs #0, #1: the members differ in no float setting (algo.lr, algo.entropy_coef, "
          "algo.clip_epsilon, algo.value_coef, algo.max_grad_norm, algo.gae_lambda), and population-based training "
          "explores those they differ in: sweep over one too (e.g. 'algo.lr=0.0003,0.001,0.003')"),
-        (["algo.gamma=0.9,0.99", "algo=sac", "env=pendulum", pbt],
+        (["algo.gamma=0.9,0.99", "experiment=cartpole_novel_gru", pbt],
          "hydra.launcher.pbt: jobs #0, #1: population-based training exchanges the state of the members of one "
-         "stacked model (PPO or DQN with an MLP), not algo=sac (its members train in lockstep)"),
+         "stacked model (PPO, DQN or SAC with an MLP), not model=recurrent_actor_critic (its members train in "
+         "lockstep)"),
         (["seed=0,1", "algo=dqn", pbt],
          "hydra.launcher.pbt: jobs #0, #1: the members differ in no float setting (algo.lr, algo.gamma, algo.tau, "
          "algo.max_grad_norm, algo.eps_start, algo.eps_end), and population-based training explores those they "
@@ -230,7 +231,7 @@ def test_a_pbt_sweep_writes_its_events_settings_and_parents_and_repeats_exactly(
     lrs = [0.0003, 0.001, 0.003, 0.01]
     sweep = [*SWEEP, f"algo.lr={','.join(map(str, lrs))}", "hydra.launcher.pbt.every_frames=512", "total_frames=2048",
              "collector.frames_per_batch=256", "algo.minibatch_size=128", "eval.every_frames=512", "eval.episodes=2",
-             "env.solved_return=null"]
+             "env.solved_return=null", "eval.max_time_share=null"]
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
     results = cli_all([tmp_path / "a", tmp_path / "b"], [[*sweep, "hydra.sweep.dir=sw"]] * 2)

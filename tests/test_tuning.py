@@ -6,7 +6,8 @@ import pytest
 from commands import rlcollect as cli
 
 TINY = ["total_frames=256", "collector.frames_per_batch=128", "algo.minibatch_size=64", "env.num_envs=4",
-        "eval.every_frames=128", "eval.episodes=2", "progress=false", "logger=none", "env.solved_return=null"]
+        "eval.every_frames=128", "eval.episodes=2", "progress=false", "logger=none", "env.solved_return=null",
+        "eval.max_time_share=null"]
 
 
 @pytest.mark.timeout(600)

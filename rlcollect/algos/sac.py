@@ -88,7 +88,9 @@ class SACLearner(Learner):
         return observation if norm is None else norm(observation)
 
     def critic_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the twin critics' TD loss, the mean Q of the taken actions)."""
+        """(the twin critics' TD loss, the mean Q of the taken actions); means over the
+        sample dim, so a stacked batch ``[S, B]`` (rlcollect.sweeps.member_sac) gives one
+        of each per member."""
         observation = self.normalized(batch.get("observation"))
         action = batch.get("action")
         with torch.no_grad():
@@ -107,7 +109,7 @@ class SACLearner(Learner):
         weight = batch.get(WEIGHT, None)
         if weight is not None:
             per_sample = per_sample * weight.reshape(per_sample.shape).to(per_sample.dtype)
-        return 0.5 * per_sample.mean(), q_values[0].detach().mean()
+        return 0.5 * per_sample.mean(-1), q_values[0].detach().mean(-1)
 
     def actor_step(self, observation) -> dict[str, torch.Tensor]:
         """One actor update (and one of alpha with autotune) on the batch's observations."""
@@ -118,34 +120,42 @@ class SACLearner(Learner):
             q = torch.min(*(critic(normalized, action) for critic in self.critics))
         finally:
             self.critics.requires_grad_(True)
-        loss = (self.log_alpha.exp().detach() * log_prob - q).mean()
+        loss = (self.log_alpha.exp().detach() * log_prob - q).mean(-1)
         self.actor_optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.actor_optimizer.step()
-        metrics = {"loss_actor": loss.detach(), "entropy": -log_prob.detach().mean()}
+        loss.sum().backward()  # a stacked learner's members' losses: each its own rows' gradient
+        self.step_optimizer(self.actor_optimizer)
+        metrics = {"loss_actor": loss.detach(), "entropy": -log_prob.detach().mean(-1)}
         if self.autotune:
-            alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+            alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean(-1)
             self.alpha_optimizer.zero_grad(set_to_none=True)
-            alpha_loss.backward()
-            self.alpha_optimizer.step()
+            alpha_loss.sum().backward()
+            self.step_optimizer(self.alpha_optimizer)
             metrics["loss_alpha"] = alpha_loss.detach()
         return metrics
+
+    def step_optimizer(self, optimizer) -> None:
+        """One step of ``optimizer`` (a stacked learner steps its learning members alone)."""
+        optimizer.step()
+
+    @torch.no_grad()
+    def update_targets(self) -> None:
+        """The target critics one Polyak step ``tau`` towards the critics."""
+        for target, online in zip(self.targets.parameters(), self.critics.parameters()):
+            target.lerp_(online, self.tau)
 
     def update(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
         """One critic step on ``batch``; the actor rounds and target updates when due."""
         loss, q_mean = self.critic_loss(batch)
         self.critic_optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.critic_optimizer.step()
+        loss.sum().backward()
+        self.step_optimizer(self.critic_optimizer)
         self.updates += 1
         metrics = {"loss_q": loss.detach(), "q_mean": q_mean}
         if self.updates % self.policy_frequency == 0:
             for _ in range(self.policy_frequency):
                 metrics.update(self.actor_step(batch.get("observation")))
         if self.updates % self.target_network_frequency == 0:
-            with torch.no_grad():
-                for target, online in zip(self.targets.parameters(), self.critics.parameters()):
-                    target.lerp_(online, self.tau)
+            self.update_targets()
         return metrics
 
     def learn(self, batch: TensorDictBase | None, frames: int) -> dict[str, float]:

@@ -4,7 +4,7 @@ actions, scaled to the action bounds) and the Q critics its learner trains
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import gymnasium as gym
 import torch
@@ -70,24 +70,30 @@ class SACActor(TensorDictModuleBase):
         low, high = LOG_STD_RANGE
         return mean, low + 0.5 * (high - low) * (torch.tanh(log_std) + 1)
 
-    def sample(self, observation) -> tuple[torch.Tensor, torch.Tensor]:
+    def sample(self, observation, draw: Callable[[torch.Tensor], torch.Tensor] | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
         """A reparameterised action and its log-probability (the squashing's Jacobian
-        included), differentiable with respect to the actor's parameters."""
+        included), differentiable with respect to the actor's parameters. ``draw(mean)``:
+        the standard normal noise, shaped as ``mean`` (None: ``torch.randn_like``; a
+        batched sweep draws each member's from its own RNG stream)."""
         mean, log_std = self.distribution(observation)
-        pre_squash = mean + log_std.exp() * torch.randn_like(mean)
+        noise = torch.randn_like(mean) if draw is None else draw(mean)
+        pre_squash = mean + log_std.exp() * noise
         squashed = torch.tanh(pre_squash)
         log_prob = (-0.5 * ((pre_squash - mean) / log_std.exp()).pow(2) - log_std - 0.5 * math.log(2 * math.pi))
         log_prob = log_prob - torch.log(self.action_scale * (1 - squashed.pow(2)) + 1e-6)
         return squashed * self.action_scale + self.action_bias, log_prob.sum(-1)
 
-    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        observation = tensordict.get("observation")
+    def act(self, observation, draw: Callable[[torch.Tensor], torch.Tensor] | None = None) -> torch.Tensor:
+        """The action the collectors take: sampled (``draw`` as in ``sample``), or
+        ``tanh(mean)`` scaled under a deterministic interaction type (nothing drawn)."""
         if interaction_type() in DETERMINISTIC:
             mean, _ = self.distribution(observation)
-            action = torch.tanh(mean) * self.action_scale + self.action_bias
-        else:
-            action, _ = self.sample(observation)
-        tensordict.set("action", action)
+            return torch.tanh(mean) * self.action_scale + self.action_bias
+        return self.sample(observation, draw)[0]
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        tensordict.set("action", self.act(tensordict.get("observation")))
         return tensordict
 
 

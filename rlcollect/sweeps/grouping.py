@@ -9,21 +9,25 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.algos.dqn import DQNLearner
 from rlcollect.algos.ppo import PPOLearner
+from rlcollect.algos.sac import SACLearner
 from rlcollect.collectors.single import Collector
 from rlcollect.envs.backends import vector_seeds_each_env
 from rlcollect.errors import ConfigError
 from rlcollect.modules.actor_critic import ActorCritic
 from rlcollect.modules.q_network import QValuePolicy
+from rlcollect.modules.sac import SACActor
 from rlcollect.pipeline.checks import collector_name
 from rlcollect.pipeline.targets import target_class
 from rlcollect.sweeps.member_dqn import INTEGER_DQN_OPTIONS, MEMBER_DQN_OPTIONS
+from rlcollect.sweeps.member_sac import INTEGER_SAC_OPTIONS, MEMBER_SAC_OPTIONS
 from rlcollect.sweeps.members import INTEGER_MEMBER_OPTIONS, MEMBER_OPTIONS
 
 PER_ENV_SEED_BACKENDS = ("list", "sync", "async")  # backends that seed each env on its own (a list of seeds)
 # the kinds of stacked model: (learner, policy) classes of the runs that stack, and the algo settings (all, integer)
 # the members of one model may differ in
-STACKED_CLASSES = {"ppo": (PPOLearner, ActorCritic), "dqn": (DQNLearner, QValuePolicy)}
-STACKED_OPTIONS = {"ppo": (MEMBER_OPTIONS, INTEGER_MEMBER_OPTIONS), "dqn": (MEMBER_DQN_OPTIONS, INTEGER_DQN_OPTIONS)}
+STACKED_CLASSES = {"ppo": (PPOLearner, ActorCritic), "dqn": (DQNLearner, QValuePolicy), "sac": (SACLearner, SACActor)}
+STACKED_OPTIONS = {"ppo": (MEMBER_OPTIONS, INTEGER_MEMBER_OPTIONS), "dqn": (MEMBER_DQN_OPTIONS, INTEGER_DQN_OPTIONS),
+                   "sac": (MEMBER_SAC_OPTIONS, INTEGER_SAC_OPTIONS)}
 # the algo settings the shared collector reads, which the members of a lockstep sweep share (they may differ in
 # every other algo.* setting: each member's learner is built from its own config)
 LOCKSTEP_SHARED_ALGO_KEYS = ("_target_", "name", "learning_starts", "n_step", "background")
@@ -55,7 +59,7 @@ def stacks(cfg: DictConfig) -> bool:
 
 def stacked_kind(cfg: DictConfig) -> str | None:
     """The kind of stacked model runs of ``cfg`` make (a key of STACKED_OPTIONS: PPO with the
-    ActorCritic, DQN with the QValuePolicy, each with an MLP encoder; an ``auto`` encoder
+    ActorCritic, DQN with the QValuePolicy, SAC with the SACActor, each with an MLP encoder; an ``auto`` encoder
     that turns out to be a CNN is found by ``build_sweep``); None: they train in lockstep."""
     if cfg.get("algo") is None or cfg.get("model") is None:  # a Hydra app of another kind (the launcher serves any)
         return None
@@ -68,7 +72,7 @@ def stacked_kind(cfg: DictConfig) -> str | None:
 
 def lockstep_reason(cfg: DictConfig) -> str | None:
     """Why the members of ``cfg`` train in lockstep rather than as one stacked model, in a few
-    words (``algo=sac``); None: they stack."""
+    words (``model=recurrent_actor_critic``); None: they stack."""
     if stacked_kind(cfg) is not None:
         return None
     algo = target_class(cfg.algo, "algo")

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import torch
 from tensordict import TensorDictBase
-from tensordict.nn import TensorDictModuleBase, interaction_type
+from tensordict.nn import interaction_type
 
 from rlcollect.acting import actions_only
 from rlcollect.algos.dqn import DQN
@@ -34,8 +34,9 @@ from rlcollect.modules.actor_critic import DETERMINISTIC
 from rlcollect.modules.q_network import QValuePolicy, linear_epsilon
 from rlcollect.sweeps.lockstep import MemberStreams
 from rlcollect.sweeps.members import clip_member_grad_norms
-from rlcollect.sweeps.optim import FrozenRows, MemberAdam, copy_member_optimizer_state
-from rlcollect.sweeps.stacking import member_state_dict, zero_member
+from rlcollect.sweeps.optim import FrozenRows, MemberAdam, copy_member_optimizer_state, member_optimizer_state
+from rlcollect.sweeps.stacking import member_state_dict
+from rlcollect.sweeps.streamed import StreamedMembers
 
 # DQN's settings (algo.<name>) the members of one stacked model may differ in, each applied per member
 MEMBER_DQN_OPTIONS = ("lr", "gamma", "tau", "max_grad_norm", "target_update_period", "eps_start", "eps_end",
@@ -44,7 +45,7 @@ INTEGER_DQN_OPTIONS = ("target_update_period", "eps_decay_frames")
 SCHEDULE_OPTIONS = ("eps_start", "eps_end", "eps_decay_frames")  # the learner's, not DQN's
 
 
-class MemberQPolicy(TensorDictModuleBase):
+class MemberQPolicy(StreamedMembers):
     """The stacked QValuePolicy ``stacked`` of ``streams``' members as a policy over the
     sweep's ``[S * P, ...]`` rows: greedy on the stacked Q-values, and, outside a
     deterministic interaction type, member m's exploration drawn under its streams as its
@@ -53,51 +54,23 @@ class MemberQPolicy(TensorDictModuleBase):
     in_keys = ["observation"]
     out_keys = ["action", "action_value"]
 
-    def __init__(self, stacked: QValuePolicy, streams: MemberStreams) -> None:
-        super().__init__()
-        self.stacked, self.streams = stacked, streams
-        self.members = len(streams)
-
-    @property
-    def generators(self) -> list[torch.Generator]:
-        return self.streams.generators
-
-    @property
-    def obs_norm(self):
-        return self.stacked.obs_norm
-
-    def split(self, value: torch.Tensor) -> torch.Tensor:
-        return value.unflatten(0, (self.members, -1))
-
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         q_values = self.stacked.q_values(self.split(tensordict.get("observation")))  # [S, P, A]
         action = q_values.argmax(-1)
         if interaction_type() not in DETERMINISTIC:
-            rows = action.shape[1]
-            draws = []
-            for member in range(self.members):
-                with self.streams.member(member):
-                    explore = torch.rand((rows,), device=action.device) < self.stacked.epsilon[member]
-                    draws.append(torch.where(explore, torch.randint(self.stacked.num_actions, (rows,),
-                                                                    device=action.device), action[member]))
-            action = torch.stack(draws)
+            epsilon, num_actions = self.stacked.epsilon, self.stacked.num_actions
+
+            def explore(member: int, greedy: torch.Tensor) -> torch.Tensor:
+                rows = greedy.shape[0]
+                chosen = torch.rand((rows,), device=greedy.device) < epsilon[member]
+                return torch.where(chosen, torch.randint(num_actions, (rows,), device=greedy.device), greedy)
+
+            action = self.member_draws(action, explore)
         offset = self.stacked.action_offset
         tensordict.set("action", (action + offset if offset else action).flatten(0, 1))
         if not actions_only():
             tensordict.set("action_value", q_values.flatten(0, 1))
         return tensordict
-
-    def random_actions(self, env) -> torch.Tensor:
-        """The env's random actions, member m's from its streams (``MemberStreams.random_actions``)."""
-        return self.streams.random_actions(env)
-
-    def zero_member(self, member: int) -> None:
-        """Member ``member``'s rows zeroed (``stacking.zero_member``)."""
-        zero_member(self.stacked, member)
-
-    def rng_kept(self):
-        """Run the policy without moving any RNG stream (``MemberStreams.kept``)."""
-        return self.streams.kept()
 
 
 class MemberReplay:
@@ -222,16 +195,8 @@ class MemberDQN(DQN):
 
     def member_state_dict(self, member: int, solo: QValuePolicy) -> dict:
         """Member ``member``'s DQN state as its solo run's ``DQN.state_dict()`` holds it."""
-        solo_parameters = list(solo.q_net.parameters())
-        if isinstance(self.optimizer, MemberAdam):
-            optimizer = self.optimizer.member_state_dict(member, solo_parameters, self.solo_param_groups)
-        else:
-            state = self.optimizer.state_dict()
-            optimizer = {"state": {index: {key: value.detach().cpu().clone() if key == "step" else
-                                           value[member].reshape(solo_parameters[index].shape).clone()
-                                           for key, value in entry.items()}
-                                   for index, entry in state["state"].items()},
-                         "param_groups": self.solo_param_groups}
+        optimizer = member_optimizer_state(self.optimizer, member, list(solo.q_net.parameters()),
+                                           self.solo_param_groups)
         return {"optimizer": optimizer, "target": member_state_dict(self.target.state_dict(), solo, member),
                 "gradient_steps": self.gradient_steps}
 

@@ -29,7 +29,7 @@ from rlcollect.algos.ppo import PPO
 from rlcollect.algos.reward_scaling import RewardScaler
 from rlcollect.buffers.rollout import RolloutBuffer, transition_view
 from rlcollect.modules.encoders import RunningNorm
-from rlcollect.sweeps.optim import FrozenRows, MemberAdam, copy_member_optimizer_state
+from rlcollect.sweeps.optim import FrozenRows, MemberAdam, copy_member_optimizer_state, member_optimizer_state
 from rlcollect.sweeps.stacking import member_state_dict, zero_member
 
 
@@ -339,16 +339,8 @@ class MemberPPO(PPO):
         """Member ``member``'s PPO state as its solo run's PPO.state_dict() holds it: the
         Adam state of its slice of each parameter (its step count, its moments in the solo
         parameters' shapes) and a solo Adam's param group with its lr."""
-        if isinstance(self.optimizer, MemberAdam):
-            optimizer = self.optimizer.member_state_dict(member, solo_parameters, self.solo_param_groups)
-        else:
-            state = {}
-            for index, entry in self.optimizer.state_dict()["state"].items():
-                shape = solo_parameters[index].shape
-                state[index] = {key: value.detach().cpu().clone() if key == "step" else
-                                value[member].reshape(shape).clone() for key, value in entry.items()}
-            optimizer = {"state": state, "param_groups": [{**group, "lr": self.lrs_now[member]}
-                                                          for group in self.solo_param_groups]}
+        optimizer = member_optimizer_state(self.optimizer, member, solo_parameters, self.solo_param_groups,
+                                           lr=self.lrs_now[member])
         ppo = {"optimizer": optimizer}
         if self.reward_scaler is not None:
             ppo["reward_scaler"] = self.reward_scaler.member_state_dict(member)

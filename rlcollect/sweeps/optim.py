@@ -214,3 +214,18 @@ def copy_member_optimizer_state(optimizer, target: int, source: int, members: in
             if key != "step" and torch.is_tensor(value) and value.dim() and value.shape[0] == members:
                 value[target].copy_(value[source])
 
+
+
+def member_optimizer_state(optimizer, member: int, solo_parameters: Sequence[torch.Tensor], param_groups: list[dict],
+                           lr: float | None = None) -> dict:
+    """Member ``member``'s state of ``optimizer`` (MemberAdam, or torch's Adam over stacked
+    parameters) as its solo run's ``torch.optim.Adam`` over ``solo_parameters`` holds it:
+    its moments in the solo shapes, its step count, ``param_groups`` (a solo Adam's) with
+    its lr (``lr``: torch's Adam has one for every member; None: the groups' own)."""
+    if isinstance(optimizer, MemberAdam):
+        return optimizer.member_state_dict(member, solo_parameters, param_groups)
+    state = {index: {key: value.detach().cpu().clone() if key == "step" else
+                     value[member].reshape(solo_parameters[index].shape).clone() for key, value in entry.items()}
+             for index, entry in optimizer.state_dict()["state"].items()}
+    return {"state": state, "param_groups": param_groups if lr is None else
+            [{**group, "lr": lr} for group in param_groups]}

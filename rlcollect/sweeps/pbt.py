@@ -53,12 +53,17 @@ def explored_settings(cfgs: Sequence[DictConfig]) -> list[str]:
             and len({float(cfg.algo[key]) for cfg in cfgs}) > 1]
 
 
+def lockstep_refusal(why: str) -> str:
+    """PBT's refusal of members that train in lockstep because of ``why`` (``algo=...``)."""
+    return ("population-based training exchanges the state of the members of one stacked model (PPO, DQN or SAC "
+            f"with an MLP), not {why} (its members train in lockstep)")
+
+
 def pbt_refusal(cfgs: Sequence[DictConfig]) -> str | None:
     """Why ``cfgs`` (the members of one batched model) cannot train with PBT (None: they can)."""
     why = lockstep_reason(cfgs[0])
     if why is not None:
-        return ("population-based training exchanges the state of the members of one stacked model (PPO or DQN with "
-                f"an MLP), not {why} (its members train in lockstep)")
+        return lockstep_refusal(why)
     if explored_settings(cfgs):
         return None
     floats = ", ".join(f"algo.{key}" for key in float_settings(cfgs[0]))

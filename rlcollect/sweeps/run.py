@@ -54,8 +54,9 @@ from rlcollect.seeding import eval_seed, member_env_seeds
 from rlcollect.sweeps.grouping import check_sweep, lockstep_reason, member_options, seeds_each_env, stacked_kind
 from rlcollect.sweeps.lockstep import LockstepLearner, LockstepPolicy, MemberStreams
 from rlcollect.sweeps.member_dqn import MemberDQNLearner, MemberQPolicy, MemberReplay
+from rlcollect.sweeps.member_sac import MemberSACActor, MemberSACLearner
 from rlcollect.sweeps.members import MemberPolicy, MemberPPOLearner
-from rlcollect.sweeps.pbt import PopulationTraining
+from rlcollect.sweeps.pbt import PopulationTraining, lockstep_refusal
 from rlcollect.sweeps.stacking import member_state_dict, stack_modules, unstackable_layer
 from rlcollect.trajectories import end_rows
 
@@ -354,7 +355,7 @@ def shared_config(cfg: DictConfig, members: int, kind: str | None = "ppo") -> Di
     OmegaConf.set_struct(shared, False)
     shared.collector.frames_per_batch = cfg.collector.frames_per_batch * members
     shared.collector.init_random_frames = algo_collection(cfg).init_random_frames * members
-    if kind is not None:
+    if kind in MEMBER_LEARNERS:  # a stacked SAC is made from its members' solo learners, not from the config
         shared.algo._target_ = MEMBER_LEARNERS[kind]
     return shared
 
@@ -404,13 +405,13 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
         log.info("the members train in lockstep: %s", unstackable)
         kind = None
     if pbt is not None and kind is None:
-        raise ConfigError("hydra.launcher.pbt: population-based training exchanges the state of the members of one "
-                          f"stacked model (PPO or DQN with an MLP), not {unstackable or lockstep_reason(cfg)} (its "
-                          "members train in lockstep)")
+        raise ConfigError(f"hydra.launcher.pbt: {lockstep_refusal(unstackable or lockstep_reason(cfg))}")
     if kind == "ppo":
         policy = MemberPolicy(stack_modules(solos), members, generators)
     elif kind == "dqn":
         policy, generators = MemberQPolicy(stack_modules(solos), streams), streams.generators
+    elif kind == "sac":
+        policy, generators = MemberSACActor(stack_modules(solos), streams), streams.generators
     else:
         policy, generators = LockstepPolicy(solos, streams), streams.generators
     envs_per_member = cfg.env.num_envs or 1
@@ -427,8 +428,11 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
             post_collect_hook=MemberEpisodeHook(members, [discount(member_cfg) for member_cfg in cfgs],
                                                 list(cfg.env.info_keys)))
         built.append(collector)
-        if kind is None:
-            learner = lockstep_learner(cfgs, run_dirs, solos, streams, collector, observation_space, action_space)
+        if kind in (None, "sac"):  # the members' solo learners: in lockstep, or stacked (SAC)
+            learners, buffers = member_learners(cfgs, run_dirs, solos, streams, collector, observation_space,
+                                                action_space)
+            learner = LockstepLearner(learners, streams, buffers) if kind is None else \
+                MemberSACLearner(learners, policy, MemberReplay(buffers, streams))
         else:  # a replay learner samples each member's own buffer (made as in lockstep)
             replay = None if kind == "ppo" else MemberReplay(member_replay_buffers(cfgs, run_dirs, streams), streams)
             learner = make_learner(shared, policy, collector, observation_space, action_space, replay,
@@ -463,11 +467,12 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
     return sweep
 
 
-def lockstep_learner(cfgs: list[DictConfig], run_dirs: list[Path], policies: list[nn.Module], streams: MemberStreams,
-                     collector: Collector, observation_space, action_space) -> LockstepLearner:
+def member_learners(cfgs: list[DictConfig], run_dirs: list[Path], policies: list[nn.Module], streams: MemberStreams,
+                    collector: Collector, observation_space, action_space) -> tuple[list[Learner], list]:
     """Every member's solo learner (from its own config, on its own buffer: a replay buffer
     in its run folder's place, or a rollout buffer of its rows), each built under its RNG
-    streams, as its solo run builds it after its collector."""
+    streams, as its solo run builds it after its collector; and the replay buffers (None
+    each for an on-policy learner)."""
     rows = collector.batch_size[0] // len(cfgs)
     member_shape = SimpleNamespace(batch_size=torch.Size([rows, *collector.batch_size[1:]]))  # its rows' batches
     buffers = member_replay_buffers(cfgs, run_dirs, streams) if learner_class(cfgs[0]).replay else [None] * len(cfgs)
@@ -475,7 +480,7 @@ def lockstep_learner(cfgs: list[DictConfig], run_dirs: list[Path], policies: lis
     for member, (member_cfg, policy, buffer) in enumerate(zip(cfgs, policies, buffers)):
         with streams.member(member):
             learners.append(make_learner(member_cfg, policy, member_shape, observation_space, action_space, buffer))
-    return LockstepLearner(learners, streams, buffers)
+    return learners, buffers
 
 
 def member_replay_buffers(cfgs: list[DictConfig], run_dirs: list[Path], streams: MemberStreams) -> list:

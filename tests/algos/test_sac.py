@@ -109,7 +109,7 @@ def test_actor_rounds_and_target_updates_follow_their_frequencies():
 
 TINY = ["algo=sac", "env=pendulum", "env.num_envs=2", "total_frames=512", "collector.frames_per_batch=128",
         "algo.gradient_steps_per_batch=16", "algo.learning_starts=256", "algo.batch_size=32", "eval.every_frames=256",
-        "eval.episodes=2", "env.solved_return=null", "progress=false", "logger=none"]
+        "eval.episodes=2", "env.solved_return=null", "eval.max_time_share=null", "progress=false", "logger=none"]
 
 
 @pytest.mark.timeout(300)

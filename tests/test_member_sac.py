@@ -1,0 +1,168 @@
+"""SAC's members stacked into one model (rlcollect.sweeps.member_sac): one member is its solo
+run bit for bit, every member's update is its solo run's on its own samples with its own
+settings, and a sweep, a tuning study and a PBT sweep of SAC train as one batched model
+from the command line."""
+import json
+import math
+
+import pytest
+from commands import rlcollect as cli
+from hydra import compose, initialize_config_module
+from run_states import assert_same_summary_and_checkpoint, metric_rows
+
+from rlcollect.checkpoint import load_checkpoint
+from rlcollect.config import register_configs
+from rlcollect.errors import ConfigError
+from rlcollect.sweeps.grouping import check_sweep, member_options
+from rlcollect.sweeps.run import build_sweep
+
+TINY = ["algo=sac", "env=pendulum", "progress=false", "logger=none", "eval.max_time_share=null", "eval.episodes=2",
+        "env.num_envs=2", "total_frames=512", "collector.frames_per_batch=64", "eval.every_frames=256",
+        "algo.learning_starts=128", "algo.gradient_steps_per_batch=4", "algo.batch_size=16",
+        "buffer.storage.max_size=1024", "model.hidden_sizes=[16]", "algo.critic_hidden_sizes=[16]"]
+NAMES = dict(name=None, group=None, job_type=None)
+STEPS = list(range(64, 513, 64))
+
+
+def configs(*overrides_per_member):
+    register_configs()
+    with initialize_config_module("rlcollect.conf", version_base="1.3"):
+        return [compose("train", overrides=[*TINY, *overrides]) for overrides in overrides_per_member]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("overrides", [[], ["algo.n_step=3", "algo.prioritized=true", "algo.autotune=false",
+                                            "model.normalize_observation=true", "algo.policy_frequency=1"]],
+                         ids=["autotune", "nstep_prioritized_fixed_alpha_normalized"])
+def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, overrides):
+    """A stacked model of one member: the same metrics, evaluations, summary and checkpoint
+    (actor, critics, target critics, the three Adams, alpha, replay buffer, RNG stream) as
+    the solo run."""
+    from rlcollect.pipeline import build, run
+
+    [cfg] = configs([*overrides, "seed=3"])
+    sweep = build_sweep([cfg], [tmp_path / "member"], [NAMES])
+    assert type(sweep.policy).__name__ == "MemberSACActor"
+    sweep.run()
+    run(build(cfg, tmp_path / "solo"))
+    member, solo = tmp_path / "member", tmp_path / "solo"
+    rows = metric_rows(solo)
+    assert metric_rows(member) == rows
+    assert [row["step"] for row in rows] == STEPS and "train/loss_q" in rows[-1]
+    assert_same_summary_and_checkpoint(member, solo)
+
+
+@pytest.mark.timeout(300)
+def test_each_member_updates_as_its_solo_run_with_its_own_settings(tmp_path):
+    """Three members differing in seed, both learning rates, gamma, tau, alpha's start and
+    whether alpha is tuned:
+    each member's metrics are its solo run's (its own samples, noise, updates and targets),
+    to float32 rounding of a batched matrix product."""
+    from rlcollect.pipeline import build, run
+
+    cfgs = configs(["seed=3"], ["seed=4", "algo.actor_lr=0.001", "algo.gamma=0.9", "algo.alpha=0.5"],
+                   ["seed=5", "algo.critic_lr=0.003", "algo.tau=0.05", "algo.autotune=false"])
+    assert member_options(cfgs) == {"gamma": [0.99, 0.9, 0.99], "tau": [0.005, 0.005, 0.05],
+                                    "actor_lr": [0.0003, 0.001, 0.0003], "critic_lr": [0.001, 0.001, 0.003],
+                                    "alpha": [0.2, 0.5, 0.2], "autotune": [1, 1, 0]}
+    sweep = build_sweep(cfgs, [tmp_path / f"m{seed}" for seed in (3, 4, 5)], [NAMES] * 3)
+    assert type(sweep.learner.actor_optimizer).__name__ == "MemberAdam"
+    sweep.run()
+    finals = []
+    for seed, cfg in zip((3, 4, 5), cfgs):
+        run(build(cfg, tmp_path / f"solo{seed}"))
+        member, solo = metric_rows(tmp_path / f"m{seed}"), metric_rows(tmp_path / f"solo{seed}")
+        assert [row["step"] for row in member] == [row["step"] for row in solo] == STEPS
+        for ours, theirs in zip(member, solo):
+            assert ours == pytest.approx(theirs, rel=1e-4, abs=1e-5)
+        finals.append(member[-1])
+    assert len({json.dumps(final) for final in finals}) == 3
+    checkpoint = load_checkpoint(tmp_path / "m4" / "checkpoint.pt")["learner"]
+    solo = load_checkpoint(tmp_path / "solo4" / "checkpoint.pt")["learner"]
+    assert checkpoint["critics"]["0.q.0.weight"].shape == solo["critics"]["0.q.0.weight"].shape == (16, 4)
+    assert checkpoint["log_alpha"].shape == () and checkpoint["updates"] == solo["updates"] == 4 * 7  # from 128 on
+    assert checkpoint["actor_optimizer"]["param_groups"][0]["lr"] == 0.001
+    assert checkpoint["log_alpha"].item() == pytest.approx(solo["log_alpha"].item(), rel=1e-4)
+    fixed = load_checkpoint(tmp_path / "m5" / "checkpoint.pt")["learner"]  # autotune=false: alpha stays
+    assert fixed["alpha_optimizer"] == {} and fixed["log_alpha"].item() == pytest.approx(math.log(0.2))
+    assert "train/loss_alpha" not in finals[2] and "train/loss_alpha" in finals[1]
+
+
+def test_members_of_one_sac_model_differ_in_its_per_member_settings_only():
+    check_sweep(configs(["seed=0"], ["seed=1", "algo.actor_lr=0.01", "algo.tau=0.01", "algo.alpha=0.1"]))
+    with pytest.raises(ConfigError, match="differ only in seed and algo.gamma, algo.tau, algo.actor_lr, "
+                                          "algo.critic_lr, algo.alpha, algo.autotune"):
+        check_sweep(configs(["seed=0"], ["seed=1", "algo.batch_size=32"]))
+    with pytest.raises(ConfigError, match="differ only in seed"):  # n-step returns: the collector discounts
+        check_sweep(configs(["seed=0", "algo.n_step=3"], ["seed=1", "algo.n_step=3", "algo.gamma=0.9"]))
+
+
+@pytest.mark.timeout(300)
+def test_a_sac_sweep_trains_as_one_batched_model_from_the_command_line_and_a_member_resumes_alone(tmp_path):
+    """Two seeds x two critic learning rates of SAC: one line says they train as one batched
+    model; four finished runs of their own in solo shapes, four different results; one
+    resumes alone as a solo run."""
+    result = cli(tmp_path, "train", "--multirun", "seed=0,1", "algo.critic_lr=0.001,0.003", "hydra/launcher=batched",
+                 *TINY, "hydra.sweep.dir=sw")
+    assert result.returncode == 0, result.stderr
+    assert "jobs #0-#3 train as one batched model of 4 members" in result.stdout + result.stderr
+    members = sorted((tmp_path / "sw").glob("*_*"), key=lambda path: int(path.name.split("_")[0]))
+    summaries = [json.loads((member / "summary.json").read_text()) for member in members]
+    assert [(summary["status"], summary["frames"]) for summary in summaries] == [("finished", 512)] * 4
+    assert len({json.dumps(metric_rows(member)[-1]) for member in members}) == 4
+    checkpoint = load_checkpoint(members[3] / "checkpoint.pt")
+    assert checkpoint["policy"]["trunk.0.weight"].shape == (16, 3)
+    assert checkpoint["learner"]["critic_optimizer"]["param_groups"][0]["lr"] == 0.003
+    resumed = cli(tmp_path, "train", f"resume={members[2]}", "total_frames=640")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [row["step"] for row in metric_rows(members[2])] == list(range(64, 641, 64))
+
+
+@pytest.mark.timeout(300)
+def test_a_sac_tuning_study_trains_each_batch_of_trials_as_one_batched_model(tmp_path):
+    """hydra/sweeper=tune_sac hydra/launcher=batched n_jobs=2 with one batch size: each pair of
+    trials (different learning rates, tau, gamma, alpha, autotune) trains as one batched
+    model, and every trial's value reaches the study."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 't.db'}"
+    result = cli(tmp_path, "train", "--multirun", "hydra/sweeper=tune_sac", "hydra/launcher=batched",
+                 "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2", f"hydra.sweeper.storage={storage}",
+                 "algo.batch_size=choice(16)", *TINY, "hydra.sweep.dir=sw")
+    assert result.returncode == 0, result.stderr
+    assert (result.stdout + result.stderr).count("train as one batched model of 2 members") == 2
+    trials = optuna.load_study(study_name="rlcollect", storage=storage).trials
+    assert [trial.state.name for trial in trials] == ["COMPLETE"] * 4
+    assert len({trial.params["algo.critic_lr"] for trial in trials}) == 4
+    for trial in trials:
+        [summary] = [json.loads(path.read_text()) for path in (tmp_path / "sw").glob(f"{trial.number}_*/summary.json")]
+        assert summary["status"] == "finished" and trial.value == summary["final_eval_return"]
+
+
+@pytest.mark.timeout(300)
+def test_a_sac_pbt_sweep_writes_its_events_and_settings(tmp_path):
+    """Four critic learning rates of SAC, PBT every 256 frames (one event, at 256): its lr
+    is its parent's times 0.8 or 1.2, every member's rows carry the lr it trained with, its
+    summary its parents."""
+    lrs = [0.0005, 0.001, 0.002, 0.004]
+    result = cli(tmp_path, "train", "--multirun", f"algo.critic_lr={','.join(map(str, lrs))}",
+                 "hydra/launcher=batched", "hydra.launcher.pbt.every_frames=256", *TINY, "env.solved_return=null",
+                 "hydra.sweep.dir=sw")
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in (tmp_path / "sw" / "pbt.jsonl").read_text().splitlines()]
+    assert [event["frames"] for event in events] == [256]  # one of four members at 256 (none at the last batch)
+    lr_of = dict(enumerate(lrs))
+    for event in events:
+        [(key, lr)] = event["settings"].items()
+        assert key == "algo.critic_lr" and lr in (pytest.approx(lr_of[event["parent"]] * 0.8),
+                                                  pytest.approx(lr_of[event["parent"]] * 1.2))
+        lr_of[event["member"]] = lr
+    members = sorted((tmp_path / "sw").glob("*_*"), key=lambda path: int(path.name.split("_")[0]))
+    for number, member in enumerate(members):
+        summary = json.loads((member / "summary.json").read_text())
+        assert summary["status"] == "finished" and summary["pbt_settings"] == {"algo.critic_lr": lr_of[number]}
+        assert [parent["frames"] for parent in summary["pbt_parents"]] == \
+            [event["frames"] for event in events if event["member"] == number]
+        rows = metric_rows(member)
+        assert all("pbt/algo.critic_lr" in row for row in rows) and rows[-1]["pbt/algo.critic_lr"] == lr_of[number]

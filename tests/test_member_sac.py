@@ -166,3 +166,71 @@ def test_a_sac_pbt_sweep_writes_its_events_and_settings(tmp_path):
             [event["frames"] for event in events if event["member"] == number]
         rows = metric_rows(member)
         assert all("pbt/algo.critic_lr" in row for row in rows) and rows[-1]["pbt/algo.critic_lr"] == lr_of[number]
+
+
+def test_pbt_s_exploit_copies_a_sac_member_s_state_and_explores_its_settings(tmp_path):
+    """Four SAC members after a few updates, members 1 and 3 at the bottom: each takes its
+    drawn parent's actor (observation statistics included), critics, target critics, alpha
+    and Adam states, and the parent's critic lr and alpha perturbed; its replay buffer and
+    RNG stream stay its own."""
+    import random
+
+    import torch
+
+    from rlcollect.sweeps.optim import MemberAdam
+    from rlcollect.sweeps.pbt import clamped, exploit_and_explore, setting_ranges
+    from rlcollect.sweeps.pbt_options import PBTOptions
+
+    lrs, alphas = [0.001, 0.002, 0.003, 0.0005], [0.1, 0.2, 0.3, 0.4]
+    cfgs = configs(*[[f"seed={seed}", f"algo.critic_lr={lrs[seed]}", f"algo.alpha={alphas[seed]}",
+                      "model.normalize_observation=true"] for seed in range(4)])
+    sweep = build_sweep(cfgs, [tmp_path / f"m{seed}" for seed in range(4)], [NAMES] * 4)
+    learner = sweep.learner
+    for frames, batch in zip((64, 128, 192), sweep.collector):
+        learner.learn(batch, frames)
+
+    def state(member):
+        values = {f"{name}/{key}": value[member].clone() for name, module in
+                  (("actor", sweep.policy.stacked), ("critics", learner.critics), ("targets", learner.targets))
+                  for key, value in module.state_dict().items()}
+        values["log_alpha"] = learner.log_alpha[member].detach().clone()
+        for name in ("actor_optimizer", "critic_optimizer", "alpha_optimizer"):
+            optimizer = getattr(learner, name)
+            if isinstance(optimizer, MemberAdam):  # the critics: the members differ in critic_lr
+                values[f"{name}/exp_avg"] = optimizer.exp_avg[member].clone()
+                values[f"{name}/step"] = torch.tensor(optimizer.steps[member])
+            else:  # torch's fused Adam: each parameter's moments, a row per member
+                parameters = [parameter for group in optimizer.param_groups for parameter in group["params"]]
+                for index, parameter in enumerate(parameters):
+                    values[f"{name}/{index}"] = optimizer.state[parameter]["exp_avg"][member].clone()
+        return values
+
+    def own(member):
+        buffer = learner.replay_buffer.buffers[member]
+        return {"buffer": buffer.state_dict(include_storage=True)["storage"]["data"]["observation"][:len(buffer)],
+                "rng": sweep.policy.streams.generators[member].get_state()}
+
+    before, kept = [state(m) for m in range(4)], [own(m) for m in range(4)]
+    assert learner.updates == 8 and "actor_optimizer/0" in before[0]  # two batches of 4 steps from frame 128
+    keys = ["critic_lr", "alpha"]
+    ranges = {key: setting_ranges(cfgs[0])[key] for key in keys}
+    current = {member: {key: learner.member_setting(member, key) for key in keys} for member in range(4)}
+    replacements = exploit_and_explore(learner, {0: 5.0, 1: -1.0, 2: 9.0, 3: 0.0}, keys, ranges,
+                                       PBTOptions(every_frames=64, quantile=0.5), random.Random(3))
+    draws, expected = random.Random(3), {}
+    for member in (1, 3):
+        parent = draws.choice([0, 2])
+        expected[member] = (parent, {key: clamped(current[parent][key] * draws.choice((0.8, 1.2)), ranges[key])
+                                     for key in keys})
+    assert [(r.member, r.parent, r.settings) for r in replacements] == [(m, *expected[m]) for m in (1, 3)]
+    for member in range(4):
+        source = expected[member][0] if member in expected else member
+        for key, value in state(member).items():
+            if key != "log_alpha" or member not in expected:  # explored: alpha is set after the copy
+                assert torch.equal(value, before[source][key]), (member, key)
+        assert torch.equal(own(member)["buffer"], kept[member]["buffer"])
+        assert torch.equal(own(member)["rng"], kept[member]["rng"])
+        settings = expected[member][1] if member in expected else current[member]
+        assert {key: learner.member_setting(member, key) for key in keys} == pytest.approx(settings, rel=1e-6)
+    assert learner.critic_optimizer.lrs == [learner.member_setting(m, "critic_lr") for m in range(4)]
+    sweep.shutdown()

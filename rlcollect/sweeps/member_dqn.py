@@ -34,7 +34,13 @@ from rlcollect.modules.actor_critic import DETERMINISTIC
 from rlcollect.modules.q_network import QValuePolicy, linear_epsilon
 from rlcollect.sweeps.lockstep import MemberStreams
 from rlcollect.sweeps.members import clip_member_grad_norms
-from rlcollect.sweeps.optim import FrozenRows, MemberAdam, copy_member_optimizer_state, member_optimizer_state
+from rlcollect.sweeps.optim import (
+    FrozenRows,
+    MemberAdam,
+    copy_member_optimizer_state,
+    member_optimizer_state,
+    step_members,
+)
 from rlcollect.sweeps.stacking import member_state_dict
 from rlcollect.sweeps.streamed import StreamedMembers
 
@@ -164,11 +170,7 @@ class MemberDQN(DQN):
         loss.sum().backward()  # each member's rows of every parameter get their own loss's gradient
         parameters = list(self.q_policy.q_net.parameters())
         clip_member_grad_norms(parameters, self.max_grad_norm, self.members)
-        if isinstance(self.optimizer, MemberAdam):
-            self.optimizer.step([member for member in range(self.members) if member not in self.frozen_rows.frozen])
-        else:
-            self.optimizer.step()
-            self.frozen_rows.restore(parameters)
+        step_members(self.optimizer, parameters, self.frozen_rows)
         self.gradient_steps += 1
         self._update_target()
         return {"loss_q": loss.detach(), "q_mean": q_mean, "td_error": td_error}

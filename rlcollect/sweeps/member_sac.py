@@ -31,7 +31,13 @@ from rlcollect.algos.learners import replay_state, update_observation_norm
 from rlcollect.algos.optim import Adam
 from rlcollect.algos.sac import SACLearner
 from rlcollect.sweeps.member_dqn import MemberReplay
-from rlcollect.sweeps.optim import FrozenRows, MemberAdam, copy_member_optimizer_state, member_optimizer_state
+from rlcollect.sweeps.optim import (
+    FrozenRows,
+    MemberAdam,
+    copy_member_optimizer_state,
+    member_optimizer_state,
+    step_members,
+)
 from rlcollect.sweeps.stacking import member_state_dict, stack_modules
 from rlcollect.sweeps.streamed import StreamedMembers
 
@@ -142,15 +148,10 @@ class MemberSACLearner(SACLearner):
         return self.log_alpha.detach().exp().reshape(-1).tolist()
 
     def step_optimizer(self, optimizer) -> None:
-        """A step of the members that learn: MemberAdam steps them alone; torch's Adam steps
-        every row and the frozen members' rows are written back."""
-        if isinstance(optimizer, MemberAdam):
-            optimizer.step(self.learning if optimizer is not self.alpha_optimizer else
-                           [member for member in self.learning if self.tuned[member]])
-            return
-        optimizer.step()
+        """A step of the members that learn (``step_members``); of alpha's, those that tune it."""
         parameters, frozen = self.frozen[optimizer]
-        frozen.restore(parameters)
+        step_members(optimizer, parameters, frozen, self.learning if optimizer is not self.alpha_optimizer else
+                     [member for member in self.learning if self.tuned[member]])
 
     @torch.no_grad()
     def update_targets(self) -> None:

@@ -29,7 +29,13 @@ from rlcollect.algos.ppo import PPO
 from rlcollect.algos.reward_scaling import RewardScaler
 from rlcollect.buffers.rollout import RolloutBuffer, transition_view
 from rlcollect.modules.encoders import RunningNorm
-from rlcollect.sweeps.optim import FrozenRows, MemberAdam, copy_member_optimizer_state, member_optimizer_state
+from rlcollect.sweeps.optim import (
+    FrozenRows,
+    MemberAdam,
+    copy_member_optimizer_state,
+    member_optimizer_state,
+    step_members,
+)
 from rlcollect.sweeps.stacking import member_state_dict, zero_member
 
 
@@ -317,11 +323,7 @@ class MemberPPO(PPO):
         (loss * weight).sum().backward()  # each member's parameters get their own loss's gradient
         parameters = list(self.actor_critic.parameters())
         clip_member_grad_norms(parameters, self.max_grad_norm, self.members)
-        if isinstance(self.optimizer, MemberAdam):
-            self.optimizer.step(stepping)
-        else:
-            self.optimizer.step()
-            self.frozen_rows.restore(parameters)
+        step_members(self.optimizer, parameters, self.frozen_rows, stepping)
         with torch.no_grad():
             return {"loss_policy": loss_policy.detach(), "loss_value": loss_value.detach(),
                     "entropy": entropy_mean.detach(), "approx_kl": ((ratio - 1) - log_ratio).mean(1),

@@ -22,6 +22,7 @@ run's ``torch.optim.Adam.state_dict()`` holds it.
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Iterable, Sequence
 
 import torch
@@ -229,3 +230,33 @@ def member_optimizer_state(optimizer, member: int, solo_parameters: Sequence[tor
              for index, entry in optimizer.state_dict()["state"].items()}
     return {"state": state, "param_groups": param_groups if lr is None else
             [{**group, "lr": lr} for group in param_groups]}
+
+
+@contextlib.contextmanager
+def denormals_flushed():
+    """Inside, the CPU reads and writes denormal floats (below 1.2e-38) as zero
+    (``torch.set_flush_denormal``), then not (nothing else in rlcollect sets it). Adam's
+    moments of units with tiny or no gradients decay into the denormal range, where the CPU
+    computes many times slower; flushed, they are zero, and the step they make is as
+    negligible as before (docs/sweeps.md, "Each member's Adam")."""
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(False)
+
+
+def step_members(optimizer, parameters: Sequence[torch.Tensor], frozen: FrozenRows,
+                 stepping: Sequence[int] | None = None) -> None:
+    """One step of ``optimizer`` (MemberAdam, or torch's Adam) over the stacked
+    ``parameters`` for the members that learn: MemberAdam steps ``stepping`` (None: every
+    member ``frozen`` does not hold) alone; torch's Adam steps every row, then the frozen
+    members' rows are written back. A model of several members steps with denormals
+    flushed (``denormals_flushed``); a model of one member is its solo run's step."""
+    with denormals_flushed() if frozen.members > 1 else contextlib.nullcontext():
+        if isinstance(optimizer, MemberAdam):
+            optimizer.step([member for member in range(frozen.members) if member not in frozen.frozen]
+                           if stepping is None else stepping)
+        else:
+            optimizer.step()
+            frozen.restore(parameters)

@@ -669,14 +669,14 @@ SWEEP_GRU = script("sweeps.gru8", "bench_sweeps.py",
 SWEEP_SAC = script("sweeps.sac8", "bench_sweeps.py",
                    ("solve", "--seeds", "8", "--repeats", "1", "--ways", "batched2,joblib", "--solo", "1", "--",
                     "algo=sac", "env=pendulum", "total_frames=20000", "env.solved_return=null"), "long", 30)
-figure("sweeps.sac8.batched2", SWEEPS, "| 196.0 | 787.3 s (4.02x) | 765.6 s (3.91x) |", "4.02x", Relative(0.3),
+figure("sweeps.sac8.batched2", SWEEPS, "| 177.8 | 507.6 s (2.85x) | 696.4 s (3.92x) |", "2.85x", Relative(0.3),
        SWEEP_SAC, sweep_way("batched2"))
-figure("sweeps.sac8.joblib", SWEEPS, "| 196.0 | 787.3 s (4.02x) | 765.6 s (3.91x) |", "3.91x", Relative(0.3),
+figure("sweeps.sac8.joblib", SWEEPS, "| 177.8 | 507.6 s (2.85x) | 696.4 s (3.92x) |", "3.92x", Relative(0.3),
        SWEEP_SAC, sweep_way("joblib"))
-figure("sweeps.dqn8.batched", SWEEPS, "| 62.0 | 337.9 s (5.45x) | 167.5 s (2.70x) |", "5.45x", Relative(0.3),
-       SWEEP_DQN, sweep_way("batched"))
-figure("sweeps.dqn8.batched2", SWEEPS, "| 62.0 | 337.9 s (5.45x) | 167.5 s (2.70x) |", "2.70x", Relative(0.3),
-       SWEEP_DQN, sweep_way("batched2"))
+figure("sweeps.dqn8.batched", SWEEPS, "| 78.6 | 260.4 s (3.31x; 4.20x) | 148.5 s (1.89x; 2.40x) |", "3.31x",
+       Relative(0.3), SWEEP_DQN, sweep_way("batched"))
+figure("sweeps.dqn8.batched2", SWEEPS, "| 78.6 | 260.4 s (3.31x; 4.20x) | 148.5 s (1.89x; 2.40x) |", "1.89x",
+       Relative(0.3), SWEEP_DQN, sweep_way("batched2"))
 figure("sweeps.gru8.batched", SWEEPS, "| 29.6 | 249.3 s (8.41x) | 150.6 s (5.08x) |", "8.41x", Relative(0.3),
        SWEEP_GRU, sweep_way("batched"))
 figure("sweeps.gru8.batched2", SWEEPS, "| 29.6 | 249.3 s (8.41x) | 150.6 s (5.08x) |", "5.08x", Relative(0.3),

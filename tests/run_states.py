@@ -1,7 +1,9 @@
-"""What two runs wrote, compared: their metrics rows without the wall-clock entries, and
-their checkpoints' states bit for bit (a replay buffer's rows as far as written)."""
+"""What runs wrote, read back: two runs' metrics rows without the wall-clock entries, and
+their checkpoints' states bit for bit (a replay buffer's rows as far as written); a PBT
+sweep's events, settings and parents."""
 import json
 
+import pytest
 import torch
 
 from rlcollect.checkpoint import load_checkpoint
@@ -49,3 +51,28 @@ def filled_rows(data, filled: int):
     if isinstance(data, dict):
         return {key: filled_rows(value, filled) for key, value in data.items() if key != "traj_ids"}
     return data[:filled]
+
+
+def assert_pbt_sweep(sweep_dir, key: str, values: list[float], frames: list[int]) -> list:
+    """A PBT sweep in ``sweep_dir`` whose members started with ``values`` of setting ``key``
+    (``algo.<name>``): events at ``frames``, each setting its member's ``key`` to its
+    parent's value then times 0.8 or 1.2; every member finished, its summary listing its
+    parents and last value, its rows carrying the value it trained with. Returns the
+    member folders in job order."""
+    events = [json.loads(line) for line in (sweep_dir / "pbt.jsonl").read_text().splitlines()]
+    assert [event["frames"] for event in events] == frames
+    value_of = dict(enumerate(values))
+    for event in events:
+        [(name, value)] = event["settings"].items()
+        assert name == key and value in (pytest.approx(value_of[event["parent"]] * 0.8),
+                                         pytest.approx(value_of[event["parent"]] * 1.2))
+        value_of[event["member"]] = value
+    members = sorted(sweep_dir.glob("*_*"), key=lambda path: int(path.name.split("_")[0]))
+    for number, member in enumerate(members):
+        summary = json.loads((member / "summary.json").read_text())
+        assert summary["status"] == "finished" and summary["pbt_settings"] == {key: value_of[number]}
+        assert [parent["frames"] for parent in summary["pbt_parents"]] == \
+            [event["frames"] for event in events if event["member"] == number]
+        rows = metric_rows(member)
+        assert all(f"pbt/{key}" in row for row in rows) and rows[-1][f"pbt/{key}"] == value_of[number]
+    return members

@@ -6,7 +6,7 @@ import json
 import pytest
 from commands import rlcollect as cli
 from hydra import compose, initialize_config_module
-from run_states import assert_same_summary_and_checkpoint, metric_rows
+from run_states import assert_pbt_sweep, assert_same_summary_and_checkpoint, metric_rows
 
 from rlcollect.checkpoint import load_checkpoint
 from rlcollect.config import register_configs
@@ -182,20 +182,6 @@ def test_a_dqn_pbt_sweep_writes_its_events_and_settings(tmp_path):
     result = cli(tmp_path, "train", "--multirun", f"algo.lr={','.join(map(str, lrs))}", "hydra/launcher=batched",
                  "hydra.launcher.pbt.every_frames=256", *TINY, "env.solved_return=null", "hydra.sweep.dir=sw")
     assert result.returncode == 0, result.stderr
-    events = [json.loads(line) for line in (tmp_path / "sw" / "pbt.jsonl").read_text().splitlines()]
-    assert [event["frames"] for event in events] == [256, 512, 768]
-    lr_of = dict(enumerate(lrs))
-    for event in events:
-        [(key, lr)] = event["settings"].items()
-        assert key == "algo.lr" and lr in (pytest.approx(lr_of[event["parent"]] * 0.8),
-                                           pytest.approx(lr_of[event["parent"]] * 1.2))
-        lr_of[event["member"]] = lr
-    members = sorted((tmp_path / "sw").glob("*_*"), key=lambda path: int(path.name.split("_")[0]))
-    for number, member in enumerate(members):
-        summary = json.loads((member / "summary.json").read_text())
-        assert summary["status"] == "finished" and summary["pbt_settings"] == {"algo.lr": lr_of[number]}
-        assert [parent["frames"] for parent in summary["pbt_parents"]] == \
-            [event["frames"] for event in events if event["member"] == number]
+    for member in assert_pbt_sweep(tmp_path / "sw", "algo.lr", lrs, [256, 512, 768]):
         rows = metric_rows(member)
-        assert all("pbt/algo.lr" in row for row in rows) and rows[-1]["pbt/algo.lr"] == lr_of[number]
         assert [row["step"] for row in rows if "eval/episode_return" in row] == [256, 512, 768, 1024]

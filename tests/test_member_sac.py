@@ -8,7 +8,7 @@ import math
 import pytest
 from commands import rlcollect as cli
 from hydra import compose, initialize_config_module
-from run_states import assert_same_summary_and_checkpoint, metric_rows
+from run_states import assert_pbt_sweep, assert_same_summary_and_checkpoint, metric_rows
 
 from rlcollect.checkpoint import load_checkpoint
 from rlcollect.config import register_configs
@@ -150,22 +150,8 @@ def test_a_sac_pbt_sweep_writes_its_events_and_settings(tmp_path):
                  "hydra/launcher=batched", "hydra.launcher.pbt.every_frames=256", *TINY, "env.solved_return=null",
                  "hydra.sweep.dir=sw")
     assert result.returncode == 0, result.stderr
-    events = [json.loads(line) for line in (tmp_path / "sw" / "pbt.jsonl").read_text().splitlines()]
-    assert [event["frames"] for event in events] == [256]  # one of four members at 256 (none at the last batch)
-    lr_of = dict(enumerate(lrs))
-    for event in events:
-        [(key, lr)] = event["settings"].items()
-        assert key == "algo.critic_lr" and lr in (pytest.approx(lr_of[event["parent"]] * 0.8),
-                                                  pytest.approx(lr_of[event["parent"]] * 1.2))
-        lr_of[event["member"]] = lr
-    members = sorted((tmp_path / "sw").glob("*_*"), key=lambda path: int(path.name.split("_")[0]))
-    for number, member in enumerate(members):
-        summary = json.loads((member / "summary.json").read_text())
-        assert summary["status"] == "finished" and summary["pbt_settings"] == {"algo.critic_lr": lr_of[number]}
-        assert [parent["frames"] for parent in summary["pbt_parents"]] == \
-            [event["frames"] for event in events if event["member"] == number]
-        rows = metric_rows(member)
-        assert all("pbt/algo.critic_lr" in row for row in rows) and rows[-1]["pbt/algo.critic_lr"] == lr_of[number]
+    # one of four members at 256 (none at the last batch)
+    assert_pbt_sweep(tmp_path / "sw", "algo.critic_lr", lrs, [256])
 
 
 def test_pbt_s_exploit_copies_a_sac_member_s_state_and_explores_its_settings(tmp_path):

@@ -144,14 +144,21 @@ def test_a_sac_tuning_study_trains_each_batch_of_trials_as_one_batched_model(tmp
 def test_a_sac_pbt_sweep_writes_its_events_and_settings(tmp_path):
     """Four critic learning rates of SAC, PBT every 256 frames (one event, at 256): its lr
     is its parent's times 0.8 or 1.2, every member's rows carry the lr it trained with, its
-    summary its parents."""
+    summary its parents. An eval.max_time_share that would skip every evaluation but the
+    last is off: PBT ranks the members on their evaluations."""
     lrs = [0.0005, 0.001, 0.002, 0.004]
+    tiny = [override for override in TINY if not override.startswith("eval.max_time_share")]
     result = cli(tmp_path, "train", "--multirun", f"algo.critic_lr={','.join(map(str, lrs))}",
-                 "hydra/launcher=batched", "hydra.launcher.pbt.every_frames=256", *TINY, "env.solved_return=null",
-                 "hydra.sweep.dir=sw")
+                 "hydra/launcher=batched", "hydra.launcher.pbt.every_frames=256", *tiny, "env.solved_return=null",
+                 "eval.max_time_share=1e-9", "hydra.sweep.dir=sw")
     assert result.returncode == 0, result.stderr
+    assert ("population-based training ranks the members on every evaluation: eval.max_time_share=1e-09 is off"
+            in result.stdout + result.stderr)
     # one of four members at 256 (none at the last batch)
-    assert_pbt_sweep(tmp_path / "sw", "algo.critic_lr", lrs, [256])
+    for member in assert_pbt_sweep(tmp_path / "sw", "algo.critic_lr", lrs, [256]):
+        assert [row["step"] for row in metric_rows(member) if "eval/episode_return" in row] == [256, 512]
+        assert "max_time_share: null" in (member / "config.yaml").read_text()
+        assert "evaluations_skipped" not in json.loads((member / "summary.json").read_text())
 
 
 def test_pbt_s_exploit_copies_a_sac_member_s_state_and_explores_its_settings(tmp_path):

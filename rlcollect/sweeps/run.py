@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 from tqdm import tqdm
@@ -387,6 +387,8 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
     check_sweep(cfgs)
     for cfg in cfgs:
         check_config(cfg)
+    if pbt is not None:
+        keep_every_evaluation(cfgs)
     cfg, members = cfgs[0], len(cfgs)
     torch.set_num_threads(cfg.torch_threads)
     solos, generators = [], []
@@ -465,6 +467,20 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
             logger.close(exit_code=1)
         raise
     return sweep
+
+
+def keep_every_evaluation(cfgs: list[DictConfig]) -> None:
+    """Population-based training ranks its members on their evaluations: none is skipped for
+    the time evaluating takes (``eval.max_time_share`` off in each member's config, its
+    config.yaml included), so that a step never ranks a member on an older evaluation and
+    the same sweep makes the same steps however busy the machine."""
+    shares = {cfg.eval.max_time_share for cfg in cfgs} - {None}
+    if shares:
+        log.info("population-based training ranks the members on every evaluation: eval.max_time_share=%s is off",
+                 ",".join(map(str, sorted(shares))))
+    for cfg in cfgs:
+        with read_write(cfg), open_dict(cfg):
+            cfg.eval.max_time_share = None
 
 
 def member_learners(cfgs: list[DictConfig], run_dirs: list[Path], policies: list[nn.Module], streams: MemberStreams,

@@ -8,11 +8,10 @@ import json
 import pytest
 import torch
 from commands import rlcollect as cli
-from hydra import compose, initialize_config_module
 from run_states import assert_same_summary_and_checkpoint, metric_rows
+from train_configs import train_configs as configs
 
 import rlcollect.testing  # noqa: F401  (registers the rlcollect-test/ envs)
-from rlcollect.config import register_configs
 from rlcollect.errors import ConfigError
 from rlcollect.sweeps.grouping import check_sweep, lockstep_reason
 from rlcollect.sweeps.run import build_sweep
@@ -37,10 +36,6 @@ KINDS = {  # each kind of member that trains in lockstep: its overrides, the set
 }
 
 
-def configs(*overrides_per_member):
-    register_configs()
-    with initialize_config_module("rlcollect.conf", version_base="1.3"):
-        return [compose("train", overrides=list(overrides)) for overrides in overrides_per_member]
 
 
 @pytest.mark.timeout(300)

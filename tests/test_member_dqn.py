@@ -5,11 +5,10 @@ import json
 
 import pytest
 from commands import rlcollect as cli
-from hydra import compose, initialize_config_module
 from run_states import assert_pbt_sweep, assert_same_summary_and_checkpoint, metric_rows
+from train_configs import train_configs
 
 from rlcollect.checkpoint import load_checkpoint
-from rlcollect.config import register_configs
 from rlcollect.errors import ConfigError
 from rlcollect.sweeps.grouping import check_sweep, member_options
 from rlcollect.sweeps.run import build_sweep
@@ -21,9 +20,7 @@ NAMES = dict(name=None, group=None, job_type=None)
 
 
 def configs(*overrides_per_member):
-    register_configs()
-    with initialize_config_module("rlcollect.conf", version_base="1.3"):
-        return [compose("train", overrides=[*TINY, *overrides]) for overrides in overrides_per_member]
+    return train_configs(*overrides_per_member, base=TINY)
 
 
 @pytest.mark.timeout(300)

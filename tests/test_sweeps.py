@@ -12,7 +12,8 @@ import torch
 from commands import rlcollect as cli
 from commands import rlcollect_all as cli_all
 from commands import start_rlcollect
-from hydra import compose, initialize_config_module
+from hydra import initialize_config_module
+from train_configs import train_configs as configs
 
 from rlcollect.algos.ppo import PPO
 from rlcollect.analysis.wandb_offline import read_offline_run
@@ -48,10 +49,6 @@ def job_dirs(sweep_dir: Path) -> list[Path]:
     return sorted(folders, key=lambda path: int(path.name.split("_")[0]))
 
 
-def configs(*overrides_per_member):
-    register_configs()
-    with initialize_config_module("rlcollect.conf", version_base="1.3"):
-        return [compose("train", overrides=list(overrides)) for overrides in overrides_per_member]
 
 
 # ---------------------------------------------------------------------------- the pieces

@@ -165,18 +165,26 @@ class SACLearner(Learner):
         metrics: dict[str, float] = {"buffer_size": float(len(self.replay_buffer)), "alpha": self.alpha}
         if frames < self.learning_starts or len(self.replay_buffer) == 0:
             return metrics
+        totals, counts = self.gradient_steps_taken(learn_stats=batch is None)
+        metrics.update({key: value.item() / counts[key] for key, value in totals.items()})
+        metrics["alpha"] = self.alpha
+        return metrics
+
+    def gradient_steps_taken(self, learn_stats: bool) -> tuple[dict[str, torch.Tensor], dict[str, int]]:
+        """``gradient_steps_per_batch`` updates, each on a sample of the replay buffer: each
+        metric's sum over them and its count. ``learn_stats``: the first sample's
+        observations go into the observation normaliser (the collector wrote the new data
+        straight into the buffer)."""
         totals: dict[str, torch.Tensor] = {}
         counts: dict[str, int] = {}
         for step in range(self.gradient_steps):
             sample = self.replay_buffer.sample()
-            if batch is None and step == 0:  # the new data went straight to the buffer: learn the stats from it
+            if learn_stats and step == 0:
                 update_observation_norm(self.actor, sample.get("observation"))
             for key, value in self.update(sample).items():
                 totals[key] = totals[key] + value if key in totals else value
                 counts[key] = counts.get(key, 0) + 1
-        metrics.update({key: value.item() / counts[key] for key, value in totals.items()})
-        metrics["alpha"] = self.alpha
-        return metrics
+        return totals, counts
 
     def state_dict(self) -> dict:
         return {"critics": self.critics.state_dict(), "targets": self.targets.state_dict(),

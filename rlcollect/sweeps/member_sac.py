@@ -27,7 +27,7 @@ from typing import Sequence
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.algos.learners import replay_state, update_observation_norm
+from rlcollect.algos.learners import replay_state
 from rlcollect.algos.optim import Adam
 from rlcollect.algos.sac import SACLearner
 from rlcollect.sweeps.member_dqn import MemberReplay
@@ -110,7 +110,7 @@ class MemberSACLearner(SACLearner):
             setattr(self, key, getattr(first, key))
         self.settings = {key: [solo_setting(learner, key) for learner in learners] for key in MEMBER_SAC_OPTIONS}
         self.differing = [key for key, values in self.settings.items() if len(set(values)) > 1]
-        self.tuned = [learner.autotune for learner in learners]  # the members whose alpha is tuned
+        self.tuned = [bool(value) for value in self.settings["autotune"]]  # the members whose alpha is tuned
         self.autotune = any(self.tuned)  # SAC's update computes alpha's loss (kept for the tuned members)
         device = policy.stacked.action_scale.device
         # shared: the solo run's float; differing: one value per member, [S, 1] against the members' [S, B] rows
@@ -167,15 +167,8 @@ class MemberSACLearner(SACLearner):
         metrics = [{"buffer_size": float(size), "alpha": alpha} for size, alpha in zip(sizes, self.alphas())]
         if frames < self.learning_starts or min(sizes) == 0:
             return metrics
-        totals: dict[str, torch.Tensor] = {}
-        counts: dict[str, int] = {}
-        for step in range(self.gradient_steps):
-            sample = self.replay_buffer.sample()  # [S, B]
-            if step == 0:  # as a solo run's, whose collector wrote the batch: the statistics of its first sample
-                update_observation_norm(self.actor, sample.get("observation"))
-            for key, value in self.update(sample).items():
-                totals[key] = totals[key] + value if key in totals else value
-                counts[key] = counts.get(key, 0) + 1
+        # on samples [S, B]; as in a solo run, whose collector wrote the batch: the first sample's statistics
+        totals, counts = self.gradient_steps_taken(learn_stats=True)
         values = {key: value.tolist() for key, value in totals.items()}  # one sync; then as a solo run divides
         for member, (row, alpha) in enumerate(zip(metrics, self.alphas())):
             row.update({key: value[member] / counts[key] for key, value in values.items()
@@ -195,7 +188,7 @@ class MemberSACLearner(SACLearner):
         next gradient step; ``alpha`` sets its entropy weight now."""
         for key, value in settings.items():
             if key not in self.differing or key in INTEGER_SAC_OPTIONS:
-                floats = [key for key in self.differing if key not in INTEGER_SAC_OPTIONS]
+                floats = [name for name in self.differing if name not in INTEGER_SAC_OPTIONS]
                 raise ValueError(f"set_member_settings: {key!r} is not a float setting the members differ in "
                                  f"({', '.join(floats)})")
             self.settings[key][member] = float(value)

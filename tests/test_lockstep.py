@@ -1,8 +1,9 @@
-"""Batched sweeps of models that do not stack (rlcollect.sweeps.lockstep): recurrent PPO and
-the CNN encoder (PPO's, DQN's, SAC's) train their members' solo policies and learners in
-lockstep on one collector, each member its solo run bit for bit. (PPO with the multi-input
-encoder of flat entries stacks: tests/test_sweeps.py; so do DQN and SAC with MLPs:
-tests/test_member_dqn.py, tests/test_member_sac.py.)"""
+"""Batched sweeps of models that do not stack (rlcollect.sweeps.lockstep): the CNN encoder
+(PPO's, DQN's, SAC's) and recurrent PPO whose sequences do not divide the rollout train
+their members' solo policies and learners in lockstep on one collector, each member its
+solo run bit for bit. (PPO with the multi-input encoder of flat entries stacks:
+tests/test_sweeps.py; so do DQN and SAC with MLPs: tests/test_member_dqn.py,
+tests/test_member_sac.py; and recurrent PPO: tests/test_member_recurrent.py.)"""
 import json
 
 import pytest
@@ -27,10 +28,9 @@ KINDS = {  # each kind of member that trains in lockstep: its overrides, the set
                 "algo.lr=0.0005"),
     "sac_cnn": (["algo=sac", "env.id=rlcollect-test/Spaces-image_chw-box-v0", "env.solved_return=null", *TINY_REPLAY,
                  "model.hidden_sizes=[16]", "algo.critic_hidden_sizes=[16]", "algo.batch_size=4"], "algo.gamma=0.9"),
-    "gru": (["experiment=cartpole_novel_gru", *TINY_PPO, "algo.sequence_length=8", "model.hidden_size=16"],
+    # 32 steps per env in sequences of 12: minibatches of unequal sizes, which do not stack
+    "gru": (["experiment=cartpole_novel_gru", *TINY_PPO, "algo.sequence_length=12", "model.hidden_size=16"],
             "algo.lr=0.001"),
-    "lstm": (["experiment=cartpole_novel_gru", *TINY_PPO, "algo.sequence_length=8", "model.rnn=lstm",
-              "model.hidden_size=16"], "algo.clip_epsilon=0.1"),
     "cnn": (["env.id=rlcollect-test/Spaces-image_hwc-discrete-v0", "env.solved_return=null", *TINY_PPO],
             "algo.lr=0.001"),
 }
@@ -66,17 +66,21 @@ def test_each_member_in_lockstep_is_its_solo_run_bit_for_bit(tmp_path, kind):
 
 
 def test_what_trains_in_lockstep_and_what_stacks():
-    """PPO with the MLP ActorCritic, DQN and SAC with their MLPs stack; another model or
-    encoder trains in lockstep, and its members may differ in every algo setting the
-    collector does not read."""
+    """PPO with the MLP ActorCritic or the recurrent one, DQN and SAC with their MLPs stack;
+    another model or encoder trains in lockstep (and recurrent PPO whose sequences do not
+    divide the rollout), and its members may differ in every algo setting the collector
+    does not read."""
     cases = {(): None, ("algo=dqn",): None, ("algo=sac", "env=pendulum"): None,
              ("algo=sac", "env=pendulum", "model.encoder=cnn"): "model.encoder=cnn",
-             ("experiment=cartpole_novel_gru",): "model=recurrent_actor_critic", ("model.encoder=cnn",):
-             "model.encoder=cnn", ("algo=dqn", "model.encoder=cnn"): "model.encoder=cnn"}
+             ("experiment=cartpole_novel_gru",): None, ("experiment=cartpole_novel_gru", "model.rnn=lstm"): None,
+             ("experiment=cartpole_novel_gru", "algo.sequence_length=12"):
+                 "algo.sequence_length=12 with 32 steps per env",
+             ("experiment=cartpole_novel_gru", "model.encoder=cnn"): "model.encoder=cnn",
+             ("model.encoder=cnn",): "model.encoder=cnn", ("algo=dqn", "model.encoder=cnn"): "model.encoder=cnn"}
     for overrides, reason in cases.items():
         [cfg] = configs(overrides)
         assert lockstep_reason(cfg) == reason, overrides
-    gru = ["experiment=cartpole_novel_gru"]
+    gru = ["experiment=cartpole_novel_gru", "algo.sequence_length=12"]
     check_sweep(configs([*gru, "seed=0"], [*gru, "seed=1", "algo.lr=0.01", "algo.minibatch_size=32",
                                            "algo.gamma=0.9", "algo.epochs=2"]))
     with pytest.raises(ConfigError, match="differ only in seed and algo.. but algo.learning_starts, algo.n_step"):
@@ -121,9 +125,9 @@ def test_a_member_that_stops_leaves_the_others_their_solo_runs(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_recurrent_and_cnn_policies_batch_from_the_command_line(tmp_path):
-    """GRU and LSTM PPO, and PPO with a CNN over image observations: each group of two seeds
-    trains in lockstep in one process (the launcher or the sweep says so), every member a
-    finished run of its own with its own results."""
+    """GRU and LSTM PPO: each group of two seeds trains as one batched model; PPO with a CNN
+    over image observations trains in lockstep in one process (the sweep says so); every
+    member a finished run of its own with its own results."""
     recurrent = cli(tmp_path, "train", "--multirun", "seed=0,1", "experiment=cartpole_novel_gru", "model.rnn=gru,lstm",
                     "hydra/launcher=batched", *QUIET, *TINY_PPO, "algo.sequence_length=8", "model.hidden_size=16",
                     "hydra.sweep.dir=recurrent")
@@ -133,8 +137,8 @@ def test_recurrent_and_cnn_policies_batch_from_the_command_line(tmp_path):
     for result in (recurrent, images):
         assert result.returncode == 0, result.stderr
     output = recurrent.stdout + recurrent.stderr
-    assert output.count("train in lockstep in one process, each member its own model (model=recurrent_actor_critic "
-                        "does not stack)") == 2
+    assert "jobs #0, #2 train as one batched model of 2 members" in output  # Hydra's order: seed, then model.rnn
+    assert "jobs #1, #3 train as one batched model of 2 members" in output and "lockstep" not in output
     output = images.stdout + images.stderr
     # the auto encoder turns out a CNN once the env is probed: the members fall back to lockstep
     assert "jobs #0-#3 train as one batched model of 4 members" in output

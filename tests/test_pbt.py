@@ -195,10 +195,10 @@ def test_bad_pbt_options_and_sweeps_pbt_cannot_train_are_one_line_exit_2_before_
          "hydra.launcher.pbt: jobs #0, #1: the members differ in no float setting (algo.lr, algo.entropy_coef, "
          "algo.clip_epsilon, algo.value_coef, algo.max_grad_norm, algo.gae_lambda), and population-based training "
          "explores those they differ in: sweep over one too (e.g. 'algo.lr=0.0003,0.001,0.003')"),
-        (["algo.gamma=0.9,0.99", "experiment=cartpole_novel_gru", pbt],
+        (["algo.gamma=0.9,0.99", "experiment=cartpole_novel_gru", "algo.sequence_length=12", pbt],
          "hydra.launcher.pbt: jobs #0, #1: population-based training exchanges the state of the members of one "
-         "stacked model (PPO, DQN or SAC with an MLP), not model=recurrent_actor_critic (its members train in "
-         "lockstep)"),
+         "stacked model (PPO, DQN or SAC with an MLP, recurrent PPO), not algo.sequence_length=12 with 32 steps per "
+         "env (its members train in lockstep)"),
         (["seed=0,1", "algo=dqn", pbt],
          "hydra.launcher.pbt: jobs #0, #1: the members differ in no float setting (algo.lr, algo.gamma, algo.tau, "
          "algo.max_grad_norm, algo.eps_start, algo.eps_end), and population-based training explores those they "

@@ -186,7 +186,7 @@ def test_stacked_layers_compute_each_member_with_its_own_weights():
     assert torch.equal(one(x[:1]), layers[0](x[:1]))  # one member: the very nn.Linear call
     solo = member_state_dict(stacked.state_dict(), torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh()), 2)
     assert torch.equal(solo["0.weight"], layers[2].weight) and torch.equal(solo["0.bias"], layers[2].bias)
-    with pytest.raises(ConfigError, match="stacks MLP policies"):
+    with pytest.raises(ConfigError, match="stacks MLP and recurrent policies"):
         stack_modules([torch.nn.Conv2d(1, 1, 3)])
 
 

@@ -178,11 +178,8 @@ def iterate_sequences(rollout: TensorDictBase, sequence_length: int, batch_size:
         raise ValueError(f"iterate_sequences needs a [N, T] rollout, got batch_size {list(rollout.batch_size)}")
     if sequence_length < 1:
         raise ValueError(f"sequence_length must be >= 1, got {sequence_length}")
-    num_rows, time = rollout.shape
     flat = rollout.reshape(-1)
-    offsets = torch.arange(0, time, sequence_length, device=rollout.device)
-    starts = (torch.arange(num_rows, device=rollout.device).unsqueeze(1) * time + offsets).reshape(-1)
-    lengths = (time - offsets).clamp(max=sequence_length).repeat(num_rows)
+    starts, lengths = sequence_starts(*rollout.shape, sequence_length, rollout.device)
     order = torch.randperm(starts.numel(), generator=generator, device=rollout.device)
     per_batch = max(1, batch_size // sequence_length)
     for first in range(0, order.numel(), per_batch):
@@ -195,6 +192,16 @@ def iterate_sequences(rollout: TensorDictBase, sequence_length: int, batch_size:
         minibatch = flat[starts[chosen][sequence] + position]
         minibatch.set("is_init", minibatch.get("is_init") | (position == 0))
         yield minibatch
+
+
+def sequence_starts(num_rows: int, time: int, sequence_length: int, device=None
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each sequence of a ``[num_rows, time]`` rollout starts (a flat index) and its
+    length: each row cut into sequences of ``sequence_length`` steps, the last one of a row
+    shorter when ``time`` is not a multiple (``iterate_sequences``)."""
+    offsets = torch.arange(0, time, sequence_length, device=device)
+    starts = (torch.arange(num_rows, device=device).unsqueeze(1) * time + offsets).reshape(-1)
+    return starts, (time - offsets).clamp(max=sequence_length).repeat(num_rows)
 
 
 def iterate_minibatches(rollout: TensorDictBase, batch_size: int, device: str | torch.device | None = None,

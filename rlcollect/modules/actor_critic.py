@@ -193,6 +193,15 @@ class RecurrentActorCritic(TensorDictModuleBase):
                                  log_std_init=log_std_init, observation_key="features")
         self.in_keys = ["observation", *self.rnn.in_keys[1:]]
 
+    @property
+    def generators(self):
+        """Where the heads sample actions from (ActorCritic.generators)."""
+        return self.heads.generators
+
+    @generators.setter
+    def generators(self, value) -> None:
+        self.heads.generators = value
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         features = self._features(tensordict, strict=False)
         for key in self.rnn.out_keys:

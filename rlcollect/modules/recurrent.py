@@ -71,7 +71,12 @@ def _next(key: NestedKey) -> tuple[str, ...]:
 
 class _RecurrentModule(TensorDictModuleBase):
     """What GRUModule and LSTMModule share: keys, validation, the two modes. Subclasses set
-    ``rnn_class`` and ``num_states`` and run one layer (``_step_layer``, ``_sequence_layer``)."""
+    ``rnn_class`` and ``num_states`` and run one layer (``step_layer``, ``sequence_layer``).
+
+    A layer with ``run_step`` and ``run_sequence`` methods of its own (the stacked layer of
+    a batched sweep, rlcollect.sweeps.stacked_rnn) runs itself; its ``members`` (the
+    stacked models: inputs are member-major, ``[members * n, ...]``) each get their own
+    segments in recurrent mode, padded to one count (``segment_layout``)."""
 
     rnn_class: type[nn.RNNBase]
     num_states: int  # hidden-state tensors per step: 1 (GRU: h), 2 (LSTM: h, c)
@@ -121,7 +126,8 @@ class _RecurrentModule(TensorDictModuleBase):
             is_init = self._get(tensordict, self.is_init_key, tuple(batch))
             if is_init.dtype != torch.bool:
                 raise ValueError(f"{type(self).__name__}: {self.is_init_key!r} must be bool, got {is_init.dtype}")
-            outputs, next_states = self._recurrent(inputs, states, is_init.reshape(-1, batch[-1]))
+            members = getattr(self.layers[0], "members", 1)  # a stacked layer's (module docstring)
+            outputs, next_states = self._recurrent(inputs, states, is_init.reshape(-1, batch[-1]), members)
         else:
             outputs, next_states = self._run(inputs.unsqueeze(1), states, sequence=False)
             outputs = outputs.squeeze(1)
@@ -145,20 +151,14 @@ class _RecurrentModule(TensorDictModuleBase):
                              f"hidden_size={self.hidden_size}, input_size={self.input_size})")
         return value
 
-    def _recurrent(self, inputs: torch.Tensor, states: list[torch.Tensor], is_init: torch.Tensor
+    def _recurrent(self, inputs: torch.Tensor, states: list[torch.Tensor], is_init: torch.Tensor, members: int = 1
                    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """inputs [N, in], states [N, L, H], is_init [rows, T] -> outputs [N, H], next states [N, L, H]."""
-        num_steps, device = inputs.shape[0], inputs.device
-        starts = is_init.clone()
-        starts[:, 0] = True
-        starts = starts.reshape(-1)
-        first = starts.nonzero().squeeze(1)  # [S] position of each segment's first step
-        segment = starts.cumsum(0) - 1  # [N] segment of each step
-        step = torch.arange(num_steps, device=device) - first[segment]  # [N] step within its segment
-        max_len = int(torch.diff(first, append=first.new_tensor([num_steps])).max())
-        # [S, max_len]; past a segment's end the index runs into the next segments (clamped
+        """inputs [N, in], states [N, L, H], is_init [rows, T] -> outputs [N, H], next states
+        [N, L, H]; ``members`` models side by side (a stacked layer's): each member's
+        segments its own (``segment_layout``)."""
+        first, segment, step, index = segment_layout(is_init, members)
+        # [segments, max_len]; past a segment's end the index runs into the next segments (clamped
         # at the end): padding that the causal RNN never feeds back into the real steps
-        index = (first.unsqueeze(1) + torch.arange(max_len, device=device)).clamp_(max=num_steps - 1)
         outputs, next_states = self._run(inputs[index], [state[first] for state in states], sequence=True)
         return outputs[segment, step], [state[segment, step] for state in next_states]
 
@@ -169,20 +169,54 @@ class _RecurrentModule(TensorDictModuleBase):
         per_layer = []
         for index, layer in enumerate(self.layers):
             layer_states = [state[:, index] for state in states]
-            if sequence:
-                inputs, layer_states = self._sequence_layer(layer, inputs, layer_states)
+            runs_itself = getattr(layer, "run_sequence" if sequence else "run_step", None)  # a stacked layer
+            if runs_itself is not None:
+                inputs, layer_states = runs_itself(inputs, layer_states)
+            elif sequence:
+                inputs, layer_states = self.sequence_layer(layer, inputs, layer_states)
             else:
-                inputs, layer_states = self._step_layer(layer, inputs, layer_states)
+                inputs, layer_states = self.step_layer(layer, inputs, layer_states)
             per_layer.append(layer_states)
         return inputs, [torch.stack(layer_states, -2) for layer_states in zip(*per_layer)]
 
-    def _step_layer(self, layer, inputs, states):
-        """[S, 1, in], [S, H] each -> [S, 1, H], the states after the step [S, H] each."""
+    @staticmethod
+    def step_layer(layer, inputs, states):
+        """One step of one torch layer: [S, 1, in], [S, H] each -> [S, 1, H], the states
+        after the step [S, H] each."""
         raise NotImplementedError
 
-    def _sequence_layer(self, layer, inputs, states):
-        """[S, T, in], [S, H] each -> [S, T, H], the states after every step [S, T, H] each."""
+    @staticmethod
+    def sequence_layer(layer, inputs, states):
+        """Sequences through one torch layer: [S, T, in], [S, H] each -> [S, T, H], the
+        states after every step [S, T, H] each."""
         raise NotImplementedError
+
+
+def segment_layout(is_init: torch.Tensor, members: int
+                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Recurrent mode's segments for ``members`` models side by side: ``is_init [rows, T]``
+    holds each member's rows in turn (member-major), and each member's steps are cut into
+    its own segments as ``_recurrent`` cuts a model's, then padded to the count of the
+    member with the most (a padding segment repeats the member's last step; no real step
+    reads it). Returns the first step of each segment ``[members * K]``, each step's segment
+    ``[N]`` and position in it ``[N]``, and the gather index ``[members * K, max_len]``:
+    segments member-major, so a stacked layer's rows split evenly among its members."""
+    device = is_init.device
+    starts = is_init.clone()
+    starts[:, 0] = True
+    starts = starts.reshape(members, -1)  # [M, n]: each member's steps end to end
+    steps = starts.shape[1]
+    own_segment = starts.cumsum(1) - 1  # [M, n]: each step's segment among its member's
+    count = int(own_segment[:, -1].max()) + 1  # K: the most segments of any member
+    member, position = starts.nonzero(as_tuple=True)
+    first = torch.full((members, count), steps - 1, dtype=torch.long, device=device)
+    first[member, own_segment[member, position]] = position
+    step = torch.arange(steps, device=device) - first.gather(1, own_segment)  # [M, n]
+    max_len = int(step.max()) + 1
+    offset = torch.arange(members, device=device).unsqueeze(1) * steps
+    index = (first.unsqueeze(-1) + torch.arange(max_len, device=device)).clamp_(max=steps - 1) + offset.unsqueeze(-1)
+    segment = own_segment + torch.arange(members, device=device).unsqueeze(1) * count
+    return (first + offset).reshape(-1), segment.reshape(-1), step.reshape(-1), index.reshape(-1, max_len)
 
 
 def _as_hx(state: torch.Tensor) -> torch.Tensor:
@@ -214,11 +248,13 @@ class GRUModule(_RecurrentModule):
                  out_keys: Sequence[NestedKey] = ("features", ("next", "recurrent_state"))) -> None:
         super().__init__(input_size, hidden_size, num_layers, in_keys, out_keys)
 
-    def _step_layer(self, layer, inputs, states):
+    @staticmethod
+    def step_layer(layer, inputs, states):
         outputs, hidden = layer(inputs, _as_hx(states[0]))
         return outputs, [hidden.squeeze(0)]
 
-    def _sequence_layer(self, layer, inputs, states):
+    @staticmethod
+    def sequence_layer(layer, inputs, states):
         outputs, _ = layer(inputs, _as_hx(states[0]))
         return outputs, [outputs]  # a GRU's state after each step is its output
 
@@ -248,11 +284,13 @@ class LSTMModule(_RecurrentModule):
                                                   ("next", "recurrent_state_c"))) -> None:
         super().__init__(input_size, hidden_size, num_layers, in_keys, out_keys)
 
-    def _step_layer(self, layer, inputs, states):
+    @staticmethod
+    def step_layer(layer, inputs, states):
         outputs, (hidden, cell) = layer(inputs, (_as_hx(states[0]), _as_hx(states[1])))
         return outputs, [hidden.squeeze(0), cell.squeeze(0)]
 
-    def _sequence_layer(self, layer, inputs, states):
+    @staticmethod
+    def sequence_layer(layer, inputs, states):
         hidden0, cell0 = states
         outputs, _ = layer(inputs, (_as_hx(hidden0), _as_hx(cell0)))
         return outputs, [outputs, _cell_states(layer, inputs, outputs, hidden0, cell0)]

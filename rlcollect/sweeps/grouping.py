@@ -13,7 +13,7 @@ from rlcollect.algos.sac import SACLearner
 from rlcollect.collectors.single import Collector
 from rlcollect.envs.backends import vector_seeds_each_env
 from rlcollect.errors import ConfigError
-from rlcollect.modules.actor_critic import ActorCritic
+from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
 from rlcollect.modules.q_network import QValuePolicy
 from rlcollect.modules.sac import SACActor
 from rlcollect.pipeline.checks import collector_name
@@ -23,9 +23,10 @@ from rlcollect.sweeps.member_sac import INTEGER_SAC_OPTIONS, MEMBER_SAC_OPTIONS
 from rlcollect.sweeps.members import INTEGER_MEMBER_OPTIONS, MEMBER_OPTIONS
 
 PER_ENV_SEED_BACKENDS = ("list", "sync", "async")  # backends that seed each env on its own (a list of seeds)
-# the kinds of stacked model: (learner, policy) classes of the runs that stack, and the algo settings (all, integer)
+# the kinds of stacked model: (learner, policy classes) of the runs that stack, and the algo settings (all, integer)
 # the members of one model may differ in
-STACKED_CLASSES = {"ppo": (PPOLearner, ActorCritic), "dqn": (DQNLearner, QValuePolicy), "sac": (SACLearner, SACActor)}
+STACKED_CLASSES = {"ppo": (PPOLearner, (ActorCritic, RecurrentActorCritic)), "dqn": (DQNLearner, (QValuePolicy,)),
+                   "sac": (SACLearner, (SACActor,))}
 STACKED_OPTIONS = {"ppo": (MEMBER_OPTIONS, INTEGER_MEMBER_OPTIONS), "dqn": (MEMBER_DQN_OPTIONS, INTEGER_DQN_OPTIONS),
                    "sac": (MEMBER_SAC_OPTIONS, INTEGER_SAC_OPTIONS)}
 # the algo settings the shared collector reads, which the members of a lockstep sweep share (they may differ in
@@ -59,15 +60,28 @@ def stacks(cfg: DictConfig) -> bool:
 
 def stacked_kind(cfg: DictConfig) -> str | None:
     """The kind of stacked model runs of ``cfg`` make (a key of STACKED_OPTIONS: PPO with the
-    ActorCritic, DQN with the QValuePolicy, SAC with the SACActor, each with an MLP encoder; an ``auto`` encoder
-    that turns out to be a CNN is found by ``build_sweep``); None: they train in lockstep."""
+    ActorCritic or the RecurrentActorCritic, DQN with the QValuePolicy, SAC with the SACActor,
+    each with an MLP encoder; an ``auto`` encoder that turns out to be a CNN is found by
+    ``build_sweep``); None: they train in lockstep."""
     if cfg.get("algo") is None or cfg.get("model") is None:  # a Hydra app of another kind (the launcher serves any)
         return None
-    if cfg.model.get("encoder", "auto") not in ("auto", "mlp"):
+    if cfg.model.get("encoder", "auto") not in ("auto", "mlp") or uneven_sequences(cfg) is not None:
         return None
     algo, model = target_class(cfg.algo, "algo"), target_class(cfg.model, "model")
-    return next((kind for kind, (learner, policy) in STACKED_CLASSES.items()
-                 if algo is learner and model is policy), None)
+    return next((kind for kind, (learner, policies) in STACKED_CLASSES.items()
+                 if algo is learner and model in policies), None)
+
+
+def uneven_sequences(cfg: DictConfig) -> str | None:
+    """Why a recurrent model's training sequences differ in length (the members' minibatches
+    must be of one size to stack), when ``algo.sequence_length`` does not divide each env's
+    rollout, in a few words; None: they are even (or the model is not recurrent)."""
+    if target_class(cfg.model, "model") is not RecurrentActorCritic or not cfg.algo.get("sequence_length"):
+        return None
+    steps = cfg.collector.frames_per_batch // (cfg.env.num_envs or 1)
+    if steps % cfg.algo.sequence_length == 0:
+        return None
+    return f"algo.sequence_length={cfg.algo.sequence_length} with {steps} steps per env"
 
 
 def lockstep_reason(cfg: DictConfig) -> str | None:
@@ -76,11 +90,13 @@ def lockstep_reason(cfg: DictConfig) -> str | None:
     if stacked_kind(cfg) is not None:
         return None
     algo = target_class(cfg.algo, "algo")
-    learners = {learner: policy for learner, policy in STACKED_CLASSES.values()}
+    learners = dict(STACKED_CLASSES.values())
     if algo not in learners:
         return f"algo={cfg.algo.get('name', '?')}"
+    if uneven_sequences(cfg) is not None:
+        return uneven_sequences(cfg)
     model = target_class(cfg.model, "model")
-    if model is not learners[algo]:
+    if model not in learners[algo]:
         name = re.sub(r"(?<!^)(?=[A-Z])", "_", model.__name__).lower()
         return f"model={name}"  # RecurrentActorCritic: recurrent_actor_critic, the option's name
     return f"model.encoder={cfg.model.encoder}"

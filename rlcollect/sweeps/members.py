@@ -27,7 +27,8 @@ from rlcollect.algos.learners import Learner
 from rlcollect.algos.optim import Adam
 from rlcollect.algos.ppo import PPO
 from rlcollect.algos.reward_scaling import RewardScaler
-from rlcollect.buffers.rollout import RolloutBuffer, transition_view
+from rlcollect.buffers.rollout import RolloutBuffer, sequence_starts, transition_view
+from rlcollect.modules.actor_critic import RecurrentActorCritic
 from rlcollect.modules.encoders import RunningNorm
 from rlcollect.sweeps.optim import (
     FrozenRows,
@@ -53,25 +54,29 @@ class MemberPolicy(TensorDictModuleBase):
         if generators is not None and len(generators) != members:
             raise ValueError(f"MemberPolicy: one generator per member ({members}), got {len(generators)}")
         stacked.generators = generators  # where the stacked ActorCritic samples from
-        self.observation_key = stacked.observation_key
         self.in_keys, self.out_keys = list(stacked.in_keys), list(stacked.out_keys)
 
     def split(self, value: torch.Tensor) -> torch.Tensor:
         return value.unflatten(0, (self.members, -1))
 
+    def member_rows(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The policy's inputs of ``tensordict`` ``[S * P, ...]`` (those it holds) as ``[S, P, ...]``."""
+        inputs = {key: self.split(value) for key in self.in_keys
+                  if (value := tensordict.get(key, None)) is not None}
+        return TensorDict(inputs, batch_size=[self.members, tensordict.shape[0] // self.members,
+                                              *tensordict.shape[1:]], device=tensordict.device)
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        observation = self.split(tensordict.get(self.observation_key))
-        rows = TensorDict({self.observation_key: observation}, batch_size=observation.shape[:2],
-                          device=tensordict.device)
+        rows = self.member_rows(tensordict)
+        given = set(rows.keys(True, True))
         self.stacked(rows)
-        for key in self.out_keys:
-            value = rows.get(key, None)  # absent: not asked for (set_actions_only)
-            if value is not None:
-                tensordict.set(key, value.flatten(0, 1))
+        for key in rows.keys(True, True):  # what the model wrote: its outputs (a recurrent one's next states too)
+            if key not in given:
+                tensordict.set(key, rows.get(key).flatten(0, 1))
         return tensordict
 
     def state_value(self, tensordict: TensorDictBase) -> torch.Tensor:
-        return self.stacked.value(self.split(tensordict.get(self.observation_key))).flatten(0, 1)
+        return self.stacked.state_value(self.member_rows(tensordict)).flatten(0, 1)
 
     def evaluate(self, tensordict: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log_prob, entropy, value), each ``[S, N]``, of a minibatch ``[S, N]``."""
@@ -157,6 +162,7 @@ class MemberPPO(PPO):
         normalize_reward = ppo_options.pop("normalize_reward", False)
         super().__init__(actor_critic, **ppo_options)
         self.members = actor_critic.members
+        self.recurrent = isinstance(actor_critic.stacked, RecurrentActorCritic)  # it trains on sequences
         self.generators = actor_critic.generators or [None] * self.members
         device = next(actor_critic.parameters()).device
         # each member's own value of a setting (MEMBER_OPTIONS), where the members differ in it
@@ -263,13 +269,17 @@ class MemberPPO(PPO):
         flat = transitions.reshape(-1)
         steps_per_member = flat.shape[0] // self.members
         device = flat.device
+        # what a member's permutation orders: its steps one by one, or (recurrent) its sequences, as its solo PPO's
+        sequences = self.member_sequences(transitions.shape[0] // self.members, transitions.shape[1], device)
+        draws, per_minibatch = (steps_per_member, self.minibatch_size) if sequences is None else \
+            (sequences[0].numel(), max(1, self.minibatch_size // sequences[1].numel()))
         totals: dict[str, torch.Tensor] = {}
         steps = [0] * self.members
         for epoch in range(self.epochs):
             # each member's own permutation, from its own generator (as its solo run draws it), for as many epochs as
             # it trains, the frozen members' too: no member's draws depend on which others still learn
             drawing = [member for member in range(self.members) if self.member_epochs[member] > epoch]
-            orders = {member: torch.randperm(steps_per_member, device=device, generator=self.generators[member])
+            orders = {member: torch.randperm(draws, device=device, generator=self.generators[member])
                       for member in drawing}
             stepping = [member for member in drawing if member not in self.frozen]  # the others cost no update
             if not stepping:
@@ -278,9 +288,14 @@ class MemberPPO(PPO):
             learning = None if every else torch.tensor(stepping, device=device)
             order = torch.stack([orders[member] for member in stepping])
             offsets = (torch.arange(self.members, device=device) if every else learning).unsqueeze(1) * steps_per_member
-            for start in range(0, steps_per_member, self.minibatch_size):
-                index = order[:, start:start + self.minibatch_size]
+            for start in range(0, draws, per_minibatch):
+                index = order[:, start:start + per_minibatch]
+                if sequences is not None:  # the chosen sequences' steps, end to end
+                    index = (sequences[0][index].unsqueeze(-1) + sequences[1]).flatten(1)
                 minibatch = flat[(index + offsets).reshape(-1)].reshape(len(stepping), index.shape[1])
+                if sequences is not None:  # each sequence restarts from its stored hidden state
+                    first = (sequences[1] == 0).repeat(index.shape[1] // sequences[1].numel())
+                    minibatch.set("is_init", minibatch.get("is_init") | first)
                 values = self._minibatch_step(minibatch, clip, learning, None if every else stepping)
                 for key, value in values.items():
                     if key not in totals:
@@ -294,6 +309,19 @@ class MemberPPO(PPO):
         values = {key: value.tolist() for key, value in totals.items()}  # one sync per update
         return [{**{key: value[member] / steps[member] if steps[member] else 0.0 for key, value in values.items()},
                  "lr": self.lrs_now[member]} for member in range(self.members)]
+
+    def member_sequences(self, rows: int, time: int, device) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """A recurrent model's sequences of one member's ``[rows, time]`` rollout: where each
+        starts (``sequence_starts``) and the positions ``[L]`` of a sequence's steps; None
+        for a feed-forward model. Every sequence is L steps long (grouping's
+        ``sequences_split_evenly``), so the members' minibatches are of one size."""
+        if not self.recurrent:
+            return None
+        length = self.sequence_length or time
+        starts, lengths = sequence_starts(rows, time, length, device)
+        if bool((lengths != length).any()):
+            raise ValueError(f"MemberPPO: algo.sequence_length={length} must divide the rollout's {time} steps")
+        return starts, torch.arange(length, device=device)
 
     def _minibatch_step(self, minibatch, clip, learning: torch.Tensor | None = None,
                         stepping: list[int] | None = None) -> dict[str, torch.Tensor]:

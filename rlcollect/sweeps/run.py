@@ -1,8 +1,9 @@
 """A batched sweep: S members built as one policy, one collector, one learner and one
 evaluator (``build_sweep``), trained together, each member a normal run in its own folder
-(``Sweep.run``; docs/sweeps.md). PPO with the MLP ActorCritic stacks its members into one
-model (members.py, stacking.py); every other algorithm and model trains its members' solo
-policies and learners in lockstep (lockstep.py), on one collector.
+(``Sweep.run``; docs/sweeps.md). PPO (feed-forward or recurrent), DQN and SAC with MLP
+encoders stack their members into one model (members.py, member_dqn.py, member_sac.py,
+stacking.py); every other algorithm and model trains its members' solo policies and
+learners in lockstep (lockstep.py), on one collector.
 
 Every member gets a Pipeline of its own, whose collector, learner, evaluator and policy
 are views of its share of the shared parts, and is driven by the training loop's own
@@ -233,12 +234,14 @@ class Sweep:
         one forward pass of the stacked policy, without moving the RNG streams."""
         frames = self.collector.frames
         if self._probed is None or self._probed[0] != frames:
-            observation = self.batch.get("observation")
-            steps = observation.unflatten(0, (self.members, -1)).flatten(1, 2)[:, :PROBE_STEPS]
-            probe = TensorDict({"observation": steps.flatten(0, 1)}, batch_size=[steps.shape[0] * steps.shape[1]])
+            # each member's first steps of what the policy reads (a recurrent one: its stored hidden states too)
+            inputs = {key: value.unflatten(0, (self.members, -1)).flatten(1, 2)[:, :PROBE_STEPS].flatten(0, 1)
+                      for key in self.policy.in_keys if (value := self.batch.get(key, None)) is not None}
+            first = next(iter(inputs.values()))
+            probe = TensorDict(inputs, batch_size=[first.shape[0]], device=first.device)
             with self.policy.rng_kept():
                 outputs = self.policy(probe)
-            finite = torch.ones(self.members, dtype=torch.bool, device=steps.device)
+            finite = torch.ones(self.members, dtype=torch.bool, device=first.device)
             for key in self.policy.out_keys:
                 value = outputs.get(key)
                 if value.is_floating_point():
@@ -380,7 +383,7 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
     in seed and what ``shared_settings`` leaves out), member m in ``run_dirs[m]`` with W&B
     names ``names[m]`` (name, group, job_type). Member m's policy is initialised as its
     solo run's (torch seeded with its seed), and its envs are seeded as its solo run's.
-    PPO with an MLP ActorCritic stacks into one model; anything else trains in lockstep
+    PPO, DQN and SAC with MLP encoders stack into one model; anything else trains in lockstep
     (lockstep.py). ``pbt``: population-based training among the members of a stacked
     model (rlcollect.sweeps.pbt; None: off). No file is written before ``Sweep.run``
     opens the members' folders."""

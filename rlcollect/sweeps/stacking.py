@@ -9,10 +9,12 @@ reads inputs ``[S, N, ...]``, member ``m`` computing on row ``m`` with its own w
                          matmul; with S = 1 the very nn.Linear call, so bit-equal)
     RunningNorm       -> MemberRunningNorm: statistics [S, 1, *shape], each member folding in
                          its own rows
+    nn.GRU / nn.LSTM  -> StackedRNN (stacked_rnn.py): a GRUModule's / LSTMModule's layers, the
+                         gates' weights [S, G * H, in] and [S, G * H, H]
     other parameters  -> [S, 1, *shape] (e.g. a Gaussian's log-std [A]: broadcast over N)
     and buffers
 
-Other layers with weights (convolutions, recurrent cells, layer norms) are refused
+Other layers with weights (convolutions, layer norms) are refused
 (``unstackable_layer``): such members train in lockstep instead (lockstep.py).
 ``member_state_dict(stacked_state, solo_module, m)`` is member m's state in the solo
 module's shapes (what its run folder's checkpoints hold), and ``load_member_state`` the
@@ -29,6 +31,8 @@ from torch.nn import functional as F
 
 from rlcollect.errors import ConfigError
 from rlcollect.modules.encoders import RunningNorm
+from rlcollect.modules.recurrent import GRUModule, LSTMModule
+from rlcollect.sweeps.stacked_rnn import StackedRNN, stackable_rnn
 
 # modules without weights of their own, which work on any leading dims as they are
 SHAPE_AGNOSTIC = (nn.Sequential, nn.Tanh, nn.ReLU, nn.ELU, nn.Identity, nn.Flatten)
@@ -86,11 +90,11 @@ class MemberRunningNorm(RunningNorm):
 
 def unstackable_layer(module: nn.Module) -> str | None:
     """The first layer of ``module`` with weights that ``stack_modules`` cannot stack (a
-    convolution, a recurrent cell, a layer norm: any torch.nn layer but Linear), named in
-    words; None: every layer stacks."""
+    convolution, a layer norm: any torch.nn layer but Linear and a GRUModule's or
+    LSTMModule's GRU / LSTM), named in words; None: every layer stacks."""
     for name, layer in module.named_modules():
-        if isinstance(layer, (nn.Linear, RunningNorm, *SHAPE_AGNOSTIC)) or not type(layer).__module__.startswith(
-                "torch.nn"):
+        if isinstance(layer, (nn.Linear, RunningNorm, *SHAPE_AGNOSTIC)) or stackable_rnn(layer) or \
+                not type(layer).__module__.startswith("torch.nn"):
             continue
         if any(True for _ in layer.parameters(recurse=False)) or any(True for _ in layer.buffers(recurse=False)):
             return f"the model's {name or 'module'!r} is a {type(layer).__name__}"
@@ -116,11 +120,15 @@ def stack_modules(modules: Sequence[nn.Module]) -> nn.Module:
                                                  torch.stack([m.bias.detach() for m in members]).clone()))
         elif isinstance(module, RunningNorm):
             replace(stacked, name, MemberRunningNorm(module, members))
+        elif isinstance(module, (GRUModule, LSTMModule)):
+            for index in range(len(module.layers)):
+                module.layers[index] = StackedRNN([member.layers[index] for member in members], module.step_layer,
+                                                  module.sequence_layer)
     refusal = unstackable_layer(modules[0])
     if refusal is not None:
-        raise ConfigError(f"stack_modules stacks MLP policies (Linear layers); {refusal}")
+        raise ConfigError(f"stack_modules stacks MLP and recurrent policies (Linear, GRU and LSTM layers); {refusal}")
     for name, module in stacked.named_modules():  # the policy's own parameters (e.g. log_std): [S, 1, *shape]
-        if isinstance(module, (StackedLinear, MemberRunningNorm)):
+        if isinstance(module, (StackedLinear, MemberRunningNorm, StackedRNN)):
             continue
         for key, _ in list(module.named_parameters(recurse=False)):
             full = f"{name}.{key}" if name else key

@@ -87,28 +87,30 @@ class StackedRNN(nn.Module):
         every step (h; an LSTM's c too) [S * n, T, H] each."""
         members = self.members
         rows, steps = inputs.shape[:2]
-        x = inputs.reshape(members, rows // members * steps, inputs.shape[-1])
+        per_member = rows // members
+        hidden = states[0].reshape(members, per_member, -1)
+        cell = states[1].reshape(members, per_member, -1) if self.lstm else None
+        size = hidden.shape[-1]
+        gates = 4 if self.lstm else 3
+        x = inputs.reshape(members, per_member * steps, inputs.shape[-1])
         input_gates = torch.baddbmm(self.bias_ih_l0.unsqueeze(1), x, self.weight_ih_l0.transpose(1, 2))
-        input_gates = input_gates.reshape(members, rows // members, steps, -1)
-        hidden = states[0].reshape(members, rows // members, -1)
-        cell = states[1].reshape(members, rows // members, -1) if self.lstm else None
+        # each step's gates as tensors of their own (one unbind: its backward stacks their gradients once,
+        # where slices would each fill a zero tensor of the whole)
+        input_gates = input_gates.reshape(members, per_member, steps * gates, size).unbind(2)
         weight_hh, bias_hh = self.weight_hh_l0.transpose(1, 2), self.bias_hh_l0.unsqueeze(1)
         hiddens, cells = [], []
         for step in range(steps):
-            gates = input_gates[:, :, step]
-            hidden_gates = torch.baddbmm(bias_hh, hidden, weight_hh)
+            own = input_gates[step * gates:(step + 1) * gates]
+            recurrent = torch.baddbmm(bias_hh, hidden, weight_hh).reshape(members, per_member, gates, size).unbind(2)
             if self.lstm:  # torch's gate order: i, f, g, o
-                summed = gates + hidden_gates
-                i, f, g, o = summed.chunk(4, -1)
+                i, f, g, o = (a + b for a, b in zip(own, recurrent))
                 cell = f.sigmoid() * cell + i.sigmoid() * g.tanh()
                 hidden = o.sigmoid() * cell.tanh()
                 cells.append(cell)
             else:  # r, z, n
-                input_r, input_z, input_n = gates.chunk(3, -1)
-                hidden_r, hidden_z, hidden_n = hidden_gates.chunk(3, -1)
-                reset, update = (input_r + hidden_r).sigmoid(), (input_z + hidden_z).sigmoid()
-                new = (input_n + reset * hidden_n).tanh()
-                hidden = new + update * (hidden - new)
+                reset, update = (own[0] + recurrent[0]).sigmoid(), (own[1] + recurrent[1]).sigmoid()
+                new = (own[2] + reset * recurrent[2]).tanh()
+                hidden = torch.lerp(new, hidden, update)  # new + update * (hidden - new)
             hiddens.append(hidden)
         outputs = torch.stack(hiddens, 2).reshape(rows, steps, -1)
         if self.lstm:

@@ -1,9 +1,9 @@
-"""Batched sweeps of models that do not stack (rlcollect.sweeps.lockstep): the CNN encoder
-(PPO's, DQN's, SAC's) and recurrent PPO whose sequences do not divide the rollout train
-their members' solo policies and learners in lockstep on one collector, each member its
-solo run bit for bit. (PPO with the multi-input encoder of flat entries stacks:
-tests/test_sweeps.py; so do DQN and SAC with MLPs: tests/test_member_dqn.py,
-tests/test_member_sac.py; and recurrent PPO: tests/test_member_recurrent.py.)"""
+"""Batched sweeps of models that do not stack (rlcollect.sweeps.lockstep): a model class of a
+user's own (DQN's and SAC's here, tests/lockstep_models.py) and recurrent PPO whose
+sequences do not divide the rollout train their members' solo policies and learners in
+lockstep on one collector, each member its solo run bit for bit. (What stacks:
+tests/test_sweeps.py for PPO, tests/test_member_dqn.py, test_member_sac.py,
+test_member_recurrent.py and test_member_cnn.py for the others.)"""
 import json
 
 import pytest
@@ -23,19 +23,15 @@ TINY_PPO = ["algo.minibatch_size=32", "algo.epochs=2"]
 TINY_REPLAY = ["algo.learning_starts=128", "algo.gradient_steps_per_batch=4", "algo.batch_size=16",
                "buffer.storage.max_size=1024"]
 KINDS = {  # each kind of member that trains in lockstep: its overrides, the setting its two members differ in
-    "dqn_cnn": (["algo=dqn", "env.id=rlcollect-test/Spaces-image_chw-discrete-v0", "env.solved_return=null",
+    "own_dqn": (["algo=dqn", "model._target_=lockstep_models.OwnQValuePolicy", "env.solved_return=null",
                  *TINY_REPLAY, "model.hidden_sizes=[16]", "algo.n_step=3", "algo.prioritized=true"],
                 "algo.lr=0.0005"),
-    "sac_cnn": (["algo=sac", "env.id=rlcollect-test/Spaces-image_chw-box-v0", "env.solved_return=null", *TINY_REPLAY,
+    "own_sac": (["algo=sac", "env=pendulum", "model._target_=lockstep_models.OwnSACActor", *TINY_REPLAY,
                  "model.hidden_sizes=[16]", "algo.critic_hidden_sizes=[16]", "algo.batch_size=4"], "algo.gamma=0.9"),
     # 32 steps per env in sequences of 12: minibatches of unequal sizes, which do not stack
     "gru": (["experiment=cartpole_novel_gru", *TINY_PPO, "algo.sequence_length=12", "model.hidden_size=16"],
             "algo.lr=0.001"),
-    "cnn": (["env.id=rlcollect-test/Spaces-image_hwc-discrete-v0", "env.solved_return=null", *TINY_PPO],
-            "algo.lr=0.001"),
 }
-
-
 
 
 @pytest.mark.timeout(300)
@@ -66,17 +62,17 @@ def test_each_member_in_lockstep_is_its_solo_run_bit_for_bit(tmp_path, kind):
 
 
 def test_what_trains_in_lockstep_and_what_stacks():
-    """PPO with the MLP ActorCritic or the recurrent one, DQN and SAC with their MLPs stack;
-    another model or encoder trains in lockstep (and recurrent PPO whose sequences do not
-    divide the rollout), and its members may differ in every algo setting the collector
-    does not read."""
+    """PPO with the ActorCritic or the recurrent one, DQN and SAC with theirs stack, with any
+    encoder; a model class of a user's own trains in lockstep (and recurrent PPO whose
+    sequences do not divide the rollout), and its members may differ in every algo setting
+    the collector does not read."""
     cases = {(): None, ("algo=dqn",): None, ("algo=sac", "env=pendulum"): None,
-             ("algo=sac", "env=pendulum", "model.encoder=cnn"): "model.encoder=cnn",
+             ("algo=sac", "env=pendulum", "model.encoder=cnn"): None, ("model.encoder=cnn",): None,
              ("experiment=cartpole_novel_gru",): None, ("experiment=cartpole_novel_gru", "model.rnn=lstm"): None,
              ("experiment=cartpole_novel_gru", "algo.sequence_length=12"):
                  "algo.sequence_length=12 with 32 steps per env",
-             ("experiment=cartpole_novel_gru", "model.encoder=cnn"): "model.encoder=cnn",
-             ("model.encoder=cnn",): "model.encoder=cnn", ("algo=dqn", "model.encoder=cnn"): "model.encoder=cnn"}
+             ("algo=dqn", "model._target_=lockstep_models.OwnQValuePolicy"): "model=own_q_value_policy",
+             ("algo=sac", "env=pendulum", "model._target_=lockstep_models.OwnSACActor"): "model=own_sac_actor"}
     for overrides, reason in cases.items():
         [cfg] = configs(overrides)
         assert lockstep_reason(cfg) == reason, overrides
@@ -84,8 +80,8 @@ def test_what_trains_in_lockstep_and_what_stacks():
     check_sweep(configs([*gru, "seed=0"], [*gru, "seed=1", "algo.lr=0.01", "algo.minibatch_size=32",
                                            "algo.gamma=0.9", "algo.epochs=2"]))
     with pytest.raises(ConfigError, match="differ only in seed and algo.. but algo.learning_starts, algo.n_step"):
-        sac_cnn = ["algo=sac", "env=pendulum", "model.encoder=cnn"]
-        check_sweep(configs([*sac_cnn, "seed=0"], [*sac_cnn, "seed=1", "algo.learning_starts=10"]))
+        own_sac = ["algo=sac", "env=pendulum", "model._target_=lockstep_models.OwnSACActor"]
+        check_sweep(configs([*own_sac, "seed=0"], [*own_sac, "seed=1", "algo.learning_starts=10"]))
     with pytest.raises(ConfigError, match="algo.background=true: a batched sweep collects between"):
         check_sweep(configs(["algo=sac", "env=pendulum", "algo.background=true"]))
 
@@ -125,9 +121,9 @@ def test_a_member_that_stops_leaves_the_others_their_solo_runs(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_recurrent_and_cnn_policies_batch_from_the_command_line(tmp_path):
-    """GRU and LSTM PPO: each group of two seeds trains as one batched model; PPO with a CNN
-    over image observations trains in lockstep in one process (the sweep says so); every
-    member a finished run of its own with its own results."""
+    """GRU and LSTM PPO, and PPO with a CNN over image observations (the auto encoder, found
+    once the env is probed): each group trains as one batched model, every member a
+    finished run of its own with its own results."""
     recurrent = cli(tmp_path, "train", "--multirun", "seed=0,1", "experiment=cartpole_novel_gru", "model.rnn=gru,lstm",
                     "hydra/launcher=batched", *QUIET, *TINY_PPO, "algo.sequence_length=8", "model.hidden_size=16",
                     "hydra.sweep.dir=recurrent")
@@ -140,9 +136,7 @@ def test_recurrent_and_cnn_policies_batch_from_the_command_line(tmp_path):
     assert "jobs #0, #2 train as one batched model of 2 members" in output  # Hydra's order: seed, then model.rnn
     assert "jobs #1, #3 train as one batched model of 2 members" in output and "lockstep" not in output
     output = images.stdout + images.stderr
-    # the auto encoder turns out a CNN once the env is probed: the members fall back to lockstep
-    assert "jobs #0-#3 train as one batched model of 4 members" in output
-    assert "the members train in lockstep: the model's" in output and "is a Conv2d" in output
+    assert "jobs #0-#3 train as one batched model of 4 members" in output and "lockstep" not in output
     for sweep in ("recurrent", "images"):
         # an env id with a slash makes Hydra's job folder name a nested path: the run folders are where summaries are
         members = sorted((path.parent for path in (tmp_path / sweep).rglob("summary.json")),

@@ -61,11 +61,11 @@ def stacks(cfg: DictConfig) -> bool:
 def stacked_kind(cfg: DictConfig) -> str | None:
     """The kind of stacked model runs of ``cfg`` make (a key of STACKED_OPTIONS: PPO with the
     ActorCritic or the RecurrentActorCritic, DQN with the QValuePolicy, SAC with the SACActor,
-    each with an MLP encoder; an ``auto`` encoder that turns out to be a CNN is found by
-    ``build_sweep``); None: they train in lockstep."""
+    with any shipped encoder; a layer that does not stack is found by ``build_sweep``,
+    ``unstackable_layer``); None: they train in lockstep."""
     if cfg.get("algo") is None or cfg.get("model") is None:  # a Hydra app of another kind (the launcher serves any)
         return None
-    if cfg.model.get("encoder", "auto") not in ("auto", "mlp") or uneven_sequences(cfg) is not None:
+    if uneven_sequences(cfg) is not None:
         return None
     algo, model = target_class(cfg.algo, "algo"), target_class(cfg.model, "model")
     return next((kind for kind, (learner, policies) in STACKED_CLASSES.items()
@@ -86,7 +86,8 @@ def uneven_sequences(cfg: DictConfig) -> str | None:
 
 def lockstep_reason(cfg: DictConfig) -> str | None:
     """Why the members of ``cfg`` train in lockstep rather than as one stacked model, in a few
-    words (``model=recurrent_actor_critic``); None: they stack."""
+    words (``algo=my_learner``); None: they stack (a layer that does not stack is found by
+    ``build_sweep``)."""
     if stacked_kind(cfg) is not None:
         return None
     algo = target_class(cfg.algo, "algo")
@@ -95,11 +96,10 @@ def lockstep_reason(cfg: DictConfig) -> str | None:
         return f"algo={cfg.algo.get('name', '?')}"
     if uneven_sequences(cfg) is not None:
         return uneven_sequences(cfg)
-    model = target_class(cfg.model, "model")
-    if model not in learners[algo]:
-        name = re.sub(r"(?<!^)(?=[A-Z])", "_", model.__name__).lower()
-        return f"model={name}"  # RecurrentActorCritic: recurrent_actor_critic, the option's name
-    return f"model.encoder={cfg.model.encoder}"
+    # what is left: a model that the algorithm's stacked kind does not know (a user's own)
+    words = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"  # where a class name's words meet
+    name = re.sub(words, "_", target_class(cfg.model, "model").__name__).lower()
+    return f"model={name}"  # MyActorCritic: my_actor_critic, as the option names it
 
 
 def seeds_each_env(cfg: DictConfig) -> bool:

@@ -1,7 +1,7 @@
 """A batched sweep: S members built as one policy, one collector, one learner and one
 evaluator (``build_sweep``), trained together, each member a normal run in its own folder
-(``Sweep.run``; docs/sweeps.md). PPO (feed-forward or recurrent), DQN and SAC with MLP
-encoders stack their members into one model (members.py, member_dqn.py, member_sac.py,
+(``Sweep.run``; docs/sweeps.md). PPO (feed-forward or recurrent), DQN and SAC, with any
+shipped encoder, stack their members into one model (members.py, member_dqn.py, member_sac.py,
 stacking.py); every other algorithm and model trains its members' solo policies and
 learners in lockstep (lockstep.py), on one collector.
 
@@ -383,7 +383,7 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
     in seed and what ``shared_settings`` leaves out), member m in ``run_dirs[m]`` with W&B
     names ``names[m]`` (name, group, job_type). Member m's policy is initialised as its
     solo run's (torch seeded with its seed), and its envs are seeded as its solo run's.
-    PPO, DQN and SAC with MLP encoders stack into one model; anything else trains in lockstep
+    PPO, DQN and SAC with their shipped models stack into one model; anything else trains in lockstep
     (lockstep.py). ``pbt``: population-based training among the members of a stacked
     model (rlcollect.sweeps.pbt; None: off). No file is written before ``Sweep.run``
     opens the members' folders."""

@@ -9,12 +9,15 @@ reads inputs ``[S, N, ...]``, member ``m`` computing on row ``m`` with its own w
                          matmul; with S = 1 the very nn.Linear call, so bit-equal)
     RunningNorm       -> MemberRunningNorm: statistics [S, 1, *shape], each member folding in
                          its own rows
+    nn.Conv2d         -> StackedConv2d: weight [S, out, in, k, k], bias [S, out] (one grouped
+                         convolution, the members' images side by side in the channel dim;
+                         with S = 1 the very nn.Conv2d call)
     nn.GRU / nn.LSTM  -> StackedRNN (stacked_rnn.py): a GRUModule's / LSTMModule's layers, the
                          gates' weights [S, G * H, in] and [S, G * H, H]
     other parameters  -> [S, 1, *shape] (e.g. a Gaussian's log-std [A]: broadcast over N)
     and buffers
 
-Other layers with weights (convolutions, layer norms) are refused
+Other layers with weights (a layer norm, a transposed convolution, ...) are refused
 (``unstackable_layer``): such members train in lockstep instead (lockstep.py).
 ``member_state_dict(stacked_state, solo_module, m)`` is member m's state in the solo
 module's shapes (what its run folder's checkpoints hold), and ``load_member_state`` the
@@ -44,6 +47,10 @@ class StackedLinear(nn.Module):
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
+        if weight.shape[0] > 1:
+            # stored as [S, in, out] (a weight of strides [out * in, 1, out]): the batched product's gradient
+            # comes out in that layout, so it lands in .grad with no copy (the solo layout would transpose it)
+            weight = weight.transpose(1, 2).contiguous().transpose(1, 2)
         self.weight = nn.Parameter(weight)
         self.bias = None if bias is None else nn.Parameter(bias)
         self.members = weight.shape[0]
@@ -52,12 +59,36 @@ class StackedLinear(nn.Module):
         weight, bias = self.weight, self.bias
         members = weight.shape[0]  # fewer than self.members when called with some members' weights
         if members == 1:  # the solo layer's own call: a run of one member is bit-equal to its solo run
+            if x.shape[0] != 1:  # its rows flattened (a CNN encoder's [S * N, in]): as they are
+                return F.linear(x, weight[0], None if bias is None else bias[0])
             return F.linear(x[0], weight[0], None if bias is None else bias[0]).unsqueeze(0)
         stacked = x.dim() == 3  # [S, N, in], the usual input: no reshape in or out (nor their autograd nodes)
         rows = x if stacked else x.reshape(members, -1, x.shape[-1])
         out = torch.bmm(rows, weight.transpose(1, 2)) if bias is None else \
             torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
         return out if stacked else out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+class StackedConv2d(nn.Module):
+    """S 2-d convolutions of one shape: images ``[S * n, C, H, W]`` (member-major) ->
+    ``[S * n, out, H', W']``, member m's images through member m's weight ``[out, C, k, k]``
+    and bias ``[out]``, each member's by the solo layer's own call (on a CPU S calls of
+    a convolution's arithmetic are faster than one grouped convolution of S groups, and
+    they round as the solo layer does)."""
+
+    def __init__(self, conv: nn.Conv2d, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight)
+        self.bias = None if bias is None else nn.Parameter(bias)
+        self.options = dict(stride=conv.stride, padding=conv.padding, dilation=conv.dilation, groups=conv.groups)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # each member's weight and bias by one unbind (whose backward stacks their gradients once)
+        weights = self.weight.unbind(0)
+        biases = [None] * len(weights) if self.bias is None else self.bias.unbind(0)
+        images = x.reshape(len(weights), -1, *x.shape[1:]).unbind(0)
+        return torch.cat([F.conv2d(member_images, weight, bias, **self.options)
+                          for member_images, weight, bias in zip(images, weights, biases)])
 
 
 class MemberRunningNorm(RunningNorm):
@@ -90,10 +121,11 @@ class MemberRunningNorm(RunningNorm):
 
 def unstackable_layer(module: nn.Module) -> str | None:
     """The first layer of ``module`` with weights that ``stack_modules`` cannot stack (a
-    convolution, a layer norm: any torch.nn layer but Linear and a GRUModule's or
-    LSTMModule's GRU / LSTM), named in words; None: every layer stacks."""
+    layer norm, a transposed convolution: any torch.nn layer but Linear, Conv2d and a
+    GRUModule's or LSTMModule's GRU / LSTM), named in words; None: every layer stacks."""
     for name, layer in module.named_modules():
-        if isinstance(layer, (nn.Linear, RunningNorm, *SHAPE_AGNOSTIC)) or stackable_rnn(layer) or \
+        stackable_conv = type(layer) is nn.Conv2d and layer.padding_mode == "zeros"
+        if isinstance(layer, (nn.Linear, RunningNorm, *SHAPE_AGNOSTIC)) or stackable_conv or stackable_rnn(layer) or \
                 not type(layer).__module__.startswith("torch.nn"):
             continue
         if any(True for _ in layer.parameters(recurse=False)) or any(True for _ in layer.buffers(recurse=False)):
@@ -118,6 +150,10 @@ def stack_modules(modules: Sequence[nn.Module]) -> nn.Module:
             replace(stacked, name, StackedLinear(torch.stack([m.weight.detach() for m in members]).clone(),
                                                  None if module.bias is None else
                                                  torch.stack([m.bias.detach() for m in members]).clone()))
+        elif type(module) is nn.Conv2d and module.padding_mode == "zeros":
+            replace(stacked, name, StackedConv2d(module, torch.stack([m.weight.detach() for m in members]).clone(),
+                                                 None if module.bias is None else
+                                                 torch.stack([m.bias.detach() for m in members]).clone()))
         elif isinstance(module, RunningNorm):
             replace(stacked, name, MemberRunningNorm(module, members))
         elif isinstance(module, (GRUModule, LSTMModule)):
@@ -126,9 +162,9 @@ def stack_modules(modules: Sequence[nn.Module]) -> nn.Module:
                                                   module.sequence_layer)
     refusal = unstackable_layer(modules[0])
     if refusal is not None:
-        raise ConfigError(f"stack_modules stacks MLP and recurrent policies (Linear, GRU and LSTM layers); {refusal}")
+        raise ConfigError(f"stack_modules stacks policies of Linear, Conv2d, GRU and LSTM layers; {refusal}")
     for name, module in stacked.named_modules():  # the policy's own parameters (e.g. log_std): [S, 1, *shape]
-        if isinstance(module, (StackedLinear, MemberRunningNorm, StackedRNN)):
+        if isinstance(module, (StackedLinear, StackedConv2d, MemberRunningNorm, StackedRNN)):
             continue
         for key, _ in list(module.named_parameters(recurse=False)):
             full = f"{name}.{key}" if name else key

@@ -1,6 +1,6 @@
 """What runs wrote, read back: two runs' metrics rows without the wall-clock entries, and
-their checkpoints' states bit for bit (a replay buffer's rows as far as written); a PBT
-sweep's events, settings and parents."""
+their checkpoints' states bit for bit (a replay buffer's rows as far as written); a sweep's
+members against their solo runs; a PBT sweep's events, settings and parents."""
 import json
 
 import pytest
@@ -44,6 +44,38 @@ def assert_same_summary_and_checkpoint(member, solo) -> None:
     checkpoints = [load_checkpoint(folder / "checkpoint.pt") for folder in (member, solo)]
     for key in ("policy", "learner", "rng", "frames"):
         assert_equal_states(checkpoints[0][key], checkpoints[1][key], key)
+
+
+def assert_member_is_its_solo_run(cfg, member, solo, steps: list[int], loss_key: str) -> None:
+    """Train ``cfg`` as a solo run in folder ``solo``: the member's folder ``member`` holds
+    the same metrics rows (at ``steps``, the last one with a key starting ``loss_key``),
+    summary and checkpoint, bit for bit."""
+    from rlcollect.pipeline import build, run
+
+    run(build(cfg, solo))
+    rows = metric_rows(solo)
+    assert metric_rows(member) == rows
+    assert [row["step"] for row in rows] == steps
+    assert any(key.startswith(loss_key) for key in rows[-1]), rows[-1]
+    assert_same_summary_and_checkpoint(member, solo)
+
+
+def assert_members_near_solo_runs(tmp_path, cfgs, seeds, steps: list[int], abs_tol: float = 1e-5) -> list[dict]:
+    """Train each of ``cfgs`` as a solo run (folder ``solo<seed>``): member ``m<seed>``'s
+    metrics rows are its rows at ``steps`` to float32 rounding of batched products (rel
+    1e-4, ``abs_tol``). Returns the members' last rows, which all differ."""
+    from rlcollect.pipeline import build, run
+
+    finals = []
+    for seed, cfg in zip(seeds, cfgs):
+        run(build(cfg, tmp_path / f"solo{seed}"))
+        member, solo = metric_rows(tmp_path / f"m{seed}"), metric_rows(tmp_path / f"solo{seed}")
+        assert [row["step"] for row in member] == [row["step"] for row in solo] == steps
+        for ours, theirs in zip(member, solo):
+            assert ours == pytest.approx(theirs, rel=1e-4, abs=abs_tol)
+        finals.append(member[-1])
+    assert len({json.dumps(final) for final in finals}) == len(finals)
+    return finals
 
 
 def filled_rows(data, filled: int):

@@ -3,7 +3,7 @@ SAC over image observations, in either layout. One member is its solo run bit fo
 of two members updates as its solo run, to float32 rounding of the batched products."""
 import pytest
 import torch
-from run_states import assert_same_summary_and_checkpoint, metric_rows
+from run_states import assert_member_is_its_solo_run, assert_members_near_solo_runs
 from train_configs import train_configs
 
 import rlcollect.testing  # noqa: F401  (registers the rlcollect-test/ envs)
@@ -24,6 +24,7 @@ KINDS = {  # each algorithm with a CNN: its overrides, the setting its two membe
                  "algo.critic_hidden_sizes=[16]", "algo.batch_size=4"], "algo.gamma=0.9", "MemberSACActor"),
 }
 NAMES = dict(name=None, group=None, job_type=None)
+STEPS = list(range(64, 513, 64))
 
 
 @pytest.mark.timeout(300)
@@ -32,20 +33,13 @@ def test_one_member_with_a_cnn_is_its_solo_run_bit_for_bit(tmp_path, kind):
     """A stacked model of one member with a CNN: the same metrics, evaluations, summary and
     checkpoint (convolutions, heads, optimizers, target networks, replay buffer, RNG
     stream) as the solo run."""
-    from rlcollect.pipeline import build, run
-
     overrides, _, policy = KINDS[kind]
     [cfg] = train_configs([*QUIET, *overrides, "seed=3"])
     sweep = build_sweep([cfg], [tmp_path / "member"], [NAMES])
     assert type(sweep.policy).__name__ == policy
     assert any(isinstance(module, StackedConv2d) for module in sweep.policy.modules())
     sweep.run()
-    run(build(cfg, tmp_path / "solo"))
-    rows = metric_rows(tmp_path / "solo")
-    assert metric_rows(tmp_path / "member") == rows
-    assert [row["step"] for row in rows] == list(range(64, 513, 64))
-    assert any(key.startswith("train/loss") for key in rows[-1]), rows[-1]
-    assert_same_summary_and_checkpoint(tmp_path / "member", tmp_path / "solo")
+    assert_member_is_its_solo_run(cfg, tmp_path / "member", tmp_path / "solo", STEPS, "train/loss")
 
 
 @pytest.mark.timeout(300)
@@ -53,21 +47,11 @@ def test_one_member_with_a_cnn_is_its_solo_run_bit_for_bit(tmp_path, kind):
 def test_each_member_with_a_cnn_updates_as_its_solo_run(tmp_path, kind):
     """Two members, two seeds and a setting that differs: each member's metrics are its solo
     run's to float32 rounding, and the two runs differ."""
-    from rlcollect.pipeline import build, run
-
     overrides, differing, _ = KINDS[kind]
     cfgs = train_configs([*QUIET, *overrides, "seed=3"], [*QUIET, *overrides, "seed=4", differing])
     sweep = build_sweep(cfgs, [tmp_path / "m3", tmp_path / "m4"], [NAMES] * 2)
     sweep.run()
-    finals = []
-    for seed, cfg in zip((3, 4), cfgs):
-        run(build(cfg, tmp_path / f"solo{seed}"))
-        member, solo = metric_rows(tmp_path / f"m{seed}"), metric_rows(tmp_path / f"solo{seed}")
-        assert [row["step"] for row in member] == [row["step"] for row in solo] == list(range(64, 513, 64))
-        for ours, theirs in zip(member, solo):
-            assert ours == pytest.approx(theirs, rel=1e-4, abs=1e-5)
-        finals.append(member[-1])
-    assert finals[0] != finals[1]
+    assert_members_near_solo_runs(tmp_path, cfgs, (3, 4), STEPS)
 
 
 def test_stacked_convolutions_compute_each_member_with_its_own_weights():

@@ -5,7 +5,7 @@ import json
 
 import pytest
 from commands import rlcollect as cli
-from run_states import assert_pbt_sweep, assert_same_summary_and_checkpoint, metric_rows
+from run_states import assert_member_is_its_solo_run, assert_members_near_solo_runs, assert_pbt_sweep, metric_rows
 from train_configs import train_configs
 
 from rlcollect.checkpoint import load_checkpoint
@@ -30,18 +30,12 @@ def configs(*overrides_per_member):
 def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, overrides):
     """A stacked model of one member: the same metrics, evaluations, summary and checkpoint
     (Q network, Adam state, target network, replay buffer, RNG stream) as the solo run."""
-    from rlcollect.pipeline import build, run
-
     [cfg] = configs([*overrides, "seed=3"])
     sweep = build_sweep([cfg], [tmp_path / "member"], [NAMES])
     assert type(sweep.policy).__name__ == "MemberQPolicy"
     sweep.run()
-    run(build(cfg, tmp_path / "solo"))
-    member, solo = tmp_path / "member", tmp_path / "solo"
-    rows = metric_rows(solo)
-    assert metric_rows(member) == rows
-    assert [row["step"] for row in rows] == list(range(128, 1025, 128)) and "train/loss_q" in rows[-1]
-    assert_same_summary_and_checkpoint(member, solo)
+    assert_member_is_its_solo_run(cfg, tmp_path / "member", tmp_path / "solo", list(range(128, 1025, 128)),
+                                  "train/loss_q")
 
 
 @pytest.mark.timeout(300)
@@ -49,24 +43,14 @@ def test_each_member_updates_as_its_solo_run_with_its_own_settings(tmp_path):
     """Three members, differing in seed, lr, gamma, the epsilon schedule's end and the target
     period: each member's metrics are its solo run's (its own samples, exploration, update and
     target copies), to float32 rounding of a batched matrix product."""
-    from rlcollect.pipeline import build, run
-
     cfgs = configs(["seed=3"], ["seed=4", "algo.lr=0.0005", "algo.gamma=0.9"],
                    ["seed=5", "algo.eps_end=0.2", "algo.target_update_period=3"])
     assert member_options(cfgs) == {"lr": [0.0023, 0.0005, 0.0023], "gamma": [0.99, 0.9, 0.99],
                                     "target_update_period": [128, 128, 3], "eps_end": [0.04, 0.04, 0.2]}
     build_sweep(cfgs, [tmp_path / f"m{seed}" for seed in (3, 4, 5)], [NAMES] * 3).run()
-    finals = []
-    for seed, cfg in zip((3, 4, 5), cfgs):
-        run(build(cfg, tmp_path / f"solo{seed}"))
-        member, solo = metric_rows(tmp_path / f"m{seed}"), metric_rows(tmp_path / f"solo{seed}")
-        assert [row["step"] for row in member] == [row["step"] for row in solo] == list(range(128, 1025, 128))
-        for ours, theirs in zip(member, solo):
-            assert ours == pytest.approx(theirs, rel=1e-4, abs=1e-6)
-        finals.append(member[-1])
+    finals = assert_members_near_solo_runs(tmp_path, cfgs, (3, 4, 5), list(range(128, 1025, 128)), abs_tol=1e-6)
     # epsilon 1 -> eps_end over 8,000 frames: at frame 1,024, 12.8% of the way
     assert [final["train/epsilon"] for final in finals] == pytest.approx([0.87712, 0.87712, 0.8976])
-    assert len({json.dumps(final) for final in finals}) == 3
 
 
 def test_members_of_one_dqn_model_differ_in_its_per_member_settings_only():

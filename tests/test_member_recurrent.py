@@ -2,11 +2,10 @@
 LSTM's weights with a member dim): one member is its solo run bit for bit, each of several
 members updates as its solo run with its own settings, and each member's sequences are cut
 at its own episode starts."""
-import json
 
 import pytest
 import torch
-from run_states import assert_same_summary_and_checkpoint, metric_rows
+from run_states import assert_member_is_its_solo_run, assert_members_near_solo_runs
 from train_configs import train_configs
 
 from rlcollect.checkpoint import load_checkpoint
@@ -48,19 +47,12 @@ def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, rnn):
     """A stacked recurrent model of one member: the same metrics, evaluations, summary and
     checkpoint (GRU / LSTM weights, heads, Adam state, reward scaler, RNG stream) as the
     solo run."""
-    from rlcollect.pipeline import build, run
-
     [cfg] = configs([f"model.rnn={rnn}", "seed=3"])
     sweep = build_sweep([cfg], [tmp_path / "member"], [NAMES])
     assert type(sweep.policy).__name__ == "MemberPolicy"
     assert type(sweep.policy.stacked.rnn.layers[0]).__name__ == "StackedRNN"
     sweep.run()
-    run(build(cfg, tmp_path / "solo"))
-    member, solo = tmp_path / "member", tmp_path / "solo"
-    rows = metric_rows(solo)
-    assert metric_rows(member) == rows
-    assert [row["step"] for row in rows] == STEPS and "train/loss_policy" in rows[-1]
-    assert_same_summary_and_checkpoint(member, solo)
+    assert_member_is_its_solo_run(cfg, tmp_path / "member", tmp_path / "solo", STEPS, "train/loss_policy")
 
 
 @pytest.mark.timeout(300)
@@ -70,8 +62,6 @@ def test_each_gru_member_updates_as_its_solo_run_with_its_own_settings(tmp_path)
     update), to float32 rounding of a batched matrix product. (The clip range is not
     annealed here: annealed to 0 at the last update, ``clip_fraction`` would count the
     ratios that differ from 1 by rounding alone.)"""
-    from rlcollect.pipeline import build, run
-
     cfgs = configs(*[["algo.anneal_clip=false", *member] for member in (
         ["seed=3"], ["seed=4", "algo.lr=0.003", "algo.clip_epsilon=0.1"],
         ["seed=5", "algo.gae_lambda=0.9", "algo.epochs=1"])])
@@ -80,15 +70,7 @@ def test_each_gru_member_updates_as_its_solo_run_with_its_own_settings(tmp_path)
     sweep = build_sweep(cfgs, [tmp_path / f"m{seed}" for seed in (3, 4, 5)], [NAMES] * 3)
     assert type(sweep.learner.ppo.optimizer).__name__ == "MemberAdam"
     sweep.run()
-    finals = []
-    for seed, cfg in zip((3, 4, 5), cfgs):
-        run(build(cfg, tmp_path / f"solo{seed}"))
-        member, solo = metric_rows(tmp_path / f"m{seed}"), metric_rows(tmp_path / f"solo{seed}")
-        assert [row["step"] for row in member] == [row["step"] for row in solo] == STEPS
-        for ours, theirs in zip(member, solo):
-            assert ours == pytest.approx(theirs, rel=1e-4, abs=1e-5)
-        finals.append(member[-1])
-    assert len({json.dumps(final) for final in finals}) == 3
+    assert_members_near_solo_runs(tmp_path, cfgs, (3, 4, 5), STEPS)
     checkpoint = load_checkpoint(tmp_path / "m5" / "checkpoint.pt")  # in its solo run's shapes and order
     solo = load_checkpoint(tmp_path / "solo5" / "checkpoint.pt")
     assert checkpoint["policy"]["rnn.layers.0.weight_hh_l0"].shape == (48, 16)

@@ -7,7 +7,7 @@ import math
 
 import pytest
 from commands import rlcollect as cli
-from run_states import assert_pbt_sweep, assert_same_summary_and_checkpoint, metric_rows
+from run_states import assert_member_is_its_solo_run, assert_members_near_solo_runs, assert_pbt_sweep, metric_rows
 from train_configs import train_configs
 
 from rlcollect.checkpoint import load_checkpoint
@@ -35,18 +35,11 @@ def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, overrides):
     """A stacked model of one member: the same metrics, evaluations, summary and checkpoint
     (actor, critics, target critics, the three Adams, alpha, replay buffer, RNG stream) as
     the solo run."""
-    from rlcollect.pipeline import build, run
-
     [cfg] = configs([*overrides, "seed=3"])
     sweep = build_sweep([cfg], [tmp_path / "member"], [NAMES])
     assert type(sweep.policy).__name__ == "MemberSACActor"
     sweep.run()
-    run(build(cfg, tmp_path / "solo"))
-    member, solo = tmp_path / "member", tmp_path / "solo"
-    rows = metric_rows(solo)
-    assert metric_rows(member) == rows
-    assert [row["step"] for row in rows] == STEPS and "train/loss_q" in rows[-1]
-    assert_same_summary_and_checkpoint(member, solo)
+    assert_member_is_its_solo_run(cfg, tmp_path / "member", tmp_path / "solo", STEPS, "train/loss_q")
 
 
 @pytest.mark.timeout(300)
@@ -55,8 +48,6 @@ def test_each_member_updates_as_its_solo_run_with_its_own_settings(tmp_path):
     whether alpha is tuned:
     each member's metrics are its solo run's (its own samples, noise, updates and targets),
     to float32 rounding of a batched matrix product."""
-    from rlcollect.pipeline import build, run
-
     cfgs = configs(["seed=3"], ["seed=4", "algo.actor_lr=0.001", "algo.gamma=0.9", "algo.alpha=0.5"],
                    ["seed=5", "algo.critic_lr=0.003", "algo.tau=0.05", "algo.autotune=false"])
     assert member_options(cfgs) == {"gamma": [0.99, 0.9, 0.99], "tau": [0.005, 0.005, 0.05],
@@ -65,15 +56,7 @@ def test_each_member_updates_as_its_solo_run_with_its_own_settings(tmp_path):
     sweep = build_sweep(cfgs, [tmp_path / f"m{seed}" for seed in (3, 4, 5)], [NAMES] * 3)
     assert type(sweep.learner.actor_optimizer).__name__ == "MemberAdam"
     sweep.run()
-    finals = []
-    for seed, cfg in zip((3, 4, 5), cfgs):
-        run(build(cfg, tmp_path / f"solo{seed}"))
-        member, solo = metric_rows(tmp_path / f"m{seed}"), metric_rows(tmp_path / f"solo{seed}")
-        assert [row["step"] for row in member] == [row["step"] for row in solo] == STEPS
-        for ours, theirs in zip(member, solo):
-            assert ours == pytest.approx(theirs, rel=1e-4, abs=1e-5)
-        finals.append(member[-1])
-    assert len({json.dumps(final) for final in finals}) == 3
+    finals = assert_members_near_solo_runs(tmp_path, cfgs, (3, 4, 5), STEPS)
     checkpoint = load_checkpoint(tmp_path / "m4" / "checkpoint.pt")["learner"]
     solo = load_checkpoint(tmp_path / "solo4" / "checkpoint.pt")["learner"]
     assert checkpoint["critics"]["0.q.0.weight"].shape == solo["critics"]["0.q.0.weight"].shape == (16, 4)

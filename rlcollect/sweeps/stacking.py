@@ -47,10 +47,6 @@ class StackedLinear(nn.Module):
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
-        if weight.shape[0] > 1:
-            # stored as [S, in, out] (a weight of strides [out * in, 1, out]): the batched product's gradient
-            # comes out in that layout, so it lands in .grad with no copy (the solo layout would transpose it)
-            weight = weight.transpose(1, 2).contiguous().transpose(1, 2)
         self.weight = nn.Parameter(weight)
         self.bias = None if bias is None else nn.Parameter(bias)
         self.members = weight.shape[0]
@@ -64,8 +60,15 @@ class StackedLinear(nn.Module):
             return F.linear(x[0], weight[0], None if bias is None else bias[0]).unsqueeze(0)
         stacked = x.dim() == 3  # [S, N, in], the usual input: no reshape in or out (nor their autograd nodes)
         rows = x if stacked else x.reshape(members, -1, x.shape[-1])
-        out = torch.bmm(rows, weight.transpose(1, 2)) if bias is None else \
-            torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
+        if weight.requires_grad and torch.is_grad_enabled() and rows.shape[1] < weight.shape[2]:
+            # learning on fewer rows than input features (a CNN encoder's head: 3,136 in): (W x^T)^T, whose weight
+            # gradient (grad^T x) comes out [S, out, in] as the weight is stored, so it lands in .grad without a
+            # transposing copy of the whole weight (3x faster there); its output made contiguous, as x W^T gives it
+            out = (torch.bmm(weight, rows.transpose(1, 2)) if bias is None else
+                   torch.baddbmm(bias.unsqueeze(2), weight, rows.transpose(1, 2))).transpose(1, 2).contiguous()
+        else:
+            out = torch.bmm(rows, weight.transpose(1, 2)) if bias is None else \
+                torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
         return out if stacked else out.reshape(*x.shape[:-1], out.shape[-1])
 
 

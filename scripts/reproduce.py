@@ -677,9 +677,9 @@ figure("sweeps.dqn8.batched", SWEEPS, "| 78.6 | 260.4 s (3.31x; 4.20x) | 148.5 s
        Relative(0.3), SWEEP_DQN, sweep_way("batched"))
 figure("sweeps.dqn8.batched2", SWEEPS, "| 78.6 | 260.4 s (3.31x; 4.20x) | 148.5 s (1.89x; 2.40x) |", "1.89x",
        Relative(0.3), SWEEP_DQN, sweep_way("batched2"))
-figure("sweeps.gru8.batched", SWEEPS, "| 29.6 | 249.3 s (8.41x) | 150.6 s (5.08x) |", "8.41x", Relative(0.3),
+figure("sweeps.gru8.batched", SWEEPS, "| 35.3 | 114.1 s (3.23x) | 65.4 s (1.85x) |", "3.23x", Relative(0.3),
        SWEEP_GRU, sweep_way("batched"))
-figure("sweeps.gru8.batched2", SWEEPS, "| 29.6 | 249.3 s (8.41x) | 150.6 s (5.08x) |", "5.08x", Relative(0.3),
+figure("sweeps.gru8.batched2", SWEEPS, "| 35.3 | 114.1 s (3.23x) | 65.4 s (1.85x) |", "1.85x", Relative(0.3),
        SWEEP_GRU, sweep_way("batched2"))
 figure("sweeps.gpu256.x_solo", SWEEPS, "and 256 seeds 5.8x", "5.8x", Relative(0.3), SWEEP_GPU, sweep_way("batched"))
 HALFCHEETAH_SWEEP = Command(

@@ -117,15 +117,21 @@ from rlcollect.rlpyt import (
 )
 
 # Batched sweeps (hydra/launcher=batched, docs/sweeps.md): S runs as the members of one stacked
-#   model (PPO, DQN), or in lockstep on one collector (every other algorithm and model)
+#   model (PPO, recurrent PPO, DQN, SAC), or in lockstep on one collector (a user's own classes)
 from rlcollect.sweeps.members import MemberPPOLearner as MemberPPOLearner, MemberPolicy as MemberPolicy
 from rlcollect.sweeps.member_dqn import MemberDQNLearner as MemberDQNLearner, MemberQPolicy as MemberQPolicy
+from rlcollect.sweeps.member_sac import MemberSACActor as MemberSACActor, MemberSACLearner as MemberSACLearner
 from rlcollect.sweeps.lockstep import (
     LockstepLearner as LockstepLearner,
     LockstepPolicy as LockstepPolicy,
     MemberStreams as MemberStreams,
 )
-from rlcollect.sweeps.stacking import StackedLinear as StackedLinear, stack_modules as stack_modules
+from rlcollect.sweeps.stacking import (
+    StackedConv2d as StackedConv2d,
+    StackedLinear as StackedLinear,
+    stack_modules as stack_modules,
+)
+from rlcollect.sweeps.stacked_rnn import StackedRNN as StackedRNN
 from rlcollect.sweeps.run import Sweep as Sweep, build_sweep as build_sweep
 
 # Logging: metrics.jsonl and W&B, usable as a post-collect hook

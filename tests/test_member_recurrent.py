@@ -82,30 +82,35 @@ def test_each_gru_member_updates_as_its_solo_run_with_its_own_settings(tmp_path)
     assert adam["param_groups"] == solo_adam["param_groups"]
 
 
-@pytest.mark.parametrize("rnn", ["gru", "lstm"])
-def test_a_stacked_recurrent_model_computes_each_member_with_its_own_weights(rnn):
-    """Three RecurrentActorCritics stacked: on ``[S, N]`` steps with each member's own
-    episode starts, each member's log-probs, entropies and values in recurrent mode (its
-    sequences) and its values in step mode are its solo model's, to float32 rounding; the
-    stacked layer keeps torch's parameter names, so a member's rows are its solo state."""
+@pytest.mark.parametrize("rnn, layers, image", [("gru", 1, False), ("lstm", 1, False), ("gru", 2, False),
+                                                ("lstm", 2, True)], ids=["gru", "lstm", "gru_2_layers", "lstm_cnn"])
+def test_a_stacked_recurrent_model_computes_each_member_with_its_own_weights(rnn, layers, image):
+    """Three RecurrentActorCritics stacked (one or two layers; an LSTM over a CNN's features):
+    on ``[S, N]`` steps with each member's own episode starts, each member's log-probs,
+    entropies and values in recurrent mode (its sequences) and its values in step mode are
+    its solo model's, to float32 rounding; the stacked layers keep torch's parameter names,
+    so a member's rows are its solo state."""
     import gymnasium as gym
+    import numpy as np
     from tensordict import TensorDict
 
     from rlcollect.modules.actor_critic import RecurrentActorCritic
     from rlcollect.sweeps.stacking import member_state_dict, stack_modules
 
+    space = gym.spaces.Box(0, 255, (2, 36, 36), np.uint8) if image else gym.spaces.Box(-1, 1, (3,))
     solos = []
     for seed in range(3):
         torch.manual_seed(seed)
-        solos.append(RecurrentActorCritic(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), rnn=rnn,
-                                          hidden_size=8, hidden_sizes=(16,)))
+        solos.append(RecurrentActorCritic(space, gym.spaces.Discrete(2), rnn=rnn, hidden_size=8, num_layers=layers,
+                                          hidden_sizes=(16,)))
     stacked = stack_modules(solos)
     generator = torch.Generator().manual_seed(7)
-    steps = TensorDict({"observation": torch.randn(3, 24, 3, generator=generator),
-                        "action": torch.randint(0, 2, (3, 24), generator=generator),
+    observation = torch.randint(0, 256, (3, 24, *space.shape), generator=generator, dtype=torch.uint8) if image \
+        else torch.randn(3, 24, 3, generator=generator)
+    steps = TensorDict({"observation": observation, "action": torch.randint(0, 2, (3, 24), generator=generator),
                         "is_init": torch.rand(3, 24, generator=generator) < 0.2}, [3, 24])
     for key in solos[0].rnn.hidden_keys:
-        steps.set(key, torch.randn(3, 24, 1, 8, generator=generator))
+        steps.set(key, torch.randn(3, 24, layers, 8, generator=generator))
     assert steps.get("is_init").sum(1).unique().numel() > 1  # the members' segment counts differ
     together = stacked.evaluate(steps.clone())
     values = stacked.state_value(steps.clone())

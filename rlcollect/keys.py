@@ -31,3 +31,6 @@ TIME_DIM = "time"
 STEPS_TO_NEXT_OBS = (NEXT, "steps_to_next_obs")  # int64, steps an n-step transition spans (MultiStep)
 INDEX = "index"  # int64, the storage positions a PrioritizedSampler sample was drawn from
 WEIGHT = "_weight"  # float32, a PrioritizedSampler sample's importance weights
+# bool [S, B], the real samples of a stacked sample whose members sample fewer than B (a batched sweep's
+# members of other algo.batch_size, their samples padded to the largest): the losses' means count these alone
+SAMPLE_MASK = "_sample_mask"

@@ -40,13 +40,17 @@ def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, overrides):
 
 @pytest.mark.timeout(300)
 def test_each_member_updates_as_its_solo_run_with_its_own_settings(tmp_path):
-    """Three members, differing in seed, lr, gamma, the epsilon schedule's end and the target
-    period: each member's metrics are its solo run's (its own samples, exploration, update and
-    target copies), to float32 rounding of a batched matrix product."""
-    cfgs = configs(["seed=3"], ["seed=4", "algo.lr=0.0005", "algo.gamma=0.9"],
-                   ["seed=5", "algo.eps_end=0.2", "algo.target_update_period=3"])
+    """Three members, differing in seed, lr, gamma, the epsilon schedule's end, the target
+    period and the batch size (16, 24 and 8: the smaller samples padded, their padding
+    weighing nothing, in the losses, the priorities of prioritized replay and the observation
+    statistics alike): each member's metrics are its solo run's (its own samples,
+    exploration, update and target copies), to float32 rounding of a batched matrix product."""
+    replay = ["algo.prioritized=true", "model.normalize_observation=true"]  # priorities, statistics: real samples
+    cfgs = configs([*replay, "seed=3"], [*replay, "seed=4", "algo.lr=0.0005", "algo.gamma=0.9", "algo.batch_size=24"],
+                   [*replay, "seed=5", "algo.eps_end=0.2", "algo.target_update_period=3", "algo.batch_size=8"])
     assert member_options(cfgs) == {"lr": [0.0023, 0.0005, 0.0023], "gamma": [0.99, 0.9, 0.99],
-                                    "target_update_period": [128, 128, 3], "eps_end": [0.04, 0.04, 0.2]}
+                                    "target_update_period": [128, 128, 3], "eps_end": [0.04, 0.04, 0.2],
+                                    "batch_size": [16, 24, 8]}
     build_sweep(cfgs, [tmp_path / f"m{seed}" for seed in (3, 4, 5)], [NAMES] * 3).run()
     finals = assert_members_near_solo_runs(tmp_path, cfgs, (3, 4, 5), list(range(128, 1025, 128)), abs_tol=1e-6)
     # epsilon 1 -> eps_end over 8,000 frames: at frame 1,024, 12.8% of the way
@@ -56,8 +60,8 @@ def test_each_member_updates_as_its_solo_run_with_its_own_settings(tmp_path):
 def test_members_of_one_dqn_model_differ_in_its_per_member_settings_only():
     check_sweep(configs(["seed=0"], ["seed=1", "algo.lr=0.01", "algo.tau=0.01", "algo.max_grad_norm=1",
                                      "algo.eps_start=0.5", "algo.eps_decay_frames=100"]))
-    with pytest.raises(ConfigError, match="differ only in seed and algo.lr, algo.gamma, algo.tau"):
-        check_sweep(configs(["seed=0"], ["seed=1", "algo.batch_size=32"]))
+    with pytest.raises(ConfigError, match="differ only in seed and algo.lr, algo.gamma, algo.tau, .*, algo.batch_size"):
+        check_sweep(configs(["seed=0"], ["seed=1", "algo.double_dqn=false"]))
     with pytest.raises(ConfigError, match="differ only in seed"):  # n-step returns: the collector discounts
         check_sweep(configs(["seed=0", "algo.n_step=3"], ["seed=1", "algo.n_step=3", "algo.gamma=0.9"]))
 
@@ -65,8 +69,8 @@ def test_members_of_one_dqn_model_differ_in_its_per_member_settings_only():
 @pytest.mark.timeout(300)
 def test_a_dqn_sweep_and_a_dqn_study_train_as_batched_models_from_the_command_line(tmp_path):
     """Two seeds x two learning rates: one batched model of 4 members, four runs of their own
-    in solo shapes; a tuning study in pairs of trials (its batch size fixed: the members of
-    one model sample as many transitions): two models of 2, every value in the study."""
+    in solo shapes; a tuning study in pairs of trials (batch sizes among them): two models
+    of 2, every value in the study."""
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     import optuna
 
@@ -83,7 +87,7 @@ def test_a_dqn_sweep_and_a_dqn_study_train_as_batched_models_from_the_command_li
     storage = f"sqlite:///{tmp_path / 't.db'}"
     study = cli(tmp_path, "train", "--multirun", "hydra/sweeper=tune_dqn", "hydra/launcher=batched",
                 "hydra.sweeper.n_trials=4", "hydra.sweeper.n_jobs=2", f"hydra.sweeper.storage={storage}",
-                "algo.batch_size=choice(16)", *TINY, "hydra.sweep.dir=study")
+                "algo.batch_size=choice(8,16)", *TINY, "hydra.sweep.dir=study")
     assert study.returncode == 0, study.stderr
     assert (study.stdout + study.stderr).count("train as one batched model of 2 members") == 2
     trials = optuna.load_study(study_name="rlcollect", storage=storage).trials

@@ -8,12 +8,12 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from rlcollect.algos.learners import Learner, replay_state, update_observation_norm
+from rlcollect.algos.learners import Learner, replay_state, sample_mean, update_observation_norm
 from rlcollect.algos.optim import Adam
 from rlcollect.buffers.transforms import or_next_flags
 from rlcollect.choices import DQN_LOSSES as LOSSES
 from rlcollect.choices import DQN_TARGET_UPDATES as TARGET_UPDATES
-from rlcollect.keys import INDEX, STEPS_TO_NEXT_OBS, WEIGHT
+from rlcollect.keys import INDEX, SAMPLE_MASK, STEPS_TO_NEXT_OBS, WEIGHT
 from rlcollect.modules.q_network import QValuePolicy, linear_epsilon
 
 
@@ -101,7 +101,8 @@ class DQN:
         weight = batch.get(WEIGHT, None)
         if weight is not None:
             per_sample = per_sample * weight.reshape(per_sample.shape).to(per_sample.dtype)
-        loss, q_mean = per_sample.mean(-1), taken.detach().mean(-1)
+        sample_mask = batch.get(SAMPLE_MASK, None)  # a stacked sample of members of other batch sizes
+        loss, q_mean = sample_mean(per_sample, sample_mask), sample_mean(taken.detach(), sample_mask)
         if return_td_error:
             return loss, q_mean, (target - taken.detach()).abs()
         return loss, q_mean

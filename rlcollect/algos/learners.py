@@ -48,12 +48,26 @@ class Learner(ABC):
         """Continue from ``state_dict()``'s output."""
 
 
-def update_observation_norm(policy, observation: torch.Tensor) -> None:
+def update_observation_norm(policy, observation: torch.Tensor, sample_mask: torch.Tensor | None = None) -> None:
     """Fold a batch's observations into the policy's RunningNorm, if it has one (the
-    statistics then reach the workers with the next weight update)."""
+    statistics then reach the workers with the next weight update); ``sample_mask`` (a
+    stacked sample's SAMPLE_MASK): each member's real samples alone."""
     norm = getattr(policy, "obs_norm", None)
-    if norm is not None:
+    if norm is None:
+        return
+    if sample_mask is None:
         norm.update(observation)
+    else:
+        norm.update(observation, sample_mask)
+
+
+def sample_mean(values: torch.Tensor, sample_mask: torch.Tensor | None) -> torch.Tensor:
+    """The mean over the last (sample) dim; with ``sample_mask`` (SAMPLE_MASK of a stacked
+    sample padded to one size), each member's mean over its real samples."""
+    if sample_mask is None:
+        return values.mean(-1)
+    weight = sample_mask.to(values.dtype)
+    return (values * weight).sum(-1) / weight.sum(-1)
 
 
 def replay_state(replay_buffer) -> dict:

@@ -23,10 +23,10 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from rlcollect.algos.learners import Learner, replay_state, update_observation_norm
+from rlcollect.algos.learners import Learner, replay_state, sample_mean, update_observation_norm
 from rlcollect.algos.optim import Adam
 from rlcollect.buffers.transforms import or_next_flags
-from rlcollect.keys import STEPS_TO_NEXT_OBS, WEIGHT
+from rlcollect.keys import SAMPLE_MASK, STEPS_TO_NEXT_OBS, WEIGHT
 from rlcollect.modules import sac as networks
 from rlcollect.moved import moved_getattr
 
@@ -109,10 +109,12 @@ class SACLearner(Learner):
         weight = batch.get(WEIGHT, None)
         if weight is not None:
             per_sample = per_sample * weight.reshape(per_sample.shape).to(per_sample.dtype)
-        return 0.5 * per_sample.mean(-1), q_values[0].detach().mean(-1)
+        sample_mask = batch.get(SAMPLE_MASK, None)  # a stacked sample of members of other batch sizes
+        return 0.5 * sample_mean(per_sample, sample_mask), sample_mean(q_values[0].detach(), sample_mask)
 
-    def actor_step(self, observation) -> dict[str, torch.Tensor]:
-        """One actor update (and one of alpha with autotune) on the batch's observations."""
+    def actor_step(self, observation, sample_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """One actor update (and one of alpha with autotune) on the batch's observations
+        (``sample_mask``: a stacked sample's real samples, SAMPLE_MASK)."""
         action, log_prob = self.actor.sample(observation)
         normalized = self.normalized(observation)
         self.critics.requires_grad_(False)  # the gradient flows through the critics to the action only
@@ -120,13 +122,13 @@ class SACLearner(Learner):
             q = torch.min(*(critic(normalized, action) for critic in self.critics))
         finally:
             self.critics.requires_grad_(True)
-        loss = (self.log_alpha.exp().detach() * log_prob - q).mean(-1)
+        loss = sample_mean(self.log_alpha.exp().detach() * log_prob - q, sample_mask)
         self.actor_optimizer.zero_grad(set_to_none=True)
         loss.sum().backward()  # a stacked learner's members' losses: each its own rows' gradient
         self.step_optimizer(self.actor_optimizer)
-        metrics = {"loss_actor": loss.detach(), "entropy": -log_prob.detach().mean(-1)}
+        metrics = {"loss_actor": loss.detach(), "entropy": -sample_mean(log_prob.detach(), sample_mask)}
         if self.autotune:
-            alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean(-1)
+            alpha_loss = -sample_mean(self.log_alpha * (log_prob.detach() + self.target_entropy), sample_mask)
             self.alpha_optimizer.zero_grad(set_to_none=True)
             alpha_loss.sum().backward()
             self.step_optimizer(self.alpha_optimizer)
@@ -153,7 +155,7 @@ class SACLearner(Learner):
         metrics = {"loss_q": loss.detach(), "q_mean": q_mean}
         if self.updates % self.policy_frequency == 0:
             for _ in range(self.policy_frequency):
-                metrics.update(self.actor_step(batch.get("observation")))
+                metrics.update(self.actor_step(batch.get("observation"), batch.get(SAMPLE_MASK, None)))
         if self.updates % self.target_network_frequency == 0:
             self.update_targets()
         return metrics
@@ -180,7 +182,7 @@ class SACLearner(Learner):
         for step in range(self.gradient_steps):
             sample = self.replay_buffer.sample()
             if learn_stats and step == 0:
-                update_observation_norm(self.actor, sample.get("observation"))
+                update_observation_norm(self.actor, sample.get("observation"), sample.get(SAMPLE_MASK, None))
             for key, value in self.update(sample).items():
                 totals[key] = totals[key] + value if key in totals else value
                 counts[key] = counts.get(key, 0) + 1

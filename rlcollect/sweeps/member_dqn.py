@@ -27,9 +27,9 @@ from tensordict.nn import interaction_type
 
 from rlcollect.acting import actions_only
 from rlcollect.algos.dqn import DQN
-from rlcollect.algos.learners import Learner, replay_state
+from rlcollect.algos.learners import Learner, replay_state, update_observation_norm
 from rlcollect.algos.optim import Adam
-from rlcollect.keys import INDEX
+from rlcollect.keys import INDEX, SAMPLE_MASK
 from rlcollect.modules.actor_critic import DETERMINISTIC
 from rlcollect.modules.q_network import QValuePolicy, linear_epsilon
 from rlcollect.sweeps.lockstep import MemberStreams
@@ -46,8 +46,8 @@ from rlcollect.sweeps.streamed import StreamedMembers
 
 # DQN's settings (algo.<name>) the members of one stacked model may differ in, each applied per member
 MEMBER_DQN_OPTIONS = ("lr", "gamma", "tau", "max_grad_norm", "target_update_period", "eps_start", "eps_end",
-                      "eps_decay_frames")
-INTEGER_DQN_OPTIONS = ("target_update_period", "eps_decay_frames")
+                      "eps_decay_frames", "batch_size")
+INTEGER_DQN_OPTIONS = ("target_update_period", "eps_decay_frames", "batch_size")
 SCHEDULE_OPTIONS = ("eps_start", "eps_end", "eps_decay_frames")  # the learner's, not DQN's
 
 
@@ -82,10 +82,16 @@ class MemberQPolicy(StreamedMembers):
 class MemberReplay:
     """The members' own replay buffers: ``extend`` writes member m's rows of a sweep batch
     into buffer m (as its solo run's collector writes its batch), ``sample`` samples every
-    buffer under its member's streams (its solo run's draws) and stacks them ``[S, B]``."""
+    buffer under its member's streams (its solo run's draws) and stacks them ``[S, B]``.
+
+    Members may sample batches of their own sizes (their ``algo.batch_size``, each buffer's
+    own): a member's sample of ``B_m < B`` transitions is padded to the largest ``B`` by
+    repeating it, and ``SAMPLE_MASK`` marks each member's first ``B_m`` as its real ones,
+    which are all its losses' means, its priorities and its observation statistics read."""
 
     def __init__(self, buffers: list, streams: MemberStreams) -> None:
         self.buffers, self.streams = buffers, streams
+        self.batch_sizes = [buffer.batch_size for buffer in buffers]
 
     def extend(self, batch: TensorDictBase) -> None:
         rows = batch.shape[0] // len(self.buffers)
@@ -97,7 +103,15 @@ class MemberReplay:
         for member, buffer in enumerate(self.buffers):
             with self.streams.member(member):
                 samples.append(buffer.sample())
-        return torch.stack(samples)
+        sizes = [sample.shape[0] for sample in samples]
+        largest = max(sizes)
+        if min(sizes) == largest:
+            return torch.stack(samples)
+        device = samples[0].device
+        stacked = torch.stack([sample if size == largest else sample[torch.arange(largest, device=device) % size]
+                               for sample, size in zip(samples, sizes)])
+        stacked.set(SAMPLE_MASK, torch.arange(largest, device=device) < torch.tensor(sizes, device=device)[:, None])
+        return stacked
 
     def sizes(self) -> list[int]:
         return [len(buffer) for buffer in self.buffers]
@@ -224,6 +238,7 @@ class MemberDQNLearner(Learner):
                  eps_end: float = 0.05, eps_decay_frames: int = 0, **dqn_options) -> None:
         options = {key: list(values) for key, values in (member_options or {}).items()}
         self.differing = list(options)  # the settings the members differ in
+        options.pop("batch_size", None)  # each member's replay buffer samples its own (MemberReplay)
         defaults = {"eps_start": eps_start, "eps_end": eps_end, "eps_decay_frames": eps_decay_frames}
         self.schedules = [options.pop(key, [defaults[key]] * policy.members) for key in SCHEDULE_OPTIONS]
         self.dqn = MemberDQN(policy, member_options=options, **dqn_options)
@@ -247,15 +262,14 @@ class MemberDQNLearner(Learner):
         for step in range(self.gradient_steps):
             sample = self.replay_buffer.sample()  # [S, B]
             if step == 0:  # as a solo run's, whose collector wrote the batch: the statistics of its first sample
-                norm = self.policy.obs_norm
-                if norm is not None:
-                    norm.update(sample.get("observation"))
+                update_observation_norm(self.policy, sample.get("observation"), sample.get(SAMPLE_MASK, None))
             step_metrics = self.dqn.update(sample)
             td_error = step_metrics.pop("td_error")
-            if self.prioritized:
+            if self.prioritized:  # each member's real samples (a padded one's first batch_size)
                 index = sample.get(INDEX)
-                for member, buffer in enumerate(self.replay_buffer.buffers):
-                    buffer.update_priority(index[member], td_error[member])
+                replay = self.replay_buffer
+                for member, (buffer, size) in enumerate(zip(replay.buffers, replay.batch_sizes)):
+                    buffer.update_priority(index[member, :size], td_error[member, :size])
             for key, value in step_metrics.items():
                 totals[key] = totals[key] + value if key in totals else value
         values = {key: value.tolist() for key, value in totals.items()}  # one sync; then as a solo run divides
@@ -268,6 +282,8 @@ class MemberDQNLearner(Learner):
         """Member ``member``'s value of setting ``key`` (MEMBER_DQN_OPTIONS) now."""
         if key in SCHEDULE_OPTIONS:
             return self.schedules[SCHEDULE_OPTIONS.index(key)][member]
+        if key == "batch_size":
+            return self.replay_buffer.batch_sizes[member]
         return self.dqn.member_values(key)[member]
 
     def set_member_settings(self, member: int, settings: dict[str, float]) -> None:

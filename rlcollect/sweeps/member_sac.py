@@ -30,6 +30,7 @@ from tensordict import TensorDictBase
 from rlcollect.algos.learners import replay_state
 from rlcollect.algos.optim import Adam
 from rlcollect.algos.sac import SACLearner
+from rlcollect.keys import SAMPLE_MASK
 from rlcollect.sweeps.member_dqn import MemberReplay
 from rlcollect.sweeps.optim import (
     FrozenRows,
@@ -43,8 +44,8 @@ from rlcollect.sweeps.streamed import StreamedMembers
 
 # SAC's settings (algo.<name>) the members of one stacked model may differ in, each applied per member
 # (``autotune`` a 0/1 setting: a member without it keeps its alpha)
-MEMBER_SAC_OPTIONS = ("gamma", "tau", "actor_lr", "critic_lr", "alpha", "autotune")
-INTEGER_SAC_OPTIONS = ("autotune",)
+MEMBER_SAC_OPTIONS = ("gamma", "tau", "actor_lr", "critic_lr", "alpha", "autotune", "batch_size")
+INTEGER_SAC_OPTIONS = ("autotune", "batch_size")
 OPTIMIZERS = {"actor_optimizer": "actor_lr", "critic_optimizer": "critic_lr", "alpha_optimizer": "actor_lr"}
 
 
@@ -79,6 +80,8 @@ def solo_setting(learner: SACLearner, key: str) -> float:
     """A solo SACLearner's value of setting ``key`` (MEMBER_SAC_OPTIONS)."""
     if key == "autotune":
         return int(learner.autotune)
+    if key == "batch_size":  # its replay buffer's (MemberReplay pads a smaller one's samples)
+        return int(learner.replay_buffer.batch_size)
     if key.endswith("_lr"):
         return float(getattr(learner, key.replace("_lr", "_optimizer")).param_groups[0]["lr"])
     return learner.alpha if key == "alpha" else float(getattr(learner, key))
@@ -152,6 +155,14 @@ class MemberSACLearner(SACLearner):
         parameters, frozen = self.frozen[optimizer]
         step_members(optimizer, parameters, frozen, self.learning if optimizer is not self.alpha_optimizer else
                      [member for member in self.learning if self.tuned[member]])
+
+    def update(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
+        """SAC's update; on a sample padded to one size (members of other batch sizes,
+        SAMPLE_MASK), each member's Gaussian noise drawn for its real samples alone."""
+        if SAMPLE_MASK not in batch.keys():
+            return super().update(batch)
+        with self.actor.drawing_rows(self.replay_buffer.batch_sizes):
+            return super().update(batch)
 
     @torch.no_grad()
     def update_targets(self) -> None:

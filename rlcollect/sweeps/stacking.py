@@ -110,16 +110,19 @@ class MemberRunningNorm(RunningNorm):
         return super().forward(x.reshape(members, -1, *shape)).reshape(x.shape)
 
     @torch.no_grad()
-    def update(self, x: torch.Tensor) -> None:
+    def update(self, x: torch.Tensor, sample_mask: torch.Tensor | None = None) -> None:
+        """``sample_mask`` ``[S, B]`` (a stacked sample padded to one size, SAMPLE_MASK): each
+        member folds in its real rows alone (they come first)."""
         shape, members = self.running_mean.shape[2:], self.running_mean.shape[0]
         x = x.reshape(members, -1, *shape)
+        counts = None if sample_mask is None else sample_mask.sum(-1).tolist()
         for member in range(members):
             solo = RunningNorm.__new__(RunningNorm)  # a view of this member's statistics
             nn.Module.__init__(solo)
             solo.eps, solo.clip = self.eps, self.clip
             solo.running_mean, solo.running_var = self.running_mean[member, 0], self.running_var[member, 0]
             solo.count = self.count[member, 0]
-            RunningNorm.update(solo, x[member])
+            RunningNorm.update(solo, x[member] if counts is None else x[member, :counts[member]])
 
 
 def unstackable_layer(module: nn.Module) -> str | None:

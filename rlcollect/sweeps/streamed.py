@@ -3,6 +3,8 @@
 stacked"). What they share is here; each kind's own draws are in its module."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from tensordict.nn import TensorDictModuleBase
 
@@ -19,6 +21,18 @@ class StreamedMembers(TensorDictModuleBase):
         super().__init__()
         self.stacked, self.streams = stacked, streams
         self.members = len(streams)
+        self.drawn_rows: list[int] | None = None  # each member's real rows of a padded sample (``drawing_rows``)
+
+    @contextlib.contextmanager
+    def drawing_rows(self, rows: list[int]):
+        """Inside, member m draws for the first ``rows[m]`` rows of what it draws for (its
+        real samples of a sample padded to one size, MemberReplay), as its solo run draws for
+        its batch; the padding rows get zeros."""
+        self.drawn_rows = list(rows)
+        try:
+            yield
+        finally:
+            self.drawn_rows = None
 
     @property
     def generators(self) -> list[torch.Generator]:
@@ -37,8 +51,12 @@ class StreamedMembers(TensorDictModuleBase):
         (one member: its draw, so a model of one member draws as its solo run)."""
         draws = []
         for member in range(self.members):
+            own = like[member] if self.drawn_rows is None else like[member, :self.drawn_rows[member]]
             with self.streams.member(member):
-                draws.append(draw(member, like[member]))
+                drawn = draw(member, own)
+            if drawn.shape[0] < like.shape[1]:  # a padded sample's rows past the member's own
+                drawn = torch.cat([drawn, drawn.new_zeros(like.shape[1] - drawn.shape[0], *drawn.shape[1:])])
+            draws.append(drawn)
         return torch.stack(draws)
 
     def random_actions(self, env) -> torch.Tensor:

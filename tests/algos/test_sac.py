@@ -93,7 +93,7 @@ def test_actor_rounds_and_target_updates_follow_their_frequencies():
     sac.replay_buffer.extend(transitions(32))
     actor_steps = []
     step = sac.actor_step
-    sac.actor_step = lambda observation: (actor_steps.append(sac.updates), step(observation))[1]
+    sac.actor_step = lambda observation, *mask: (actor_steps.append(sac.updates), step(observation, *mask))[1]
     targets_before = [p.clone() for p in sac.targets.parameters()]
     metrics = sac.learn(None, frames=32)
     assert sac.updates == 6 and actor_steps == [2, 2, 4, 4, 6, 6]  # two actor updates every second critic step

@@ -30,6 +30,7 @@ from rlcollect.algos.reward_scaling import RewardScaler
 from rlcollect.buffers.rollout import RolloutBuffer, sequence_starts, transition_view
 from rlcollect.modules.actor_critic import RecurrentActorCritic
 from rlcollect.modules.encoders import RunningNorm
+from rlcollect.primers import policy_primers
 from rlcollect.sweeps.optim import (
     FrozenRows,
     MemberAdam,
@@ -55,6 +56,9 @@ class MemberPolicy(TensorDictModuleBase):
             raise ValueError(f"MemberPolicy: one generator per member ({members}), got {len(generators)}")
         stacked.generators = generators  # where the stacked ActorCritic samples from
         self.in_keys, self.out_keys = list(stacked.in_keys), list(stacked.out_keys)
+        # what the model writes: its outputs, and a recurrent one's states after the step
+        self.written_keys = [*self.out_keys, *(("next", *key) if isinstance(key, tuple) else ("next", key)
+                                               for primer in policy_primers(stacked) for key in primer.keys)]
 
     def split(self, value: torch.Tensor) -> torch.Tensor:
         return value.unflatten(0, (self.members, -1))
@@ -68,11 +72,11 @@ class MemberPolicy(TensorDictModuleBase):
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         rows = self.member_rows(tensordict)
-        given = set(rows.keys(True, True))
         self.stacked(rows)
-        for key in rows.keys(True, True):  # what the model wrote: its outputs (a recurrent one's next states too)
-            if key not in given:
-                tensordict.set(key, rows.get(key).flatten(0, 1))
+        for key in self.written_keys:
+            value = rows.get(key, None)  # absent: not asked for (set_actions_only)
+            if value is not None:
+                tensordict.set(key, value.flatten(0, 1))
         return tensordict
 
     def state_value(self, tensordict: TensorDictBase) -> torch.Tensor:
@@ -313,8 +317,8 @@ class MemberPPO(PPO):
     def member_sequences(self, rows: int, time: int, device) -> tuple[torch.Tensor, torch.Tensor] | None:
         """A recurrent model's sequences of one member's ``[rows, time]`` rollout: where each
         starts (``sequence_starts``) and the positions ``[L]`` of a sequence's steps; None
-        for a feed-forward model. Every sequence is L steps long (grouping's
-        ``sequences_split_evenly``), so the members' minibatches are of one size."""
+        for a feed-forward model. Every sequence is L steps long (uneven sequences train in
+        lockstep: grouping's ``uneven_sequences``), so the members' minibatches are of one size."""
         if not self.recurrent:
             return None
         length = self.sequence_length or time

@@ -94,8 +94,9 @@ def lockstep_reason(cfg: DictConfig) -> str | None:
     learners = dict(STACKED_CLASSES.values())
     if algo not in learners:
         return f"algo={cfg.algo.get('name', '?')}"
-    if uneven_sequences(cfg) is not None:
-        return uneven_sequences(cfg)
+    uneven = uneven_sequences(cfg)
+    if uneven is not None:
+        return uneven
     # what is left: a model that the algorithm's stacked kind does not know (a user's own)
     words = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"  # where a class name's words meet
     name = re.sub(words, "_", target_class(cfg.model, "model").__name__).lower()

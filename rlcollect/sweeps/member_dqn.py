@@ -103,14 +103,14 @@ class MemberReplay:
         for member, buffer in enumerate(self.buffers):
             with self.streams.member(member):
                 samples.append(buffer.sample())
-        sizes = [sample.shape[0] for sample in samples]
-        largest = max(sizes)
-        if min(sizes) == largest:
+        largest = max(self.batch_sizes)
+        if min(self.batch_sizes) == largest:
             return torch.stack(samples)
         device = samples[0].device
         stacked = torch.stack([sample if size == largest else sample[torch.arange(largest, device=device) % size]
-                               for sample, size in zip(samples, sizes)])
-        stacked.set(SAMPLE_MASK, torch.arange(largest, device=device) < torch.tensor(sizes, device=device)[:, None])
+                               for sample, size in zip(samples, self.batch_sizes)])
+        stacked.set(SAMPLE_MASK, torch.arange(largest, device=device)
+                    < torch.tensor(self.batch_sizes, device=device)[:, None])
         return stacked
 
     def sizes(self) -> list[int]:

@@ -30,7 +30,6 @@ from tensordict import TensorDictBase
 from rlcollect.algos.learners import replay_state
 from rlcollect.algos.optim import Adam
 from rlcollect.algos.sac import SACLearner
-from rlcollect.keys import SAMPLE_MASK
 from rlcollect.sweeps.member_dqn import MemberReplay
 from rlcollect.sweeps.optim import (
     FrozenRows,
@@ -157,10 +156,8 @@ class MemberSACLearner(SACLearner):
                      [member for member in self.learning if self.tuned[member]])
 
     def update(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
-        """SAC's update; on a sample padded to one size (members of other batch sizes,
-        SAMPLE_MASK), each member's Gaussian noise drawn for its real samples alone."""
-        if SAMPLE_MASK not in batch.keys():
-            return super().update(batch)
+        """SAC's update, each member's Gaussian noise drawn for its own samples alone (on a
+        sample padded to one size, members of other batch sizes: its real ones)."""
         with self.actor.drawing_rows(self.replay_buffer.batch_sizes):
             return super().update(batch)
 

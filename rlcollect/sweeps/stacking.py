@@ -9,9 +9,8 @@ reads inputs ``[S, N, ...]``, member ``m`` computing on row ``m`` with its own w
                          matmul; with S = 1 the very nn.Linear call, so bit-equal)
     RunningNorm       -> MemberRunningNorm: statistics [S, 1, *shape], each member folding in
                          its own rows
-    nn.Conv2d         -> StackedConv2d: weight [S, out, in, k, k], bias [S, out] (one grouped
-                         convolution, the members' images side by side in the channel dim;
-                         with S = 1 the very nn.Conv2d call)
+    nn.Conv2d         -> StackedConv2d: weight [S, out, in, k, k], bias [S, out] (each
+                         member's images through the very nn.Conv2d call on its weight)
     nn.GRU / nn.LSTM  -> StackedRNN (stacked_rnn.py): a GRUModule's / LSTMModule's layers, the
                          gates' weights [S, G * H, in] and [S, G * H, H]
     other parameters  -> [S, 1, *shape] (e.g. a Gaussian's log-std [A]: broadcast over N)
@@ -125,14 +124,25 @@ class MemberRunningNorm(RunningNorm):
             RunningNorm.update(solo, x[member] if counts is None else x[member, :counts[member]])
 
 
+def stackable_conv(layer: nn.Module) -> bool:
+    """Whether ``layer`` is a 2-d convolution that ``StackedConv2d`` stacks (zero padding)."""
+    return type(layer) is nn.Conv2d and layer.padding_mode == "zeros"
+
+
+def stacked_weights(layers: Sequence[nn.Module]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The weights ``[S, *shape]`` and biases (None: the layers have none) of S layers of one shape."""
+    bias = None if layers[0].bias is None else torch.stack([layer.bias.detach() for layer in layers]).clone()
+    return torch.stack([layer.weight.detach() for layer in layers]).clone(), bias
+
+
 def unstackable_layer(module: nn.Module) -> str | None:
     """The first layer of ``module`` with weights that ``stack_modules`` cannot stack (a
     layer norm, a transposed convolution: any torch.nn layer but Linear, Conv2d and a
     GRUModule's or LSTMModule's GRU / LSTM), named in words; None: every layer stacks."""
     for name, layer in module.named_modules():
-        stackable_conv = type(layer) is nn.Conv2d and layer.padding_mode == "zeros"
-        if isinstance(layer, (nn.Linear, RunningNorm, *SHAPE_AGNOSTIC)) or stackable_conv or stackable_rnn(layer) or \
-                not type(layer).__module__.startswith("torch.nn"):
+        stackable = isinstance(layer, (nn.Linear, RunningNorm, *SHAPE_AGNOSTIC)) or stackable_conv(layer) or \
+            stackable_rnn(layer)
+        if stackable or not type(layer).__module__.startswith("torch.nn"):
             continue
         if any(True for _ in layer.parameters(recurse=False)) or any(True for _ in layer.buffers(recurse=False)):
             return f"the model's {name or 'module'!r} is a {type(layer).__name__}"
@@ -153,13 +163,9 @@ def stack_modules(modules: Sequence[nn.Module]) -> nn.Module:
         module = stacked.get_submodule(name)
         members = [source.get_submodule(name) for source in modules]
         if isinstance(module, nn.Linear):
-            replace(stacked, name, StackedLinear(torch.stack([m.weight.detach() for m in members]).clone(),
-                                                 None if module.bias is None else
-                                                 torch.stack([m.bias.detach() for m in members]).clone()))
-        elif type(module) is nn.Conv2d and module.padding_mode == "zeros":
-            replace(stacked, name, StackedConv2d(module, torch.stack([m.weight.detach() for m in members]).clone(),
-                                                 None if module.bias is None else
-                                                 torch.stack([m.bias.detach() for m in members]).clone()))
+            replace(stacked, name, StackedLinear(*stacked_weights(members)))
+        elif stackable_conv(module):
+            replace(stacked, name, StackedConv2d(module, *stacked_weights(members)))
         elif isinstance(module, RunningNorm):
             replace(stacked, name, MemberRunningNorm(module, members))
         elif isinstance(module, (GRUModule, LSTMModule)):

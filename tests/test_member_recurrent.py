@@ -57,16 +57,17 @@ def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, rnn):
 
 @pytest.mark.timeout(300)
 def test_each_gru_member_updates_as_its_solo_run_with_its_own_settings(tmp_path):
-    """Three GRU members differing in seed, lr, clip range, GAE lambda and epochs: each
-    member's metrics are its solo run's (its own envs, sequences, minibatch order and
-    update), to float32 rounding of a batched matrix product. (The clip range is not
+    """Three GRU members differing in seed, lr, clip range, GAE lambda, epochs and
+    minibatch size (3 sequences of 8 steps against 4: its minibatches of 3, 3 and 2
+    sequences padded to 4): each member's metrics are its solo run's (its own envs,
+    sequences, minibatch order and update), to float32 rounding of a batched matrix product. (The clip range is not
     annealed here: annealed to 0 at the last update, ``clip_fraction`` would count the
     ratios that differ from 1 by rounding alone.)"""
     cfgs = configs(*[["algo.anneal_clip=false", *member] for member in (
-        ["seed=3"], ["seed=4", "algo.lr=0.003", "algo.clip_epsilon=0.1"],
+        ["seed=3"], ["seed=4", "algo.lr=0.003", "algo.clip_epsilon=0.1", "algo.minibatch_size=24"],
         ["seed=5", "algo.gae_lambda=0.9", "algo.epochs=1"])])
     assert member_options(cfgs) == {"lr": [0.001, 0.003, 0.001], "clip_epsilon": [0.2, 0.1, 0.2],
-                                    "gae_lambda": [0.8, 0.8, 0.9], "epochs": [2, 2, 1]}
+                                    "gae_lambda": [0.8, 0.8, 0.9], "epochs": [2, 2, 1], "minibatch_size": [32, 24, 32]}
     sweep = build_sweep(cfgs, [tmp_path / f"m{seed}" for seed in (3, 4, 5)], [NAMES] * 3)
     assert type(sweep.learner.ppo.optimizer).__name__ == "MemberAdam"
     sweep.run()
@@ -80,6 +81,9 @@ def test_each_gru_member_updates_as_its_solo_run_with_its_own_settings(tmp_path)
     # 8 updates of 1 epoch, each of 2 minibatches (4 sequences of 8 steps of its 64)
     assert [state["step"].item() for state in adam["state"].values()] == [16.0] * len(solo_adam["state"])
     assert adam["param_groups"] == solo_adam["param_groups"]
+    adam = load_checkpoint(tmp_path / "m4" / "checkpoint.pt")["learner"]["ppo"]["optimizer"]
+    # 8 updates of 2 epochs, each of 3 minibatches (3, 3 and 2 of its 8 sequences)
+    assert {state["step"].item() for state in adam["state"].values()} == {48.0}
 
 
 @pytest.mark.parametrize("rnn, layers, image", [("gru", 1, False), ("lstm", 1, False), ("gru", 2, False),

@@ -276,13 +276,17 @@ def test_members_with_settings_of_their_own_update_as_their_solo_runs():
 
 @pytest.mark.parametrize("own", [{"gae_lambda": [0.8, 0.92, 0.95]}, {"epochs": [2, 3, 1]},
                                  {"epochs": [2, 3, 1], "gae_lambda": [0.8, 0.92, 0.95], "lr": [3e-4, 1e-3, 3e-3],
-                                  "clip_epsilon": [0.1, 0.2, 0.3], "entropy_coef": [0.0, 0.01, 0.1]}],
-                         ids=["gae_lambda", "epochs", "all"])
+                                  "clip_epsilon": [0.1, 0.2, 0.3], "entropy_coef": [0.0, 0.01, 0.1]},
+                                 {"minibatch_size": [32, 48, 128]},
+                                 {"minibatch_size": [48, 1, 128], "epochs": [2, 1, 3]}],
+                         ids=["gae_lambda", "epochs", "all", "minibatch_size", "minibatch_size_epochs"])
 def test_members_with_lambdas_and_epochs_of_their_own_update_as_their_solo_runs(own):
-    """GAE lambda and epochs per member, four minibatches an epoch, each member's
-    permutations from its own stream: a member with fewer epochs sits out the later ones
-    (no permutation drawn, no Adam step: MemberAdam's step count is its own), and its
-    metrics are the mean over its own steps."""
+    """GAE lambda, epochs and minibatch size per member, each member's permutations from its
+    own stream: a member with fewer epochs sits out the later ones (no permutation drawn, no
+    Adam step: MemberAdam's step count is its own), a member with fewer minibatches an epoch
+    sits out the later steps, its minibatches padded to the widest (48 of 128 steps: 48, 48
+    and 32, padded by repetition; 1: no advantage normalisation) and its means over its
+    real samples alone; its metrics are the mean over its own steps."""
     assert_members_update_as_solo_runs(dict(epochs=2, minibatch_size=32, total_frames=10_000), own, own_streams=True)
 
 
@@ -408,8 +412,9 @@ def test_only_runs_that_differ_in_seed_batch():
     check_sweep(same)
     check_sweep(configs(["seed=0"], ["seed=1", "algo.lr=0.000123", "algo.entropy_coef=0.01", "algo.gae_lambda=0.9",
                                      "algo.epochs=3"]))
+    check_sweep(configs(["seed=0"], ["seed=1", "algo.minibatch_size=128"]))
     with pytest.raises(ConfigError, match="differ only in seed and algo.lr, algo.entropy_coef"):
-        check_sweep(configs(["seed=0"], ["seed=1", "algo.minibatch_size=128"]))
+        check_sweep(configs(["seed=0"], ["seed=1", "algo.gamma=0.9"]))
     check_sweep(configs(["algo=dqn", "seed=0"]))  # in lockstep (tests/test_lockstep.py)
     with pytest.raises(ConfigError, match="collector=multisync"):
         check_sweep(configs(["collector=multisync", "seed=0"]))
@@ -421,14 +426,15 @@ def test_only_runs_that_differ_in_seed_batch():
 def test_the_launcher_groups_jobs_by_their_configs_without_seed():
     from rlcollect.commands.batched_launch import group_jobs
 
-    jobs = configs(["seed=0"], ["seed=1"], ["seed=0", "algo.minibatch_size=128"],
-                   ["seed=2", "algo.lr=0.000123", "algo.epochs=3", "algo.gae_lambda=0.9"],
-                   ["seed=1", "algo.minibatch_size=128"])
-    # algo.lr, epochs and gae_lambda may differ inside a model, algo.minibatch_size may not
+    jobs = configs(["seed=0"], ["seed=1"], ["seed=0", "algo.gamma=0.9"],
+                   ["seed=2", "algo.lr=0.000123", "algo.epochs=3", "algo.gae_lambda=0.9", "algo.minibatch_size=128"],
+                   ["seed=1", "algo.gamma=0.9"])
+    # algo.lr, epochs, gae_lambda and minibatch_size may differ inside a model, algo.gamma may not
     assert group_jobs(jobs) == [[0, 1, 3], [2, 4]]
-    options = member_options([jobs[0], jobs[3]])  # what the members of one model differ in: epochs as an int
-    assert options == {"lr": [0.001, 0.000123], "gae_lambda": [0.8, 0.9], "epochs": [20, 3]}
-    assert all(isinstance(epochs, int) for epochs in options["epochs"])
+    options = member_options([jobs[0], jobs[3]])  # what the members of one model differ in: the integers as ints
+    assert options == {"lr": [0.001, 0.000123], "gae_lambda": [0.8, 0.9], "epochs": [20, 3],
+                       "minibatch_size": [256, 128]}
+    assert all(isinstance(value, int) for key in ("epochs", "minibatch_size") for value in options[key])
     assert group_jobs(jobs, max_members=2) == [[0, 1], [3], [2, 4]]
 
 

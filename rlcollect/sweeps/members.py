@@ -18,12 +18,13 @@ Layout: the env of a batched sweep has S x P rows, member ``m``'s P envs in rows
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictModuleBase
 
-from rlcollect.algos.learners import Learner
+from rlcollect.algos.learners import Learner, sample_mean
 from rlcollect.algos.optim import Adam
 from rlcollect.algos.ppo import PPO
 from rlcollect.algos.reward_scaling import RewardScaler
@@ -142,9 +143,12 @@ class MemberRewardScaler(RewardScaler):
 
 # PPO's settings the members of one batched model may differ in (algo.<name>), each applied per
 # member: its lr (MemberAdam's per member), clip range, loss weights, gradient-norm cap, GAE lambda
-# (its rows' trace decay) and epochs (a member with fewer sits out the later epochs)
-MEMBER_OPTIONS = ("lr", "entropy_coef", "clip_epsilon", "value_coef", "max_grad_norm", "gae_lambda", "epochs")
-INTEGER_MEMBER_OPTIONS = ("epochs",)  # the others are floats
+# (its rows' trace decay), epochs (a member with fewer sits out the later epochs) and minibatch size
+# (its minibatches padded to the widest, masked; a member with fewer per epoch sits out the later steps)
+MEMBER_OPTIONS = ("lr", "entropy_coef", "clip_epsilon", "value_coef", "max_grad_norm", "gae_lambda", "epochs",
+                  "minibatch_size")
+INTEGER_MEMBER_OPTIONS = ("epochs", "minibatch_size")  # the others are floats
+STEP_COUNT_OPTIONS = ("lr", "epochs", "minibatch_size")  # members differing in one: an Adam step count / lr each
 PER_MEMBER_TENSORS = ("entropy_coef", "clip_epsilon", "value_coef", "max_grad_norm")  # [S] float32 in the losses
 
 
@@ -156,10 +160,10 @@ class MemberPPO(PPO):
     m's parameters as they are from then on.
 
     The optimizer: with one member, PPO's own Adam (a model of one member is its solo run
-    bit for bit); members that share their lr and epochs step together, through torch's
-    fused Adam (one kernel for all); members that differ in either step through
-    MemberAdam (rlcollect.sweeps.optim: a step count and an lr per member, only the members
-    that step moving)."""
+    bit for bit); members that share their lr, epochs and minibatch size step together,
+    through torch's fused Adam (one kernel for all); members that differ in one of them
+    (STEP_COUNT_OPTIONS) step through MemberAdam (rlcollect.sweeps.optim: a step count and
+    an lr per member, only the members that step moving)."""
 
     def __init__(self, actor_critic: MemberPolicy, *, member_options: dict[str, list[float]] | None = None,
                  **ppo_options) -> None:
@@ -179,6 +183,7 @@ class MemberPPO(PPO):
         if min(self.member_epochs) < 1:
             raise ValueError(f"member_options: every member trains at least 1 epoch, got {self.member_epochs}")
         self.epochs = max(self.member_epochs)  # the update's epochs: a member with fewer sits out the later ones
+        self.member_minibatch_sizes = [int(size) for size in self._member_values("minibatch_size")]
         self.member_lrs = [float(lr) for lr in self._member_values("lr")]
         self.lrs_now = list(self.member_lrs)  # each member's lr at its last update (its solo Adam's param group's)
         for key in PER_MEMBER_TENSORS:
@@ -188,7 +193,7 @@ class MemberPPO(PPO):
         self.solo_param_groups = self.optimizer.state_dict()["param_groups"]
         if self.members > 1:
             parameters = list(actor_critic.parameters())
-            if "lr" in self.member_options or "epochs" in self.member_options:
+            if any(key in self.member_options for key in STEP_COUNT_OPTIONS):
                 self.optimizer = MemberAdam(parameters, self.members, lr=self.member_lrs, eps=1e-5)
             else:  # Adam's fused form: the same arithmetic per element (to an ulp), one kernel per step
                 self.optimizer = Adam(parameters, lr=self.lr, eps=1e-5, fused=True)
@@ -275,8 +280,10 @@ class MemberPPO(PPO):
         device = flat.device
         # what a member's permutation orders: its steps one by one, or (recurrent) its sequences, as its solo PPO's
         sequences = self.member_sequences(transitions.shape[0] // self.members, transitions.shape[1], device)
-        draws, per_minibatch = (steps_per_member, self.minibatch_size) if sequences is None else \
-            (sequences[0].numel(), max(1, self.minibatch_size // sequences[1].numel()))
+        draws = steps_per_member if sequences is None else sequences[0].numel()
+        # what one minibatch of each member takes of its permutation: steps, or (recurrent) whole sequences
+        per_minibatch = [size if sequences is None else max(1, size // sequences[1].numel())
+                         for size in self.member_minibatch_sizes]
         totals: dict[str, torch.Tensor] = {}
         steps = [0] * self.members
         for epoch in range(self.epochs):
@@ -286,21 +293,19 @@ class MemberPPO(PPO):
             orders = {member: torch.randperm(draws, device=device, generator=self.generators[member])
                       for member in drawing}
             stepping = [member for member in drawing if member not in self.frozen]  # the others cost no update
-            if not stepping:
-                continue
-            every = len(stepping) == self.members
-            learning = None if every else torch.tensor(stepping, device=device)
-            order = torch.stack([orders[member] for member in stepping])
-            offsets = (torch.arange(self.members, device=device) if every else learning).unsqueeze(1) * steps_per_member
-            for start in range(0, draws, per_minibatch):
-                index = order[:, start:start + per_minibatch]
+            for learners, index, sample_mask in member_minibatches(orders, stepping, per_minibatch, draws):
+                every = len(learners) == self.members
+                learning = None if every else torch.tensor(learners, device=device)
                 if sequences is not None:  # the chosen sequences' steps, end to end
                     index = (sequences[0][index].unsqueeze(-1) + sequences[1]).flatten(1)
-                minibatch = flat[(index + offsets).reshape(-1)].reshape(len(stepping), index.shape[1])
+                    if sample_mask is not None:
+                        sample_mask = sample_mask.repeat_interleave(sequences[1].numel(), 1)
+                offsets = (torch.arange(self.members, device=device) if every else learning).unsqueeze(1)
+                minibatch = flat[(index + offsets * steps_per_member).reshape(-1)].reshape(len(learners), -1)
                 if sequences is not None:  # each sequence restarts from its stored hidden state
                     first = (sequences[1] == 0).repeat(index.shape[1] // sequences[1].numel())
                     minibatch.set("is_init", minibatch.get("is_init") | first)
-                values = self._minibatch_step(minibatch, clip, learning, None if every else stepping)
+                values = self._minibatch_step(minibatch, clip, learning, None if every else learners, sample_mask)
                 for key, value in values.items():
                     if key not in totals:
                         totals[key] = torch.zeros(self.members, dtype=value.dtype, device=device)
@@ -308,7 +313,7 @@ class MemberPPO(PPO):
                         totals[key] += value
                     else:  # the members that sat out (or are frozen): no term
                         totals[key].index_add_(0, learning, value)
-                for member in stepping:
+                for member in learners:
                     steps[member] += 1
         values = {key: value.tolist() for key, value in totals.items()}  # one sync per update
         return [{**{key: value[member] / steps[member] if steps[member] else 0.0 for key, value in values.items()},
@@ -328,11 +333,14 @@ class MemberPPO(PPO):
         return starts, torch.arange(length, device=device)
 
     def _minibatch_step(self, minibatch, clip, learning: torch.Tensor | None = None,
-                        stepping: list[int] | None = None) -> dict[str, torch.Tensor]:
+                        stepping: list[int] | None = None,
+                        sample_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """One minibatch step of every member (``learning`` None), or of the members
         ``learning`` only (``stepping``, the same as a list; the minibatch holds their
         rows; the others' weights get no gradient, their share of the work is not done and
-        the optimizer leaves them as they are)."""
+        the optimizer leaves them as they are). ``sample_mask`` ``[S, N]``: where members'
+        minibatches of other sizes were padded, the real samples, the only ones their means
+        (advantage normalisation included) read."""
         if learning is None:
             log_prob, entropy, value = self.actor_critic.evaluate(minibatch)
             value_coef, entropy_coef, weight = self.value_coef, self.entropy_coef, self.active
@@ -342,14 +350,14 @@ class MemberPPO(PPO):
                                         for coef in (self.value_coef, self.entropy_coef))
             clip, weight = clip[learning] if torch.is_tensor(clip) else clip, 1.0
         advantage = minibatch.get("advantage")
-        if self.normalize_advantage and advantage.shape[1] > 1:
-            advantage = (advantage - advantage.mean(1, keepdim=True)) / (advantage.std(1, keepdim=True) + 1e-8)
+        if self.normalize_advantage:
+            advantage = normalized_advantage(advantage, sample_mask)
         log_ratio = log_prob - minibatch.get("action_log_prob")
         ratio = log_ratio.exp()
         clipped = torch.clamp(ratio, 1 - clip, 1 + clip) if torch.is_tensor(clip) else ratio.clamp(1 - clip, 1 + clip)
-        loss_policy = -torch.min(ratio * advantage, clipped * advantage).mean(1)
-        loss_value = 0.5 * (value - minibatch.get("value_target")).pow(2).mean(1)
-        entropy_mean = entropy.mean(1)
+        loss_policy = -sample_mean(torch.min(ratio * advantage, clipped * advantage), sample_mask)
+        loss_value = 0.5 * sample_mean((value - minibatch.get("value_target")).pow(2), sample_mask)
+        entropy_mean = sample_mean(entropy, sample_mask)
         loss = loss_policy + value_coef * loss_value - entropy_coef * entropy_mean
         self.optimizer.zero_grad(set_to_none=True)
         (loss * weight).sum().backward()  # each member's parameters get their own loss's gradient
@@ -358,8 +366,8 @@ class MemberPPO(PPO):
         step_members(self.optimizer, parameters, self.frozen_rows, stepping)
         with torch.no_grad():
             return {"loss_policy": loss_policy.detach(), "loss_value": loss_value.detach(),
-                    "entropy": entropy_mean.detach(), "approx_kl": ((ratio - 1) - log_ratio).mean(1),
-                    "clip_fraction": ((ratio - 1).abs() > clip).to(ratio.dtype).mean(1)}
+                    "entropy": entropy_mean.detach(), "approx_kl": sample_mean((ratio - 1) - log_ratio, sample_mask),
+                    "clip_fraction": sample_mean(((ratio - 1).abs() > clip).to(ratio.dtype), sample_mask)}
 
     def _evaluate_some(self, minibatch, learning: torch.Tensor):
         """``evaluate`` with the weights of the members ``learning`` alone (their rows of
@@ -379,6 +387,53 @@ class MemberPPO(PPO):
         if self.reward_scaler is not None:
             ppo["reward_scaler"] = self.reward_scaler.member_state_dict(member)
         return ppo
+
+
+def member_minibatches(orders: dict[int, torch.Tensor], stepping: list[int], per_minibatch: list[int],
+                       draws: int) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor | None]]:
+    """One epoch's minibatch steps: (the members that step, their draws ``[len, W]``, the
+    sample mask ``[len, W]`` or None). Member m's k-th minibatch is draws ``k * p_m`` to
+    ``(k + 1) * p_m`` of its permutation ``orders[m]`` (``p_m``: ``per_minibatch[m]``), as
+    its solo PPO takes them. Where the members of ``stepping`` differ in ``p_m``, the update
+    runs the most steps of any of them, a member whose epoch has ended sits out the later
+    steps, and a member's minibatch narrower than another's is padded by repeating its own
+    draws, the mask marking the real ones."""
+    if not stepping:
+        return
+    sizes = {per_minibatch[member] for member in stepping}
+    if len(sizes) == 1:  # one size: the members' permutations sliced side by side
+        size = sizes.pop()
+        order = torch.stack([orders[member] for member in stepping])
+        for start in range(0, draws, size):
+            yield stepping, order[:, start:start + size], None
+        return
+    for step in range(max(-(-draws // per_minibatch[member]) for member in stepping)):
+        learners = [member for member in stepping if step * per_minibatch[member] < draws]
+        chunks = [orders[member][step * per_minibatch[member]:(step + 1) * per_minibatch[member]]
+                  for member in learners]
+        width = max(chunk.numel() for chunk in chunks)
+        if all(chunk.numel() == width for chunk in chunks):
+            yield learners, torch.stack(chunks), None
+            continue
+        columns = torch.arange(width, device=chunks[0].device)
+        counts = torch.tensor([chunk.numel() for chunk in chunks], device=columns.device)
+        yield (learners, torch.stack([chunk[columns % chunk.numel()] for chunk in chunks]),
+               columns < counts.unsqueeze(1))
+
+
+def normalized_advantage(advantage: torch.Tensor, sample_mask: torch.Tensor | None) -> torch.Tensor:
+    """Each member's advantages ``[S, N]`` less their mean over their (``sample_mask``'s
+    real) samples, over their standard deviation (Bessel-corrected, as torch.std), as its
+    solo PPO normalises a minibatch; a member of one sample keeps its advantage."""
+    if sample_mask is None:
+        if advantage.shape[1] < 2:
+            return advantage
+        return (advantage - advantage.mean(1, keepdim=True)) / (advantage.std(1, keepdim=True) + 1e-8)
+    weight = sample_mask.to(advantage.dtype)
+    count = weight.sum(1, keepdim=True)
+    centred = advantage - (advantage * weight).sum(1, keepdim=True) / count
+    std = ((centred.pow(2) * weight).sum(1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
+    return torch.where(count > 1, centred / (std + 1e-8), advantage)
 
 
 class Evaluating(torch.nn.Module):

@@ -65,6 +65,7 @@ KINDS = [*FEEDFORWARD, *RECURRENT]
 TORCHSCRIPT_RUNNER = """
 import sys
 import torch
+torch.set_num_threads(1)  # as the test process computes (conftest): more threads split reductions otherwise
 policy = torch.jit.load(sys.argv[1])
 observations, resets, states = torch.load(sys.argv[2])
 outputs = []

@@ -28,9 +28,9 @@ KINDS = {  # each kind of member that trains in lockstep: its overrides, the set
                 "algo.lr=0.0005"),
     "own_sac": (["algo=sac", "env=pendulum", "model._target_=lockstep_models.OwnSACActor", *TINY_REPLAY,
                  "model.hidden_sizes=[16]", "algo.critic_hidden_sizes=[16]", "algo.batch_size=4"], "algo.gamma=0.9"),
-    # 32 steps per env in sequences of 12: minibatches of unequal sizes, which do not stack
-    "gru": (["experiment=cartpole_novel_gru", *TINY_PPO, "algo.sequence_length=12", "model.hidden_size=16"],
-            "algo.lr=0.001"),
+    # 32 steps per env in sequences of 12 (the last of each row 8): minibatches of unequal sizes
+    "gru": (["experiment=cartpole_novel_gru", "model._target_=lockstep_models.OwnRecurrentActorCritic", *TINY_PPO,
+             "algo.sequence_length=12", "model.hidden_size=16"], "algo.lr=0.001"),
 }
 
 
@@ -62,21 +62,22 @@ def test_each_member_in_lockstep_is_its_solo_run_bit_for_bit(tmp_path, kind):
 
 
 def test_what_trains_in_lockstep_and_what_stacks():
-    """PPO with the ActorCritic or the recurrent one, DQN and SAC with theirs stack, with any
-    encoder; a model class of a user's own trains in lockstep (and recurrent PPO whose
-    sequences do not divide the rollout), and its members may differ in every algo setting
-    the collector does not read."""
+    """PPO with the ActorCritic or the recurrent one (its sequences dividing the rollout or
+    not), DQN and SAC with theirs stack, with any encoder; a model class of a user's own
+    trains in lockstep, and its members may differ in every algo setting the collector does
+    not read."""
+    own_gru = ("experiment=cartpole_novel_gru", "model._target_=lockstep_models.OwnRecurrentActorCritic")
     cases = {(): None, ("algo=dqn",): None, ("algo=sac", "env=pendulum"): None,
              ("algo=sac", "env=pendulum", "model.encoder=cnn"): None, ("model.encoder=cnn",): None,
              ("experiment=cartpole_novel_gru",): None, ("experiment=cartpole_novel_gru", "model.rnn=lstm"): None,
-             ("experiment=cartpole_novel_gru", "algo.sequence_length=12"):
-                 "algo.sequence_length=12 with 32 steps per env",
+             ("experiment=cartpole_novel_gru", "algo.sequence_length=12"): None,
+             own_gru: "model=own_recurrent_actor_critic",
              ("algo=dqn", "model._target_=lockstep_models.OwnQValuePolicy"): "model=own_q_value_policy",
              ("algo=sac", "env=pendulum", "model._target_=lockstep_models.OwnSACActor"): "model=own_sac_actor"}
     for overrides, reason in cases.items():
         [cfg] = configs(overrides)
         assert lockstep_reason(cfg) == reason, overrides
-    gru = ["experiment=cartpole_novel_gru", "algo.sequence_length=12"]
+    gru = [*own_gru, "algo.sequence_length=12"]
     check_sweep(configs([*gru, "seed=0"], [*gru, "seed=1", "algo.lr=0.01", "algo.minibatch_size=32",
                                            "algo.gamma=0.9", "algo.epochs=2"]))
     with pytest.raises(ConfigError, match="differ only in seed and algo.. but algo.learning_starts, algo.n_step"):

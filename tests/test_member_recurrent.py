@@ -42,12 +42,13 @@ def test_each_member_s_steps_are_cut_into_its_own_segments_padded_to_one_count()
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("rnn", ["gru", "lstm"])
-def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, rnn):
+@pytest.mark.parametrize("rnn, length", [("gru", 8), ("lstm", 8), ("gru", 12)], ids=["gru", "lstm", "gru_uneven"])
+def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, rnn, length):
     """A stacked recurrent model of one member: the same metrics, evaluations, summary and
     checkpoint (GRU / LSTM weights, heads, Adam state, reward scaler, RNG stream) as the
-    solo run."""
-    [cfg] = configs([f"model.rnn={rnn}", "seed=3"])
+    solo run; so with sequences that do not divide the rollout (12, 12 and 8 of each env's
+    32 steps: minibatches of unequal sizes)."""
+    [cfg] = configs([f"model.rnn={rnn}", "seed=3", f"algo.sequence_length={length}"])
     sweep = build_sweep([cfg], [tmp_path / "member"], [NAMES])
     assert type(sweep.policy).__name__ == "MemberPolicy"
     assert type(sweep.policy.stacked.rnn.layers[0]).__name__ == "StackedRNN"
@@ -56,14 +57,17 @@ def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, rnn):
 
 
 @pytest.mark.timeout(300)
-def test_each_gru_member_updates_as_its_solo_run_with_its_own_settings(tmp_path):
+@pytest.mark.parametrize("length", [8, 12], ids=["even", "uneven"])
+def test_each_gru_member_updates_as_its_solo_run_with_its_own_settings(tmp_path, length):
     """Three GRU members differing in seed, lr, clip range, GAE lambda, epochs and
-    minibatch size (3 sequences of 8 steps against 4: its minibatches of 3, 3 and 2
-    sequences padded to 4): each member's metrics are its solo run's (its own envs,
-    sequences, minibatch order and update), to float32 rounding of a batched matrix product. (The clip range is not
+    minibatch size (8 steps a sequence: 3 sequences against 4, its minibatches of 3, 3 and
+    2 sequences padded to 4; 12 steps a sequence, the last of each env's 32 steps 8: 2 a
+    minibatch, of 16 to 24 steps, each member's padded to the step's longest): each member's
+    metrics are its solo run's (its own envs, sequences, minibatch order and update), to
+    float32 rounding of a batched matrix product. (The clip range is not
     annealed here: annealed to 0 at the last update, ``clip_fraction`` would count the
     ratios that differ from 1 by rounding alone.)"""
-    cfgs = configs(*[["algo.anneal_clip=false", *member] for member in (
+    cfgs = configs(*[["algo.anneal_clip=false", f"algo.sequence_length={length}", *member] for member in (
         ["seed=3"], ["seed=4", "algo.lr=0.003", "algo.clip_epsilon=0.1", "algo.minibatch_size=24"],
         ["seed=5", "algo.gae_lambda=0.9", "algo.epochs=1"])])
     assert member_options(cfgs) == {"lr": [0.001, 0.003, 0.001], "clip_epsilon": [0.2, 0.1, 0.2],
@@ -78,11 +82,12 @@ def test_each_gru_member_updates_as_its_solo_run_with_its_own_settings(tmp_path)
     assert list(checkpoint["policy"]) == list(solo["policy"])
     torch.testing.assert_close(checkpoint["policy"], solo["policy"], rtol=1e-4, atol=1e-5)
     adam, solo_adam = checkpoint["learner"]["ppo"]["optimizer"], solo["learner"]["ppo"]["optimizer"]
-    # 8 updates of 1 epoch, each of 2 minibatches (4 sequences of 8 steps of its 64)
-    assert [state["step"].item() for state in adam["state"].values()] == [16.0] * len(solo_adam["state"])
+    # 8 updates of 1 epoch (sequences of 8 steps: 4 of its 8 a minibatch, 2 minibatches; of 12: 2 of its 6, 3)
+    per_epoch = {8: 2, 12: 3}[length]
+    assert [state["step"].item() for state in adam["state"].values()] == [8.0 * per_epoch] * len(solo_adam["state"])
     assert adam["param_groups"] == solo_adam["param_groups"]
     adam = load_checkpoint(tmp_path / "m4" / "checkpoint.pt")["learner"]["ppo"]["optimizer"]
-    # 8 updates of 2 epochs, each of 3 minibatches (3, 3 and 2 of its 8 sequences)
+    # 8 updates of 2 epochs, each of 3 minibatches (8 steps: 3, 3 and 2 of its 8 sequences; 12: 2, 2 and 2 of 6)
     assert {state["step"].item() for state in adam["state"].values()} == {48.0}
 
 

@@ -195,10 +195,11 @@ def test_bad_pbt_options_and_sweeps_pbt_cannot_train_are_one_line_exit_2_before_
          "hydra.launcher.pbt: jobs #0, #1: the members differ in no float setting (algo.lr, algo.entropy_coef, "
          "algo.clip_epsilon, algo.value_coef, algo.max_grad_norm, algo.gae_lambda), and population-based training "
          "explores those they differ in: sweep over one too (e.g. 'algo.lr=0.0003,0.001,0.003')"),
-        (["algo.gamma=0.9,0.99", "experiment=cartpole_novel_gru", "algo.sequence_length=12", pbt],
+        (["algo.gamma=0.9,0.99", "experiment=cartpole_novel_gru",
+          "model._target_=lockstep_models.OwnRecurrentActorCritic", pbt],
          "hydra.launcher.pbt: jobs #0, #1: population-based training exchanges the state of the members of one "
-         "stacked model (PPO, DQN or SAC with an MLP, recurrent PPO), not algo.sequence_length=12 with 32 steps per "
-         "env (its members train in lockstep)"),
+         "stacked model (PPO, DQN or SAC with a shipped model), not model=own_recurrent_actor_critic (its "
+         "members train in lockstep)"),
         (["seed=0,1", "algo=dqn", pbt],
          "hydra.launcher.pbt: jobs #0, #1: the members differ in no float setting (algo.lr, algo.gamma, algo.tau, "
          "algo.max_grad_norm, algo.eps_start, algo.eps_end), and population-based training explores those they "
@@ -208,7 +209,8 @@ def test_bad_pbt_options_and_sweeps_pbt_cannot_train_are_one_line_exit_2_before_
     for index in range(len(cases)):
         (tmp_path / str(index)).mkdir()
         folders.append(tmp_path / str(index))
-    results = cli_all(folders, [[*SWEEP, *overrides, "hydra.sweep.dir=sw"] for overrides, _ in cases], at_once=2)
+    results = cli_all(folders, [[*SWEEP, *overrides, "hydra.sweep.dir=sw"] for overrides, _ in cases], at_once=2,
+                      pythonpath=Path(__file__).parent)  # lockstep_models: a user's own model class
     for folder, result, (_, line) in zip(folders, results, cases):
         assert result.returncode == 2, result.stderr
         assert result.stderr.splitlines() == [f"rlcollect train: invalid configuration: {line}"]

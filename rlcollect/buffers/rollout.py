@@ -183,15 +183,22 @@ def iterate_sequences(rollout: TensorDictBase, sequence_length: int, batch_size:
     order = torch.randperm(starts.numel(), generator=generator, device=rollout.device)
     per_batch = max(1, batch_size // sequence_length)
     for first in range(0, order.numel(), per_batch):
-        chosen = order[first:first + per_batch]
-        chosen_lengths = lengths[chosen]
-        # step j of the minibatch: the start of its sequence plus its position in it
-        sequence = torch.repeat_interleave(torch.arange(chosen.numel(), device=rollout.device), chosen_lengths)
-        position = torch.arange(sequence.numel(), device=rollout.device) - (
-            torch.cumsum(chosen_lengths, 0) - chosen_lengths)[sequence]
-        minibatch = flat[starts[chosen][sequence] + position]
+        steps, position = sequence_steps(order[first:first + per_batch], starts, lengths)
+        minibatch = flat[steps]
         minibatch.set("is_init", minibatch.get("is_init") | (position == 0))
         yield minibatch
+
+
+def sequence_steps(chosen: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The flat steps of the sequences ``chosen`` (indices into ``sequence_starts``'
+    ``starts`` and ``lengths``), end to end, and each step's position in its sequence."""
+    chosen_lengths = lengths[chosen]
+    # step j: the start of its sequence plus its position in it
+    sequence = torch.repeat_interleave(torch.arange(chosen.numel(), device=chosen.device), chosen_lengths)
+    position = torch.arange(sequence.numel(), device=chosen.device) - (
+        torch.cumsum(chosen_lengths, 0) - chosen_lengths)[sequence]
+    return starts[chosen][sequence] + position, position
 
 
 def sequence_starts(num_rows: int, time: int, sequence_length: int, device=None

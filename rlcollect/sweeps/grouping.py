@@ -65,23 +65,9 @@ def stacked_kind(cfg: DictConfig) -> str | None:
     ``unstackable_layer``); None: they train in lockstep."""
     if cfg.get("algo") is None or cfg.get("model") is None:  # a Hydra app of another kind (the launcher serves any)
         return None
-    if uneven_sequences(cfg) is not None:
-        return None
     algo, model = target_class(cfg.algo, "algo"), target_class(cfg.model, "model")
     return next((kind for kind, (learner, policies) in STACKED_CLASSES.items()
                  if algo is learner and model in policies), None)
-
-
-def uneven_sequences(cfg: DictConfig) -> str | None:
-    """Why a recurrent model's training sequences differ in length (the members' minibatches
-    must be of one size to stack), when ``algo.sequence_length`` does not divide each env's
-    rollout, in a few words; None: they are even (or the model is not recurrent)."""
-    if target_class(cfg.model, "model") is not RecurrentActorCritic or not cfg.algo.get("sequence_length"):
-        return None
-    steps = cfg.collector.frames_per_batch // (cfg.env.num_envs or 1)
-    if steps % cfg.algo.sequence_length == 0:
-        return None
-    return f"algo.sequence_length={cfg.algo.sequence_length} with {steps} steps per env"
 
 
 def lockstep_reason(cfg: DictConfig) -> str | None:
@@ -94,9 +80,6 @@ def lockstep_reason(cfg: DictConfig) -> str | None:
     learners = dict(STACKED_CLASSES.values())
     if algo not in learners:
         return f"algo={cfg.algo.get('name', '?')}"
-    uneven = uneven_sequences(cfg)
-    if uneven is not None:
-        return uneven
     # what is left: a model that the algorithm's stacked kind does not know (a user's own)
     words = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"  # where a class name's words meet
     name = re.sub(words, "_", target_class(cfg.model, "model").__name__).lower()

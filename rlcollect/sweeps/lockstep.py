@@ -2,7 +2,7 @@
 in lockstep").
 
 A batched sweep of an algorithm or model with no stacked form (a user's learner or model
-class, recurrent PPO with uneven sequences, a layer that does not stack) still shares what
+class, a layer that does not stack) still shares what
 a process of its own would pay for: the start-up, one collector stepping every member's
 envs as one batch, one evaluator. Each
 member keeps its solo run's own policy and learner (built from its own config: the members

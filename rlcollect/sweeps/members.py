@@ -28,7 +28,7 @@ from rlcollect.algos.learners import Learner, sample_mean
 from rlcollect.algos.optim import Adam
 from rlcollect.algos.ppo import PPO
 from rlcollect.algos.reward_scaling import RewardScaler
-from rlcollect.buffers.rollout import RolloutBuffer, sequence_starts, transition_view
+from rlcollect.buffers.rollout import RolloutBuffer, sequence_starts, sequence_steps, transition_view
 from rlcollect.modules.actor_critic import RecurrentActorCritic
 from rlcollect.modules.encoders import RunningNorm
 from rlcollect.primers import policy_primers
@@ -282,8 +282,9 @@ class MemberPPO(PPO):
         sequences = self.member_sequences(transitions.shape[0] // self.members, transitions.shape[1], device)
         draws = steps_per_member if sequences is None else sequences[0].numel()
         # what one minibatch of each member takes of its permutation: steps, or (recurrent) whole sequences
-        per_minibatch = [size if sequences is None else max(1, size // sequences[1].numel())
-                         for size in self.member_minibatch_sizes]
+        length = self.sequence_length or transitions.shape[1]
+        per_minibatch = [size if sequences is None else max(1, size // length) for size in self.member_minibatch_sizes]
+        within = torch.arange(length, device=device) if transitions.shape[1] % length == 0 else None  # one length
         totals: dict[str, torch.Tensor] = {}
         steps = [0] * self.members
         for epoch in range(self.epochs):
@@ -293,18 +294,21 @@ class MemberPPO(PPO):
             orders = {member: torch.randperm(draws, device=device, generator=self.generators[member])
                       for member in drawing}
             stepping = [member for member in drawing if member not in self.frozen]  # the others cost no update
-            for learners, index, sample_mask in member_minibatches(orders, stepping, per_minibatch, draws):
+            for learners, chosen in member_minibatches(orders, stepping, per_minibatch, draws):
                 every = len(learners) == self.members
                 learning = None if every else torch.tensor(learners, device=device)
-                if sequences is not None:  # the chosen sequences' steps, end to end
-                    index = (sequences[0][index].unsqueeze(-1) + sequences[1]).flatten(1)
-                    if sample_mask is not None:
-                        sample_mask = sample_mask.repeat_interleave(sequences[1].numel(), 1)
+                positions = None
+                if sequences is not None and within is not None and torch.is_tensor(chosen):
+                    # sequences of one length, as many for every member: all their steps at once, end to end
+                    chosen = (sequences[0][chosen].unsqueeze(-1) + within).flatten(1)
+                    positions = within.repeat(chosen.shape[1] // length).expand(len(learners), -1)
+                elif sequences is not None:  # each member's chosen sequences' steps, end to end
+                    chosen, positions = zip(*(sequence_steps(row, *sequences) for row in chosen))
+                index, sample_mask = padded_rows(chosen)
                 offsets = (torch.arange(self.members, device=device) if every else learning).unsqueeze(1)
                 minibatch = flat[(index + offsets * steps_per_member).reshape(-1)].reshape(len(learners), -1)
-                if sequences is not None:  # each sequence restarts from its stored hidden state
-                    first = (sequences[1] == 0).repeat(index.shape[1] // sequences[1].numel())
-                    minibatch.set("is_init", minibatch.get("is_init") | first)
+                if positions is not None:  # each sequence restarts from its stored hidden state
+                    minibatch.set("is_init", minibatch.get("is_init") | (padded_rows(positions)[0] == 0))
                 values = self._minibatch_step(minibatch, clip, learning, None if every else learners, sample_mask)
                 for key, value in values.items():
                     if key not in totals:
@@ -321,16 +325,12 @@ class MemberPPO(PPO):
 
     def member_sequences(self, rows: int, time: int, device) -> tuple[torch.Tensor, torch.Tensor] | None:
         """A recurrent model's sequences of one member's ``[rows, time]`` rollout: where each
-        starts (``sequence_starts``) and the positions ``[L]`` of a sequence's steps; None
-        for a feed-forward model. Every sequence is L steps long (uneven sequences train in
-        lockstep: grouping's ``uneven_sequences``), so the members' minibatches are of one size."""
+        starts and its length (``sequence_starts``: ``algo.sequence_length`` steps, a row's
+        last one shorter where that length does not divide ``time``); None for a
+        feed-forward model."""
         if not self.recurrent:
             return None
-        length = self.sequence_length or time
-        starts, lengths = sequence_starts(rows, time, length, device)
-        if bool((lengths != length).any()):
-            raise ValueError(f"MemberPPO: algo.sequence_length={length} must divide the rollout's {time} steps")
-        return starts, torch.arange(length, device=device)
+        return sequence_starts(rows, time, self.sequence_length or time, device)
 
     def _minibatch_step(self, minibatch, clip, learning: torch.Tensor | None = None,
                         stepping: list[int] | None = None,
@@ -389,15 +389,14 @@ class MemberPPO(PPO):
         return ppo
 
 
-def member_minibatches(orders: dict[int, torch.Tensor], stepping: list[int], per_minibatch: list[int],
-                       draws: int) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor | None]]:
-    """One epoch's minibatch steps: (the members that step, their draws ``[len, W]``, the
-    sample mask ``[len, W]`` or None). Member m's k-th minibatch is draws ``k * p_m`` to
+def member_minibatches(orders: dict[int, torch.Tensor], stepping: list[int], per_minibatch: list[int], draws: int
+                       ) -> Iterator[tuple[list[int], torch.Tensor | list[torch.Tensor]]]:
+    """One epoch's minibatch steps: the members that step and what each draws, ``[len, W]``
+    where they draw as many, else a list. Member m's k-th minibatch is draws ``k * p_m`` to
     ``(k + 1) * p_m`` of its permutation ``orders[m]`` (``p_m``: ``per_minibatch[m]``), as
-    its solo PPO takes them. Where the members of ``stepping`` differ in ``p_m``, the update
-    runs the most steps of any of them, a member whose epoch has ended sits out the later
-    steps, and a member's minibatch narrower than another's is padded by repeating its own
-    draws, the mask marking the real ones."""
+    its solo PPO takes them; where the members of ``stepping`` differ in ``p_m``, the update
+    runs the most steps of any of them, and a member whose epoch has ended sits out the
+    later steps."""
     if not stepping:
         return
     sizes = {per_minibatch[member] for member in stepping}
@@ -405,20 +404,25 @@ def member_minibatches(orders: dict[int, torch.Tensor], stepping: list[int], per
         size = sizes.pop()
         order = torch.stack([orders[member] for member in stepping])
         for start in range(0, draws, size):
-            yield stepping, order[:, start:start + size], None
+            yield stepping, order[:, start:start + size]
         return
     for step in range(max(-(-draws // per_minibatch[member]) for member in stepping)):
         learners = [member for member in stepping if step * per_minibatch[member] < draws]
-        chunks = [orders[member][step * per_minibatch[member]:(step + 1) * per_minibatch[member]]
-                  for member in learners]
-        width = max(chunk.numel() for chunk in chunks)
-        if all(chunk.numel() == width for chunk in chunks):
-            yield learners, torch.stack(chunks), None
-            continue
-        columns = torch.arange(width, device=chunks[0].device)
-        counts = torch.tensor([chunk.numel() for chunk in chunks], device=columns.device)
-        yield (learners, torch.stack([chunk[columns % chunk.numel()] for chunk in chunks]),
-               columns < counts.unsqueeze(1))
+        yield learners, [orders[member][step * per_minibatch[member]:(step + 1) * per_minibatch[member]]
+                         for member in learners]
+
+
+def padded_rows(rows: torch.Tensor | list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Rows of indices ``[len, W]`` and the mask of the real ones (None: all are): rows of
+    unequal lengths (a list) padded to the longest by repeating each row's own entries."""
+    if torch.is_tensor(rows):
+        return rows, None
+    width = max(row.numel() for row in rows)
+    if all(row.numel() == width for row in rows):
+        return torch.stack(rows), None
+    columns = torch.arange(width, device=rows[0].device)
+    counts = torch.tensor([row.numel() for row in rows], device=columns.device)
+    return torch.stack([row[columns % row.numel()] for row in rows]), columns < counts.unsqueeze(1)
 
 
 def normalized_advantage(advantage: torch.Tensor, sample_mask: torch.Tensor | None) -> torch.Tensor:

@@ -56,7 +56,7 @@ def explored_settings(cfgs: Sequence[DictConfig]) -> list[str]:
 def lockstep_refusal(why: str) -> str:
     """PBT's refusal of members that train in lockstep because of ``why`` (``algo=...``)."""
     return ("population-based training exchanges the state of the members of one stacked model (PPO, DQN or SAC "
-            f"with an MLP, recurrent PPO), not {why} (its members train in lockstep)")
+            f"with a shipped model), not {why} (its members train in lockstep)")
 
 
 def pbt_refusal(cfgs: Sequence[DictConfig]) -> str | None:

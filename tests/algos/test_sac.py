@@ -1,14 +1,12 @@
 """SAC: the squashed Gaussian, the critic targets, the update schedule, and runs from the CLI."""
 import json
 import math
-import os
-import subprocess
-import sys
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from commands import rlcollect as cli
 from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 
@@ -117,9 +115,7 @@ TINY = ["algo=sac", "env=pendulum", "env.num_envs=2", "total_frames=512", "colle
                                        ["collector=multiasync", "collector.start_method=fork",
                                         "collector.envs_per_worker=1"]], ids=["sync", "multiasync"])
 def test_sac_trains_from_the_cli_with_the_collector_writing_into_its_buffer(tmp_path, collector):
-    env = {**os.environ, "WANDB_MODE": "offline", "HYDRA_FULL_ERROR": "0"}
-    result = subprocess.run([sys.executable, "-m", "rlcollect.cli", "train", *TINY, *collector, "hydra.run.dir=run"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    result = cli(tmp_path, "train", *TINY, *collector, "hydra.run.dir=run", timeout=240)
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == [128, 256, 384, 512]
@@ -128,8 +124,6 @@ def test_sac_trains_from_the_cli_with_the_collector_writing_into_its_buffer(tmp_
         sizes == sorted(sizes) and all(size >= row["step"] for size, row in zip(sizes, rows))
     assert "train/loss_q" not in rows[0] and all(math.isfinite(row["train/loss_q"]) for row in rows[1:])
     assert "eval/episode_return" in rows[1]
-    evaluated = subprocess.run([sys.executable, "-m", "rlcollect.cli", "eval", "run", "--episodes", "1",
-                                "--format", "json"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                               timeout=120)
+    evaluated = cli(tmp_path, "eval", "run", "--episodes", "1", "--format", "json", timeout=120)
     assert evaluated.returncode == 0, evaluated.stderr
     assert json.loads(evaluated.stdout)[0]["lengths"] == [200]  # Pendulum's time limit

@@ -18,13 +18,20 @@ SERVER_PYTHONPATH = os.environ.get("PYTHONPATH", "").split(os.pathsep)  # on sys
 
 
 def preload() -> None:
-    """Import what the commands import, without running anything (no thread, no RNG drawn)."""
+    """Import what the commands import, in the order `rlcollect train` does (W&B's modules
+    before torch: rlcollect/logging/wandb_start.py), without running anything (no thread
+    started, no RNG drawn)."""
+    from importlib import import_module
+
+    from rlcollect.logging.wandb_start import INIT_IMPORTS
+
+    for name in INIT_IMPORTS:
+        import_module(name)
     import gymnasium  # noqa: F401
     import hydra  # noqa: F401
     import omegaconf  # noqa: F401
     import tensordict  # noqa: F401
     import torch  # noqa: F401
-    import wandb  # noqa: F401  (the train command starts it before its config is checked)
 
     import rlcollect.cli  # noqa: F401
     import rlcollect.commands.train  # noqa: F401

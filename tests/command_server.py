@@ -19,8 +19,8 @@ SERVER_PYTHONPATH = os.environ.get("PYTHONPATH", "").split(os.pathsep)  # on sys
 
 def preload() -> None:
     """Import what the commands import, in the order `rlcollect train` does (W&B's modules
-    before torch: rlcollect/logging/wandb_start.py), without running anything (no thread
-    started, no RNG drawn)."""
+    before torch: rlcollect/logging/wandb_start.py), without running anything (no RNG drawn,
+    no Python thread started; torch's import starts a native one, which a fork leaves behind)."""
     from importlib import import_module
 
     from rlcollect.logging.wandb_start import INIT_IMPORTS
@@ -88,6 +88,9 @@ def become(request: dict) -> None:
         os.dup2(opened, fd)
         os.close(opened)
     sys.argv = ["rlcollect", *request["args"]]
+    # numpy's global generator, seeded from the OS as a new interpreter's is (a fork copies the server's; Python's
+    # random module reseeds itself in a child, numpy's does not)
+    sys.modules["numpy"].random.seed()
 
 
 if __name__ == "__main__":

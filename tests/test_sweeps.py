@@ -3,6 +3,7 @@ one stacked model, each member a normal run."""
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -682,6 +683,30 @@ def test_ctrl_c_stops_every_member_after_the_batch_and_each_resumes_alone(tmp_pa
     assert resumed.returncode == 0, resumed.stderr
     steps = [row["step"] for row in metric_rows(members[1])]
     assert steps == list(range(128, frames + 256 + 1, 128))
+
+
+def test_a_stop_landing_between_two_members_stops_every_member_of_the_model_after_the_same_batch(tmp_path):
+    """A stop (the first Ctrl-C) asked for while the members finish their batch one after
+    the other, here as member 1 logs its second batch (member 0 has gone on past it): both
+    members end the next batch as interrupted, with the same frames, rows and checkpoint
+    frames."""
+    cfgs = configs([*TINY, "seed=0", "env.solved_return=null"], [*TINY, "seed=1", "env.solved_return=null"])
+    sweep = build_sweep(cfgs, [tmp_path / "m0", tmp_path / "m1"], [dict(name=None, group=None, job_type=None)] * 2)
+    stop, logger = threading.Event(), sweep.pipelines[1].logger
+    log = logger.log
+
+    def log_then_signal(metrics, step=None, **kwargs):
+        log(metrics, step=step, **kwargs)
+        if step == 256:  # the signal lands between the two members' checks of it
+            stop.set()
+
+    logger.log = log_then_signal
+    sweep.run(stop=stop)
+    summaries = [json.loads((tmp_path / f"m{seed}" / "summary.json").read_text()) for seed in (0, 1)]
+    assert [(summary["status"], summary["frames"]) for summary in summaries] == [("interrupted", 384)] * 2
+    assert [row["step"] for row in metric_rows(tmp_path / "m0")] == [row["step"] for row in
+                                                                     metric_rows(tmp_path / "m1")] == [128, 256, 384]
+    assert [load_checkpoint(tmp_path / f"m{seed}" / "checkpoint.pt")["frames"] for seed in (0, 1)] == [384, 384]
 
 
 def processes_in_group(group: int) -> list[int]:

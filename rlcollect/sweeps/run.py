@@ -288,7 +288,11 @@ class Sweep:
         terminal line of the progress bar (one per process of a sweep in several)."""
         # the members' wall-clock is the sweep's: one collection, update and evaluation for all of them
         phases = DrivenPhases(start_frames=0)
-        sessions = [Session(pipeline, stop, bar=False, phases=phases) for pipeline in self.pipelines]
+        # the stop asked for (SIGINT / SIGTERM) as it stood when the batch came in, the same for every member: a signal
+        # that lands while the members finish their batch one after the other stops them all after the next one, where
+        # reading it member by member would stop some a batch before the others of one model
+        batch_stop = None if stop is None else threading.Event()
+        sessions = [Session(pipeline, batch_stop, bar=False, phases=phases) for pipeline in self.pipelines]
         self.active = list(range(self.members))
         cfg = self.cfgs[0]
         bar = tqdm(total=cfg.total_frames, unit="frame", desc=f"{self.members} members",
@@ -300,6 +304,8 @@ class Sweep:
             if self.pbt is not None:
                 self.pbt.start(self.learner, self.pipelines)
             for batch, frames in collected(shared):
+                if stop is not None and stop.is_set():
+                    batch_stop.set()
                 phases.charge("collect")
                 member_frames = frames // self.members
                 self.hook_results = self.collector.hook_results()

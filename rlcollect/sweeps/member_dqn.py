@@ -41,7 +41,7 @@ from rlcollect.sweeps.optim import (
     member_optimizer_state,
     step_members,
 )
-from rlcollect.sweeps.stacking import member_state_dict
+from rlcollect.sweeps.stacking import member_state_dict, padded_rows
 from rlcollect.sweeps.streamed import StreamedMembers
 
 # DQN's settings (algo.<name>) the members of one stacked model may differ in, each applied per member
@@ -103,14 +103,9 @@ class MemberReplay:
         for member, buffer in enumerate(self.buffers):
             with self.streams.member(member):
                 samples.append(buffer.sample())
-        largest = max(self.batch_sizes)
-        if min(self.batch_sizes) == largest:
-            return torch.stack(samples)
-        device = samples[0].device
-        stacked = torch.stack([sample if size == largest else sample[torch.arange(largest, device=device) % size]
-                               for sample, size in zip(samples, self.batch_sizes)])
-        stacked.set(SAMPLE_MASK, torch.arange(largest, device=device)
-                    < torch.tensor(self.batch_sizes, device=device)[:, None])
+        stacked, sample_mask = padded_rows(samples)
+        if sample_mask is not None:
+            stacked.set(SAMPLE_MASK, sample_mask)
         return stacked
 
     def sizes(self) -> list[int]:

@@ -39,7 +39,7 @@ from rlcollect.sweeps.optim import (
     member_optimizer_state,
     step_members,
 )
-from rlcollect.sweeps.stacking import member_state_dict, zero_member
+from rlcollect.sweeps.stacking import member_state_dict, padded_rows, zero_member
 
 
 class MemberPolicy(TensorDictModuleBase):
@@ -285,6 +285,8 @@ class MemberPPO(PPO):
         length = self.sequence_length or transitions.shape[1]
         per_minibatch = [size if sequences is None else max(1, size // length) for size in self.member_minibatch_sizes]
         within = torch.arange(length, device=device) if transitions.shape[1] % length == 0 else None  # one length
+        # where each sequence starts: the steps whose is_init a minibatch sets (each restarts from its stored state)
+        starts = None if sequences is None else sequences[0]
         totals: dict[str, torch.Tensor] = {}
         steps = [0] * self.members
         for epoch in range(self.epochs):
@@ -297,18 +299,16 @@ class MemberPPO(PPO):
             for learners, chosen in member_minibatches(orders, stepping, per_minibatch, draws):
                 every = len(learners) == self.members
                 learning = None if every else torch.tensor(learners, device=device)
-                positions = None
                 if sequences is not None and within is not None and torch.is_tensor(chosen):
                     # sequences of one length, as many for every member: all their steps at once, end to end
-                    chosen = (sequences[0][chosen].unsqueeze(-1) + within).flatten(1)
-                    positions = within.repeat(chosen.shape[1] // length).expand(len(learners), -1)
+                    chosen = (starts[chosen].unsqueeze(-1) + within).flatten(1)
                 elif sequences is not None:  # each member's chosen sequences' steps, end to end
-                    chosen, positions = zip(*(sequence_steps(row, *sequences) for row in chosen))
+                    chosen = [sequence_steps(row, *sequences)[0] for row in chosen]
                 index, sample_mask = padded_rows(chosen)
                 offsets = (torch.arange(self.members, device=device) if every else learning).unsqueeze(1)
                 minibatch = flat[(index + offsets * steps_per_member).reshape(-1)].reshape(len(learners), -1)
-                if positions is not None:  # each sequence restarts from its stored hidden state
-                    minibatch.set("is_init", minibatch.get("is_init") | (padded_rows(positions)[0] == 0))
+                if starts is not None:  # each sequence restarts from its stored hidden state
+                    minibatch.set("is_init", minibatch.get("is_init") | torch.isin(index, starts))
                 values = self._minibatch_step(minibatch, clip, learning, None if every else learners, sample_mask)
                 for key, value in values.items():
                     if key not in totals:
@@ -410,19 +410,6 @@ def member_minibatches(orders: dict[int, torch.Tensor], stepping: list[int], per
         learners = [member for member in stepping if step * per_minibatch[member] < draws]
         yield learners, [orders[member][step * per_minibatch[member]:(step + 1) * per_minibatch[member]]
                          for member in learners]
-
-
-def padded_rows(rows: torch.Tensor | list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Rows of indices ``[len, W]`` and the mask of the real ones (None: all are): rows of
-    unequal lengths (a list) padded to the longest by repeating each row's own entries."""
-    if torch.is_tensor(rows):
-        return rows, None
-    width = max(row.numel() for row in rows)
-    if all(row.numel() == width for row in rows):
-        return torch.stack(rows), None
-    columns = torch.arange(width, device=rows[0].device)
-    counts = torch.tensor([row.numel() for row in rows], device=columns.device)
-    return torch.stack([row[columns % row.numel()] for row in rows]), columns < counts.unsqueeze(1)
 
 
 def normalized_advantage(advantage: torch.Tensor, sample_mask: torch.Tensor | None) -> torch.Tensor:

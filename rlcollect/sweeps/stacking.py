@@ -20,7 +20,8 @@ Other layers with weights (a layer norm, a transposed convolution, ...) are refu
 (``unstackable_layer``): such members train in lockstep instead (lockstep.py).
 ``member_state_dict(stacked_state, solo_module, m)`` is member m's state in the solo
 module's shapes (what its run folder's checkpoints hold), and ``load_member_state`` the
-reverse.
+reverse. ``padded_rows`` stacks the members' rows of unequal lengths (a PPO minibatch, a
+replay sample of their own batch sizes), padded by repetition, with the mask of the real ones.
 """
 from __future__ import annotations
 
@@ -122,6 +123,21 @@ class MemberRunningNorm(RunningNorm):
             solo.running_mean, solo.running_var = self.running_mean[member, 0], self.running_var[member, 0]
             solo.count = self.count[member, 0]
             RunningNorm.update(solo, x[member] if counts is None else x[member, :counts[member]])
+
+
+def padded_rows(rows: torch.Tensor | Sequence) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Each member's rows (tensors or tensordicts, one per member) stacked ``[S, W, ...]``,
+    and the mask ``[S, W]`` of the real ones (None: all are): rows of unequal lengths padded
+    to the longest by repeating each member's own from its first, so its real ones come
+    first. Rows already stacked (a tensor ``[S, W]``) are returned as they are."""
+    if torch.is_tensor(rows):
+        return rows, None
+    width = max(row.numel() for row in rows)
+    if all(row.numel() == width for row in rows):
+        return torch.stack(list(rows)), None
+    columns = torch.arange(width, device=rows[0].device)
+    counts = torch.tensor([row.numel() for row in rows], device=columns.device)
+    return torch.stack([row[columns % row.numel()] for row in rows]), columns < counts.unsqueeze(1)
 
 
 def stackable_conv(layer: nn.Module) -> bool:

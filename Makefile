@@ -19,9 +19,12 @@ $(VENV)/.installed: pyproject.toml
 train: setup
 	$(BIN)/rlcollect train $(ARGS)
 
+# the test files spread over the cores (4 workers at most), each file's tests in one worker (its
+# module fixtures, a Ray head among them, start once); PARALLEL= runs them all in one process
+PARALLEL ?= -n auto --maxprocesses=4 --dist loadfile
 test: setup
 	$(BIN)/ruff check rlcollect tests scripts hydra_plugins
-	$(BIN)/python -m pytest -q --durations=25 $(ARGS)
+	$(BIN)/python -m pytest -q --durations=25 $(PARALLEL) $(ARGS)
 
 # the figures README.md and docs/ state, measured again beside their stated values (scripts/reproduce.py);
 # the quick tier by default, about 2 minutes: make reproduce ARGS="--tier medium" / ARGS="--list"

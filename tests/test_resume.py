@@ -219,6 +219,15 @@ def test_checkpoint_holds_only_weights_only_loadable_state(tmp_path):
     pipeline.run(pipeline.build(cfg, tmp_path))
     state = torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)
     assert state["frames"] == 512
-    assert state["learner"]["replay_buffer"]["storage"]["write_count"] == 512  # the buffer position
+    storage = state["learner"]["replay_buffer"]["storage"]
+    assert storage["write_count"] == 512  # the buffer position
+    # of the 100,000 steps the buffer holds, the 512 written
+    assert storage["data_shape"] == [100_000] and storage["data"]["action"].shape == (512,)
     assert set(state["rng"]) == {"torch", "numpy", "python"}
     assert state["collector"]["traj_pool"]["next_id"] > 0
+    # the resumed run's buffer holds those steps, and writes on after them
+    pipeline.run(pipeline.resume(tmp_path, overrides={"total_frames": 768}))
+    resumed = torch.load(tmp_path / CHECKPOINT_FILE, weights_only=True)["learner"]["replay_buffer"]["storage"]
+    assert resumed["write_count"] == 768 and resumed["data"]["action"].shape == (768,)
+    for key in ("action", "observation"):
+        assert torch.equal(resumed["data"][key][:512], storage["data"][key])

@@ -524,7 +524,13 @@ class FrameStore:
         self._pending = [{} for _ in self.layout.keys]
 
     def state_dict(self) -> dict:
-        return {"layout": self.layout.to_dict(), "spares": [spares.clone().to_dict() for spares in self.spares]}
+        """The layout and each key's spares up to the last one a stored element may name (the
+        free ones after it are left out: loading frees every spare past those saved)."""
+        saved = []
+        for spares in self.spares:
+            taken = (spares.get("last_step") != FREE).nonzero()
+            saved.append(spares[:int(taken[-1]) + 1 if taken.numel() else 0].clone().to_dict())
+        return {"layout": self.layout.to_dict(), "spares": saved}
 
     def load_state_dict(self, state: dict) -> None:
         if state["layout"] != self.layout.to_dict():

@@ -561,22 +561,31 @@ class LazyTensorStorage:
 
     def state_dict(self, *, include_data: bool = False) -> dict:
         """The write position (and, with ``include_data``, a copy of the stored data as plain
-        nested dicts of tensors, loadable with ``torch.load(weights_only=True)``)."""
+        nested dicts of tensors, loadable with ``torch.load(weights_only=True)``). The data
+        is what was written: until the ring is full, time indices ``[0, filled)`` of each row
+        (a checkpoint early in a run of a large buffer holds its few steps, not the whole
+        preallocated storage); ``data_shape`` is the storage's shape."""
         state = {"cursor": self.cursor, "filled": self.filled, "write_count": self.write_count}
         if include_data and self._data is not None:
             with self.position.lock:
-                state["data"] = self._data.clone().to_dict()
+                filled = self.position.filled
+                written = self._data if filled == self._capacity else self._data[..., :filled]
+                state["data"] = written.clone().to_dict()
                 state["data_shape"] = list(self._data.batch_size)
                 if self._frames is not None:  # the frame layout and spares (the pointers are in data)
                     state["frames"] = self._frames.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        """Load a ``state_dict``: the position, and the data where the state holds it (its
+        written steps, or, from states saved before they were trimmed, every step)."""
         with self.position.lock:
             if "data" in state:
+                shape = torch.Size(state["data_shape"])  # the storage's: [*rows, capacity]
                 data = state["data"]
                 if not isinstance(data, TensorDictBase):
-                    data = TensorDict(data, batch_size=state["data_shape"])
+                    steps = _time_length(data, len(shape))
+                    data = TensorDict(data, batch_size=[*shape[:-1], steps])
                 frames = state.get("frames")
                 if (frames is not None) != self.dedup_observations:
                     raise ValueError(f"the state's data was stored with dedup_observations={frames is not None}, "
@@ -584,23 +593,24 @@ class LazyTensorStorage:
                 if self._data is None and frames is None:
                     self.init_from(data)
                 elif self._data is None:
-                    self._init_stored(data, FrameLayout.from_dict(frames["layout"]))
-                if data.batch_size != self.shape:
-                    raise ValueError(f"state data has shape {list(data.batch_size)}, the storage {list(self.shape)}")
-                self._data.update_(data)
+                    self._init_stored(data, shape, FrameLayout.from_dict(frames["layout"]))
+                if shape != self.shape or data.batch_size[:-1] != shape[:-1] or data.batch_size[-1] > shape[-1]:
+                    raise ValueError(f"state data has shape {list(shape)}, the storage {list(self.shape)}")
+                self._data[..., :data.batch_size[-1]].update_(data)
                 if frames is not None:
                     self._frames.load_state_dict(frames)
             self.position.set(int(state["cursor"]), int(state["filled"]), int(state["write_count"]))
 
-    def _init_stored(self, data: TensorDictBase, layout: FrameLayout) -> None:
-        """Allocate like a state's ``data``: the stored layout (frames, not observations)."""
-        if data.batch_dims != self.ndim or data.batch_size[:-1].numel() * data.batch_size[-1] > self.max_size:
-            raise ValueError(f"state data of shape {list(data.batch_size)} does not fit {self!r}")
+    def _init_stored(self, data: TensorDictBase, shape: torch.Size, layout: FrameLayout) -> None:
+        """Allocate ``shape`` with a state's ``data``'s entries: the stored layout (frames, not
+        observations)."""
+        if data.batch_dims != self.ndim or len(shape) != self.ndim or shape.numel() > self.max_size:
+            raise ValueError(f"state data of shape {list(shape)} does not fit {self!r}")
         if any(key.stack not in (1, self.frame_stack) for key in layout.keys):
             raise ValueError(f"the state's observations are stacks of {[key.stack for key in layout.keys]} frames, "
                              f"this storage has frame_stack={self.frame_stack}")
         self._layout = layout
-        self._bind(self._allocate(data, data.batch_size))
+        self._bind(self._allocate(data, shape))
         self._frames.spares = [self._make_spares(key, self._spare_size(key), None) for key in layout.keys]
 
     def __getstate__(self) -> dict:
@@ -741,6 +751,12 @@ class LazyMemmapStorage(LazyTensorStorage):
 
 
 _FRAMED = object()  # a leaf of the gather tree that FrameStore.gather rebuilds
+
+
+def _time_length(data: dict, ndim: int) -> int:
+    """The time length (batch dim ``ndim - 1``) of a state's nested dict of tensors."""
+    value = next(iter(data.values()))
+    return _time_length(value, ndim) if isinstance(value, dict) else value.shape[ndim - 1]
 
 
 def _as_key(path: tuple[str, ...]):

@@ -26,6 +26,7 @@ from rlcollect.buffers import (
     SliceSampler,
     SliceSamplerWithoutReplacement,
 )
+from rlcollect.buffers.frames import FREE
 from rlcollect.collectors.multi import MultiSyncCollector
 from rlcollect.envs import GymEnv
 from rlcollect.errors import ConfigError
@@ -325,15 +326,23 @@ def test_a_shared_storage_that_runs_out_of_spares_raises_and_changes_nothing():
 
 # ---------------------------------------------------------------------- state and memmap
 @pytest.mark.parametrize("ndim", [1, 2])
-def test_state_dict_round_trip_through_a_weights_only_checkpoint(tmp_path, ndim):
+@pytest.mark.parametrize("max_size", [20, 200], ids=["full", "not_full"])
+def test_state_dict_round_trip_through_a_weights_only_checkpoint(tmp_path, ndim, max_size):
     writes = batches(6, lengths=(3, 8), stack=4)
-    plain, framed = twins(20 * ndim, ndim, stack=4)
+    plain, framed = twins(max_size * ndim, ndim, stack=4)
     for batch in writes[:4]:
         plain.extend(in_layout(batch, ndim))
         framed.extend(in_layout(batch, ndim))
     torch.save(framed.state_dict(include_data=True), tmp_path / "buffer.pt")
-    resumed = LazyTensorStorage(20 * ndim, ndim=ndim, dedup_observations=True, frame_stack=4)
-    resumed.load_state_dict(torch.load(tmp_path / "buffer.pt", weights_only=True))
+    state = torch.load(tmp_path / "buffer.pt", weights_only=True)
+    # the steps held (48 written: all of them, or the capacity's), the spares up to the last one named
+    assert state["data"]["action"].shape == ((min(48, max_size),) if ndim == 1 else (2, min(24, max_size)))
+    spares = framed._frames.spares[0]
+    saved = int((spares["last_step"] != FREE).nonzero()[-1]) + 1
+    assert state["frames"]["spares"][0]["last_step"].shape == (saved,)
+    assert saved < spares.batch_size[0] or max_size == 20  # (here 48 of 64)
+    resumed = LazyTensorStorage(max_size * ndim, ndim=ndim, dedup_observations=True, frame_stack=4)
+    resumed.load_state_dict(state)
     assert_same_storage(plain, resumed)
     for batch in writes[4:]:  # the resumed buffer goes on as the original does
         plain.extend(in_layout(batch, ndim))

@@ -183,6 +183,31 @@ def test_state_dict_round_trip_with_data():
     assert torch.equal(copy.read()["value"], torch.arange(3, 13))
 
 
+@pytest.mark.parametrize("ndim", [1, 2])
+def test_a_state_of_a_storage_not_yet_full_holds_its_written_steps_and_goes_on_as_the_storage(tmp_path, ndim):
+    writes = [batch if ndim == 2 else batch.reshape(-1) for batch in counting_batches(3)]  # [2, 6] each
+    storage = LazyTensorStorage(1000, ndim=ndim)
+    for batch in writes[:2]:
+        storage.extend(batch)
+    torch.save(storage.state_dict(include_data=True), tmp_path / "state.pt")
+    state = torch.load(tmp_path / "state.pt", weights_only=True)
+    assert state["data_shape"] == ([1000] if ndim == 1 else [2, 500])  # the storage's shape
+    assert state["data"]["observation"].shape == ((24, 1) if ndim == 1 else (2, 12, 1))  # the steps written
+    whole = dict(state, data=storage._data.clone().to_dict())  # as a state held it before the trimming
+    written = storage.read()
+    storage.extend(writes[2])
+    for saved in (state, whole):
+        resumed = LazyTensorStorage(1000, ndim=ndim)
+        resumed.load_state_dict(saved)
+        assert resumed.shape == storage.shape
+        assert (len(resumed), resumed.cursor, resumed.write_count) == (24, 24 // ndim, 24)
+        assert (resumed.read() == written).all()
+        resumed.extend(writes[2])
+        assert (resumed.read() == storage.read()).all() and len(resumed) == 36
+    with pytest.raises(ValueError, match="state data has shape"):  # another max_size
+        LazyTensorStorage(2000, ndim=ndim).load_state_dict(state)
+
+
 # ---------------------------------------------------------------------- memmap
 def test_memmap_storage_reopens_with_the_same_data_and_position(tmp_path):
     batches = counting_batches(3)

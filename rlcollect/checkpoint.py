@@ -9,6 +9,7 @@ import logging
 import os
 import pickle
 import random
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,8 @@ def previous_path(path: Path) -> Path:
 
 def save_checkpoint(path: str | Path, state: dict, *, keep_previous: bool = True) -> None:
     """Write ``state`` to ``path`` and keep the previous checkpoint as ``path.prev`` until
-    the new one is complete and verified (read back with weights_only=True): a crash or a
+    the new one is complete and verified (``verify``: read back with weights_only=True,
+    in constant memory): a crash or a
     Ctrl-C at any moment leaves a checkpoint that loads (the half-written file is removed).
     ``keep_previous=False``: the previous one is replaced, atomically, without a ``.prev``.
     A full disk (or quota, or the file size limit) is a DiskFullError naming the folder and
@@ -42,7 +44,7 @@ def save_checkpoint(path: str | Path, state: dict, *, keep_previous: bool = True
             torch.save(state, file)
             file.flush()
             os.fsync(file.fileno())
-        _load(partial)
+        verify(partial)
     except BaseException as error:
         full = disk_full(error, path, needed=state_bytes(state)) if isinstance(error, Exception) else None
         partial.unlink(missing_ok=True)
@@ -88,14 +90,38 @@ def load_checkpoint(path: str | Path) -> dict:
         return state
 
 
-def _load(path: Path) -> dict:
-    """torch.load(weights_only=True), with a one-line error naming the file when it fails
-    (never torch's advice to load with weights_only=False: a checkpoint is data, not code)."""
+def verify(path: Path) -> None:
+    """A checkpoint just written reads back (``_load``), its tensors memory-mapped, not
+    copied: a checkpoint of a replay buffer of gigabytes is not held in memory a second time
+    to be checked. A CheckpointError naming the file where it does not."""
+    _load(path, mmap=True)
+
+
+def damaged_record(path: Path) -> str | None:
+    """The first record of the zip archive ``path`` (torch.save's format) whose bytes do not
+    match their checksum, the file streamed; None where every one does, or where ``path``
+    is no zip archive that reads (torch.load then says what it is)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.testzip()
+    except (OSError, EOFError, zipfile.BadZipFile):
+        return None
+
+
+def _load(path: Path, *, mmap: bool = False) -> dict:
+    """torch.load(weights_only=True) after each record's checksum (torch.load reads a damaged
+    byte as it is), with a one-line error naming the file when either fails (never torch's
+    advice to load with weights_only=False: a checkpoint is data, not code). ``mmap``: the
+    tensors mapped from the file, not read into memory."""
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} is missing")
     size = path.stat().st_size
+    damaged = damaged_record(path)
+    if damaged is not None:
+        raise CheckpointError(f"checkpoint {path} ({size} bytes) is corrupt: its record {damaged} does not match "
+                              "its checksum")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError:
         raise CheckpointError(f"checkpoint {path} ({size} bytes) is corrupt or incomplete, or holds objects other "
                               "than tensors and plain values (refused: checkpoints load with weights_only=True)"

@@ -6,6 +6,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -38,6 +39,20 @@ def test_a_corrupt_checkpoint_falls_back_to_the_previous_one_saying_so(tmp_path,
     assert "weights_only=False" not in message
 
 
+def test_a_checkpoint_damaged_on_disk_is_named_and_the_previous_one_loads(tmp_path, caplog):
+    """A byte changed inside a tensor's record: torch.load would read it as it is."""
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, {"frames": 1, "weights": torch.ones(1000)})
+    save_checkpoint(path, {"frames": 2, "weights": torch.full((1000,), 2.0)})
+    data = bytearray(path.read_bytes())
+    data[data.index(torch.full((64,), 2.0).numpy().tobytes())] ^= 1
+    path.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING, logger="rlcollect.checkpoint"):
+        assert load_checkpoint(path)["frames"] == 1
+    assert re.search(rf"checkpoint\.pt \({len(data)} bytes\) is corrupt: its record \S+/data/0 does not match its "
+                     r"checksum; falling back to the previous checkpoint", caplog.text), caplog.text
+
+
 def test_a_checkpoint_holding_objects_is_refused_without_unsafe_advice(tmp_path):
     path = tmp_path / "checkpoint.pt"
     torch.save({"frames": 1, "thing": logging.getLogger("x")}, path)
@@ -53,6 +68,44 @@ def test_saving_never_leaves_no_loadable_checkpoint(tmp_path):
         save_checkpoint(path, {"frames": 2, "thing": object()})  # saved, but it does not read back as data
     assert load_checkpoint(path)["frames"] == 1  # the good one is still there
     assert not (tmp_path / "checkpoint.pt.partial").exists()
+
+
+def test_a_checkpoint_whose_bytes_do_not_read_back_as_written_is_refused_and_the_last_one_stays(tmp_path,
+                                                                                                 monkeypatch):
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, {"frames": 1, "weights": torch.ones(1000)})
+    save = torch.save
+
+    def save_then_damage_a_byte(state, file):  # as a disk that wrote one byte wrong
+        save(state, file)
+        file.flush()
+        at = Path(file.name).read_bytes().index(torch.full((64,), 2.0).numpy().tobytes())  # inside the tensor
+        file.seek(at)
+        file.write(b"\x01")
+
+    monkeypatch.setattr(torch, "save", save_then_damage_a_byte)
+    with pytest.raises(CheckpointError, match=r"checkpoint\.pt\.partial \(\d+ bytes\) is corrupt: its record "
+                                              r"\S+ does not match its checksum"):
+        save_checkpoint(path, {"frames": 2, "weights": torch.full((1000,), 2.0)})
+    monkeypatch.undo()
+    assert load_checkpoint(path)["frames"] == 1 and not (tmp_path / "checkpoint.pt.prev").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt"]
+
+
+def test_a_checkpoint_is_verified_without_being_held_in_memory_a_second_time(tmp_path):
+    """A 400 MiB state (a replay buffer's) saved and read back: the process's peak memory
+    grows by what writing it takes, not by a second copy of the state."""
+    script = ("import resource, sys, torch\n"
+              "from rlcollect.checkpoint import load_checkpoint, save_checkpoint\n"
+              "state = {'frames': 1, 'storage': torch.ones(100 * 2**20)}\n"
+              "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+              "save_checkpoint(sys.argv[1], state)\n"
+              "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+              "assert torch.equal(load_checkpoint(sys.argv[1])['storage'], state['storage'])\n")
+    result = subprocess.run([sys.executable, "-c", script, str(tmp_path / "checkpoint.pt")], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) < 100  # MiB; reading it back whole added 400
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Checkpoints: written atomically, read back with ``torch.load(weights_only=True)``.
+"""Checkpoints: written atomically, read back with ``torch.load(weights_only=True)`` after
+each record's checksum (docs/runs.md, "Every run keeps its policy").
 
 Everything saved is tensors, numbers, strings and containers of them (no pickled
 objects), so loading a checkpoint cannot run arbitrary code.

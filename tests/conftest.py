@@ -3,6 +3,7 @@ import os
 
 import pytest
 import torch
+from shm import leaked_since, shm_entries
 
 # W&B never touches the network in tests.
 os.environ.setdefault("WANDB_MODE", "offline")
@@ -20,8 +21,8 @@ def _seed():
 def no_leftovers():
     """Register collectors with it (``no_leftovers(collector)``): after the test each is
     shut down, and then no worker of theirs, no other child process and no new /dev/shm
-    entry may remain."""
-    shm_before = set(os.listdir("/dev/shm"))
+    entry may remain (tests/shm.py: none that this test's processes left)."""
+    shm_before = shm_entries()
     children_before = set(multiprocessing.active_children())
     collectors = []
     yield collectors.append
@@ -29,4 +30,4 @@ def no_leftovers():
         collector.shutdown()
         assert not any(p.is_alive() for p in collector._processes), "orphan worker"
     assert set(multiprocessing.active_children()) <= children_before, "orphan child process"
-    assert set(os.listdir("/dev/shm")) <= shm_before, "leaked shared memory"
+    assert not leaked_since(shm_before), "leaked shared memory"

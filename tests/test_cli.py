@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from commands import rlcollect, rlcollect_all, start_rlcollect
+from shm import leaked_since, shm_entries
 
 from rlcollect.analysis.wandb_offline import find_offline_runs, read_offline_run
 
@@ -432,7 +433,7 @@ def test_ctrl_c_during_multisync_training_leaves_no_worker_and_no_shared_memory(
     import signal
     import time
 
-    shm_before = set(os.listdir("/dev/shm"))
+    shm_before = shm_entries()
     process = start_rlcollect(tmp_path, "train", "collector=multisync", "collector.start_method=fork", "logger=none",
                               "progress=false", "total_frames=10000000", "env.solved_return=100000",
                               "hydra.run.dir=run")
@@ -448,7 +449,7 @@ def test_ctrl_c_during_multisync_training_leaves_no_worker_and_no_shared_memory(
     assert process.returncode == 130, stderr  # 128 + SIGINT, after the batch under way and a checkpoint
     assert "Traceback" not in stderr and "interrupted at frame" in stderr
     assert all(not Path(f"/proc/{pid}").exists() for pid in workers), "orphan worker"
-    assert set(os.listdir("/dev/shm")) <= shm_before
+    assert not leaked_since(shm_before)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["frames"] > 0 and summary["status"] == "interrupted"
     rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")

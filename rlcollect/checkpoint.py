@@ -32,8 +32,9 @@ def previous_path(path: Path) -> Path:
 
 def save_checkpoint(path: str | Path, state: dict, *, keep_previous: bool = True) -> None:
     """Write ``state`` to ``path`` and keep the previous checkpoint as ``path.prev`` until
-    the new one is complete and verified (``verify``: read back with weights_only=True,
-    in constant memory): a crash or a
+    the new one is complete and verified (read back with weights_only=True, its records'
+    checksums first, its tensors memory-mapped: a checkpoint of a replay buffer of
+    gigabytes is not held in memory a second time to be checked): a crash or a
     Ctrl-C at any moment leaves a checkpoint that loads (the half-written file is removed).
     ``keep_previous=False``: the previous one is replaced, atomically, without a ``.prev``.
     A full disk (or quota, or the file size limit) is a DiskFullError naming the folder and
@@ -45,7 +46,7 @@ def save_checkpoint(path: str | Path, state: dict, *, keep_previous: bool = True
             torch.save(state, file)
             file.flush()
             os.fsync(file.fileno())
-        verify(partial)
+        _load(partial, mmap=True)
     except BaseException as error:
         full = disk_full(error, path, needed=state_bytes(state)) if isinstance(error, Exception) else None
         partial.unlink(missing_ok=True)
@@ -89,13 +90,6 @@ def load_checkpoint(path: str | Path) -> dict:
             raise CheckpointError(f"{error}; the previous one is no better: {previous_error}") from None
         log.warning("%s; falling back to the previous checkpoint %s", error, previous)
         return state
-
-
-def verify(path: Path) -> None:
-    """A checkpoint just written reads back (``_load``), its tensors memory-mapped, not
-    copied: a checkpoint of a replay buffer of gigabytes is not held in memory a second time
-    to be checked. A CheckpointError naming the file where it does not."""
-    _load(path, mmap=True)
 
 
 def damaged_record(path: Path) -> str | None:

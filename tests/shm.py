@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from processes import descendants
+
 SHM = Path("/dev/shm")
 
 
@@ -31,23 +33,9 @@ def held_by_others(inodes: set[int]) -> set[int]:
     """Those of the /dev/shm ``inodes`` that a live process outside this process's tree maps
     or holds open. By inode, not by name: a POSIX semaphore is mapped under the temporary
     name it was made with, then linked to its own."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):  # ended meanwhile
-                continue
-    ours = {os.getpid()}
-    for pid in parents:  # a pid's chain of parents up to this process: all of it is ours
-        chain, node = [], pid
-        while node in parents and node not in ours and node > 1:
-            chain.append(node)
-            node = parents[node]
-        if node in ours:
-            ours.update(chain)
+    ours = descendants(os.getpid()) | {os.getpid()}
     held = set()
-    for pid in set(parents) - ours:
+    for pid in {int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()} - ours:
         held |= open_or_mapped(pid, inodes)
     return held
 

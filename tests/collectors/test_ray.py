@@ -28,6 +28,7 @@ import torch
 ray = pytest.importorskip("ray")
 
 from checks import check_weights_reach_every_worker, is_loopback, listeners, needs_ss  # noqa: E402
+from processes import descendants  # noqa: E402
 
 from rlcollect.buffers import LazyTensorStorage, ReplayBuffer  # noqa: E402
 from rlcollect.collectors.multi import WorkerError  # noqa: E402
@@ -43,25 +44,6 @@ HEAD_START_SECONDS = 90
 
 
 # ---------------------------------------------------------------------------- the cluster
-def descendants(root_pid: int) -> set[int]:
-    """Pids of every live process below ``root_pid``."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, stack = set(), [root_pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return found
-
-
 @pytest.fixture(scope="module")
 def ray_head():
     """Address of a Ray head bound to 127.0.0.1 (2 CPUs, no dashboard, loopback env)."""
@@ -72,8 +54,9 @@ def ray_head():
         for name, value in loopback_ray_env().items():  # this process joins under the same settings
             patch.setenv(name, value)
         patch.delenv("RAY_ADDRESS", raising=False)
-        # actors (and the worker processes they spawn) unpickle this module's classes by name
-        python_path = [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]
+        # actors (and the worker processes they spawn) unpickle this module's classes by name (and it imports
+        # tests/processes.py)
+        python_path = [str(Path(__file__).parent), str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH")]
         patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, python_path)))
         head = subprocess.Popen(
             [str(ray_bin), "start", "--head", "--block", "--node-ip-address=127.0.0.1", "--port=0", "--num-cpus=2",

@@ -1,0 +1,22 @@
+"""The processes below a process, read from /proc (tests that check what a command or a
+cluster started, and what it left)."""
+from pathlib import Path
+
+
+def descendants(root_pid: int) -> set[int]:
+    """Pids of every live process below ``root_pid``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, stack = set(), [root_pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found

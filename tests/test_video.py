@@ -85,20 +85,46 @@ def test_train_with_eval_video_writes_mp4s_and_logs_them_to_wandb(tmp_path):
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "finished"
 
 
-def test_without_a_display_mujoco_renders_through_egl_unless_a_backend_was_chosen(monkeypatch):
+def test_without_a_display_mujoco_renders_through_egl_and_pygame_headless_unless_a_backend_was_chosen(monkeypatch):
     from rlcollect.envs.video import headless_rendering
 
-    for name in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL"):
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL", "SDL_VIDEODRIVER"):
         monkeypatch.delenv(name, raising=False)
     headless_rendering()
-    assert os.environ["MUJOCO_GL"] == "egl"
+    assert (os.environ["MUJOCO_GL"], os.environ["SDL_VIDEODRIVER"]) == ("egl", "dummy")
     monkeypatch.setenv("MUJOCO_GL", "osmesa")
+    monkeypatch.setenv("SDL_VIDEODRIVER", "x11")
     headless_rendering()
-    assert os.environ["MUJOCO_GL"] == "osmesa"  # the user's choice stays
+    assert (os.environ["MUJOCO_GL"], os.environ["SDL_VIDEODRIVER"]) == ("osmesa", "x11")  # the user's choice stays
     monkeypatch.delenv("MUJOCO_GL")
+    monkeypatch.delenv("SDL_VIDEODRIVER")
     monkeypatch.setenv("DISPLAY", ":0")
     headless_rendering()
-    assert "MUJOCO_GL" not in os.environ  # a display: MuJoCo's own default
+    assert "MUJOCO_GL" not in os.environ and "SDL_VIDEODRIVER" not in os.environ  # a display: their own defaults
+
+
+@pytest.mark.timeout(120)
+def test_a_pygame_env_renders_without_a_display_and_without_a_word_on_stderr(tmp_path):
+    # SDL's default video driver, without a display or XDG_RUNTIME_DIR, printed "error: XDG_RUNTIME_DIR is
+    # invalid or not set in the environment." to the terminal of every `rlcollect eval --video`
+    import subprocess
+    import sys
+
+    script = ("from rlcollect.envs.video import headless_rendering\n"
+              "import gymnasium as gym\n"
+              "headless_rendering()\n"
+              "env = gym.make('CartPole-v1', render_mode='rgb_array')\n"
+              "env.reset(seed=0)\n"
+              "frame = env.render()\n"
+              "env.close()\n"
+              "print(frame.shape, frame.dtype, int(frame.min()), int(frame.max()))\n")
+    environment = {key: value for key, value in os.environ.items()
+                   if key not in ("DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR", "SDL_VIDEODRIVER")}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                            env=environment, timeout=100)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "(400, 600, 3) uint8 0 255"
+    assert result.stderr == ""
 
 
 @pytest.mark.timeout(300)

@@ -11,10 +11,14 @@ from rlcollect.errors import MissingDependencyError
 
 
 def headless_rendering() -> None:
-    """On a machine without a display, MuJoCo renders through EGL (``MUJOCO_GL=egl``)
-    unless the user chose a backend: set it before the first MuJoCo env renders."""
+    """On a machine without a display, MuJoCo renders through EGL (``MUJOCO_GL=egl``) and
+    pygame (classic control, Box2D) draws its rgb_array frames with SDL's dummy video
+    driver (``SDL_VIDEODRIVER=dummy``: the same pixels, without SDL printing "error:
+    XDG_RUNTIME_DIR is invalid" to the terminal), unless the user chose a backend: set
+    before the first env renders."""
     if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         os.environ.setdefault("MUJOCO_GL", "egl")
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
 
 
 class FrameRecorder(gym.Wrapper):

@@ -1,6 +1,8 @@
 """Collector semantics users rely on, each pinned by a test that failed before its fix
 (TorchRL's collector behaviours, translated to rlcollect's API)."""
 import functools
+import multiprocessing
+import os
 import time
 
 import pytest
@@ -94,18 +96,60 @@ def busy_factory(step_cost_us):
     return functools.partial(GymEnv, functools.partial(BusyEnv, step_cost_us, 1000), None)
 
 
+class Signalling(CountingEnv):
+    """A CountingEnv that, in its worker, records the worker's pid, waits for ``gate`` (if
+    given) before its first step, and sets ``stepped`` during its ``signal_at``-th step."""
+
+    def __init__(self, pid, gate, stepped, signal_at: int) -> None:
+        super().__init__(episode_length=1000)
+        self.pid, self.gate, self.stepped, self.signal_at, self.steps = pid, gate, stepped, signal_at, 0
+
+    def step(self, action):
+        self.pid.value = os.getpid()
+        if self.gate is not None:
+            assert self.gate.wait(60), "the test never opened the gate"
+        self.steps += 1
+        if self.steps == self.signal_at:
+            self.stepped.set()
+        return super().step(action)
+
+
+def sent_its_batch(pid, stepped) -> bool:
+    """The worker did its signalling step and then went to sleep: it can only be waiting for
+    the next command, its batch sent (the batch's last step is the signalling one)."""
+    if not stepped.is_set():
+        return False
+    with open(f"/proc/{pid.value}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "S"
+
+
+def wait_for(condition, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
 def test_multiasync_yields_the_batch_that_finished_first_not_the_lowest_worker(no_leftovers):
-    # worker 0 needs ~200 ms of CPU per batch, worker 1 ~4 ms: while the trainer is busy for
-    # 1.5 s, worker 1's second batch (finished at ~8 ms) is ready long before worker 0's first
-    collector = MultiAsyncCollector([busy_factory(50_000), busy_factory(1_000)], frames_per_batch=4,
-                                    start_method="fork")
+    # worker 0 is held at its first step until worker 1 has finished and sent its second batch; then worker 0
+    # finishes its first: both batches are there when the trainer asks, and worker 1's finished first
+    context = multiprocessing.get_context("fork")
+    pids = [context.Value("l", 0) for _ in range(2)]
+    gate, stepped = context.Event(), [context.Event() for _ in range(2)]
+    envs = [functools.partial(GymEnv, functools.partial(Signalling, pids[0], gate, stepped[0], 4), None),
+            functools.partial(GymEnv, functools.partial(Signalling, pids[1], None, stepped[1], 8), None)]
+    collector = MultiAsyncCollector(envs, frames_per_batch=4, start_method="fork")
     no_leftovers(collector)
     batches = iter(collector)
-    first = next(batches)
-    time.sleep(1.5)
+    first = next(batches)  # worker 0 is held: worker 1's first batch, worker 1 then asked for its second
+    wait_for(lambda: sent_its_batch(pids[1], stepped[1]))  # worker 1's second batch (steps 5-8) is sent
+    gate.set()
+    wait_for(lambda: sent_its_batch(pids[0], stepped[0]))  # worker 0's first batch (steps 1-4) is sent, later
     second, third = next(batches), next(batches)
     order = [int(batch["collector", "worker_id"][0]) for batch in (first, second, third)]
     assert order == [1, 1, 0]
+    assert [batch["observation"][:, 0].tolist() for batch in (first, second, third)] == \
+        [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0], [0.0, 1.0, 2.0, 3.0]]
 
 
 def record_numel(path, batch):

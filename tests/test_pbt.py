@@ -269,3 +269,14 @@ def test_a_pbt_sweep_writes_its_events_settings_and_parents_and_repeats_exactly(
     assert evaluated.returncode == 0, evaluated.stderr
     compared = cli(tmp_path / "a", "compare", "sw")
     assert compared.returncode == 0, compared.stderr
+    # a replaced member resumed alone says that it goes on with its starting settings, not PBT's
+    replaced = events[-1]["member"]
+    resumed = cli(tmp_path / "a", "train", f"resume={members[replaced]}", "total_frames=2304")
+    assert resumed.returncode == 0, resumed.stderr
+    [line] = [line for line in resumed.stdout.splitlines() if "population-based training" in line]  # the run's log
+    assert line.endswith(f"resume={members[replaced]}: population-based training had changed its settings by frame "
+                         f"2048 (algo.lr {lrs[replaced]} -> {lr_of[replaced]}); resumed alone, it trains on with the "
+                         "starting ones of its config.yaml")
+    [unchanged] = [number for number in range(4) if lr_of[number] == lrs[number]][:1]
+    resumed = cli(tmp_path / "a", "train", f"resume={members[unchanged]}", "total_frames=2304")
+    assert resumed.returncode == 0 and "population-based training" not in resumed.stdout, resumed.stderr

@@ -33,10 +33,12 @@ from rlcollect.run_files import (
 )
 
 __all__ = ["CompareError", "DamagedRowError", "RUN_FILES", "RunRecord", "find_run_dirs", "for_env_id",
-           "hydra_choices", "json_lines", "load_run_dir", "load_runs", "run_files", "solved_return_of",
-           "solved_threshold", "split_events", "summarize_history", "summary_error", "summary_status", "wall_clock"]
+           "hydra_choices", "json_lines", "load_run_dir", "load_runs", "pbt_settings_at", "run_files",
+           "solved_return_of", "solved_threshold", "split_events", "summarize_history", "summary_error",
+           "summary_status", "wall_clock"]
 
 EVAL_RETURN = "eval/episode_return"
+PBT_PREFIX = "pbt/"  # a population-based training member's rows: the settings it trained with (pbt/algo.lr)
 _SKIPPED_DIRS = {".hydra", "wandb", "__pycache__"}
 
 
@@ -216,6 +218,16 @@ def _summary_entry(run_dir: Path, key: str) -> str | None:
         return None
     value = summary.get(key) if isinstance(summary, dict) else None
     return str(value) if value is not None else None
+
+
+def pbt_settings_at(rows: list[dict[str, Any]], frames: int) -> dict[str, Any]:
+    """The settings population-based training had given a member by ``frames``: the
+    ``pbt/<key>`` entries of its last metrics row at or before ``frames``, keyed by config
+    key (``{"algo.lr": 0.0012}``); empty for a run that was no PBT member."""
+    for row in reversed(rows):
+        if "event" not in row and row.get("step", 0) <= frames:
+            return {key[len(PBT_PREFIX):]: value for key, value in row.items() if key.startswith(PBT_PREFIX)}
+    return {}
 
 
 def split_events(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

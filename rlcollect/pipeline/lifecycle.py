@@ -32,7 +32,7 @@ from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.config import eval_every_frames
 from rlcollect.errors import ConfigError
 from rlcollect.logging.run_logger import RunLogger, truncate_metrics
-from rlcollect.logging.runs import DamagedRowError, json_lines, solved_threshold
+from rlcollect.logging.runs import DamagedRowError, json_lines, pbt_settings_at, solved_threshold
 from rlcollect.pipeline.builders import (
     algo_collection,
     discount,
@@ -251,6 +251,12 @@ def resume(run_dir: str | Path, overrides: dict | None = None, **build_kwargs) -
         OmegaConf.update(cfg, key, value)
     pipeline = build(cfg, run_dir, checkpoint=checkpoint, **build_kwargs)
     log.info("resuming %s at frame %d", run_dir, frames)
+    changed = {key: (OmegaConf.select(cfg, key), value) for key, value in pbt_settings_at(rows, frames).items()
+               if OmegaConf.select(cfg, key) != value}
+    if changed:  # a member of a population-based training sweep, resumed alone
+        log.warning("resume=%s: population-based training had changed its settings by frame %d (%s); resumed alone, "
+                    "it trains on with the starting ones of its %s", run_dir, frames,
+                    ", ".join(f"{key} {start} -> {now}" for key, (start, now) in changed.items()), CONFIG_FILE)
     return pipeline
 
 

@@ -30,6 +30,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.config.fields import RANGE
 from rlcollect.errors import ConfigError
+from rlcollect.logging.runs import PBT_PREFIX
 from rlcollect.pipeline.lifecycle import Pipeline
 from rlcollect.sweeps.grouping import STACKED_OPTIONS, lockstep_reason, stacked_kind
 from rlcollect.sweeps.pbt_options import PBTOptions
@@ -173,8 +174,8 @@ class PopulationTraining:
     def log_settings(self, members: Members, pipelines: Sequence[Pipeline], member: int, frames: int) -> None:
         """``pbt/algo.<key>`` in the member's metrics row at ``frames``: the settings of the
         update that brought it there."""
-        pipelines[member].logger.log({f"pbt/{key}": value for key, value in self.settings(members, member).items()},
-                                     step=frames)
+        settings = self.settings(members, member)
+        pipelines[member].logger.log({f"{PBT_PREFIX}{key}": value for key, value in settings.items()}, step=frames)
 
     def after_batch(self, members: Members, pipelines: Sequence[Pipeline], active: Sequence[int],
                     frames: int) -> list[Replacement]:

@@ -1,5 +1,6 @@
-"""The processes below a process, read from /proc (tests that check what a command or a
-cluster started, and what it left)."""
+"""The processes below a process and their states, read from /proc (tests that check what a
+command or a cluster started, and what it left, or wait for a process to reach a state)."""
+import time
 from pathlib import Path
 
 
@@ -20,3 +21,16 @@ def descendants(root_pid: int) -> set[int]:
                 found.add(child)
                 stack.append(child)
     return found
+
+
+def state(pid: int) -> str:
+    """The state letter of process ``pid`` (``R`` running, ``S`` asleep in a wait, ...)."""
+    return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def wait_for(condition, timeout: float = 60.0) -> None:
+    """Poll ``condition()`` until it is true; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)

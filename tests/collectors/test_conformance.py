@@ -3,10 +3,10 @@
 import functools
 import multiprocessing
 import os
-import time
 
 import pytest
 import torch
+from processes import state, wait_for
 from tensordict import TensorDict
 
 from rlcollect import (
@@ -117,17 +117,7 @@ class Signalling(CountingEnv):
 def sent_its_batch(pid, stepped) -> bool:
     """The worker did its signalling step and then went to sleep: it can only be waiting for
     the next command, its batch sent (the batch's last step is the signalling one)."""
-    if not stepped.is_set():
-        return False
-    with open(f"/proc/{pid.value}/stat") as stat:
-        return stat.read().rsplit(")", 1)[1].split()[0] == "S"
-
-
-def wait_for(condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
+    return stepped.is_set() and state(pid.value) == "S"
 
 
 def test_multiasync_yields_the_batch_that_finished_first_not_the_lowest_worker(no_leftovers):

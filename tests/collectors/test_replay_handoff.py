@@ -4,6 +4,7 @@ import time
 
 import pytest
 import torch
+from processes import wait_for
 
 from rlcollect.buffers import LazyTensorStorage, MultiStep, ReplayBuffer, SliceSampler
 from rlcollect.collectors import Collector
@@ -13,13 +14,6 @@ from rlcollect.testing import CountingEnv, WorkerIdEnv, counting_env_factories
 
 pytestmark = pytest.mark.timeout(120)
 TRAJ_IDS = ("collector", "traj_ids")
-
-
-def wait_for(condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 def test_direct_writes_yield_none_and_apply_postproc_first():

@@ -58,7 +58,7 @@ from rlcollect.weight_sync.ray import RayWeightSyncScheme as RayWeightSyncScheme
 from rlcollect.weight_sync.shared_mem import SharedMemWeightSyncScheme as SharedMemWeightSyncScheme
 
 # Buffers: the on-policy rollout [N, T + 1], the replay buffer over its storages and samplers,
-#   n-step transitions
+#   n-step transitions, a full storage saved without a copy
 from rlcollect.buffers.storage import LazyMemmapStorage as LazyMemmapStorage, LazyTensorStorage as LazyTensorStorage
 from rlcollect.buffers.samplers import (
     RandomSampler as RandomSampler,
@@ -73,6 +73,7 @@ from rlcollect.buffers.rollout import (
     transition_view as transition_view,
 )
 from rlcollect.buffers.transforms import MultiStep as MultiStep
+from rlcollect.buffers.in_place import saved_in_place as saved_in_place
 
 # Trajectories: trajectory ids, finished episodes, the legacy padded layout
 from rlcollect.trajectories import (

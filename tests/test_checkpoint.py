@@ -108,6 +108,64 @@ def test_a_checkpoint_is_verified_without_being_held_in_memory_a_second_time(tmp
     assert int(result.stdout) < 100  # MiB; reading it back whole added 400
 
 
+def test_a_full_replay_buffer_saved_in_place_is_not_copied_in_memory_first(tmp_path):
+    """A full 400 MiB replay buffer checkpointed in a fresh interpreter: its state copied
+    (the default, for writers that go on) grows the peak by the buffer; inside
+    saved_in_place() (a training loop whose collector writes only while it is iterated) by
+    what writing it takes; both files load to the buffer's contents."""
+    script = ("import contextlib, resource, sys, torch\n"
+              "from tensordict import TensorDict\n"
+              "from rlcollect.buffers import LazyTensorStorage, ReplayBuffer, saved_in_place\n"
+              "from rlcollect.checkpoint import load_checkpoint, save_checkpoint\n"
+              "rb = ReplayBuffer(LazyTensorStorage(100))\n"
+              "for _ in range(10):  # full: 400 MiB, written 40 MiB at a time (the peak so far: the buffer)\n"
+              "    rb.extend(TensorDict({'observation': torch.ones(10, 2**20)}, [10]))\n"
+              "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+              "with saved_in_place() if sys.argv[2] == 'in_place' else contextlib.nullcontext():\n"
+              "    save_checkpoint(sys.argv[1], {'frames': 100, 'replay': rb.state_dict(include_storage=True)})\n"
+              "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+              "saved = load_checkpoint(sys.argv[1])['replay']['storage']['data']['observation']\n"
+              "assert torch.equal(saved, rb.storage.read()['observation'])\n")
+    grown = {}
+    for way in ("copied", "in_place"):
+        result = subprocess.run([sys.executable, "-c", script, str(tmp_path / f"{way}.pt"), way], capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        grown[way] = int(result.stdout)
+    assert grown["copied"] > 300 and grown["in_place"] < 100, grown  # MiB (a copy: about 360 here)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("background", [False, True], ids=["sync", "background"])
+def test_a_run_saves_its_full_replay_buffer_in_place_only_where_nothing_writes_between_batches(tmp_path, monkeypatch,
+                                                                                                background):
+    """A DQN run whose 256-step buffer is full at its checkpoints: with the collector
+    iterated in the training loop's thread, the buffer's state is saved in place; with
+    background collection (it writes at any time), copied."""
+    from train_configs import train_configs
+
+    from rlcollect.buffers import LazyTensorStorage
+    from rlcollect.buffers.in_place import in_place
+    from rlcollect.pipeline import build, run
+
+    saved, state_dict = [], LazyTensorStorage.state_dict
+
+    def spy(self, *, include_data: bool = False) -> dict:
+        if include_data:
+            saved.append((len(self) == self.max_size, in_place()))
+        return state_dict(self, include_data=include_data)
+
+    monkeypatch.setattr(LazyTensorStorage, "state_dict", spy)
+    [cfg] = train_configs(["algo=dqn", "buffer.storage.max_size=256", "total_frames=768", "algo.learning_starts=256",
+                           f"algo.background={background}", "checkpoint_every_frames=256", "eval.every_frames=100000",
+                           "env.solved_return=null", "logger=none", "progress=false"])
+    summary = run(build(cfg, tmp_path / "run"))
+    assert (summary["status"], summary["checkpoint_frames"]) == ("finished", 768)
+    assert saved and saved[-1] == (True, not background)  # the last checkpoint: the buffer full
+    buffer = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["learner"]["replay_buffer"]["storage"]
+    assert (buffer["filled"], buffer["write_count"], buffer["data"]["observation"].shape) == (256, 768, (256, 4))
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 256 KiB disk (a tmpfs mounted in ``tmp_path``); skipped where mounting one is not permitted."""

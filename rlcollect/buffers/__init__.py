@@ -1,4 +1,5 @@
 """Storage for collected data: the on-policy RolloutBuffer and replay buffers."""
+from rlcollect.buffers.in_place import saved_in_place
 from rlcollect.buffers.replay import ReplayBuffer, ReplayBufferEnsemble
 from rlcollect.buffers.rollout import RolloutBuffer, iterate_minibatches, transition_view
 from rlcollect.buffers.samplers import (
@@ -25,5 +26,6 @@ __all__ = [
     "SliceSamplerWithoutReplacement",
     "WritePosition",
     "iterate_minibatches",
+    "saved_in_place",
     "transition_view",
 ]

@@ -523,13 +523,16 @@ class FrameStore:
                     last_step.scatter_reduce_(0, view[spare] - num_slots, steps[spare], reduce="amax")
         self._pending = [{} for _ in self.layout.keys]
 
-    def state_dict(self) -> dict:
+    def state_dict(self, *, in_place: bool = False) -> dict:
         """The layout and each key's spares up to the last one a stored element may name (the
-        free ones after it are left out: loading frees every spare past those saved)."""
+        free ones after it are left out: loading frees every spare past those saved), copied,
+        or with ``in_place`` (nothing writes until the state is saved) the spares themselves
+        where every one of them is saved."""
         saved = []
         for spares in self.spares:
             taken = (spares.get("last_step") != FREE).nonzero()
-            saved.append(spares[:int(taken[-1]) + 1 if taken.numel() else 0].clone().to_dict())
+            size = int(taken[-1]) + 1 if taken.numel() else 0
+            saved.append((spares if in_place and size == spares.batch_size[0] else spares[:size].clone()).to_dict())
         return {"layout": self.layout.to_dict(), "spares": saved}
 
     def load_state_dict(self, state: dict) -> None:

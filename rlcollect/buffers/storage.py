@@ -45,6 +45,7 @@ from rlcollect.buffers.frames import (
     new_spares,
     write_context,
 )
+from rlcollect.buffers.in_place import in_place
 from rlcollect.buffers.locks import SharedLock
 from rlcollect.errors import ConfigError
 from rlcollect.validation import check_positive_int
@@ -192,6 +193,8 @@ class LazyTensorStorage:
             last step); None: ``max_size / (4 * frame_stack)``. They grow when needed, except
             in a storage shared with other processes (``share``), where running out raises.
     """
+
+    SAVED_IN_PLACE = True  # inside saved_in_place(), a full storage's state holds its tensors themselves
 
     def __init__(self, max_size: int, *, ndim: int = 1, device: DeviceLike = "cpu", dedup_observations: bool = False,
                  frame_stack: int = 1, spare_frames: int | None = None) -> None:
@@ -564,16 +567,20 @@ class LazyTensorStorage:
         nested dicts of tensors, loadable with ``torch.load(weights_only=True)``). The data
         is what was written: until the ring is full, time indices ``[0, filled)`` of each row
         (a checkpoint early in a run of a large buffer holds its few steps, not the whole
-        preallocated storage); ``data_shape`` is the storage's shape."""
+        preallocated storage); ``data_shape`` is the storage's shape. Inside
+        ``saved_in_place()`` a full storage's data are its tensors, not a copy."""
         state = {"cursor": self.cursor, "filled": self.filled, "write_count": self.write_count}
         if include_data and self._data is not None:
             with self.position.lock:
                 filled = self.position.filled
-                written = self._data if filled == self._capacity else self._data[..., :filled]
-                state["data"] = written.clone().to_dict()
+                held = in_place() and self.SAVED_IN_PLACE  # saved_in_place(): nothing writes until it is saved
+                if filled == self._capacity:
+                    state["data"] = (self._data if held else self._data.clone()).to_dict()
+                else:  # the steps written, copied: a view would save the whole preallocated storage
+                    state["data"] = self._data[..., :filled].clone().to_dict()
                 state["data_shape"] = list(self._data.batch_size)
                 if self._frames is not None:  # the frame layout and spares (the pointers are in data)
-                    state["frames"] = self._frames.state_dict()
+                    state["frames"] = self._frames.state_dict(in_place=held)
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -648,6 +655,7 @@ class LazyMemmapStorage(LazyTensorStorage):
     only adds the multiprocessing lock.
     """
 
+    SAVED_IN_PLACE = False  # its data are file mappings: a state holding them is copied into memory
     METADATA = "storage.json"
     POSITION = "position.memmap"
     DATA = "data"

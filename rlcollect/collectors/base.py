@@ -306,6 +306,14 @@ class CollectorBase(ABC):
         if self._background_error is not None:
             raise RuntimeError(f"background collection failed: {self._background_error}") from self._background_error
 
+    @property
+    def writes_between_batches(self) -> bool:
+        """Whether its replay buffer may be written while no batch is being collected for
+        the caller (background collection, workers collecting ahead); a collector that
+        writes only while it is iterated, in the iterating thread, says False (a checkpoint
+        taken between two batches then saves a full buffer in place, not copied)."""
+        return True
+
     @contextmanager
     def pause(self):
         """No write reaches the replay buffer while the block runs (collection waits)."""

@@ -274,6 +274,12 @@ class Collector(CollectorBase):
         by the next one: clone what you keep)."""
         return self._batch
 
+    @property
+    def writes_between_batches(self) -> bool:
+        """It writes its replay buffer while it is iterated, in the iterating thread; once
+        started in the background (``start()``), at any time."""
+        return self._background is not None
+
     def collects_in_place(self) -> bool:
         """Whether a caller may drive this collector with ``collect(rollout=...)`` instead of
         iterating it: a Collector, or a subclass that keeps its iteration (one that changes

@@ -8,6 +8,7 @@ at any point before that, or a resume that fails, leaves the folder as it found 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.algos.learners import Learner
+from rlcollect.buffers.in_place import saved_in_place
 from rlcollect.checkpoint import (
     BEST_FILE,
     CHECKPOINT_FILE,
@@ -116,7 +118,11 @@ class Pipeline:
 
     def save_checkpoint(self, seconds: float) -> None:
         self.logger.flush()  # metrics.jsonl holds every row the checkpoint counts
-        save_checkpoint(self.run_dir / CHECKPOINT_FILE, self.state_dict(seconds))
+        # between two batches of a collector that writes only while it is iterated, in this thread, nothing writes
+        # until the file is saved: a full replay buffer is saved as it is, not copied (twice its memory) first
+        quiet = not self.background and not getattr(self.collector, "writes_between_batches", True)
+        with saved_in_place() if quiet else contextlib.nullcontext():
+            save_checkpoint(self.run_dir / CHECKPOINT_FILE, self.state_dict(seconds))
         self.checkpoint_frames = self.collector.frames
 
     def save_best(self, frames: int, eval_return: float) -> None:

@@ -4,6 +4,7 @@ Each test writes the same collector batches into a plain storage and a deduplica
 and compares what they return, leaf by leaf and bit by bit; CountingEnv's observation is its
 step count, so next observations are also checked against their known values.
 """
+import contextlib
 import functools
 import multiprocessing
 import os
@@ -25,6 +26,7 @@ from rlcollect.buffers import (
     ReplayBuffer,
     SliceSampler,
     SliceSamplerWithoutReplacement,
+    saved_in_place,
 )
 from rlcollect.buffers.frames import FREE
 from rlcollect.collectors.multi import MultiSyncCollector
@@ -327,13 +329,18 @@ def test_a_shared_storage_that_runs_out_of_spares_raises_and_changes_nothing():
 # ---------------------------------------------------------------------- state and memmap
 @pytest.mark.parametrize("ndim", [1, 2])
 @pytest.mark.parametrize("max_size", [20, 200], ids=["full", "not_full"])
-def test_state_dict_round_trip_through_a_weights_only_checkpoint(tmp_path, ndim, max_size):
+@pytest.mark.parametrize("in_place", [False, True], ids=["copied", "in_place"])
+def test_state_dict_round_trip_through_a_weights_only_checkpoint(tmp_path, ndim, max_size, in_place):
     writes = batches(6, lengths=(3, 8), stack=4)
     plain, framed = twins(max_size * ndim, ndim, stack=4)
     for batch in writes[:4]:
         plain.extend(in_layout(batch, ndim))
         framed.extend(in_layout(batch, ndim))
-    torch.save(framed.state_dict(include_data=True), tmp_path / "buffer.pt")
+    with saved_in_place() if in_place else contextlib.nullcontext():  # (saved_in_place: the full storage as it is)
+        live = framed.state_dict(include_data=True)
+        torch.save(live, tmp_path / "buffer.pt")
+    held = live["data"]["action"].data_ptr() == framed._data["action"].data_ptr()
+    assert held == (in_place and max_size == 20)
     state = torch.load(tmp_path / "buffer.pt", weights_only=True)
     # the steps held (48 written: all of them, or the capacity's), the spares up to the last one named
     assert state["data"]["action"].shape == ((min(48, max_size),) if ndim == 1 else (2, min(24, max_size)))

@@ -5,7 +5,7 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from rlcollect.buffers import LazyMemmapStorage, LazyTensorStorage
+from rlcollect.buffers import LazyMemmapStorage, LazyTensorStorage, saved_in_place
 from rlcollect.collectors import Collector
 from rlcollect.envs import GymEnv
 from rlcollect.testing import CountingEnv, counting_env_factories
@@ -181,6 +181,23 @@ def test_state_dict_round_trip_with_data():
     copy.load_state_dict(state)
     assert (copy.cursor, len(copy), copy.write_count) == (3, 10, 13)
     assert torch.equal(copy.read()["value"], torch.arange(3, 13))
+
+
+def test_inside_saved_in_place_a_full_storage_hands_out_its_tensors_and_any_other_a_copy(tmp_path):
+    def shares(storage) -> bool:
+        state = storage.state_dict(include_data=True)
+        return state["data"]["value"].data_ptr() == storage._data["value"].data_ptr()
+
+    full, not_full, memmap = LazyTensorStorage(10), LazyTensorStorage(20), LazyMemmapStorage(10)
+    for storage in (full, not_full, memmap):
+        storage.extend(values(0, 13))
+    with saved_in_place():
+        assert [shares(full), shares(not_full), shares(memmap)] == [True, False, False]
+        torch.save(full.state_dict(include_data=True), tmp_path / "state.pt")
+    assert not shares(full)  # outside: a copy, which later writes do not change
+    loaded = LazyTensorStorage(10)
+    loaded.load_state_dict(torch.load(tmp_path / "state.pt", weights_only=True))
+    assert (loaded.read() == full.read()).all() and (loaded.cursor, loaded.write_count) == (3, 13)
 
 
 @pytest.mark.parametrize("ndim", [1, 2])

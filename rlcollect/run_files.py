@@ -33,6 +33,22 @@ RUN_FILES = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_FILE, CHECKPOIN
              HYDRA_DIR)
 
 
+# a run's own records: its RUN_FILES and what else it writes beside them (the W&B run included)
+RUN_RECORDS = (*RUN_FILES, ERROR_LOG, VIDEO_DIR, REPLAY_DIR, "wandb")
+
+
+def owning_run(path: str | os.PathLike[str]) -> Path | None:
+    """The run folder of which ``path`` is one of the records (``RUN_RECORDS``: its config,
+    metrics, summary, checkpoints, best.pt, .hydra/, error log, videos, replay files, W&B
+    run), or is inside one (its .hydra/ holds a config.yaml of Hydra's); None for any other
+    path (a file a command may write, as the policy.onnx beside a run's files)."""
+    path = Path(path).absolute()
+    for folder in path.parents:
+        if run_files(folder) and path.relative_to(folder).parts[0] in RUN_RECORDS:
+            return folder
+    return None
+
+
 def run_files(folder: str | os.PathLike[str]) -> list[str]:
     """The RUN_FILES that ``folder`` holds: none for a folder that holds no run (or does not exist)."""
     folder = Path(folder)

@@ -51,6 +51,37 @@ def test_eval_into_a_pipe_whose_reader_closed_exits_141_without_a_traceback(trai
 
 
 @pytest.mark.timeout(300)
+def test_no_output_file_overwrites_a_run_s_own_records_and_each_is_checked_before_any_work(trained):
+    """eval --out, export --out and compare --plot naming a run's own file (its summary,
+    checkpoint, config, a file under its .hydra/) or a folder: one line, exit 2, every file
+    of the run as it was; --out in a folder not there yet makes it."""
+    folder = trained.parent
+    before = {path: path.read_bytes() for path in trained.rglob("*") if path.is_file()}
+    run = folder / "run"
+    refused = {
+        ("eval", "run", "--out", "run/summary.json"): f"rlcollect eval: --out run/summary.json: would overwrite the "
+                                                      f"run in {run} (its summary.json); write to another file",
+        ("export", "run", "--format", "onnx", "--out", "run/checkpoint.pt"):
+            f"rlcollect export: --out run/checkpoint.pt: would overwrite the run in {run} (its checkpoint.pt); write "
+            "to another file",
+        ("compare", "run", "--plot", "run/config.yaml"): f"rlcollect compare: --plot run/config.yaml: would overwrite "
+                                                         f"the run in {run} (its config.yaml); write to another file",
+        ("eval", "run", "--out", "run/.hydra/evals.json"): f"rlcollect eval: --out run/.hydra/evals.json: would "
+                                                           f"overwrite the run in {run} (its .hydra); write to another "
+                                                           "file",
+        ("eval", "run", "--out", "run"): "rlcollect eval: --out run: is a folder; name a file",
+    }
+    results = cli_all(folder, [list(command) for command in refused])
+    for result, line in zip(results, refused.values()):
+        assert (result.returncode, result.stderr.splitlines()) == (2, [line])
+    assert {path: path.read_bytes() for path in trained.rglob("*") if path.is_file()} == before
+    made = cli(folder, "eval", "run", "--episodes", "1", "--out", "evals/cartpole/last.json")
+    assert made.returncode == 0, made.stderr
+    [result] = json.loads((folder / "evals" / "cartpole" / "last.json").read_text())
+    assert (result["run"], result["episodes"]) == ("run", 1)
+
+
+@pytest.mark.timeout(300)
 def test_a_seeded_stochastic_evaluation_repeats_exactly(trained):
     """--stochastic --seed 7 twice, in two processes: the same episodes (env i seeded 7 + i)
     and the same sampled actions (torch's RNG seeded 7), so the same returns."""
@@ -224,7 +255,8 @@ def test_exported_files_run_without_rlcollect_and_act_as_the_policy(tmp_path):
     assert torchscript.returncode == 0, torchscript.stderr
     assert torchscript.stdout.strip() == str(Path("deploy/cartpole/policy.pt"))
     assert in_the_way.returncode == 2 and in_the_way.stderr.splitlines() == [
-        "rlcollect export: --out run/config.yaml/policy.onnx: cannot create its folder run/config.yaml (File exists)"]
+        f"rlcollect export: --out run/config.yaml/policy.onnx: would overwrite the run in {tmp_path / 'run'} (its "
+        "config.yaml); write to another file"]
     script = ("import sys, numpy, torch\n"
               "torch.set_num_threads(1)\n"  # as this process computes (conftest): the same reductions, the same bits
               "module = torch.jit.load('deploy/cartpole/policy.pt')\n"

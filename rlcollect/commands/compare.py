@@ -9,6 +9,8 @@ def compare(argv: list[str]) -> int:
     """`rlcollect compare PATH... [options]`: print the comparison of the runs."""
     from rlcollect.analysis.api import FORMATS, STATS_MIN_RUNS, CompareError, compare_runs
     from rlcollect.analysis.stats import DEFAULT_REPS
+    from rlcollect.errors import ConfigError
+    from rlcollect.outputs import output_path
 
     parser = argparse.ArgumentParser(
         prog="rlcollect compare",
@@ -43,6 +45,12 @@ def compare(argv: list[str]) -> int:
                              "or its value as in collector=sync or sync, or text naming one group); repeatable")
     args = parser.parse_args(argv)
     group_by = [key.strip() for key in args.group_by.split(",") if key.strip()] if args.group_by else None
+    try:
+        if args.plot is not None:
+            output_path("--plot", args.plot)  # checked before any run is read
+    except ConfigError as error:
+        print(f"rlcollect compare: {error}", file=sys.stderr)
+        return 2
     try:
         print(compare_runs(args.paths, wandb_dir=args.wandb, metrics=args.metric, sort=args.sort, fmt=args.format,
                            plot=args.plot, group_by=group_by, bootstrap=args.stats, normalize=args.normalize,

@@ -20,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from rlcollect.errors import ConfigError, one_line
+from rlcollect.outputs import output_path, write_text_whole
 from rlcollect.run_files import CONFIG_FILE
 
 OVERRIDE = re.compile(r"^env\.[\w.]+=")
@@ -116,6 +117,7 @@ def evaluate(argv: list[str]) -> int:
     """``rlcollect eval``: evaluate each run, print its row as it is done, write the results."""
     args, env_overrides = parse(argv)
     try:
+        out = None if args.out is None else output_path("--out", args.out)  # checked before any run is evaluated
         runs, untrained = run_dirs(args.runs)
     except ConfigError as error:
         print(f"rlcollect eval: {error}", file=sys.stderr)
@@ -150,8 +152,8 @@ def evaluate(argv: list[str]) -> int:
             (run / f"eval_{result['checkpoint']}.json").write_text(json.dumps(result, indent=2))
     if args.format == "json":
         print(json.dumps(results, indent=2))
-    if args.out and results:
-        Path(args.out).write_text(json.dumps(results, indent=2))
+    if out is not None and results:
+        write_text_whole("--out", out, json.dumps(results, indent=2))
     return 1 if failed else 2 if refused else 0
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import torch
 from tensordict import TensorDictBase
 
-from rlcollect.errors import ConfigError
 from rlcollect.export import export_policy
+from rlcollect.outputs import make_folder, output_path
 from rlcollect.pipeline.builders import make_env
 from rlcollect.pipeline.saved import checkpoint_file, load_run_config, read_checkpoint, rebuild_policy
 
@@ -34,14 +34,14 @@ def example_observation(cfg) -> torch.Tensor | dict[str, torch.Tensor]:
 def export_run(run_dir: str | Path, format: str, *, out: str | Path | None = None, checkpoint: str = "last") -> Path:
     """Write the policy of ``checkpoint`` of the run in ``run_dir`` as ``format``
     ("torchscript" | "onnx") to ``out`` (default: ``<run>/policy.pt`` / ``<run>/policy.onnx``;
-    its folder is created if missing), atomically: a failed export leaves any earlier file
-    as it was."""
+    never one of a run's own records, ``outputs.output_path``; its folder is created if
+    missing), atomically: a failed export leaves any earlier file as it was."""
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
+    out = run_dir / f"policy{SUFFIXES.get(format, '')}" if out is None else output_path("--out", out)
     source = checkpoint_file(run_dir, checkpoint)
     policy = rebuild_policy(cfg, read_checkpoint(source), source=source)
-    out = Path(out) if out is not None else run_dir / f"policy{SUFFIXES.get(format, '')}"
-    make_folder(out)
+    make_folder("--out", out)
     partial = out.with_name(out.name + ".partial")
     try:
         export_policy(policy, partial, format, example_observation(cfg))
@@ -50,11 +50,3 @@ def export_run(run_dir: str | Path, format: str, *, out: str | Path | None = Non
         partial.unlink(missing_ok=True)
     return out
 
-
-def make_folder(out: Path) -> None:
-    """The folder ``out`` goes in, created with its parents if missing; one that cannot be
-    (a file in the way, no permission) is a ConfigError naming it."""
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise ConfigError(f"--out {out}: cannot create its folder {out.parent} ({error.strerror or error})") from None

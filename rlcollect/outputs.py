@@ -1,0 +1,52 @@
+"""The files a command writes where its user says (``eval --out``, ``export --out``,
+``compare --plot``): checked before any work (never one of a run's own records, its
+checkpoint, summary, config, ...: ``run_files.owning_run``; a folder that can hold it),
+then written whole or not at all, its folder made only then.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from rlcollect.errors import ConfigError
+from rlcollect.run_files import owning_run
+
+
+def output_path(option: str, path: str | os.PathLike[str]) -> Path:
+    """``path`` as a file ``option`` may write, checked before any work: a ConfigError
+    naming ``option`` for one of a run's own records, a folder, or a path whose folder
+    cannot be made (its nearest existing folder is a file or not writable)."""
+    path = Path(path)
+    run = owning_run(path)
+    if run is not None:
+        raise ConfigError(f"{option} {path}: would overwrite the run in {run} (its "
+                          f"{path.absolute().relative_to(run).parts[0]}); write to another file")
+    if path.is_dir():
+        raise ConfigError(f"{option} {path}: is a folder; name a file")
+    existing = next(folder for folder in path.absolute().parents if folder.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{option} {path}: cannot write in {existing} ("
+                          f"{'not a folder' if not existing.is_dir() else 'permission denied'})")
+    return path
+
+
+def make_folder(option: str, path: Path) -> None:
+    """The folder ``path`` goes in, created with its parents if missing; one that cannot be
+    is a ConfigError naming ``option``."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise ConfigError(f"{option} {path}: cannot create its folder {path.parent} "
+                          f"({error.strerror or error})") from None
+
+
+def write_text_whole(option: str, path: Path, text: str) -> None:
+    """``text`` to ``path`` (its folder made), through a partial file renamed over it: a
+    failed write leaves any earlier file as it was."""
+    make_folder(option, path)
+    partial = path.with_name(path.name + ".partial")
+    try:
+        partial.write_text(text)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)

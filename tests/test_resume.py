@@ -179,6 +179,34 @@ def test_a_resumed_run_takes_a_longer_total_frames_and_refuses_other_changes(tmp
     assert sorted(path.name for path in tmp_path.iterdir()) == ["run"]
 
 
+@pytest.mark.timeout(300)
+def test_a_run_is_never_trained_by_two_processes_at_once(tmp_path):
+    """A resume of a run that another process trains now (or resumes now) is one line, exit
+    2, and writes nothing: the run goes on and ends with every row once; once its process
+    has ended, the same resume continues it."""
+    run_dir = tmp_path / "run"
+    process = start_rlcollect(tmp_path, "train", "total_frames=10000000", "collector.frames_per_batch=256",
+                              "checkpoint_every_frames=256", "env.solved_return=1000000", "eval.every_frames=100000",
+                              "logger=none", "progress=false", "hydra.run.dir=run", stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not ((run_dir / CHECKPOINT_FILE).exists() and len(steps(run_dir)) >= 2):
+        assert process.poll() is None and time.monotonic() < deadline, process.stderr.read()
+        time.sleep(0.05)
+    second = rlcollect(tmp_path, "train", "resume=run", "total_frames=20000000", timeout=120)
+    assert process.poll() is None  # still training: the refusal above met it
+    assert (second.returncode, second.stderr.splitlines()) == (2, [
+        "rlcollect train: invalid configuration: resume=run: another process is training the run in run now; wait "
+        "for it to end (or stop it) first"])
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    frames = json.loads((run_dir / "summary.json").read_text())["frames"]
+    assert steps(run_dir) == list(range(256, frames + 1, 256))  # every row once: the refused resume wrote none
+    resumed = rlcollect(tmp_path, "train", "resume=run", f"total_frames={frames + 256}", timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    assert steps(run_dir) == list(range(256, frames + 257, 256))
+
+
 def test_a_solved_run_resumed_with_more_frames_trains_on_and_keeps_its_first_solve(tmp_path):
     """The threshold stops a run the first time it is reached; a resume that asks for more
     frames gets them, and frames_to_solve stays that first frame."""

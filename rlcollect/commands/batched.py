@@ -22,6 +22,7 @@ from rlcollect.commands.jobs import (
     stop_on_signals,
     sweep_group,
 )
+from rlcollect.commands.run_folders import hold_run_folder, release_run_folder
 from rlcollect.config import check_ranges
 from rlcollect.errors import ConfigError
 from rlcollect.sweeps.pbt_options import PBTOptions
@@ -36,11 +37,23 @@ def train_members(members: list[tuple[DictConfig, Job, dict, int]], share: int =
     job's ``objective`` (None for one that did not finish). ``share``: which of the
     group's shares this is, when it trains in several processes (its progress bar's line).
     ``pbt``: population-based training among the members (on: ``pbt.every_frames`` set),
-    its events written to ``sweep_dir``."""
+    its events written to ``sweep_dir``. Each member's folder is held (``hold_run_folder``)
+    while it trains."""
+    try:
+        return train_held_members(members, share, pbt=pbt, sweep_dir=sweep_dir)
+    finally:
+        for _, job, *_ in members:
+            release_run_folder(job.run_dir)
+
+
+def train_held_members(members: list[tuple[DictConfig, Job, dict, int]], share: int, *, pbt: PBTOptions | None,
+                       sweep_dir: str | Path | None) -> list[float | None]:
+    """:func:`train_members`, its members' folders held from here on."""
     values: list[float | None] = [FAILED] * len(members)
     live = []
     for index, (cfg, job, *_) in enumerate(members):
         try:
+            hold_run_folder(job.run_dir, f"the job in {job.run_dir}")
             check_ranges(cfg)
         except ConfigError as error:
             refused(job, error)

@@ -1,8 +1,9 @@
 """A folder that holds a run is never trained into again: the Hydra callback ``RunFolders``
 (conf/train.yaml) refuses it before Hydra writes anything, so a refused command leaves every
-file as it was."""
+file as it was; and no two processes train one run at once (``hold_run_folder``)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,3 +72,38 @@ def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
         raise RefusedBeforeStart(ConfigError(
             f"{key}={folder} holds a run already ({', '.join(held)}): continue it with `rlcollect train "
             f"resume={folder}`, or {what} another folder ({key}=<new folder>)"))
+
+
+_HELD: dict[str, int] = {}  # the run folders this process trains: resolved path -> the locked descriptor
+
+
+def hold_run_folder(run_dir: Path, key: str) -> None:
+    """Lock ``run_dir`` (named by ``key``, e.g. ``resume=<run>``) until ``release_run_folder``
+    or the end of this process and the processes it forks: an exclusive ``flock`` on the
+    folder itself, nothing written into it. A second process that would train the same run (a resume while the
+    run trains, or while another resume of it does) is refused with a ConfigError, before it
+    reads or changes anything. On a filesystem without locks the folder stays unlocked."""
+    import fcntl
+
+    name = str(run_dir.resolve())
+    if name in _HELD or not run_dir.is_dir():
+        return
+    handle = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(handle)
+        raise ConfigError(f"{key}: another process is training the run in {run_dir} now; wait for it to end "
+                          "(or stop it) first") from None
+    except OSError:  # no locks here (some network filesystems)
+        os.close(handle)
+        return
+    _HELD[name] = handle
+
+
+def release_run_folder(run_dir: Path) -> None:
+    """Unlock ``run_dir`` (``hold_run_folder``) once its job is over: a process that trains
+    the jobs of a sweep one after the other holds only the one it trains."""
+    handle = _HELD.pop(str(run_dir.resolve()), None)
+    if handle is not None:
+        os.close(handle)

@@ -55,7 +55,7 @@ from rlcollect.commands.jobs import (
     sweep_group,
 )
 from rlcollect.commands.overrides import in_resumed_run_folder, override_error_line, resume_overrides
-from rlcollect.commands.run_folders import STARTING, RefusedBeforeStart
+from rlcollect.commands.run_folders import STARTING, RefusedBeforeStart, hold_run_folder, release_run_folder
 from rlcollect.commands.sweep_report import SWEEP, report_sweep
 from rlcollect.config import check_ranges, logs_to_wandb, register_configs
 from rlcollect.errors import ConfigError
@@ -70,6 +70,14 @@ def train(cfg: DictConfig) -> float | None:
     Returns the run's ``objective`` (what a tuning sweep optimises); None for a job of a
     sweep that failed or was refused, or a run without that value (a failed trial)."""
     job = Job.current(cfg)
+    try:
+        return train_job(cfg, job)
+    finally:
+        release_run_folder(job.run_dir)  # held by build_job: no other process trains it meanwhile
+
+
+def train_job(cfg: DictConfig, job: Job) -> float | None:
+    """:func:`train` of the job ``job``."""
     try:
         built = build_job(cfg, job)
     except ConfigError as error:
@@ -103,6 +111,7 @@ def build_job(cfg: DictConfig, job: Job):
     """The job's pipeline: built from ``cfg``, or, for ``resume=<run>``, that run's resumed;
     nothing written to the job's folder yet (Pipeline.open does, as the run starts)."""
     hydra_cfg = HydraConfig.get()
+    hold_run_folder(job.run_dir, f"resume={job.resume}" if job.resume else f"hydra.run.dir={job.run_dir}")
     if not job.resume:
         check_ranges(cfg)  # a value out of its range is said before torch loads (seconds sooner)
         if logs_to_wandb(cfg):

@@ -113,6 +113,12 @@ class MemberCollector:
     def pop_worker_restarts(self) -> list:
         return []
 
+    @property
+    def writes_between_batches(self) -> bool:
+        """The shared collector's: the members' buffers are written in this thread as it is
+        iterated (their checkpoints then save a full buffer in place, not copied)."""
+        return self.sweep.collector.writes_between_batches
+
     def update_policy_weights_(self) -> None:
         pass  # the sweep's collector gets the weights once per batch, for every member
 

@@ -274,6 +274,17 @@ def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):
         "(hydra.sweep.dir=<new folder>)"]
     assert hashes(tmp_path) == before
     assert sorted(path.name for path in tmp_path.iterdir()) == ["empty", "runs"]
+    # nor into one of a run's own folders (a folder beside them is another's)
+    inside = cli_all(tmp_path, [["train", *TINY, "logger=none", "hydra.run.dir=runs/run/.hydra/new"],
+                                ["train", "--multirun", "seed=0", *TINY, "logger=none",
+                                 "hydra.sweep.dir=runs/run/wandb/sweep"]])
+    assert [(result.returncode, result.stderr.splitlines()) for result in inside] == [
+        (2, [f"rlcollect train: invalid configuration: hydra.run.dir=runs/run/.hydra/new is inside the run in "
+             f"{tmp_path / 'runs' / 'run'} (its .hydra): train a new run in another folder (hydra.run.dir=<new "
+             "folder>)"]),
+        (2, [f"rlcollect train: invalid configuration: hydra.sweep.dir=runs/run/wandb/sweep is inside the run in "
+             f"{tmp_path / 'runs' / 'run'} (its wandb): sweep into another folder (hydra.sweep.dir=<new folder>)"])]
+    assert hashes(tmp_path) == before
 
 
 # ---------------------------------------------------------------------------- errors said as whose they are

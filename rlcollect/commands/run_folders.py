@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from rlcollect.commands.jobs import Job, hydra_files
 from rlcollect.errors import ConfigError
-from rlcollect.run_files import run_files
+from rlcollect.run_files import CONFIG_FILE, owning_run, run_files
 
 
 class RefusedBeforeStart(BaseException):
@@ -65,13 +65,19 @@ class RunFolders(Callback):
 
 
 def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
-    """RefusedBeforeStart when ``folder`` (the value of ``key``) holds a run's files; ``what``:
-    what the command does there ("train a new run in", "sweep into")."""
+    """RefusedBeforeStart when ``folder`` (the value of ``key``) holds a run's files, or lies
+    among another run's records (its videos/, wandb/, .hydra/ ...); ``what``: what the
+    command does there ("train a new run in", "sweep into")."""
     held = run_files(folder)
     if held:
         raise RefusedBeforeStart(ConfigError(
             f"{key}={folder} holds a run already ({', '.join(held)}): continue it with `rlcollect train "
             f"resume={folder}`, or {what} another folder ({key}=<new folder>)"))
+    owner = owning_run(folder / CONFIG_FILE)
+    if owner is not None:
+        record = (folder / CONFIG_FILE).absolute().relative_to(owner).parts[0]
+        raise RefusedBeforeStart(ConfigError(
+            f"{key}={folder} is inside the run in {owner} (its {record}): {what} another folder ({key}=<new folder>)"))
 
 
 _HELD: dict[str, int] = {}  # the run folders this process trains: resolved path -> the locked descriptor

@@ -207,6 +207,48 @@ def test_a_run_is_never_trained_by_two_processes_at_once(tmp_path):
     assert steps(run_dir) == list(range(256, frames + 257, 256))
 
 
+def test_a_run_folder_is_held_by_its_process_alone_not_by_the_processes_it_forks(tmp_path):
+    """A collector's forked worker does not keep its trainer's run folder locked: once the
+    trainer lets it go (its job ended, or it died), the folder is free though the worker
+    lives on."""
+    import fcntl
+    import multiprocessing
+    import os
+
+    from rlcollect.commands.run_folders import hold_run_folder, release_run_folder
+
+    def lock_taken() -> bool:
+        handle = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(handle)  # (a lock this test took ends with it)
+
+    context = multiprocessing.get_context("fork")
+    started, go = context.Event(), context.Event()
+
+    def work() -> None:  # (its fork's hooks have run by now)
+        started.set()
+        go.wait(60)
+
+    try:
+        hold_run_folder(tmp_path, "resume=run")
+        assert lock_taken()
+        worker = context.Process(target=work)
+        worker.start()
+        assert started.wait(60)
+        release_run_folder(tmp_path)
+        assert worker.is_alive() and not lock_taken()
+    finally:
+        release_run_folder(tmp_path)
+        go.set()
+    worker.join(60)
+    assert worker.exitcode == 0
+
+
 def test_a_solved_run_resumed_with_more_frames_trains_on_and_keeps_its_first_solve(tmp_path):
     """The threshold stops a run the first time it is reached; a resume that asks for more
     frames gets them, and frames_to_solve stays that first frame."""

@@ -83,12 +83,25 @@ def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
 _HELD: dict[str, int] = {}  # the run folders this process trains: resolved path -> the locked descriptor
 
 
+def _not_held_in_a_forked_child() -> None:
+    """A forked process (a collector's worker, a batched sweep's share) closes its copies of
+    the locked descriptors: the lock stays its parent's, and ends with it, not with the last
+    worker to exit."""
+    for handle in _HELD.values():
+        os.close(handle)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_not_held_in_a_forked_child)
+
+
 def hold_run_folder(run_dir: Path, key: str) -> None:
     """Lock ``run_dir`` (named by ``key``, e.g. ``resume=<run>``) until ``release_run_folder``
-    or the end of this process and the processes it forks: an exclusive ``flock`` on the
-    folder itself, nothing written into it. A second process that would train the same run (a resume while the
-    run trains, or while another resume of it does) is refused with a ConfigError, before it
-    reads or changes anything. On a filesystem without locks the folder stays unlocked."""
+    or the end of this process (its forked children do not hold it): an exclusive ``flock``
+    on the folder itself, nothing written into it. A second process that would train the
+    same run (a resume while the run trains, or while another resume of it does) is refused
+    with a ConfigError, before it reads or changes anything. On a filesystem without locks
+    the folder stays unlocked."""
     import fcntl
 
     name = str(run_dir.resolve())

@@ -132,7 +132,7 @@ def test_a_full_replay_buffer_saved_in_place_is_not_copied_in_memory_first(tmp_p
                                 text=True, timeout=120)
         assert result.returncode == 0, result.stderr
         grown[way] = int(result.stdout)
-    assert grown["copied"] > 300 and grown["in_place"] < 100, grown  # MiB (a copy: about 360 here)
+    assert grown["copied"] > 200 and grown["in_place"] < 50, grown  # MiB of 400 (copied: 298-361 here, in place: 0)
 
 
 @pytest.mark.timeout(120)

@@ -270,9 +270,17 @@ def test_a_solved_run_resumed_with_more_frames_trains_on_and_keeps_its_first_sol
     assert load_run_dir(run_dir).summary["frames_to_solve"] == 256  # what compare reads
 
 
-def test_resume_errors_are_clear(tmp_path):
-    result = rlcollect(tmp_path, "train", f"resume={tmp_path}", "logger=none", timeout=120)
-    assert result.returncode == 2 and "not a run folder" in result.stderr
+def test_resume_errors_are_clear_and_leave_no_folder_behind(tmp_path):
+    """A folder that is not a run, one that is not there, and an empty resume=: one line each,
+    exit 2, and nothing made (Hydra made the folder it was told to run in; an empty resume=
+    trained a new run into the current folder)."""
+    (tmp_path / "notes").mkdir()
+    results = rlcollect_all(tmp_path, [["train", f"resume={name}", "logger=none"] for name in ("notes", "gone", "")])
+    assert [(result.returncode, result.stderr.splitlines()) for result in results] == [
+        (2, ["rlcollect train: invalid configuration: resume=notes: not a run folder (no config.yaml)"]),
+        (2, ["rlcollect train: invalid configuration: resume=gone: not a run folder (no config.yaml)"]),
+        (2, ["rlcollect train: invalid configuration: resume=: name the run folder to continue (resume=<folder>)"])]
+    assert sorted(path.name for path in tmp_path.rglob("*")) == ["notes"]
 
 
 def test_checkpoint_holds_only_weights_only_loadable_state(tmp_path):

@@ -46,7 +46,12 @@ class RunFolders(Callback):
     was; an absent or empty folder is fine, and ``resume=<run>`` continues its run in place."""
 
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
-        if config.get("resume"):  # continues its run in its own folder (in_resumed_run_folder)
+        resume = config.get("resume")
+        if resume is not None:  # continues its run in its own folder (in_resumed_run_folder), which Hydra makes
+            if not resume:
+                raise RefusedBeforeStart(ConfigError("resume=: name the run folder to continue (resume=<folder>)"))
+            if not (Path(resume) / CONFIG_FILE).is_file():
+                raise RefusedBeforeStart(ConfigError(f"resume={resume}: not a run folder (no {CONFIG_FILE})"))
             return
         folder = Path(config.hydra.run.dir)
         refuse_a_run_in(folder, "hydra.run.dir", "train a new run in")

@@ -117,8 +117,8 @@ def hold_run_folder(run_dir: Path, key: str) -> None:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(handle)
-        raise ConfigError(f"{key}: another process is training the run in {run_dir} now; wait for it to end "
-                          "(or stop it) first") from None
+        raise ConfigError(f"{key}: another process is training or resuming the run in {run_dir} now; wait for it to "
+                          "end (or stop it) first") from None
     except OSError:  # no locks here (some network filesystems)
         os.close(handle)
         return

@@ -40,9 +40,14 @@ def make(track, create_env_fn=SOURCES, **kwargs):
 
 
 def per_env_steps(batches, num_envs=6):
-    """Each env's steps, in order, over consecutive flat batches: ``[1, n]`` TensorDicts."""
+    """``(env, its steps)`` in order over consecutive flat batches (``[1, n]`` TensorDicts),
+    for each env that stepped: a step serves the workers whose envs are ready first, so an
+    env may get no step in a short run (a worker slow to start, on a loaded machine)."""
     data = torch.cat(batches, 0)
-    return [data[data[ENV_ID] == env].unsqueeze(0) for env in range(num_envs)]
+    steps = [(env, data[data[ENV_ID] == env].unsqueeze(0)) for env in range(num_envs)]
+    stepped = [(env, env_steps) for env, env_steps in steps if env_steps.numel()]
+    assert stepped, "no env stepped"
+    return stepped
 
 
 def expected_counts(steps: int, length: int, cut: int | None = None) -> list[float]:
@@ -61,7 +66,7 @@ def test_flat_batches_are_exact_per_env(no_leftovers):
         assert ((batch[ENV_ID] >= 0) & (batch[ENV_ID] < 6)).all()
         assert torch.equal(batch["state_value"], 10 * batch["observation"][:, 0])  # the step's own policy output
     ids_seen = []
-    for env, steps in enumerate(per_env_steps(batches)):
+    for env, steps in per_env_steps(batches):
         length, end = LENGTHS[env // 2][env % 2], ENDS[env // 2]
         count = steps["observation"][0, :, 0]
         assert count.tolist() == expected_counts(steps.shape[1], length)  # the carrier, in time order
@@ -82,7 +87,7 @@ def test_a_policy_that_replaces_the_observation_sees_each_step_s_own(no_leftover
         return value_policy(td)
 
     batches = list(make(no_leftovers, policy=scaling_policy, frames_per_batch=12, total_frames=36))
-    for env, steps in enumerate(per_env_steps(batches)):
+    for env, steps in per_env_steps(batches):
         count = steps["observation"][0, :, 0]  # stored as the env gave it, not scaled
         assert count.tolist() == expected_counts(steps.shape[1], LENGTHS[env // 2][env % 2])
         assert torch.equal(steps["state_value"][0], 20 * count)  # the policy read this step's observation
@@ -91,7 +96,7 @@ def test_a_policy_that_replaces_the_observation_sees_each_step_s_own(no_leftover
 def test_max_frames_per_traj_cuts_and_reset_at_each_iter_restarts(no_leftovers):
     collector = make(no_leftovers, frames_per_batch=24, total_frames=48, max_frames_per_traj=4, batch_size=4)
     batches = list(collector)
-    for env, steps in enumerate(per_env_steps(batches)):
+    for env, steps in per_env_steps(batches):
         length, end = LENGTHS[env // 2][env % 2], ENDS[env // 2]
         count = steps["observation"][0, :, 0]
         assert count.tolist() == expected_counts(steps.shape[1], length, cut=4)
@@ -150,7 +155,7 @@ def test_policy_versions_and_random_frames(no_leftovers):
     batches = iter(flat)
     next(batches)
     flat.update_policy_weights_()
-    for steps in per_env_steps([next(batches)]):  # only a step under way at the update is older
+    for _, steps in per_env_steps([next(batches)]):  # only a step under way at the update is older
         versions = steps[VERSION][0].tolist()
         assert versions == sorted(versions) and versions.count(0) <= 1 and set(versions) <= {0, 1}
 
@@ -218,7 +223,10 @@ def test_spawned_workers_and_a_gymnasium_id(no_leftovers):
     assert collector.envs_per_step == 2  # None: half the workers' envs
     batches = list(collector)
     check_keys_and_shapes(batches[0], [16], observation_shape=(4,))
-    for steps in per_env_steps(batches, num_envs=4):
+    assert collector.frames == 32 and sum(batch.numel() for batch in batches) == 32
+    # a worker still starting (spawn) may get none of the 32 steps (an env without steps failed this test once in a
+    # loaded fresh-clone CI run): each env that stepped holds whole trajectories
+    for _, steps in per_env_steps(batches, num_envs=4):
         check_trajectories(steps)
     assert np.isin(torch.cat(batches)[ENV_ID].unique().numpy(), np.arange(4)).all()
 

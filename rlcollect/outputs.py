@@ -17,10 +17,10 @@ def output_path(option: str, path: str | os.PathLike[str]) -> Path:
     naming ``option`` for one of a run's own records, a folder, or a path whose folder
     cannot be made (its nearest existing folder is a file or not writable)."""
     path = Path(path)
-    run = owning_run(path)
-    if run is not None:
-        raise ConfigError(f"{option} {path}: would overwrite the run in {run} (its "
-                          f"{path.absolute().relative_to(run).parts[0]}); write to another file")
+    owner = owning_run(path)
+    if owner is not None:
+        run, record = owner
+        raise ConfigError(f"{option} {path}: would overwrite the run in {run} (its {record}); write to another file")
     if path.is_dir():
         raise ConfigError(f"{option} {path}: is a folder; name a file")
     existing = next(folder for folder in path.absolute().parents if folder.exists())

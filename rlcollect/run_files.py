@@ -9,6 +9,7 @@
     error.log            the traceback of a run that failed
     videos/, replay/     evaluation videos; a memory-mapped replay buffer's files
     .hydra/              what Hydra wrote: the composed config, its own, the overrides
+    wandb/               the W&B run (offline by default)
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ PREVIOUS_SUFFIX = ".prev"  # checkpoint.pt.prev: the one before, kept until a ne
 BEST_FILE = "best.pt"  # the policy of a run's best evaluation, with its frames and eval_return
 ERROR_LOG = "error.log"
 VIDEO_DIR = "videos"
+WANDB_DIR = "wandb"  # where W&B keeps a run given the run folder as its dir
 REPLAY_DIR = "replay"  # a LazyMemmapStorage's files, unless buffer.storage.scratch_dir says otherwise
 HYDRA_DIR = ".hydra"
 OVERRIDES_FILE = Path(HYDRA_DIR) / "overrides.yaml"
@@ -34,18 +36,20 @@ RUN_FILES = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_FILE, CHECKPOIN
 
 
 # a run's own records: its RUN_FILES and what else it writes beside them (the W&B run included)
-RUN_RECORDS = (*RUN_FILES, ERROR_LOG, VIDEO_DIR, REPLAY_DIR, "wandb")
+RUN_RECORDS = (*RUN_FILES, ERROR_LOG, VIDEO_DIR, REPLAY_DIR, WANDB_DIR)
 
 
-def owning_run(path: str | os.PathLike[str]) -> Path | None:
-    """The run folder of which ``path`` is one of the records (``RUN_RECORDS``: its config,
-    metrics, summary, checkpoints, best.pt, .hydra/, error log, videos, replay files, W&B
-    run), or is inside one (its .hydra/ holds a config.yaml of Hydra's); None for any other
-    path (a file a command may write, as the policy.onnx beside a run's files)."""
+def owning_run(path: str | os.PathLike[str]) -> tuple[Path, str] | None:
+    """``(run folder, record)`` where ``path`` is one of that run's records
+    (``RUN_RECORDS``: its config, metrics, summary, checkpoints, best.pt, .hydra/, error
+    log, videos, replay files, W&B run), or is inside one (its .hydra/ holds a config.yaml
+    of Hydra's); None for any other path (a file a command may write, as the policy.onnx
+    beside a run's files)."""
     path = Path(path).absolute()
     for folder in path.parents:
-        if run_files(folder) and path.relative_to(folder).parts[0] in RUN_RECORDS:
-            return folder
+        record = path.relative_to(folder).parts[0]
+        if record in RUN_RECORDS and run_files(folder):
+            return folder, record
     return None
 
 

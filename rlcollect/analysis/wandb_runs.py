@@ -17,6 +17,7 @@ from typing import Any
 
 from rlcollect.analysis.wandb_offline import find_offline_runs, read_offline_run
 from rlcollect.logging.runs import (
+    WANDB_DIR,
     CompareError,
     RunRecord,
     hydra_choices,
@@ -97,7 +98,7 @@ def _wandb_row(row: dict[str, Any]) -> dict[str, Any]:
 def _run_folder_of(run_file: Path) -> Path:
     """``<run>/wandb/offline-run-*/run-*.wandb`` -> ``<run>``; else the offline-run folder."""
     offline_dir = run_file.parent
-    return (offline_dir.parent.parent if offline_dir.parent.name == "wandb" else offline_dir).resolve()
+    return (offline_dir.parent.parent if offline_dir.parent.name == WANDB_DIR else offline_dir).resolve()
 
 
 def _exit_status(exit_code: int | None) -> str | None:

@@ -80,9 +80,9 @@ def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
             f"resume={folder}`, or {what} another folder ({key}=<new folder>)"))
     owner = owning_run(folder / CONFIG_FILE)
     if owner is not None:
-        record = (folder / CONFIG_FILE).absolute().relative_to(owner).parts[0]
+        run, record = owner
         raise RefusedBeforeStart(ConfigError(
-            f"{key}={folder} is inside the run in {owner} (its {record}): {what} another folder ({key}=<new folder>)"))
+            f"{key}={folder} is inside the run in {run} (its {record}): {what} another folder ({key}=<new folder>)"))
 
 
 _HELD: dict[str, int] = {}  # the run folders this process trains: resolved path -> the locked descriptor

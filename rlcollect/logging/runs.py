@@ -24,22 +24,24 @@ from typing import Any
 from rlcollect.run_files import (
     CONFIG_FILE,
     HYDRA_CONFIG_FILE,
+    HYDRA_DIR,
     HYDRA_FILE,
     METRICS_FILE,
     OVERRIDES_FILE,
     RUN_FILES,
     SUMMARY_FILE,
+    WANDB_DIR,
     run_files,
 )
 
-__all__ = ["CompareError", "DamagedRowError", "RUN_FILES", "RunRecord", "find_run_dirs", "for_env_id",
+__all__ = ["CompareError", "DamagedRowError", "RUN_FILES", "RunRecord", "WANDB_DIR", "find_run_dirs", "for_env_id",
            "hydra_choices", "json_lines", "load_run_dir", "load_runs", "pbt_settings_at", "run_files",
            "solved_return_of", "solved_threshold", "split_events", "summarize_history", "summary_error",
            "summary_status", "wall_clock"]
 
 EVAL_RETURN = "eval/episode_return"
 PBT_PREFIX = "pbt/"  # a population-based training member's rows: the settings it trained with (pbt/algo.lr)
-_SKIPPED_DIRS = {".hydra", "wandb", "__pycache__"}
+_SKIPPED_DIRS = {HYDRA_DIR, WANDB_DIR, "__pycache__"}
 
 
 class CompareError(ValueError):

@@ -257,8 +257,9 @@ def resume(run_dir: str | Path, overrides: dict | None = None, **build_kwargs) -
         OmegaConf.update(cfg, key, value)
     pipeline = build(cfg, run_dir, checkpoint=checkpoint, **build_kwargs)
     log.info("resuming %s at frame %d", run_dir, frames)
-    changed = {key: (OmegaConf.select(cfg, key), value) for key, value in pbt_settings_at(rows, frames).items()
-               if OmegaConf.select(cfg, key) != value}
+    settings = pbt_settings_at(rows, frames)
+    started = {key: OmegaConf.select(cfg, key) for key in settings}
+    changed = {key: (started[key], value) for key, value in settings.items() if started[key] != value}
     if changed:  # a member of a population-based training sweep, resumed alone
         log.warning("resume=%s: population-based training had changed its settings by frame %d (%s); resumed alone, "
                     "it trains on with the starting ones of its %s", run_dir, frames,

@@ -31,3 +31,22 @@ def no_leftovers():
         assert not any(p.is_alive() for p in collector._processes), "orphan worker"
     assert set(multiprocessing.active_children()) <= children_before, "orphan child process"
     assert not leaked_since(shm_before), "leaked shared memory"
+
+
+@pytest.fixture
+def storage_saves(monkeypatch) -> list[tuple[bool, bool]]:
+    """Each ``LazyTensorStorage.state_dict(include_data=True)`` of the test, as ``(full, saved
+    in place)``: whether the storage was full, and whether it was asked inside
+    ``saved_in_place()`` (its tensors handed out, not copied)."""
+    from rlcollect.buffers import LazyTensorStorage
+    from rlcollect.buffers.in_place import in_place
+
+    saves, state_dict = [], LazyTensorStorage.state_dict
+
+    def recorded(self, *, include_data: bool = False) -> dict:
+        if include_data:
+            saves.append((len(self) == self.max_size, in_place()))
+        return state_dict(self, include_data=include_data)
+
+    monkeypatch.setattr(LazyTensorStorage, "state_dict", recorded)
+    return saves

@@ -142,31 +142,21 @@ def test_a_full_replay_buffer_saved_in_place_is_not_copied_in_memory_first(tmp_p
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("background", [False, True], ids=["sync", "background"])
-def test_a_run_saves_its_full_replay_buffer_in_place_only_where_nothing_writes_between_batches(tmp_path, monkeypatch,
+def test_a_run_saves_its_full_replay_buffer_in_place_only_where_nothing_writes_between_batches(tmp_path, storage_saves,
                                                                                                 background):
     """A DQN run whose 256-step buffer is full at its checkpoints: with the collector
     iterated in the training loop's thread, the buffer's state is saved in place; with
     background collection (it writes at any time), copied."""
     from train_configs import train_configs
 
-    from rlcollect.buffers import LazyTensorStorage
-    from rlcollect.buffers.in_place import in_place
     from rlcollect.pipeline import build, run
 
-    saved, state_dict = [], LazyTensorStorage.state_dict
-
-    def spy(self, *, include_data: bool = False) -> dict:
-        if include_data:
-            saved.append((len(self) == self.max_size, in_place()))
-        return state_dict(self, include_data=include_data)
-
-    monkeypatch.setattr(LazyTensorStorage, "state_dict", spy)
     [cfg] = train_configs(["algo=dqn", "buffer.storage.max_size=256", "total_frames=768", "algo.learning_starts=256",
                            f"algo.background={background}", "checkpoint_every_frames=256", "eval.every_frames=100000",
                            "env.solved_return=null", "logger=none", "progress=false"])
     summary = run(build(cfg, tmp_path / "run"))
     assert (summary["status"], summary["checkpoint_frames"]) == ("finished", 768)
-    assert saved and saved[-1] == (True, not background)  # the last checkpoint: the buffer full
+    assert storage_saves and storage_saves[-1] == (True, not background)  # the last checkpoint: the buffer full
     buffer = load_checkpoint(tmp_path / "run" / "checkpoint.pt")["learner"]["replay_buffer"]["storage"]
     assert (buffer["filled"], buffer["write_count"], buffer["data"]["observation"].shape) == (256, 768, (256, 4))
 

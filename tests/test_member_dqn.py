@@ -39,23 +39,12 @@ def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, overrides):
 
 
 @pytest.mark.timeout(300)
-def test_the_members_full_replay_buffers_are_checkpointed_in_place(tmp_path, monkeypatch):
+def test_the_members_full_replay_buffers_are_checkpointed_in_place(tmp_path, storage_saves):
     """Each member's 256-step buffer, full at its last checkpoint, is saved as it is (the
     shared collector writes only while the sweep iterates it), and holds its own steps."""
-    from rlcollect.buffers import LazyTensorStorage
-    from rlcollect.buffers.in_place import in_place
-
-    saved, state_dict = [], LazyTensorStorage.state_dict
-
-    def spy(self, *, include_data: bool = False) -> dict:
-        if include_data:
-            saved.append((len(self) == self.max_size, in_place()))
-        return state_dict(self, include_data=include_data)
-
-    monkeypatch.setattr(LazyTensorStorage, "state_dict", spy)
     cfgs = configs(["seed=3", "buffer.storage.max_size=256"], ["seed=4", "buffer.storage.max_size=256"])
     build_sweep(cfgs, [tmp_path / "m3", tmp_path / "m4"], [NAMES] * 2).run()
-    assert saved[-2:] == [(True, True), (True, True)]  # the two members' last checkpoints
+    assert storage_saves[-2:] == [(True, True), (True, True)]  # the two members' last checkpoints
     buffers = [load_checkpoint(tmp_path / member / "checkpoint.pt")["learner"]["replay_buffer"]["storage"]
                for member in ("m3", "m4")]
     assert [(buffer["filled"], buffer["write_count"]) for buffer in buffers] == [(256, 1024), (256, 1024)]

@@ -100,6 +100,8 @@ class Pipeline:
         self.collector.update_policy_weights_()
         self.progress = Progress.from_state_dict(state["progress"])
         set_rng_state(state["rng"])
+        if self.generator is not None:  # its draws come from its own stream, saved where torch's global one is
+            self.generator.set_state(state["rng"]["torch"])
         self.checkpoint_frames = int(state["frames"])
 
     def open(self) -> None:

@@ -227,6 +227,10 @@ class LockstepLearner(Learner):
         """Member ``member``'s learner state: its solo learner's own."""
         return self.learners[member].state_dict()
 
+    def load_member_state_dict(self, member: int, state: dict) -> None:
+        """Member ``member``'s learner state: its solo learner loads its own."""
+        self.learners[member].load_state_dict(state)
+
     def state_dict(self) -> dict:
         return {"members": [learner.state_dict() for learner in self.learners]}
 

@@ -38,10 +38,11 @@ from rlcollect.sweeps.optim import (
     FrozenRows,
     MemberAdam,
     copy_member_optimizer_state,
+    load_member_optimizer_state,
     member_optimizer_state,
     step_members,
 )
-from rlcollect.sweeps.stacking import member_state_dict, padded_rows
+from rlcollect.sweeps.stacking import load_member_state, member_state_dict, padded_rows
 from rlcollect.sweeps.streamed import StreamedMembers
 
 # DQN's settings (algo.<name>) the members of one stacked model may differ in, each applied per member
@@ -204,6 +205,13 @@ class MemberDQN(DQN):
                 (target_param if member is None else target_param[member]).copy_(
                     online_param if member is None else online_param[member])
 
+    def load_member_state_dict(self, member: int, state: dict) -> None:
+        """The inverse of ``member_state_dict`` (a resumed member's checkpoint): its Adam
+        state and target network; the gradient steps are the model's, one count for all."""
+        load_member_optimizer_state(self.optimizer, member, state["optimizer"])
+        load_member_state(self.target, state["target"], member)
+        self.gradient_steps = int(state["gradient_steps"])
+
     def member_state_dict(self, member: int, solo: QValuePolicy) -> dict:
         """Member ``member``'s DQN state as its solo run's ``DQN.state_dict()`` holds it."""
         optimizer = member_optimizer_state(self.optimizer, member, list(solo.q_net.parameters()),
@@ -308,9 +316,15 @@ class MemberDQNLearner(Learner):
         return {"dqn": self.dqn.member_state_dict(member, solo_policy),
                 "replay_buffer": replay_state(self.replay_buffer.buffers[member])}
 
+    def load_member_state_dict(self, member: int, state: dict) -> None:
+        """Member ``member``'s learner state from its solo run's DQNLearner state (a resumed
+        member's checkpoint): its DQN state and its replay buffer."""
+        self.dqn.load_member_state_dict(member, state["dqn"])
+        self.replay_buffer.buffers[member].load_state_dict(state["replay_buffer"])
+
     def state_dict(self) -> dict:
         raise NotImplementedError("a stacked sweep saves each member's state (member_state_dict)")
 
     def load_state_dict(self, state: dict) -> None:
-        raise NotImplementedError("a member of a batched sweep resumes as a solo run (rlcollect train resume=<folder>)")
+        raise NotImplementedError("a stacked sweep loads each member's state (load_member_state_dict)")
 

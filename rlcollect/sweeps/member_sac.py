@@ -35,10 +35,11 @@ from rlcollect.sweeps.optim import (
     FrozenRows,
     MemberAdam,
     copy_member_optimizer_state,
+    load_member_optimizer_state,
     member_optimizer_state,
     step_members,
 )
-from rlcollect.sweeps.stacking import member_state_dict, stack_modules
+from rlcollect.sweeps.stacking import load_member_state, member_state_dict, stack_modules
 from rlcollect.sweeps.streamed import StreamedMembers
 
 # SAC's settings (algo.<name>) the members of one stacked model may differ in, each applied per member
@@ -243,8 +244,23 @@ class MemberSACLearner(SACLearner):
                 "log_alpha": self.log_alpha.detach()[member].reshape(()).clone(), "updates": self.updates,
                 "replay_buffer": replay_state(self.replay_buffer.buffers[member])}
 
+    @torch.no_grad()
+    def load_member_state_dict(self, member: int, state: dict) -> None:
+        """The inverse of ``member_state_dict`` (a resumed member's checkpoint): its critics,
+        target critics, Adam states, entropy weight and replay buffer; the update count is
+        the model's, one for all."""
+        load_member_state(self.critics, state["critics"], member)
+        load_member_state(self.targets, state["targets"], member)
+        for name in OPTIMIZERS:
+            optimizer = getattr(self, name)
+            if optimizer is not None and state.get(name):
+                load_member_optimizer_state(optimizer, member, state[name])
+        self.log_alpha[member] = state["log_alpha"].reshape(())
+        self.updates = int(state["updates"])
+        self.replay_buffer.buffers[member].load_state_dict(state["replay_buffer"])
+
     def state_dict(self) -> dict:
         raise NotImplementedError("a stacked sweep saves each member's state (member_state_dict)")
 
     def load_state_dict(self, state: dict) -> None:
-        raise NotImplementedError("a member of a batched sweep resumes as a solo run (rlcollect train resume=<folder>)")
+        raise NotImplementedError("a stacked sweep loads each member's state (load_member_state_dict)")

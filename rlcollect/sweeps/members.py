@@ -36,6 +36,7 @@ from rlcollect.sweeps.optim import (
     FrozenRows,
     MemberAdam,
     copy_member_optimizer_state,
+    load_member_optimizer_state,
     member_optimizer_state,
     step_members,
 )
@@ -139,6 +140,18 @@ class MemberRewardScaler(RewardScaler):
         rows = None if self.returns is None else self.returns.unflatten(0, (len(self.members), -1))[member]
         return {"stats": self.members[member].state_dict(),
                 "returns": torch.zeros(0, dtype=torch.float64) if rows is None else rows.clone()}
+
+    def load_member_state_dict(self, member: int, state: dict, rows_per_member: int) -> None:
+        """The inverse of ``member_state_dict``: member ``member``'s statistics and running
+        returns (its ``rows_per_member`` rows; zeros for the others until they load theirs)."""
+        self.members[member].load_state_dict(state["stats"])
+        returns = state["returns"]
+        if not returns.numel():
+            return
+        if self.returns is None:
+            self.returns = torch.zeros(len(self.members) * rows_per_member, dtype=returns.dtype,
+                                       device=returns.device)
+        self.returns.unflatten(0, (len(self.members), -1))[member].copy_(returns)
 
 
 # PPO's settings the members of one batched model may differ in (algo.<name>), each applied per
@@ -377,6 +390,15 @@ class MemberPPO(PPO):
                  for name, value in (*stacked.named_parameters(), *stacked.named_buffers())}
         return torch.func.functional_call(Evaluating(stacked), state, (minibatch,))
 
+    def load_member_state_dict(self, member: int, state: dict, rows_per_member: int) -> None:
+        """The inverse of ``member_state_dict`` (a resumed member's checkpoint): its Adam
+        state and its reward scaler's (``rows_per_member``: its env rows)."""
+        load_member_optimizer_state(self.optimizer, member, state["optimizer"])
+        if isinstance(self.reward_scaler, MemberRewardScaler) and "reward_scaler" in state:
+            self.reward_scaler.load_member_state_dict(member, state["reward_scaler"], rows_per_member)
+        elif self.reward_scaler is not None and "reward_scaler" in state:  # one member: the solo run's scaler
+            self.reward_scaler.load_state_dict(state["reward_scaler"])
+
     def member_state_dict(self, member: int, solo_parameters: list[torch.Tensor]) -> dict:
         """Member ``member``'s PPO state as its solo run's PPO.state_dict() holds it: the
         Adam state of its slice of each parameter (its step count, its moments in the solo
@@ -500,6 +522,11 @@ class MemberPPOLearner(Learner):
     def member_state_dict(self, member: int, solo_policy: torch.nn.Module) -> dict:
         """Member ``member``'s learner state as its solo run's PPOLearner saves it."""
         return {"ppo": self.ppo.member_state_dict(member, list(solo_policy.parameters()))}
+
+    def load_member_state_dict(self, member: int, state: dict) -> None:
+        """Member ``member``'s learner state from its solo run's PPOLearner state (a resumed
+        member's checkpoint)."""
+        self.ppo.load_member_state_dict(member, state["ppo"], self.buffer.num_envs // self.members)
 
     def state_dict(self) -> dict:
         return {"ppo": self.ppo.state_dict()}

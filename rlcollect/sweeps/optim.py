@@ -232,6 +232,43 @@ def member_optimizer_state(optimizer, member: int, solo_parameters: Sequence[tor
             [{**group, "lr": lr} for group in param_groups]}
 
 
+@torch.no_grad()
+def load_member_optimizer_state(optimizer, member: int, solo_state: dict) -> None:
+    """The inverse of ``member_optimizer_state``: member ``member``'s rows of ``optimizer``
+    (MemberAdam, or torch's Adam over stacked parameters) set from its solo run's
+    ``torch.optim.Adam.state_dict()`` (``solo_state``; a resumed member's checkpoint). Its
+    lr is not read: the learner sets each member's lr before every step. torch's Adam keeps
+    one step count per parameter, so every member it holds must be at the same step (a
+    ValueError otherwise)."""
+    entries = solo_state["state"]
+    if isinstance(optimizer, MemberAdam):
+        optimizer.steps[member] = int(entries[0]["step"]) if entries else 0
+        for name in ("exp_avg", "exp_avg_sq"):
+            for index, view in enumerate(optimizer.member_views(getattr(optimizer, name))):
+                if index in entries:
+                    view[member].copy_(entries[index][name].reshape(view[member].shape))
+                else:
+                    view[member].zero_()
+        return
+    parameters = [parameter for group in optimizer.param_groups for parameter in group["params"]]
+    for index, parameter in enumerate(parameters):
+        entry = entries.get(index)
+        if entry is None:  # the member has not stepped (nor, at the same step, has any other)
+            continue
+        state = optimizer.state[parameter]
+        if not state:  # torch's Adam makes its state at its first step: made here, every row zero
+            fused = optimizer.defaults.get("fused")  # its step count on the parameters' device, else on the CPU
+            step_options = dict(dtype=torch.float32, device=parameter.device if fused else "cpu")
+            state["step"] = torch.tensor(float(entry["step"]), **step_options)
+            state["exp_avg"] = torch.zeros_like(parameter, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(parameter, memory_format=torch.preserve_format)
+        elif float(state["step"]) != float(entry["step"]):
+            raise ValueError(f"the members of one model are at other Adam steps ({float(state['step']):.0f} and "
+                             f"{float(entry['step']):.0f}): they cannot share torch's Adam")
+        for name in ("exp_avg", "exp_avg_sq"):
+            state[name][member].copy_(entry[name].reshape(state[name][member].shape))
+
+
 @contextlib.contextmanager
 def denormals_flushed():
     """Inside, the CPU reads and writes denormal floats (below 1.2e-38) as zero

@@ -48,7 +48,7 @@ from rlcollect.pipeline.builders import (
     probe_spaces,
 )
 from rlcollect.pipeline.checks import check_config, warn_combination
-from rlcollect.pipeline.lifecycle import Pipeline
+from rlcollect.pipeline.lifecycle import Pipeline, load_resumed_state
 from rlcollect.pipeline.loop import DrivenPhases, Session, collected
 from rlcollect.pipeline.progress import Progress
 from rlcollect.seeding import eval_seed, member_env_seeds
@@ -58,7 +58,7 @@ from rlcollect.sweeps.member_dqn import MemberDQNLearner, MemberQPolicy, MemberR
 from rlcollect.sweeps.member_sac import MemberSACActor, MemberSACLearner
 from rlcollect.sweeps.members import MemberPolicy, MemberPPOLearner
 from rlcollect.sweeps.pbt import PopulationTraining, lockstep_refusal
-from rlcollect.sweeps.stacking import member_state_dict, stack_modules, unstackable_layer
+from rlcollect.sweeps.stacking import load_member_state, member_state_dict, stack_modules, unstackable_layer
 from rlcollect.trajectories import end_rows
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,10 @@ class MemberModule(nn.Module):
 
     def state_dict(self, *args, **kwargs) -> dict:
         return member_state_dict(self._sweep.policy.stacked.state_dict(), self._solo[0], self._member)
+
+    def load_state_dict(self, state_dict: dict, strict: bool = True, assign: bool = False):
+        """Its rows of the stacked policy from a solo policy's state dict (a resumed member's)."""
+        load_member_state(self._sweep.policy.stacked, state_dict, self._member)
 
     def outputs_finite(self, batch: TensorDictBase) -> bool:
         """Whether this member's outputs on a few of its batch's steps are finite (the
@@ -125,6 +129,11 @@ class MemberCollector:
     def state_dict(self) -> dict:
         return {**self.sweep.collector.state_dict(), "frames": self.frames}
 
+    def load_state_dict(self, state: dict) -> None:
+        """The shared collector's state from a resumed member's checkpoint (every member of
+        one model is at the same frame: ``build_sweep`` checks)."""
+        self.sweep.collector.load_state_dict({**state, "frames": int(state["frames"]) * self.sweep.members})
+
     def shutdown(self) -> None:
         pass
 
@@ -143,7 +152,7 @@ class MemberLearner(Learner):
         return self.sweep.learner.member_state_dict(self.member, self.sweep.solo)
 
     def load_state_dict(self, state: dict) -> None:
-        raise NotImplementedError("a member of a batched sweep resumes as a solo run (rlcollect train resume=<folder>)")
+        self.sweep.learner.load_member_state_dict(self.member, state)
 
 
 class MemberEvaluator:
@@ -293,7 +302,7 @@ class Sweep:
         their summaries (each also in its folder's summary.json). ``bar_position``: the
         terminal line of the progress bar (one per process of a sweep in several)."""
         # the members' wall-clock is the sweep's: one collection, update and evaluation for all of them
-        phases = DrivenPhases(start_frames=0)
+        phases = DrivenPhases(start_frames=self.pipelines[0].resumed_frames or 0)
         # the stop asked for (SIGINT / SIGTERM) as it stood when the batch came in, the same for every member: a signal
         # that lands while the members finish their batch one after the other stops them all after the next one, where
         # reading it member by member would stop some a batch before the others of one model
@@ -390,7 +399,7 @@ def member_generator(cfg: DictConfig) -> torch.Generator:
 
 
 def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
-                pbt: PopulationTraining | None = None) -> Sweep:
+                pbt: PopulationTraining | None = None, checkpoints: list[dict] | None = None) -> Sweep:
     """Check, seed and build a batched sweep of ``cfgs`` (one config per member, differing
     in seed and what ``shared_settings`` leaves out), member m in ``run_dirs[m]`` with W&B
     names ``names[m]`` (name, group, job_type). Member m's policy is initialised as its
@@ -398,8 +407,13 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
     PPO, DQN and SAC with their shipped models stack into one model; anything else trains in lockstep
     (lockstep.py). ``pbt``: population-based training among the members of a stacked
     model (rlcollect.sweeps.pbt; None: off). No file is written before ``Sweep.run``
-    opens the members' folders."""
+    opens the members' folders. ``checkpoints``: the members resume, member m from
+    ``checkpoints[m]`` (its run folder's checkpoint.pt, loaded; every member at the same
+    frame), each continuing as its solo run's resume would (``lifecycle.resume``)."""
     check_sweep(cfgs)
+    if checkpoints is not None and len({int(checkpoint["frames"]) for checkpoint in checkpoints}) > 1:
+        raise ConfigError("the members of one batched model resume from checkpoints at one frame; these are at "
+                          + ", ".join(str(int(checkpoint["frames"])) for checkpoint in checkpoints))
     for cfg in cfgs:
         check_config(cfg)
     if pbt is not None:
@@ -447,11 +461,12 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
         built.append(collector)
         if kind in (None, "sac"):  # the members' solo learners: in lockstep, or stacked (SAC)
             learners, buffers = member_learners(cfgs, run_dirs, solos, streams, collector, observation_space,
-                                                action_space)
+                                                action_space, reopen=checkpoints is not None)
             learner = LockstepLearner(learners, streams, buffers) if kind is None else \
                 MemberSACLearner(learners, policy, MemberReplay(buffers, streams))
         else:  # a replay learner samples each member's own buffer (made as in lockstep)
-            replay = None if kind == "ppo" else MemberReplay(member_replay_buffers(cfgs, run_dirs, streams), streams)
+            replay = None if kind == "ppo" else MemberReplay(
+                member_replay_buffers(cfgs, run_dirs, streams, reopen=checkpoints is not None), streams)
             learner = make_learner(shared, policy, collector, observation_space, action_space, replay,
                                    member_options=member_options(cfgs))
         eval_seeds = [eval_seed(seed) for seed in seeds]
@@ -463,7 +478,10 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
         built.append(evaluator)
         sweep = Sweep(list(cfgs), policy, solos[0], collector, learner, evaluator, envs_per_member, pbt=pbt)
         for member, (member_cfg, run_dir, member_names) in enumerate(zip(cfgs, run_dirs, names)):
-            logger = make_logger(member_cfg, Path(run_dir), **member_names)
+            checkpoint = None if checkpoints is None else checkpoints[member]
+            logger = make_logger(member_cfg, Path(run_dir), **member_names,
+                                 run_id=checkpoint["wandb_run_id"] or None if checkpoint else None,
+                                 start_frames=int(checkpoint["frames"]) if checkpoint else 0)
             loggers.append(logger)
             progress = Progress.start(env_id=cfg.env.id, solved_return=solved_threshold(cfg.env.id,
                                                                                         cfg.env.solved_return),
@@ -475,6 +493,8 @@ def build_sweep(cfgs: list[DictConfig], run_dirs: list[Path], names: list[dict],
                 member_cfg, Path(run_dir), member_policy, MemberCollector(sweep, member),
                 MemberLearner(sweep, member), MemberEvaluator(sweep, member), logger, progress, names=member_names,
                 generator=generators[member] if generators[member].device.type == "cpu" else None))
+        for pipeline, checkpoint in zip(sweep.pipelines, checkpoints or []):
+            load_resumed_state(pipeline, checkpoint)
     except BaseException:
         for part in reversed(built):
             part.shutdown()
@@ -499,14 +519,17 @@ def keep_every_evaluation(cfgs: list[DictConfig]) -> None:
 
 
 def member_learners(cfgs: list[DictConfig], run_dirs: list[Path], policies: list[nn.Module], streams: MemberStreams,
-                    collector: Collector, observation_space, action_space) -> tuple[list[Learner], list]:
+                    collector: Collector, observation_space, action_space,
+                    reopen: bool = False) -> tuple[list[Learner], list]:
     """Every member's solo learner (from its own config, on its own buffer: a replay buffer
     in its run folder's place, or a rollout buffer of its rows), each built under its RNG
     streams, as its solo run builds it after its collector; and the replay buffers (None
-    each for an on-policy learner)."""
+    each for an on-policy learner; ``reopen``: a resumed member's memory-mapped storage
+    opened again)."""
     rows = collector.batch_size[0] // len(cfgs)
     member_shape = SimpleNamespace(batch_size=torch.Size([rows, *collector.batch_size[1:]]))  # its rows' batches
-    buffers = member_replay_buffers(cfgs, run_dirs, streams) if learner_class(cfgs[0]).replay else [None] * len(cfgs)
+    buffers = member_replay_buffers(cfgs, run_dirs, streams, reopen) if learner_class(cfgs[0]).replay else \
+        [None] * len(cfgs)
     learners = []
     for member, (member_cfg, policy, buffer) in enumerate(zip(cfgs, policies, buffers)):
         with streams.member(member):
@@ -514,11 +537,13 @@ def member_learners(cfgs: list[DictConfig], run_dirs: list[Path], policies: list
     return learners, buffers
 
 
-def member_replay_buffers(cfgs: list[DictConfig], run_dirs: list[Path], streams: MemberStreams) -> list:
+def member_replay_buffers(cfgs: list[DictConfig], run_dirs: list[Path], streams: MemberStreams,
+                          reopen: bool = False) -> list:
     """Each member's replay buffer, as its solo run makes it (its config, its run folder's
-    place for memory-mapped storage), under its RNG streams."""
+    place for memory-mapped storage, opened again for a resumed member: ``reopen``), under
+    its RNG streams."""
     buffers = []
     for member, (member_cfg, run_dir) in enumerate(zip(cfgs, run_dirs)):
         with streams.member(member):
-            buffers.append(make_replay_buffer(member_cfg, Path(run_dir)))
+            buffers.append(make_replay_buffer(member_cfg, Path(run_dir), reopen=reopen))
     return buffers

@@ -13,6 +13,7 @@ commands:
                         rlcollect train collector.frames_per_batch=512 seed=1
                         rlcollect train --multirun seed=0,1,2
                         rlcollect train resume=outputs/<date>/<time>   (continue a run)
+                        rlcollect train resume=multirun/<date>/<time>  (continue a sweep)
                       `rlcollect train --help` lists the config groups and options.
   compare PATH...     compare run folders, sweeps or folders of runs (seeds pooled); e.g.
                         rlcollect compare multirun/2026-01-01/12-00-00 --plot curves.png

@@ -30,6 +30,7 @@ HYDRA_DIR = ".hydra"
 OVERRIDES_FILE = Path(HYDRA_DIR) / "overrides.yaml"
 HYDRA_FILE = Path(HYDRA_DIR) / "hydra.yaml"
 HYDRA_CONFIG_FILE = Path(HYDRA_DIR) / "config.yaml"  # the composed config, written before the run starts
+SWEEP_FILE = "multirun.yaml"  # what Hydra writes into a sweep's folder: its config, the launcher's included
 # what makes a folder a run's: `rlcollect train` writes a new run only into a folder holding none of them
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_FILE, CHECKPOINT_FILE + PREVIOUS_SUFFIX, BEST_FILE,
              HYDRA_DIR)
@@ -57,3 +58,9 @@ def run_files(folder: str | os.PathLike[str]) -> list[str]:
     """The RUN_FILES that ``folder`` holds: none for a folder that holds no run (or does not exist)."""
     folder = Path(folder)
     return [name for name in RUN_FILES if (folder / name).exists()]
+
+
+def sweep_folder(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a sweep's folder (Hydra's multirun.yaml, and no run of its own)."""
+    path = Path(path)
+    return (path / SWEEP_FILE).is_file() and not (path / CONFIG_FILE).is_file()

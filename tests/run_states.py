@@ -1,12 +1,27 @@
 """What runs wrote, read back: two runs' metrics rows without the wall-clock entries, and
 their checkpoints' states bit for bit (a replay buffer's rows as far as written); a sweep's
-members against their solo runs; a PBT sweep's events, settings and parents."""
+members against their solo runs; a PBT sweep's events, settings and parents; a sweep's job
+folders; every file of a folder by its hash."""
+import hashlib
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
 from rlcollect.checkpoint import load_checkpoint
+
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    """A sweep's job folders, by job number."""
+    folders = [path for path in sweep_dir.iterdir() if path.is_dir()]
+    return sorted(folders, key=lambda path: int(path.name.split("_")[0]))
+
+
+def hashes(folder: Path) -> dict[str, str]:
+    """Every file under ``folder`` (W&B's included), by its path, with its content's hash."""
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
 def metric_rows(run_dir):

@@ -10,6 +10,7 @@ import torch
 from commands import rlcollect as cli
 from commands import rlcollect_all as cli_all
 from omegaconf import OmegaConf
+from run_states import job_dirs
 
 from rlcollect.buffers.rollout import RolloutBuffer
 from rlcollect.collectors.single import Collector
@@ -218,9 +219,6 @@ def test_bad_pbt_options_and_sweeps_pbt_cannot_train_are_one_line_exit_2_before_
 
 
 # ---------------------------------------------------------------------------- a small sweep
-def job_dirs(sweep_dir: Path) -> list[Path]:
-    folders = [path for path in sweep_dir.iterdir() if path.is_dir()]
-    return sorted(folders, key=lambda path: int(path.name.split("_")[0]))
 
 
 @pytest.mark.timeout(300)

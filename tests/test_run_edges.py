@@ -1,6 +1,5 @@
 """A run's edges, as a user meets them: the policy every run keeps, resumes that fail without
 touching the run, errors said as whose they are, sweeps that list every job that did not finish."""
-import hashlib
 import json
 import os
 import shutil
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 from commands import rlcollect as cli
 from commands import rlcollect_all as cli_all
+from run_states import hashes
 
 from rlcollect.checkpoint import load_checkpoint
 
@@ -61,12 +61,6 @@ gym.register("Broken-v0", entry_point=Broken)
 
 def read_jsonl(path):
     return [json.loads(line) for line in Path(path).read_text().splitlines()]
-
-
-def hashes(folder: Path) -> dict[str, str]:
-    """Every file under ``folder`` (W&B's included), by its path, with its content's hash."""
-    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
 @pytest.fixture

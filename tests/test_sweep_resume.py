@@ -6,8 +6,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
+from commands import rlcollect as cli
 from omegaconf import OmegaConf
+from run_states import assert_equal_states, assert_same_summary_and_checkpoint, hashes, job_dirs, metric_rows
 from train_configs import train_configs as configs
 
 from rlcollect.checkpoint import load_checkpoint
@@ -16,7 +17,6 @@ from rlcollect.pipeline import build, resume, run
 from rlcollect.sweeps.run import build_sweep
 
 NAMES = dict(name=None, group=None, job_type=None)
-TIMING_KEYS = ("time", "_timestamp", "_runtime")
 QUIET = ["progress=false", "logger=none", "eval.max_time_share=null", "eval.episodes=2", "env.num_envs=2",
          "total_frames=256", "collector.frames_per_batch=64", "eval.every_frames=128", "env.solved_return=null"]
 REPLAY = ["algo.learning_starts=64", "algo.gradient_steps_per_batch=2", "algo.batch_size=16",
@@ -31,31 +31,10 @@ KINDS = {  # each kind of batched model: its overrides
 }
 
 
-def metric_rows(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{key: value for key, value in row.items() if not key.startswith(TIMING_KEYS) and "per_second" not in key}
-            for row in rows]
-
-
 def resumed_config(run_dir: Path, total_frames: int):
     cfg = OmegaConf.load(run_dir / "config.yaml")
     cfg.total_frames = total_frames
     return cfg
-
-
-def assert_same_tensors(first, second, where: str = "") -> None:
-    if torch.is_tensor(second):
-        assert torch.equal(first, second), where
-    elif isinstance(second, dict):
-        assert set(first) == set(second), where
-        for key in second:
-            assert_same_tensors(first[key], second[key], f"{where}.{key}")
-    elif isinstance(second, (list, tuple)):
-        assert len(first) == len(second), where
-        for index, (a, b) in enumerate(zip(first, second)):
-            assert_same_tensors(a, b, f"{where}[{index}]")
-    else:
-        assert first == second, where
 
 
 @pytest.mark.timeout(300)
@@ -79,13 +58,8 @@ def test_one_member_resumed_as_a_batched_model_is_its_solo_resume_bit_for_bit(tm
     rows = metric_rows(member)
     assert [row["step"] for row in rows] == list(range(64, 513, 64))
     assert rows == metric_rows(tmp_path / "solo")
-    summaries = [json.loads((folder / "summary.json").read_text()) for folder in (member, tmp_path / "solo")]
-    for key in ("status", "frames", "final_eval_return", "best_eval_return", "checkpoint_frames"):
-        assert summaries[0][key] == summaries[1][key], key
-    assert summaries[0]["frames"] == 512
-    checkpoints = [load_checkpoint(folder / "checkpoint.pt") for folder in (member, tmp_path / "solo")]
-    for key in ("frames", "policy", "learner", "rng"):
-        assert_same_tensors(checkpoints[0][key], checkpoints[1][key], key)
+    assert json.loads((member / "summary.json").read_text())["frames"] == 512
+    assert_same_summary_and_checkpoint(member, tmp_path / "solo")
 
 
 def test_members_at_other_frames_are_refused_in_one_line(tmp_path):
@@ -126,10 +100,10 @@ def test_three_members_resume_as_one_model_from_their_checkpoints(tmp_path, kind
                         checkpoints=checkpoints)
     for pipeline, checkpoint in zip(sweep.pipelines, checkpoints):
         state = pipeline.state_dict(0.0)
-        assert_same_tensors(state["policy"], checkpoint["policy"], "policy")
-        assert_same_tensors(without_param_groups(state["learner"]), without_param_groups(checkpoint["learner"]),
+        assert_equal_states(state["policy"], checkpoint["policy"], "policy")
+        assert_equal_states(without_param_groups(state["learner"]), without_param_groups(checkpoint["learner"]),
                             "learner")
-        assert_same_tensors(state["rng"]["torch"], checkpoint["rng"]["torch"], "rng")
+        assert_equal_states(state["rng"]["torch"], checkpoint["rng"]["torch"], "rng")
         assert state["frames"] == 256 and state["collector"]["frames"] == 256
     assert sweep.collector.frames == 3 * 256
     sweep.run()
@@ -138,3 +112,85 @@ def test_three_members_resume_as_one_model_from_their_checkpoints(tmp_path, kind
         assert [row["step"] for row in resumed] == list(range(64, 513, 64))
         assert resumed[:len(rows)] == rows
         assert json.loads((folder / "summary.json").read_text())["frames"] == 512
+
+
+# ---------------------------------------------------------------------------- from the command line
+SWEEP = ["hydra/launcher=batched", "total_frames=512", "collector.frames_per_batch=128",
+         "algo.minibatch_size=64", "env.num_envs=4", "eval.every_frames=256", "eval.episodes=2", "algo.epochs=2",
+         "progress=false", "logger=none", "env.solved_return=null", "hydra.sweep.dir=sw"]
+
+
+@pytest.mark.timeout(300)
+def test_a_sweep_resumes_its_members_as_one_batched_model_from_the_command_line(tmp_path):
+    """``resume=<sweep folder>``: the members that can go on resume as one batched model (one
+    line says so, the sweep's two processes), each folder's rows following its first part's;
+    a member without a checkpoint is said in one line, its files unchanged, exit 1; a sweep
+    whose members have all ended, and a key a resume cannot change, are one line, exit 2."""
+    first = cli(tmp_path, "train", "--multirun", "seed=0,1,2", "hydra.launcher.processes=2", *SWEEP)
+    assert first.returncode == 0, first.stderr
+    members = job_dirs(tmp_path / "sw")
+    rows = [metric_rows(member) for member in members]
+    for checkpoint in members[2].glob("checkpoint.pt*"):  # stopped before its first checkpoint
+        checkpoint.unlink()
+    untouched = hashes(members[2])
+    refused = cli(tmp_path, "train", "resume=sw", "algo.lr=0.1")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines()[-1] == (
+        "rlcollect train: invalid configuration: resume=sw: algo.lr=0.1: a resumed sweep takes only total_frames, "
+        "checkpoint_every_frames, checkpoint_every_seconds, progress, torch_threads and hydra.launcher.processes")
+    ended = cli(tmp_path, "train", "resume=sw")
+    assert ended.returncode == 2
+    assert ended.stderr.strip().splitlines()[-1] == (
+        "rlcollect train: resume=sw: every member of the sweep has ended (3 finished or solved); to train them on, "
+        "resume it with total_frames > 512")
+    resumed = cli(tmp_path, "train", "resume=sw", "total_frames=768")
+    assert resumed.returncode == 1, resumed.stderr
+    assert "jobs #0, #1 resume at frame 512 as one batched model of 2 members" in resumed.stdout
+    assert resumed.stderr.strip().splitlines()[-1] == (
+        f"rlcollect train: resume=sw/{members[2].name}: no checkpoint.pt to continue from: the run stopped before its "
+        "first checkpoint (its metrics.jsonl has 4 rows, to frame 512); train it again in a new folder")
+    for member, first_rows in zip(members[:2], rows):
+        assert [row["step"] for row in metric_rows(member)] == list(range(128, 769, 128))
+        assert metric_rows(member)[:4] == first_rows
+        summary = json.loads((member / "summary.json").read_text())
+        assert summary["status"] == "finished" and summary["frames"] == 768 and summary["checkpoint_frames"] == 768
+        assert load_checkpoint(member / "checkpoint.pt")["frames"] == 768
+    assert hashes(members[2]) == untouched
+
+
+@pytest.mark.timeout(300)
+def test_a_population_goes_on_where_its_checkpoints_stopped(tmp_path):
+    """A PBT sweep of four learning rates to 512 frames (a step at 256), resumed to 1,024:
+    its events before 512 stay, the step due at 512 is taken as the population resumes,
+    then one at 768, none at the last batch; each member's rows carry the lr it trains
+    with, from the one it had at its checkpoint, and its summary lists every parent."""
+    lrs = [0.0003, 0.001, 0.003, 0.01]
+    first = cli(tmp_path, "train", "--multirun", f"algo.lr={','.join(map(str, lrs))}",
+                "hydra.launcher.pbt.every_frames=256", "eval.max_time_share=null", *SWEEP)
+    assert first.returncode == 0, first.stderr
+    events = [json.loads(line) for line in (tmp_path / "sw" / "pbt.jsonl").read_text().splitlines()]
+    assert [event["frames"] for event in events] == [256]
+    resumed = cli(tmp_path, "train", "resume=sw", "total_frames=1024")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "jobs #0-#3 resume at frame 512 as one batched model of 4 members" in resumed.stdout
+    after = [json.loads(line) for line in (tmp_path / "sw" / "pbt.jsonl").read_text().splitlines()]
+    assert after[:1] == events and [event["frames"] for event in after] == [256, 512, 768]
+    members = job_dirs(tmp_path / "sw")
+    lr_of = dict(enumerate(lrs))
+    history = {number: [(0, lrs[number])] for number in range(4)}
+    parents: dict[int, list] = {number: [] for number in range(4)}
+    for event in after:
+        [(key, lr)] = event["settings"].items()
+        assert key == "algo.lr"
+        assert lr in (pytest.approx(lr_of[event["parent"]] * 0.8), pytest.approx(lr_of[event["parent"]] * 1.2))
+        lr_of[event["member"]] = lr
+        history[event["member"]].append((event["frames"], lr))
+        parents[event["member"]].append({"frames": event["frames"], "parent": event["parent"]})
+    for number, member in enumerate(members):
+        member_rows = [json.loads(line) for line in (member / "metrics.jsonl").read_text().splitlines()]
+        assert [row["step"] for row in member_rows] == list(range(128, 1025, 128))
+        for row in member_rows:
+            assert row["pbt/algo.lr"] == [lr for start, lr in history[number] if start < row["step"]][-1]
+        summary = json.loads((member / "summary.json").read_text())
+        assert summary["frames"] == 1024 and summary["pbt_parents"] == parents[number]
+        assert summary["pbt_settings"] == {"algo.lr": lr_of[number]}

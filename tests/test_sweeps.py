@@ -14,6 +14,7 @@ from commands import rlcollect as cli
 from commands import rlcollect_all as cli_all
 from commands import start_rlcollect
 from hydra import initialize_config_module
+from run_states import job_dirs
 from train_configs import train_configs as configs
 
 from rlcollect.algos.ppo import PPO
@@ -45,9 +46,6 @@ def metric_rows(run_dir: Path) -> list[dict]:
             for row in rows]
 
 
-def job_dirs(sweep_dir: Path) -> list[Path]:
-    folders = [path for path in sweep_dir.iterdir() if path.is_dir()]
-    return sorted(folders, key=lambda path: int(path.name.split("_")[0]))
 
 
 
@@ -670,6 +668,7 @@ def test_ctrl_c_stops_every_member_after_the_batch_and_each_resumes_alone(tmp_pa
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr and stderr.count("interrupted at frame") == 3
+    assert stderr.count("or continue every member of the sweep as it trained: `rlcollect train resume=sw`") == 1
     members = job_dirs(tmp_path / "sw")
     summaries = [json.loads((member / "summary.json").read_text()) for member in members]
     assert [summary["status"] for summary in summaries] == ["interrupted"] * 3

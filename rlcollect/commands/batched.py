@@ -14,6 +14,7 @@ from rlcollect.commands.jobs import (
     Job,
     failed_to_build,
     finished_lines,
+    folder_label,
     interrupted_line,
     interrupted_while_starting,
     objective_value,
@@ -25,6 +26,7 @@ from rlcollect.commands.jobs import (
 from rlcollect.commands.run_folders import hold_run_folder, release_run_folder
 from rlcollect.config import check_ranges
 from rlcollect.errors import ConfigError
+from rlcollect.run_files import sweep_folder
 from rlcollect.sweeps.pbt_options import PBTOptions
 
 
@@ -61,6 +63,8 @@ def train_held_members(members: list[tuple[DictConfig, Job, dict, int]], share: 
         live.append(index)
     if not live:
         return values
+    from rlcollect.logging.runs import pbt_settings_at
+    from rlcollect.pipeline.lifecycle import metric_rows
     from rlcollect.sweeps.pbt import PopulationTraining
     from rlcollect.sweeps.run import build_sweep
 
@@ -70,8 +74,12 @@ def train_held_members(members: list[tuple[DictConfig, Job, dict, int]], share: 
         population = None
         if pbt is not None and pbt.on:
             population = PopulationTraining(pbt, cfgs, [members[index][3] for index in live], sweep_dir)
+        checkpoints = resumed_checkpoints(jobs)
         sweep = build_sweep(cfgs, [job.run_dir for job in jobs], [members[index][2] for index in live],
-                            pbt=population)
+                            pbt=population, checkpoints=checkpoints)
+        if population is not None and checkpoints is not None:
+            frames = int(checkpoints[0]["frames"])
+            population.resume_at(frames, [pbt_settings_at(metric_rows(job.run_dir), frames) for job in jobs])
     except ConfigError as error:
         for job in jobs:
             refused(job, error)
@@ -105,8 +113,28 @@ def train_held_members(members: list[tuple[DictConfig, Job, dict, int]], share: 
             print(finished_lines(job, summary))
             values[index] = objective_value(members[index][0], summary, job.run_dir)
     if interrupted:
+        sweep = jobs[0].run_dir.parent
+        if share == 0 and sweep_folder(sweep):  # once per command, where its shares are several processes
+            print(f"rlcollect train: or continue every member of the sweep as it trained: `rlcollect train "
+                  f"resume={folder_label(sweep)}`", file=sys.stderr)
         raise SystemExit(128 + stop.signal_number)
     return values
+
+
+def resumed_checkpoints(jobs: list[Job]) -> list[dict] | None:
+    """Each member's checkpoint where the members resume (``Job.resume``: ``rlcollect train
+    resume=<sweep folder>``), else None; one that does not load is a ConfigError."""
+    if not any(job.resume for job in jobs):
+        return None
+    from rlcollect.checkpoint import CHECKPOINT_FILE, CheckpointError, load_checkpoint
+
+    checkpoints = []
+    for job in jobs:
+        try:
+            checkpoints.append(load_checkpoint(job.run_dir / CHECKPOINT_FILE))
+        except CheckpointError as error:
+            raise ConfigError(f"resume={job.run_dir}: {error}") from None
+    return checkpoints
 
 
 def member_of_batched_sweep(cfg: DictConfig) -> tuple[DictConfig, Job, dict, int]:

@@ -203,9 +203,14 @@ def interrupted_line(job: Job, frames: int, checkpoint_frames: int | None) -> st
 
 
 def job_dir_label(job: Job) -> str:
-    """The job's folder as a user types it: relative to the working folder when inside it."""
+    """The job's folder as a user types it (``folder_label``)."""
+    return folder_label(job.run_dir)
+
+
+def folder_label(path: Path) -> str:
+    """``path`` as a user types it: relative to the working folder when inside it."""
     cwd = Path.cwd().resolve()
-    folder = job.run_dir.resolve()
+    folder = path.resolve()
     return str(folder.relative_to(cwd)) if cwd in folder.parents else str(folder)
 
 

@@ -14,7 +14,8 @@ How a job ends, and what it leaves (docs/errors.md):
                                      run's folder is removed (it held only what Hydra wrote)
 
 A folder that holds a run already is never trained into again (``RunFolders``, a Hydra
-callback, refuses it before Hydra writes anything): `resume=<folder>` continues that run.
+callback, refuses it before Hydra writes anything): `resume=<folder>` continues that run,
+and `resume=<sweep folder>` every member of a sweep that can go on (commands/sweep_resume.py).
 
 In a sweep no job stops the others: each failed or refused job is listed at the end with
 its overrides (``SweepReport``, a Hydra callback), and the command exits 1.
@@ -54,12 +55,13 @@ from rlcollect.commands.jobs import (
     stop_on_signals,
     sweep_group,
 )
-from rlcollect.commands.overrides import in_resumed_run_folder, override_error_line, resume_overrides
+from rlcollect.commands.overrides import in_resumed_run_folder, override_error_line, resume_overrides, unquoted
 from rlcollect.commands.run_folders import STARTING, RefusedBeforeStart, hold_run_folder, release_run_folder
 from rlcollect.commands.sweep_report import SWEEP, report_sweep
 from rlcollect.config import check_ranges, logs_to_wandb, register_configs
 from rlcollect.errors import ConfigError
 from rlcollect.logging.wandb_start import start_wandb
+from rlcollect.run_files import sweep_folder
 
 register_configs()
 log = logging.getLogger(__name__)
@@ -143,6 +145,15 @@ def run_train(args: list[str]) -> int:
     the latter unless HYDRA_FULL_ERROR=1 asks for Hydra's own report. Ctrl-C before the job
     takes it over (Hydra composing, or writing the job's folder) is one line, exit 130, and
     what Hydra wrote of a single run's folder is removed."""
+    sweep = resumed_sweep(args)
+    if sweep is not None:  # resume=<sweep folder>: its members, as the sweep trained them
+        from rlcollect.commands.sweep_resume import resume_sweep
+
+        try:
+            return resume_sweep(sweep, [arg for arg in args if not arg.startswith("resume=")])
+        except KeyboardInterrupt:  # before its members took Ctrl-C over: nothing of theirs changed
+            print("rlcollect train: interrupted", file=sys.stderr)
+            return 128 + signal.SIGINT
     sys.argv = ["rlcollect train", *in_resumed_run_folder(args)]
     SWEEP.jobs, SWEEP.not_finished = 0, []
     STARTING.job, STARTING.sweep_dir = None, None
@@ -155,6 +166,16 @@ def run_train(args: list[str]) -> int:
         print(interrupted_outside_a_job(), file=sys.stderr)
         return 128 + signal.SIGINT
 
+
+
+def resumed_sweep(args: list[str]) -> Path | None:
+    """The folder of ``resume=<sweep folder>`` on a command line without ``--multirun``
+    (``run_files.sweep_folder``), else None."""
+    resume = [arg for arg in args if arg.startswith("resume=")]
+    if not resume or any(arg in ("--multirun", "-m") for arg in args):
+        return None
+    folder = Path(unquoted(resume[-1].split("=", 1)[1]))
+    return folder if folder.parts and sweep_folder(folder) else None
 
 
 def interrupted_outside_a_job() -> str:

@@ -224,6 +224,25 @@ def resume(run_dir: str | Path, overrides: dict | None = None, **build_kwargs) -
     ``total_frames``. Everything is checked, and the checkpoint loaded into the new parts,
     before any file of the run changes: any refusal is a ConfigError."""
     run_dir = Path(run_dir)
+    cfg, checkpoint = resume_checks(run_dir, overrides)
+    pipeline = build(cfg, run_dir, checkpoint=checkpoint, **build_kwargs)
+    frames = int(checkpoint["frames"])
+    log.info("resuming %s at frame %d", run_dir, frames)
+    settings = pbt_settings_at(metric_rows(run_dir), frames)
+    started = {key: OmegaConf.select(cfg, key) for key in settings}
+    changed = {key: (started[key], value) for key, value in settings.items() if started[key] != value}
+    if changed:  # a member of a population-based training sweep, resumed alone
+        log.warning("resume=%s: population-based training had changed its settings by frame %d (%s); resumed alone, "
+                    "it trains on with the starting ones of its %s", run_dir, frames,
+                    ", ".join(f"{key} {start} -> {now}" for key, (start, now) in changed.items()), CONFIG_FILE)
+    return pipeline
+
+
+def resume_checks(run_dir: Path, overrides: dict | None = None) -> tuple[DictConfig, dict]:
+    """What ``resume`` continues the run in ``run_dir`` from: its config with ``overrides``
+    applied and its checkpoint (loaded), or the ConfigError that refuses it (not a run
+    folder, no checkpoint yet, a damaged metrics row or checkpoint, a key a resume cannot
+    change, an ended run without a larger ``total_frames``). Reads only."""
     overrides = dict(overrides or {})
     if not (run_dir / CONFIG_FILE).is_file():
         raise ConfigError(f"resume={run_dir}: not a run folder (no {CONFIG_FILE})")
@@ -257,16 +276,7 @@ def resume(run_dir: str | Path, overrides: dict | None = None, **build_kwargs) -
                           f"already; resume it with total_frames > {frames}")
     for key, value in overrides.items():
         OmegaConf.update(cfg, key, value)
-    pipeline = build(cfg, run_dir, checkpoint=checkpoint, **build_kwargs)
-    log.info("resuming %s at frame %d", run_dir, frames)
-    settings = pbt_settings_at(rows, frames)
-    started = {key: OmegaConf.select(cfg, key) for key in settings}
-    changed = {key: (started[key], value) for key, value in settings.items() if started[key] != value}
-    if changed:  # a member of a population-based training sweep, resumed alone
-        log.warning("resume=%s: population-based training had changed its settings by frame %d (%s); resumed alone, "
-                    "it trains on with the starting ones of its %s", run_dir, frames,
-                    ", ".join(f"{key} {start} -> {now}" for key, (start, now) in changed.items()), CONFIG_FILE)
-    return pipeline
+    return cfg, checkpoint
 
 
 def metric_rows(run_dir: Path) -> list[dict]:

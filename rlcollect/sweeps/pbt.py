@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlcollect.config.fields import RANGE
 from rlcollect.errors import ConfigError
 from rlcollect.logging.runs import PBT_PREFIX
+from rlcollect.outputs import write_text_whole
 from rlcollect.pipeline.lifecycle import Pipeline
 from rlcollect.sweeps.grouping import STACKED_OPTIONS, lockstep_reason, stacked_kind
 from rlcollect.sweeps.pbt_options import PBTOptions
@@ -157,8 +158,22 @@ class PopulationTraining:
         self.ranges = setting_ranges(cfgs[0])
         self.total_frames = cfgs[0].total_frames
         self.path = Path(sweep_dir) / PBT_FILE
+        self.rng_seed = cfgs[0].seed
         self.rng = random.Random(cfgs[0].seed)  # PBT's own draws: which parent, which factor
         self.next_frames = options.every_frames
+        self.resumed: tuple[int, list[dict[str, float]]] | None = None  # (frames, each member's settings then)
+
+    def resume_at(self, frames: int, settings: Sequence[dict[str, float]]) -> None:
+        """The population goes on from its members' checkpoints at ``frames``, member m with
+        ``settings[m]`` (``algo.<key>``: what PBT had given it by then, its metrics rows'
+        ``pbt/`` entries): ``start`` sets them, cuts pbt.jsonl back to the events before
+        ``frames`` (a checkpoint at a step's frame holds the state before that step) and
+        takes the step due at ``frames`` again. Its draws then come from a generator seeded
+        with the first member's seed and ``frames``: another draw than the first part's."""
+        self.resumed = (frames, [dict(member_settings) for member_settings in settings])
+        self.rng = random.Random(f"{self.rng_seed}/{frames}")
+        every = self.options.every_frames
+        self.next_frames = -(-frames // every) * every  # the first step at or after the checkpoint
 
     def settings(self, members: Members, member: int) -> dict[str, float]:
         """Member ``member``'s explored settings now, as ``algo.<key>``."""
@@ -166,10 +181,28 @@ class PopulationTraining:
 
     def start(self, members: Members, pipelines: Sequence[Pipeline]) -> None:
         """Every member's summary (``pipelines[m]``, member m's): no parents yet, its
-        starting settings."""
-        for member, pipeline in enumerate(pipelines):
-            pipeline.progress.summary["pbt_parents"] = []
-            pipeline.progress.summary["pbt_settings"] = self.settings(members, member)
+        starting settings; a resumed population (``resume_at``): its parents so far, the
+        settings it had at its checkpoint, and the step due there."""
+        if self.resumed is None:
+            for member, pipeline in enumerate(pipelines):
+                pipeline.progress.summary["pbt_parents"] = []
+                pipeline.progress.summary["pbt_settings"] = self.settings(members, member)
+            return
+        frames, settings = self.resumed
+        for member, (pipeline, member_settings) in enumerate(zip(pipelines, settings)):
+            changed = {key.removeprefix("algo."): value for key, value in member_settings.items()
+                       if key.removeprefix("algo.") in self.keys}
+            if changed:
+                members.set_member_settings(member, changed)
+            summary = pipeline.progress.summary
+            summary["pbt_parents"] = [parent for parent in summary.get("pbt_parents", []) if parent["frames"] < frames]
+            summary["pbt_settings"] = self.settings(members, member)
+        if self.path.is_file():
+            kept = [line for line in self.path.read_text().splitlines(keepends=True)
+                    if line.strip() and json.loads(line)["frames"] < frames]
+            write_text_whole("pbt", self.path, "".join(kept))
+        if frames == self.next_frames:
+            self.after_batch(members, pipelines, range(len(pipelines)), frames)
 
     def log_settings(self, members: Members, pipelines: Sequence[Pipeline], member: int, frames: int) -> None:
         """``pbt/algo.<key>`` in the member's metrics row at ``frames``: the settings of the

@@ -1,0 +1,209 @@
+"""``rlcollect train resume=<sweep folder> [total_frames=N ...]``: every member of a sweep that
+can go on, resumed as the sweep trained it (docs/sweeps.md, "Resuming a sweep").
+
+The members of a ``hydra/launcher=batched`` sweep that trained as one batched model (the
+same settings but their own, checkpoints at the same frame) resume as one batched model
+again, in the sweep's ``hydra.launcher.processes`` processes, population-based training
+going on among them; a member that cannot share a model (its group has no other member that
+can go on, its collector does not batch, another launcher ran the sweep) resumes alone, as
+``rlcollect train resume=<member folder>`` resumes it, in a process of its own, one after the
+other. A member that finished or was solved is left as it is (unless ``total_frames`` takes
+it further); one that cannot resume (no checkpoint yet, a damaged file) is said in one line
+and the others go on. Nothing of a member's folder changes before its model starts.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+
+from rlcollect.commands.jobs import Job
+from rlcollect.errors import ConfigError
+from rlcollect.run_files import CONFIG_FILE, SUMMARY_FILE, SWEEP_FILE
+
+log = logging.getLogger(__name__)
+
+BATCHED_LAUNCHER = "hydra_plugins.rlcollect_batched.batched_launcher.BatchedLauncher"
+
+
+@dataclass
+class Member:
+    """A member of the sweep that can go on: its job number, config (the resume's overrides
+    applied), checkpoint frame and W&B names."""
+
+    number: int
+    folder: Path
+    cfg: DictConfig
+    frames: int
+    names: dict
+
+
+def resume_sweep(folder: Path, args: list[str]) -> int:
+    """The command's exit status: 0 when every member that could go on finished or was
+    solved; 1 when one failed or could not resume; 2 when nothing can resume (one line
+    each); 130 / 143 when stopped by a signal (every member checkpointed)."""
+    from rlcollect.pipeline.lifecycle import ENDED_STATUSES, run_status
+
+    logging.basicConfig(stream=sys.stdout, level=logging.INFO,
+                        format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+    try:
+        overrides = parse_overrides(folder, args)
+        launcher = sweep_launcher(folder)
+    except ConfigError as error:
+        print(f"rlcollect train: invalid configuration: {error}", file=sys.stderr)
+        return 2
+    members, refusals, ended = [], [], []
+    for member_dir in member_folders(folder):
+        status = run_status(member_dir)
+        if status in ENDED_STATUSES and "total_frames" not in overrides:
+            ended.append((member_dir, status, summary_frames(member_dir)))
+            continue
+        try:
+            members.append(member_to_resume(member_dir, overrides))
+        except ConfigError as error:
+            refusals.append(str(error))
+    for line in refusals:
+        print(f"rlcollect train: {line}", file=sys.stderr)
+    if not members:
+        if ended and not refusals:
+            print(f"rlcollect train: resume={folder}: every member of the sweep has ended ({len(ended)} finished or "
+                  f"solved); to train them on, resume it with total_frames > {max(frames for *_, frames in ended)}",
+                  file=sys.stderr)
+        elif not refusals:
+            print(f"rlcollect train: resume={folder}: the sweep holds no run folder to continue (its jobs stopped "
+                  "before Hydra made their folders); run it again", file=sys.stderr)
+        return 2
+    for member_dir, status, frames in ended:
+        log.info("%s: %s at %d frames, nothing to resume", member_dir, status, frames)
+    run_args = [arg for arg in args if not arg.startswith("hydra.")]  # what a member resumed alone takes
+    failed = resume_members(folder, members, launcher, overrides.get("hydra.launcher.processes"), run_args)
+    return 1 if failed or refusals else 0
+
+
+def summary_frames(member_dir: Path) -> int:
+    """The frames of a member's summary.json (0 where it cannot be read)."""
+    try:
+        return int(json.loads((member_dir / SUMMARY_FILE).read_text()).get("frames") or 0)
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 0
+
+
+def parse_overrides(folder: Path, args: list[str]) -> dict:
+    """The ``key=value`` arguments besides ``resume=`` (YAML values): the keys a resumed run
+    may change (lifecycle.RESUME_OVERRIDES) and ``hydra.launcher.processes``."""
+    from rlcollect.pipeline.lifecycle import RESUME_OVERRIDES
+
+    overrides = {}
+    for arg in args:
+        key, equals, value = arg.partition("=")
+        if not equals or key not in (*RESUME_OVERRIDES, "hydra.launcher.processes"):
+            raise ConfigError(f"resume={folder}: {arg}: a resumed sweep takes only {', '.join(RESUME_OVERRIDES)} "
+                              "and hydra.launcher.processes")
+        overrides[key] = yaml.safe_load(value)
+    return overrides
+
+
+def sweep_launcher(folder: Path) -> DictConfig | None:
+    """The launcher that ran the sweep (``hydra.launcher`` of its multirun.yaml) where it is
+    the batched one, else None (its members resume one by one)."""
+    try:
+        launcher = OmegaConf.load(folder / SWEEP_FILE).hydra.launcher
+    except Exception as error:  # noqa: BLE001 - a damaged or foreign file: said in one line
+        raise ConfigError(f"resume={folder}: cannot read its {SWEEP_FILE} ({' '.join(str(error).split())})") from None
+    return launcher if launcher.get("_target_") == BATCHED_LAUNCHER else None
+
+
+def member_folders(folder: Path) -> list[Path]:
+    """The sweep's run folders (``<job number>_<overrides>``, a config.yaml), by job number."""
+    folders = [path for path in folder.iterdir() if path.is_dir() and (path / CONFIG_FILE).is_file()
+               and path.name.split("_", 1)[0].isdigit()]
+    return sorted(folders, key=lambda path: int(path.name.split("_", 1)[0]))
+
+
+def member_to_resume(member_dir: Path, overrides: dict) -> Member:
+    """The member of ``member_dir`` as it resumes, or the ConfigError a resume of it alone
+    would give (lifecycle.resume_checks)."""
+    from rlcollect.pipeline.lifecycle import resume_checks
+
+    run_overrides = {key: value for key, value in overrides.items() if not key.startswith("hydra.")}
+    cfg, checkpoint = resume_checks(member_dir, run_overrides)
+    saved = checkpoint.get("run_names", {})
+    names = {key: saved.get(key) or None for key in ("name", "group", "job_type")}
+    return Member(int(member_dir.name.split("_", 1)[0]), member_dir, cfg, int(checkpoint["frames"]), names)
+
+
+def resume_members(folder: Path, members: list[Member], launcher: DictConfig | None, processes: int | None,
+                   run_args: list[str]) -> bool:
+    """Resume ``members`` (batched where they can share a model, in ``processes`` processes,
+    None: the sweep's; alone with ``run_args``); whether one failed."""
+    from rlcollect.commands.batched_launch import group_jobs, job_numbers
+    from rlcollect.sweeps.grouping import batch_refusal
+
+    if launcher is None:
+        groups = [[index] for index in range(len(members))]
+    else:
+        by_frames: dict[int, list[int]] = {}
+        for index, member in enumerate(members):
+            by_frames.setdefault(member.frames, []).append(index)
+        groups = [[indices[i] for i in group] for indices in by_frames.values()
+                  for group in group_jobs([members[i].cfg for i in indices], launcher.get("max_members"))]
+    failed = False
+    for group in sorted(groups):
+        numbers = job_numbers([members[index].number for index in group])
+        refusal = batch_refusal(members[group[0]].cfg) if launcher is not None else "another launcher ran the sweep"
+        if refusal is not None:
+            log.info("jobs %s resume one by one: %s", numbers, refusal)
+            for index in group:
+                failed |= resume_alone(members[index], run_args)
+            continue
+        if len(group) == 1:
+            log.info("job %s resumes at frame %d (no other member can share its model)", numbers,
+                     members[group[0]].frames)
+        else:
+            log.info("jobs %s resume at frame %d as one batched model of %d members", numbers,
+                     members[group[0]].frames, len(group))
+        failed |= resume_batched(folder, [members[index] for index in group], launcher, processes)
+    return failed
+
+
+def resume_batched(folder: Path, members: list[Member], launcher: DictConfig, processes: int | None) -> bool:
+    """``members`` trained on as one batched model (commands.batched.train_members), in the
+    sweep's processes, with its population-based training; whether one failed."""
+    from rlcollect.commands.batched import train_members
+    from rlcollect.commands.batched_launch import train_shares
+    from rlcollect.config import logs_to_wandb
+    from rlcollect.logging.wandb_start import start_wandb
+    from rlcollect.sweeps.pbt_options import pbt_options
+
+    if logs_to_wandb(members[0].cfg):
+        start_wandb()  # before torch (rlcollect/logging/wandb_start.py)
+    pbt = pbt_options(launcher.get("pbt"))
+    train = functools.partial(train_members, pbt=pbt, sweep_dir=folder) if pbt.on else train_members
+    jobs = [(member.cfg, Job(member.folder, True, [f"resume={member.folder}"], [], str(member.folder)), member.names,
+             member.number) for member in members]
+    processes = 1 if pbt.on else int(processes or launcher.get("processes") or 1)
+    values = train_shares(train, jobs, processes)
+    return any(value is None for value in values)
+
+
+def resume_alone(member: Member, args: list[str]) -> bool:
+    """``rlcollect train resume=<member folder> <args>`` in a process of its own (Ctrl-C
+    reaches it; this process waits for it to stop and then stops with its status); whether
+    it failed."""
+    command = [sys.executable, "-m", "rlcollect.cli", "train", f"resume={member.folder}", *args]
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the member's process stops after its batch
+    try:
+        code = subprocess.run(command, check=False).returncode
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        raise SystemExit(code)
+    return code != 0

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 from run_states import assert_equal_states, assert_same_summary_and_checkpoint, hashes, job_dirs, metric_rows
 from train_configs import train_configs as configs
 
+from rlcollect.analysis.wandb_offline import read_offline_run
 from rlcollect.checkpoint import load_checkpoint
 from rlcollect.errors import ConfigError
 from rlcollect.pipeline import build, resume, run
@@ -123,10 +124,12 @@ SWEEP = ["hydra/launcher=batched", "total_frames=512", "collector.frames_per_bat
 @pytest.mark.timeout(300)
 def test_a_sweep_resumes_its_members_as_one_batched_model_from_the_command_line(tmp_path):
     """``resume=<sweep folder>``: the members that can go on resume as one batched model (one
-    line says so, the sweep's two processes), each folder's rows following its first part's;
+    line says so, the sweep's two processes), each folder's rows and W&B run following its
+    first part's;
     a member without a checkpoint is said in one line, its files unchanged, exit 1; a sweep
     whose members have all ended, and a key a resume cannot change, are one line, exit 2."""
-    first = cli(tmp_path, "train", "--multirun", "seed=0,1,2", "hydra.launcher.processes=2", *SWEEP)
+    with_wandb = [override for override in SWEEP if override != "logger=none"]  # offline W&B runs, read back below
+    first = cli(tmp_path, "train", "--multirun", "seed=0,1,2", "hydra.launcher.processes=2", *with_wandb)
     assert first.returncode == 0, first.stderr
     members = job_dirs(tmp_path / "sw")
     rows = [metric_rows(member) for member in members]
@@ -155,6 +158,9 @@ def test_a_sweep_resumes_its_members_as_one_batched_model_from_the_command_line(
         summary = json.loads((member / "summary.json").read_text())
         assert summary["status"] == "finished" and summary["frames"] == 768 and summary["checkpoint_frames"] == 768
         assert load_checkpoint(member / "checkpoint.pt")["frames"] == 768
+        parts = sorted((member / "wandb").glob("offline-run-*"))
+        assert len(parts) == 2 and len({read_offline_run(part).run_id for part in parts}) == 1  # one W&B run, resumed
+        assert [row["_step"] for row in read_offline_run(parts[1]).history] == list(range(640, 769, 128))
     assert hashes(members[2]) == untouched
 
 

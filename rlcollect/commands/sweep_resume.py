@@ -179,12 +179,8 @@ def resume_batched(folder: Path, members: list[Member], launcher: DictConfig, pr
     sweep's processes, with its population-based training; whether one failed."""
     from rlcollect.commands.batched import train_members
     from rlcollect.commands.batched_launch import train_shares
-    from rlcollect.config import logs_to_wandb
-    from rlcollect.logging.wandb_start import start_wandb
     from rlcollect.sweeps.pbt_options import pbt_options
 
-    if logs_to_wandb(members[0].cfg):
-        start_wandb()  # before torch (rlcollect/logging/wandb_start.py)
     pbt = pbt_options(launcher.get("pbt"))
     train = functools.partial(train_members, pbt=pbt, sweep_dir=folder) if pbt.on else train_members
     jobs = [(member.cfg, Job(member.folder, True, [f"resume={member.folder}"], [], str(member.folder)), member.names,

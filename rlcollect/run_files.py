@@ -64,3 +64,8 @@ def sweep_folder(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` is a sweep's folder (Hydra's multirun.yaml, and no run of its own)."""
     path = Path(path)
     return (path / SWEEP_FILE).is_file() and not (path / CONFIG_FILE).is_file()
+
+
+def sweep_of(run_dir: str | os.PathLike[str]) -> Path | None:
+    """The sweep folder a run folder lies in (its nearest ``sweep_folder`` above it), else None."""
+    return next((folder for folder in Path(run_dir).resolve().parents if sweep_folder(folder)), None)

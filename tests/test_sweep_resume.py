@@ -148,7 +148,8 @@ def test_a_sweep_resumes_its_members_as_one_batched_model_from_the_command_line(
         "resume it with total_frames > 512")
     resumed = cli(tmp_path, "train", "resume=sw", "total_frames=768")
     assert resumed.returncode == 1, resumed.stderr
-    assert "jobs #0, #1 resume at frame 512 as one batched model of 2 members" in resumed.stdout
+    assert ("jobs #0, #1 resume at frame 512 as 2 batched models (1 + 1 members), each in a process of its own"
+            in resumed.stdout)
     assert resumed.stderr.strip().splitlines()[-1] == (
         f"rlcollect train: resume=sw/{members[2].name}: no checkpoint.pt to continue from: the run stopped before its "
         "first checkpoint (its metrics.jsonl has 4 rows, to frame 512); train it again in a new folder")
@@ -200,3 +201,20 @@ def test_a_population_goes_on_where_its_checkpoints_stopped(tmp_path):
         summary = json.loads((member / "summary.json").read_text())
         assert summary["frames"] == 1024 and summary["pbt_parents"] == parents[number]
         assert summary["pbt_settings"] == {"algo.lr": lr_of[number]}
+
+
+def test_a_sweeps_run_folders_are_found_by_job_number_nested_ones_included(tmp_path):
+    """Hydra nests a job's folder where an override names a config group (``buffer/storage``):
+    the sweep's run folders are those with a config.yaml beside a .hydra/, by job number;
+    Hydra's own .hydra/config.yaml and a folder without a job number are none."""
+    from rlcollect.commands.sweep_resume import member_folders
+
+    jobs = [tmp_path / "10_seed=1", tmp_path / "2_algo=dqn,buffer" / "storage=memmap,seed=0", tmp_path / "3_seed=2"]
+    for job in jobs:
+        (job / ".hydra").mkdir(parents=True)
+        (job / ".hydra" / "config.yaml").write_text("seed: 0\n")
+        (job / "config.yaml").write_text("seed: 0\n")
+    (jobs[2] / "config.yaml").unlink()  # a job that stopped before its run started
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "config.yaml").write_text("")
+    assert member_folders(tmp_path) == [jobs[1], jobs[0]]

@@ -26,7 +26,7 @@ from rlcollect.commands.jobs import (
 from rlcollect.commands.run_folders import hold_run_folder, release_run_folder
 from rlcollect.config import check_ranges
 from rlcollect.errors import ConfigError
-from rlcollect.run_files import sweep_folder
+from rlcollect.run_files import sweep_of
 from rlcollect.sweeps.pbt_options import PBTOptions
 
 
@@ -113,8 +113,8 @@ def train_held_members(members: list[tuple[DictConfig, Job, dict, int]], share: 
             print(finished_lines(job, summary))
             values[index] = objective_value(members[index][0], summary, job.run_dir)
     if interrupted:
-        sweep = jobs[0].run_dir.parent
-        if share == 0 and sweep_folder(sweep):  # once per command, where its shares are several processes
+        sweep = sweep_of(jobs[0].run_dir)
+        if share == 0 and sweep is not None:  # once per command, where its shares are several processes
             print(f"rlcollect train: or continue every member of the sweep as it trained: `rlcollect train "
                   f"resume={folder_label(sweep)}`", file=sys.stderr)
         raise SystemExit(128 + stop.signal_number)

@@ -27,7 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.commands.jobs import Job
 from rlcollect.errors import ConfigError
-from rlcollect.run_files import CONFIG_FILE, SUMMARY_FILE, SWEEP_FILE
+from rlcollect.run_files import CONFIG_FILE, HYDRA_DIR, SUMMARY_FILE, SWEEP_FILE
+from rlcollect.validation import check_positive_int
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
             ended.append((member_dir, status, summary_frames(member_dir)))
             continue
         try:
-            members.append(member_to_resume(member_dir, overrides))
+            members.append(member_to_resume(folder, member_dir, overrides))
         except ConfigError as error:
             refusals.append(str(error))
     for line in refusals:
@@ -108,6 +109,8 @@ def parse_overrides(folder: Path, args: list[str]) -> dict:
             raise ConfigError(f"resume={folder}: {arg}: a resumed sweep takes only {', '.join(RESUME_OVERRIDES)} "
                               "and hydra.launcher.processes")
         overrides[key] = yaml.safe_load(value)
+    if "hydra.launcher.processes" in overrides:
+        check_positive_int("hydra.launcher.processes", overrides["hydra.launcher.processes"])
     return overrides
 
 
@@ -122,14 +125,21 @@ def sweep_launcher(folder: Path) -> DictConfig | None:
 
 
 def member_folders(folder: Path) -> list[Path]:
-    """The sweep's run folders (``<job number>_<overrides>``, a config.yaml), by job number."""
-    folders = [path for path in folder.iterdir() if path.is_dir() and (path / CONFIG_FILE).is_file()
-               and path.name.split("_", 1)[0].isdigit()]
-    return sorted(folders, key=lambda path: int(path.name.split("_", 1)[0]))
+    """The sweep's run folders (a config.yaml, beside Hydra's .hydra/), by job number: each
+    under the folder Hydra names ``<job number>_<overrides>``, nested where an override
+    names a config group (``0_buffer/storage=memmap,seed=0``)."""
+    folders = {}
+    for config in folder.rglob(CONFIG_FILE):
+        job = config.parent
+        parts = job.relative_to(folder).parts
+        number = parts[0].split("_", 1)[0] if parts else ""
+        if number.isdigit() and (job / HYDRA_DIR).is_dir() and HYDRA_DIR not in parts:
+            folders[job] = int(number)
+    return sorted(folders, key=lambda job: (folders[job], str(job)))
 
 
-def member_to_resume(member_dir: Path, overrides: dict) -> Member:
-    """The member of ``member_dir`` as it resumes, or the ConfigError a resume of it alone
+def member_to_resume(folder: Path, member_dir: Path, overrides: dict) -> Member:
+    """The member of ``member_dir`` (in the sweep ``folder``) as it resumes, or the ConfigError a resume of it alone
     would give (lifecycle.resume_checks)."""
     from rlcollect.pipeline.lifecycle import resume_checks
 
@@ -137,15 +147,17 @@ def member_to_resume(member_dir: Path, overrides: dict) -> Member:
     cfg, checkpoint = resume_checks(member_dir, run_overrides)
     saved = checkpoint.get("run_names", {})
     names = {key: saved.get(key) or None for key in ("name", "group", "job_type")}
-    return Member(int(member_dir.name.split("_", 1)[0]), member_dir, cfg, int(checkpoint["frames"]), names)
+    return Member(int(member_dir.relative_to(folder).parts[0].split("_", 1)[0]), member_dir, cfg,
+                  int(checkpoint["frames"]), names)
 
 
 def resume_members(folder: Path, members: list[Member], launcher: DictConfig | None, processes: int | None,
                    run_args: list[str]) -> bool:
     """Resume ``members`` (batched where they can share a model, in ``processes`` processes,
     None: the sweep's; alone with ``run_args``); whether one failed."""
-    from rlcollect.commands.batched_launch import group_jobs, job_numbers
+    from rlcollect.commands.batched_launch import group_jobs, job_numbers, shares
     from rlcollect.sweeps.grouping import batch_refusal
+    from rlcollect.sweeps.pbt_options import pbt_options
 
     if launcher is None:
         groups = [[index] for index in range(len(members))]
@@ -164,19 +176,24 @@ def resume_members(folder: Path, members: list[Member], launcher: DictConfig | N
             for index in group:
                 failed |= resume_alone(members[index], run_args)
             continue
+        # population-based training exchanges weights within one process
+        model_processes = 1 if pbt_options(launcher.get("pbt")).on else processes or launcher.get("processes") or 1
+        parts = shares(len(group), model_processes)
+        frames = members[group[0]].frames
         if len(group) == 1:
-            log.info("job %s resumes at frame %d (no other member can share its model)", numbers,
-                     members[group[0]].frames)
+            log.info("job %s resumes at frame %d (no other member can share its model)", numbers, frames)
+        elif len(parts) == 1:
+            log.info("jobs %s resume at frame %d as one batched model of %d members", numbers, frames, len(group))
         else:
-            log.info("jobs %s resume at frame %d as one batched model of %d members", numbers,
-                     members[group[0]].frames, len(group))
-        failed |= resume_batched(folder, [members[index] for index in group], launcher, processes)
+            log.info("jobs %s resume at frame %d as %d batched models (%s members), each in a process of its own",
+                     numbers, frames, len(parts), " + ".join(str(len(part)) for part in parts))
+        failed |= resume_batched(folder, [members[index] for index in group], launcher, model_processes)
     return failed
 
 
-def resume_batched(folder: Path, members: list[Member], launcher: DictConfig, processes: int | None) -> bool:
-    """``members`` trained on as one batched model (commands.batched.train_members), in the
-    sweep's processes, with its population-based training; whether one failed."""
+def resume_batched(folder: Path, members: list[Member], launcher: DictConfig, processes: int) -> bool:
+    """``members`` trained on as one batched model (commands.batched.train_members), in
+    ``processes`` processes, with the sweep's population-based training; whether one failed."""
     from rlcollect.commands.batched import train_members
     from rlcollect.commands.batched_launch import train_shares
     from rlcollect.sweeps.pbt_options import pbt_options
@@ -185,7 +202,6 @@ def resume_batched(folder: Path, members: list[Member], launcher: DictConfig, pr
     train = functools.partial(train_members, pbt=pbt, sweep_dir=folder) if pbt.on else train_members
     jobs = [(member.cfg, Job(member.folder, True, [f"resume={member.folder}"], [], str(member.folder)), member.names,
              member.number) for member in members]
-    processes = 1 if pbt.on else int(processes or launcher.get("processes") or 1)
     values = train_shares(train, jobs, processes)
     return any(value is None for value in values)
 

@@ -146,7 +146,7 @@ def test_a_sweep_resumes_its_members_as_one_batched_model_from_the_command_line(
     assert ended.stderr.strip().splitlines()[-1] == (
         "rlcollect train: resume=sw: every member of the sweep has ended (3 finished or solved); to train them on, "
         "resume it with total_frames > 512")
-    resumed = cli(tmp_path, "train", "resume=sw", "total_frames=768")
+    resumed = cli(tmp_path, "train", "--multirun", "resume=sw", "total_frames=768")  # --multirun or not: the same
     assert resumed.returncode == 1, resumed.stderr
     assert ("jobs #0, #1 resume at frame 512 as 2 batched models (1 + 1 members), each in a process of its own"
             in resumed.stdout)
@@ -163,6 +163,7 @@ def test_a_sweep_resumes_its_members_as_one_batched_model_from_the_command_line(
         assert len(parts) == 2 and len({read_offline_run(part).run_id for part in parts}) == 1  # one W&B run, resumed
         assert [row["_step"] for row in read_offline_run(parts[1]).history] == list(range(640, 769, 128))
     assert hashes(members[2]) == untouched
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["sw"]  # no other record (no multirun/<date>/)
 
 
 @pytest.mark.timeout(300)

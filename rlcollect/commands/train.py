@@ -150,7 +150,8 @@ def run_train(args: list[str]) -> int:
         from rlcollect.commands.sweep_resume import resume_sweep
 
         try:
-            return resume_sweep(sweep, [arg for arg in args if not arg.startswith("resume=")])
+            return resume_sweep(sweep, [arg for arg in args if not arg.startswith("resume=")
+                                        and arg not in ("--multirun", "-m")])
         except KeyboardInterrupt:  # before its members took Ctrl-C over: nothing of theirs changed
             print("rlcollect train: interrupted", file=sys.stderr)
             return 128 + signal.SIGINT
@@ -169,10 +170,10 @@ def run_train(args: list[str]) -> int:
 
 
 def resumed_sweep(args: list[str]) -> Path | None:
-    """The folder of ``resume=<sweep folder>`` on a command line without ``--multirun``
-    (``run_files.sweep_folder``), else None."""
+    """The folder of ``resume=<sweep folder>`` (``run_files.sweep_folder``; with or without
+    ``--multirun``), else None."""
     resume = [arg for arg in args if arg.startswith("resume=")]
-    if not resume or any(arg in ("--multirun", "-m") for arg in args):
+    if not resume:
         return None
     folder = Path(unquoted(resume[-1].split("=", 1)[1]))
     return folder if folder.parts and sweep_folder(folder) else None

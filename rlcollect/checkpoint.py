@@ -72,20 +72,21 @@ def state_bytes(state) -> int:
     return 0
 
 
-def load_checkpoint(path: str | Path) -> dict:
+def load_checkpoint(path: str | Path, *, mmap: bool = False) -> dict:
     """The checkpoint at ``path``; if it is corrupt or incomplete, the previous one
-    (``path.prev``) when that loads, saying so; else a CheckpointError naming the file."""
+    (``path.prev``) when that loads, saying so; else a CheckpointError naming the file.
+    ``mmap``: its tensors mapped from the file, not read into memory (what a check reads)."""
     path = Path(path)
     if not path.is_file() and not previous_path(path).is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
     try:
-        return _load(path)
+        return _load(path, mmap=mmap)
     except (CheckpointError, FileNotFoundError) as error:
         previous = previous_path(path)
         if not previous.is_file():
             raise CheckpointError(f"{error}; no previous checkpoint ({previous.name}) to fall back to") from None
         try:
-            state = _load(previous)
+            state = _load(previous, mmap=mmap)
         except CheckpointError as previous_error:
             raise CheckpointError(f"{error}; the previous one is no better: {previous_error}") from None
         log.warning("%s; falling back to the previous checkpoint %s", error, previous)

@@ -144,7 +144,7 @@ def member_to_resume(folder: Path, member_dir: Path, overrides: dict) -> Member:
     from rlcollect.pipeline.lifecycle import resume_checks
 
     run_overrides = {key: value for key, value in overrides.items() if not key.startswith("hydra.")}
-    cfg, checkpoint = resume_checks(member_dir, run_overrides)
+    cfg, checkpoint = resume_checks(member_dir, run_overrides, mmap=True)  # its model's process loads it
     saved = checkpoint.get("run_names", {})
     names = {key: saved.get(key) or None for key in ("name", "group", "job_type")}
     return Member(int(member_dir.relative_to(folder).parts[0].split("_", 1)[0]), member_dir, cfg,

@@ -238,11 +238,12 @@ def resume(run_dir: str | Path, overrides: dict | None = None, **build_kwargs) -
     return pipeline
 
 
-def resume_checks(run_dir: Path, overrides: dict | None = None) -> tuple[DictConfig, dict]:
+def resume_checks(run_dir: Path, overrides: dict | None = None, *, mmap: bool = False) -> tuple[DictConfig, dict]:
     """What ``resume`` continues the run in ``run_dir`` from: its config with ``overrides``
-    applied and its checkpoint (loaded), or the ConfigError that refuses it (not a run
-    folder, no checkpoint yet, a damaged metrics row or checkpoint, a key a resume cannot
-    change, an ended run without a larger ``total_frames``). Reads only."""
+    applied and its checkpoint (loaded; ``mmap``: its tensors mapped from the file, for a
+    check that reads only its frames and names), or the ConfigError that refuses it (not a
+    run folder, no checkpoint yet, a damaged metrics row or checkpoint, a key a resume
+    cannot change, an ended run without a larger ``total_frames``). Reads only."""
     overrides = dict(overrides or {})
     if not (run_dir / CONFIG_FILE).is_file():
         raise ConfigError(f"resume={run_dir}: not a run folder (no {CONFIG_FILE})")
@@ -263,7 +264,7 @@ def resume_checks(run_dir: Path, overrides: dict | None = None) -> tuple[DictCon
         raise ConfigError(f"resume={run_dir}: its {CONFIG_FILE} was written by an rlcollect without `_target_` "
                           "configs; rerun it with this version")
     try:
-        checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE)
+        checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE, mmap=mmap)
     except CheckpointError as error:
         raise ConfigError(f"resume={run_dir}: {error}") from None
     frames = int(checkpoint["frames"])

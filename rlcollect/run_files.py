@@ -69,3 +69,23 @@ def sweep_folder(path: str | os.PathLike[str]) -> bool:
 def sweep_of(run_dir: str | os.PathLike[str]) -> Path | None:
     """The sweep folder a run folder lies in (its nearest ``sweep_folder`` above it), else None."""
     return next((folder for folder in Path(run_dir).resolve().parents if sweep_folder(folder)), None)
+
+
+def sweep_runs(folder: str | os.PathLike[str]) -> list[Path]:
+    """The run folders of the sweep in ``folder`` (those holding ``run_files``), by job
+    number: each under the folder Hydra names ``<job number>_<overrides>``, nested where an
+    override names a config group (``0_algo=dqn,buffer/storage=memmap,seed=0``); a run's
+    own record folders are not searched."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    found: list[tuple[int, Path]] = []
+    for job in folder.iterdir():
+        number = job.name.split("_", 1)[0]
+        if not (job.is_dir() and number.isdigit()):
+            continue
+        for path, subfolders, _ in os.walk(job):
+            if run_files(path):
+                found.append((int(number), Path(path)))
+                subfolders.clear()  # a run's own folders (.hydra/, wandb/ ...) hold no other run
+    return [path for _, path in sorted(found, key=lambda item: (item[0], str(item[1])))]

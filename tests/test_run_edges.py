@@ -264,8 +264,8 @@ def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):
         "`rlcollect train resume=runs/run`, or train a new run in another folder (hydra.run.dir=<new folder>)"]
     assert again_sweep.stderr.splitlines() == [
         "rlcollect train: invalid configuration: hydra.sweep.dir=runs/sweep holds the runs of an earlier sweep (2 run "
-        "folders): continue one with `rlcollect train resume=runs/sweep/<its folder>`, or sweep into another folder "
-        "(hydra.sweep.dir=<new folder>)"]
+        "folders): continue it with `rlcollect train resume=runs/sweep` (one run: resume=runs/sweep/<its folder>), "
+        "or sweep into another folder (hydra.sweep.dir=<new folder>)"]
     assert hashes(tmp_path) == before
     assert sorted(path.name for path in tmp_path.iterdir()) == ["empty", "runs"]
     # nor into one of a run's own folders (a folder beside them is another's)

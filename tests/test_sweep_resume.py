@@ -206,16 +206,24 @@ def test_a_population_goes_on_where_its_checkpoints_stopped(tmp_path):
 
 def test_a_sweeps_run_folders_are_found_by_job_number_nested_ones_included(tmp_path):
     """Hydra nests a job's folder where an override names a config group (``buffer/storage``):
-    the sweep's run folders are those with a config.yaml beside a .hydra/, by job number;
-    Hydra's own .hydra/config.yaml and a folder without a job number are none."""
-    from rlcollect.commands.sweep_resume import member_folders
+    a sweep's run folders (any run file, Hydra's .hydra/ included) are found by job number
+    there too; a run's own .hydra/ and wandb/ hold no other run, and a folder without a job
+    number is none. The sweep cannot be swept into again."""
+    from rlcollect.run_files import sweep_runs
 
     jobs = [tmp_path / "10_seed=1", tmp_path / "2_algo=dqn,buffer" / "storage=memmap,seed=0", tmp_path / "3_seed=2"]
     for job in jobs:
         (job / ".hydra").mkdir(parents=True)
         (job / ".hydra" / "config.yaml").write_text("seed: 0\n")
+        (job / "wandb" / "run").mkdir(parents=True)
+        (job / "wandb" / "run" / "config.yaml").write_text("")
+    for job in jobs[:2]:
         (job / "config.yaml").write_text("seed: 0\n")
-    (jobs[2] / "config.yaml").unlink()  # a job that stopped before its run started
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "config.yaml").write_text("")
-    assert member_folders(tmp_path) == [jobs[1], jobs[0]]
+    assert sweep_runs(tmp_path) == [jobs[1], jobs[2], jobs[0]]
+    (tmp_path / "multirun.yaml").write_text("hydra: {}\n")
+    again = cli(tmp_path, "train", "--multirun", "seed=0,1", f"hydra.sweep.dir={tmp_path}", "logger=none")
+    assert again.returncode == 2
+    assert f"holds the runs of an earlier sweep (3 run folders): continue it with `rlcollect train resume={tmp_path}`" \
+        in again.stderr

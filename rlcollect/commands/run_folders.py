@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from rlcollect.commands.jobs import Job, hydra_files
 from rlcollect.errors import ConfigError
-from rlcollect.run_files import CONFIG_FILE, owning_run, run_files
+from rlcollect.run_files import CONFIG_FILE, owning_run, run_files, sweep_runs
 
 
 class RefusedBeforeStart(BaseException):
@@ -60,12 +60,12 @@ class RunFolders(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         folder = Path(config.hydra.sweep.dir)
         refuse_a_run_in(folder, "hydra.sweep.dir", "sweep into")
-        jobs = sorted(job for job in folder.iterdir() if job.is_dir() and run_files(job)) if folder.is_dir() else []
+        jobs = sweep_runs(folder)
         if jobs:
             raise RefusedBeforeStart(ConfigError(
                 f"hydra.sweep.dir={folder} holds the runs of an earlier sweep ({len(jobs)} run folder"
-                f"{'s' if len(jobs) > 1 else ''}): continue one with `rlcollect train resume={folder}/<its folder>`, "
-                f"or sweep into another folder (hydra.sweep.dir=<new folder>)"))
+                f"{'s' if len(jobs) > 1 else ''}): continue it with `rlcollect train resume={folder}` (one run: "
+                f"resume={folder}/<its folder>), or sweep into another folder (hydra.sweep.dir=<new folder>)"))
         STARTING.sweep_dir = folder
 
 

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.commands.jobs import Job
 from rlcollect.errors import ConfigError
-from rlcollect.run_files import CONFIG_FILE, HYDRA_DIR, SUMMARY_FILE, SWEEP_FILE
+from rlcollect.run_files import SUMMARY_FILE, SWEEP_FILE, sweep_runs
 from rlcollect.validation import check_positive_int
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
         print(f"rlcollect train: invalid configuration: {error}", file=sys.stderr)
         return 2
     members, refusals, ended = [], [], []
-    for member_dir in member_folders(folder):
+    for member_dir in sweep_runs(folder):
         status = run_status(member_dir)
         if status in ENDED_STATUSES and "total_frames" not in overrides:
             ended.append((member_dir, status, summary_frames(member_dir)))
@@ -122,20 +122,6 @@ def sweep_launcher(folder: Path) -> DictConfig | None:
     except Exception as error:  # noqa: BLE001 - a damaged or foreign file: said in one line
         raise ConfigError(f"resume={folder}: cannot read its {SWEEP_FILE} ({' '.join(str(error).split())})") from None
     return launcher if launcher.get("_target_") == BATCHED_LAUNCHER else None
-
-
-def member_folders(folder: Path) -> list[Path]:
-    """The sweep's run folders (a config.yaml, beside Hydra's .hydra/), by job number: each
-    under the folder Hydra names ``<job number>_<overrides>``, nested where an override
-    names a config group (``0_buffer/storage=memmap,seed=0``)."""
-    folders = {}
-    for config in folder.rglob(CONFIG_FILE):
-        job = config.parent
-        parts = job.relative_to(folder).parts
-        number = parts[0].split("_", 1)[0] if parts else ""
-        if number.isdigit() and (job / HYDRA_DIR).is_dir() and HYDRA_DIR not in parts:
-            folders[job] = int(number)
-    return sorted(folders, key=lambda job: (folders[job], str(job)))
 
 
 def member_to_resume(folder: Path, member_dir: Path, overrides: dict) -> Member:

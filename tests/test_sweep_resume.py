@@ -148,7 +148,7 @@ def test_a_sweep_resumes_its_members_as_one_batched_model_from_the_command_line(
         "resume it with total_frames > 512")
     resumed = cli(tmp_path, "train", "--multirun", "resume=sw", "total_frames=768")  # --multirun or not: the same
     assert resumed.returncode == 1, resumed.stderr
-    assert ("jobs #0, #1 resume at frame 512 as 2 batched models (1 + 1 members), each in a process of its own"
+    assert ("jobs #0, #1 at frame 512 resume as 2 batched models (1 + 1 members), each in a process of its own"
             in resumed.stdout)
     assert resumed.stderr.strip().splitlines()[-1] == (
         f"rlcollect train: resume=sw/{members[2].name}: no checkpoint.pt to continue from: the run stopped before its "
@@ -164,6 +164,26 @@ def test_a_sweep_resumes_its_members_as_one_batched_model_from_the_command_line(
         assert [row["_step"] for row in read_offline_run(parts[1]).history] == list(range(640, 769, 128))
     assert hashes(members[2]) == untouched
     assert sorted(path.name for path in tmp_path.iterdir()) == ["sw"]  # no other record (no multirun/<date>/)
+
+
+@pytest.mark.timeout(300)
+def test_members_at_two_frames_resume_as_two_models_at_once(tmp_path):
+    """A sweep stopped while its two processes were at other batches: the members of each
+    frame resume as a model of their own, both models at once, one process each; each
+    member's rows are cut back to its checkpoint and continued. (Members 2 and 3 fall back
+    to their previous checkpoints, of their first batch, as after a crash while writing one.)"""
+    first = cli(tmp_path, "train", "--multirun", "seed=0,1,2,3", "hydra.launcher.processes=2", *SWEEP)
+    assert first.returncode == 0, first.stderr
+    members = job_dirs(tmp_path / "sw")
+    for member in members[2:]:
+        (member / "checkpoint.pt").unlink()
+    resumed = cli(tmp_path, "train", "resume=sw", "total_frames=768")
+    assert resumed.returncode == 0, resumed.stderr
+    assert ("jobs #0, #1 at frame 512; jobs #2, #3 at frame 128 resume as 2 batched models (2 + 2 members), each in "
+            "a process of its own") in resumed.stdout
+    for member in members:
+        assert [row["step"] for row in metric_rows(member)] == list(range(128, 769, 128))
+        assert json.loads((member / "summary.json").read_text())["frames"] == 768
 
 
 @pytest.mark.timeout(300)

@@ -215,17 +215,18 @@ def shares(count: int, processes: int) -> list[range]:
     return [range(start, end) for start, end in zip(bounds, bounds[1:])]
 
 
-def train_shares(train: Callable[[list, int], list], members: list, processes: int) -> list:
+def train_shares(train: Callable[[list, int], list], members: list, processes: int,
+                 parts: Sequence[range] | None = None) -> list:
     """``train(members, 0)`` (``train_members``: each member's value) with the members cut
-    into ``processes`` shares trained at once, share ``i`` as ``train(its members, i)``, each
-    as a batched model of its own: the first in
+    into ``processes`` shares (or the consecutive ``parts`` given) trained at once, share
+    ``i`` as ``train(its members, i)``, each as a batched model of its own: the first in
     this process, each other in a process forked from it (it has every import, the
     members' configs and folders; it sends back its values). The processes share nothing
     else, so each member trains as it would in one model. A share stopped by a signal
     (exit 130, 143) stops the command with its code once every share has ended; a share
     whose process died leaves its members as far as they got, reported in one line. No share
     outlives this process: each ends with it, even killed with SIGKILL (``end_with_parent``)."""
-    parts = shares(len(members), processes)
+    parts = list(parts) if parts is not None else shares(len(members), processes)
     if len(parts) == 1:
         return train(members, 0)
     context = multiprocessing.get_context("fork")

@@ -139,47 +139,75 @@ def member_to_resume(folder: Path, member_dir: Path, overrides: dict) -> Member:
 
 def resume_members(folder: Path, members: list[Member], launcher: DictConfig | None, processes: int | None,
                    run_args: list[str]) -> bool:
-    """Resume ``members`` (batched where they can share a model, in ``processes`` processes,
-    None: the sweep's; alone with ``run_args``); whether one failed."""
-    from rlcollect.commands.batched_launch import group_jobs, job_numbers, shares
+    """Resume ``members``: those that can share a model batched, in ``processes`` processes
+    (None: the sweep's), the others alone with ``run_args``; whether one failed."""
+    from rlcollect.commands.batched_launch import group_jobs
     from rlcollect.sweeps.grouping import batch_refusal
     from rlcollect.sweeps.pbt_options import pbt_options
 
     if launcher is None:
         groups = [[index] for index in range(len(members))]
     else:
-        by_frames: dict[int, list[int]] = {}
-        for index, member in enumerate(members):
-            by_frames.setdefault(member.frames, []).append(index)
-        groups = [[indices[i] for i in group] for indices in by_frames.values()
-                  for group in group_jobs([members[i].cfg for i in indices], launcher.get("max_members"))]
+        groups = group_jobs([member.cfg for member in members], launcher.get("max_members"))
     failed = False
-    for group in sorted(groups):
-        numbers = job_numbers([members[index].number for index in group])
-        refusal = batch_refusal(members[group[0]].cfg) if launcher is not None else "another launcher ran the sweep"
+    for group in groups:
+        group_members = [members[index] for index in group]
+        refusal = batch_refusal(group_members[0].cfg) if launcher is not None else "another launcher ran the sweep"
         if refusal is not None:
-            log.info("jobs %s resume one by one: %s", numbers, refusal)
-            for index in group:
-                failed |= resume_alone(members[index], run_args)
+            log.info("jobs %s resume one by one: %s", numbers_of(group_members), refusal)
+            for member in group_members:
+                failed |= resume_alone(member, run_args)
             continue
         # population-based training exchanges weights within one process
         model_processes = 1 if pbt_options(launcher.get("pbt")).on else processes or launcher.get("processes") or 1
-        parts = shares(len(group), model_processes)
-        frames = members[group[0]].frames
-        if len(group) == 1:
-            log.info("job %s resumes at frame %d (no other member can share its model)", numbers, frames)
-        elif len(parts) == 1:
-            log.info("jobs %s resume at frame %d as one batched model of %d members", numbers, frames, len(group))
-        else:
-            log.info("jobs %s resume at frame %d as %d batched models (%s members), each in a process of its own",
-                     numbers, frames, len(parts), " + ".join(str(len(part)) for part in parts))
-        failed |= resume_batched(folder, [members[index] for index in group], launcher, model_processes)
+        failed |= resume_models(folder, group_members, launcher, model_processes)
     return failed
 
 
-def resume_batched(folder: Path, members: list[Member], launcher: DictConfig, processes: int) -> bool:
-    """``members`` trained on as one batched model (commands.batched.train_members), in
-    ``processes`` processes, with the sweep's population-based training; whether one failed."""
+def resume_models(folder: Path, members: list[Member], launcher: DictConfig, processes: int) -> bool:
+    """Members that would share a model, resumed as models of the members at one checkpoint
+    frame each (a sweep stopped while its processes were at other batches: each process's
+    share), as many at once as ``processes`` allows, each in processes of its own; whether
+    one failed."""
+    from rlcollect.commands.batched_launch import shares
+
+    by_frames: dict[int, list[Member]] = {}
+    for member in members:
+        by_frames.setdefault(member.frames, []).append(member)
+    models = list(by_frames.values())
+    failed = False
+    for start in range(0, len(models), processes):
+        wave = models[start:start + processes]
+        each = max(1, processes // len(wave))  # the processes each model of this wave trains in
+        ordered: list[Member] = []
+        parts: list[range] = []
+        for model in wave:
+            parts += [range(len(ordered) + part.start, len(ordered) + part.stop) for part in shares(len(model), each)]
+            ordered += model
+        described = "; ".join(f"jobs {numbers_of(model)} at frame {model[0].frames}" for model in wave)
+        if len(ordered) == 1:
+            log.info("job %s resumes at frame %d (no other member can share its model)", numbers_of(ordered),
+                     ordered[0].frames)
+        elif len(parts) == 1:
+            log.info("jobs %s resume at frame %d as one batched model of %d members", numbers_of(ordered),
+                     ordered[0].frames, len(ordered))
+        else:
+            log.info("%s resume as %d batched models (%s members), each in a process of its own", described,
+                     len(parts), " + ".join(str(len(part)) for part in parts))
+        failed |= resume_batched(folder, ordered, launcher, parts)
+    return failed
+
+
+def numbers_of(members: list[Member]) -> str:
+    from rlcollect.commands.batched_launch import job_numbers
+
+    return job_numbers([member.number for member in members])
+
+
+def resume_batched(folder: Path, members: list[Member], launcher: DictConfig, parts: list[range]) -> bool:
+    """``members`` trained on as batched models (commands.batched.train_members), one per
+    part of ``parts``, each in a process of its own, with the sweep's population-based
+    training; whether one failed."""
     from rlcollect.commands.batched import train_members
     from rlcollect.commands.batched_launch import train_shares
     from rlcollect.sweeps.pbt_options import pbt_options
@@ -188,7 +216,7 @@ def resume_batched(folder: Path, members: list[Member], launcher: DictConfig, pr
     train = functools.partial(train_members, pbt=pbt, sweep_dir=folder) if pbt.on else train_members
     jobs = [(member.cfg, Job(member.folder, True, [f"resume={member.folder}"], [], str(member.folder)), member.names,
              member.number) for member in members]
-    values = train_shares(train, jobs, processes)
+    values = train_shares(train, jobs, len(parts), parts)
     return any(value is None for value in values)
 
 

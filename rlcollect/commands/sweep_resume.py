@@ -32,9 +32,6 @@ from rlcollect.validation import check_positive_int
 
 log = logging.getLogger(__name__)
 
-BATCHED_LAUNCHER = "hydra_plugins.rlcollect_batched.batched_launcher.BatchedLauncher"
-
-
 @dataclass
 class Member:
     """A member of the sweep that can go on: its job number, config (the resume's overrides
@@ -121,7 +118,10 @@ def sweep_launcher(folder: Path) -> DictConfig | None:
         launcher = OmegaConf.load(folder / SWEEP_FILE).hydra.launcher
     except Exception as error:  # noqa: BLE001 - a damaged or foreign file: said in one line
         raise ConfigError(f"resume={folder}: cannot read its {SWEEP_FILE} ({' '.join(str(error).split())})") from None
-    return launcher if launcher.get("_target_") == BATCHED_LAUNCHER else None
+    from hydra_plugins.rlcollect_batched.batched_launcher import BatchedLauncher
+
+    batched = f"{BatchedLauncher.__module__}.{BatchedLauncher.__qualname__}"  # the _target_ its config names
+    return launcher if launcher.get("_target_") == batched else None
 
 
 def member_to_resume(folder: Path, member_dir: Path, overrides: dict) -> Member:

@@ -190,8 +190,10 @@ class PopulationTraining:
             return
         frames, settings = self.resumed
         for member, (pipeline, member_settings) in enumerate(zip(pipelines, settings)):
-            changed = {key.removeprefix("algo."): value for key, value in member_settings.items()
-                       if key.removeprefix("algo.") in self.keys}
+            # what the checkpoint did not bring back (PPO's lr comes from the config; SAC's tuned alpha is loaded)
+            changed = {key: value for key, value in ((key.removeprefix("algo."), value)
+                                                     for key, value in member_settings.items())
+                       if key in self.keys and float(members.member_setting(member, key)) != value}
             if changed:
                 members.set_member_settings(member, changed)
             summary = pipeline.progress.summary

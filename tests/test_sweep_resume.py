@@ -13,6 +13,7 @@ from train_configs import train_configs as configs
 
 from rlcollect.analysis.wandb_offline import read_offline_run
 from rlcollect.checkpoint import load_checkpoint
+from rlcollect.commands.run_folders import hold_run_folder, release_run_folder
 from rlcollect.errors import ConfigError
 from rlcollect.pipeline import build, resume, run
 from rlcollect.sweeps.run import build_sweep
@@ -127,7 +128,8 @@ def test_a_sweep_resumes_its_members_as_one_batched_model_from_the_command_line(
     line says so, the sweep's two processes), each folder's rows and W&B run following its
     first part's;
     a member without a checkpoint is said in one line, its files unchanged, exit 1; a sweep
-    whose members have all ended, and a key a resume cannot change, are one line, exit 2."""
+    whose members have all ended, a key a resume cannot change, and members another process
+    trains now are one line each, exit 2, nothing changed."""
     with_wandb = [override for override in SWEEP if override != "logger=none"]  # offline W&B runs, read back below
     first = cli(tmp_path, "train", "--multirun", "seed=0,1,2", "hydra.launcher.processes=2", *with_wandb)
     assert first.returncode == 0, first.stderr
@@ -146,13 +148,25 @@ def test_a_sweep_resumes_its_members_as_one_batched_model_from_the_command_line(
     assert ended.stderr.strip().splitlines()[-1] == (
         "rlcollect train: resume=sw: every member of the sweep has ended (3 finished or solved); to train them on, "
         "resume it with total_frames > 512")
+    before = hashes(tmp_path / "sw")
+    for member in members[:2]:  # as a process that trains them holds them
+        hold_run_folder(member, "the test")
+    try:
+        busy = cli(tmp_path, "train", "resume=sw", "total_frames=768")
+    finally:
+        for member in members[:2]:
+            release_run_folder(member)
+    assert busy.returncode == 2 and hashes(tmp_path / "sw") == before
+    assert (f"rlcollect train: invalid configuration: resume=sw: another process is training or resuming the run in "
+            f"sw/{members[0].name} now; wait for it to end (or stop it) first") in busy.stderr.splitlines()
     resumed = cli(tmp_path, "train", "--multirun", "resume=sw", "total_frames=768")  # --multirun or not: the same
     assert resumed.returncode == 1, resumed.stderr
     assert ("jobs #0, #1 at frame 512 resume as 2 batched models (1 + 1 members), each in a process of its own"
             in resumed.stdout)
     assert resumed.stderr.strip().splitlines()[-1] == (
-        f"rlcollect train: resume=sw/{members[2].name}: no checkpoint.pt to continue from: the run stopped before its "
-        "first checkpoint (its metrics.jsonl has 4 rows, to frame 512); train it again in a new folder")
+        f"rlcollect train: invalid configuration: resume=sw/{members[2].name}: no checkpoint.pt to continue from: the "
+        "run stopped before its first checkpoint (its metrics.jsonl has 4 rows, to frame 512); train it again in a "
+        "new folder")
     for member, first_rows in zip(members[:2], rows):
         assert [row["step"] for row in metric_rows(member)] == list(range(128, 769, 128))
         assert metric_rows(member)[:4] == first_rows

@@ -65,11 +65,12 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
             ended.append((member_dir, status, summary_frames(member_dir)))
             continue
         try:
+            free_now(member_dir, folder)
             members.append(member_to_resume(folder, member_dir, overrides))
         except ConfigError as error:
             refusals.append(str(error))
     for line in refusals:
-        print(f"rlcollect train: {line}", file=sys.stderr)
+        print(f"rlcollect train: invalid configuration: {line}", file=sys.stderr)
     if not members:
         if ended and not refusals:
             print(f"rlcollect train: resume={folder}: every member of the sweep has ended ({len(ended)} finished or "
@@ -122,6 +123,15 @@ def sweep_launcher(folder: Path) -> DictConfig | None:
 
     batched = f"{BatchedLauncher.__module__}.{BatchedLauncher.__qualname__}"  # the _target_ its config names
     return launcher if launcher.get("_target_") == batched else None
+
+
+def free_now(member_dir: Path, folder: Path) -> None:
+    """A ConfigError when another process trains the member now (``hold_run_folder``, held
+    and let go at once: the process that trains it holds it again)."""
+    from rlcollect.commands.run_folders import hold_run_folder, release_run_folder
+
+    hold_run_folder(member_dir, f"resume={folder}")
+    release_run_folder(member_dir)
 
 
 def member_to_resume(folder: Path, member_dir: Path, overrides: dict) -> Member:

@@ -194,7 +194,8 @@ def resume_models(folder: Path, members: list[Member], launcher: DictConfig, pro
         for model in wave:
             parts += [range(len(ordered) + part.start, len(ordered) + part.stop) for part in shares(len(model), each)]
             ordered += model
-        described = "; ".join(f"jobs {numbers_of(model)} at frame {model[0].frames}" for model in wave)
+        described = "; ".join(f"job{'s' if len(model) > 1 else ''} {numbers_of(model)} at frame {model[0].frames}"
+                              for model in wave)
         if len(ordered) == 1:
             log.info("job %s resumes at frame %d (no other member can share its model)", numbers_of(ordered),
                      ordered[0].frames)

@@ -143,6 +143,11 @@ def test_a_sweep_resumes_its_members_as_one_batched_model_from_the_command_line(
     assert refused.stderr.strip().splitlines()[-1] == (
         "rlcollect train: invalid configuration: resume=sw: algo.lr=0.1: a resumed sweep takes only total_frames, "
         "checkpoint_every_frames, checkpoint_every_seconds, progress, torch_threads and hydra.launcher.processes")
+    mistyped = cli(tmp_path, "train", "resume=sw", "total_frames=abc")
+    assert mistyped.returncode == 2
+    assert mistyped.stderr.strip().splitlines()[-1] == (
+        "rlcollect train: invalid configuration: total_frames=abc: Value 'abc' of type 'str' could not be converted to "
+        "Integer")
     ended = cli(tmp_path, "train", "resume=sw")
     assert ended.returncode == 2
     assert ended.stderr.strip().splitlines()[-1] == (

@@ -106,10 +106,27 @@ def parse_overrides(folder: Path, args: list[str]) -> dict:
         if not equals or key not in (*RESUME_OVERRIDES, "hydra.launcher.processes"):
             raise ConfigError(f"resume={folder}: {arg}: a resumed sweep takes only {', '.join(RESUME_OVERRIDES)} "
                               "and hydra.launcher.processes")
-        overrides[key] = yaml.safe_load(value)
-    if "hydra.launcher.processes" in overrides:
-        check_positive_int("hydra.launcher.processes", overrides["hydra.launcher.processes"])
+        overrides[key] = typed_value(key, yaml.safe_load(value))
     return overrides
+
+
+def typed_value(key: str, value):
+    """``value`` as the config's schema types ``key`` (its range checked): a ConfigError
+    naming the key, as Hydra's one line for a bad override does."""
+    if key == "hydra.launcher.processes":
+        return check_positive_int(key, value)
+    from omegaconf.errors import ValidationError
+
+    from rlcollect.config.fields import check_ranges
+    from rlcollect.config.schemas import TrainConfig
+
+    typed = OmegaConf.structured(TrainConfig)
+    try:
+        OmegaConf.update(typed, key, value)
+    except ValidationError as error:
+        raise ConfigError(f"{key}={value}: {str(error).splitlines()[0]}") from None
+    check_ranges(typed)
+    return OmegaConf.select(typed, key)
 
 
 def sweep_launcher(folder: Path) -> DictConfig | None:

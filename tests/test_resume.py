@@ -166,7 +166,9 @@ def test_a_resumed_run_takes_a_longer_total_frames_and_refuses_other_changes(tmp
     refusals = [(["collector=multisync"], "collector cannot change on resume"),
                 (["algo.lr=0.1"], "algo.lr cannot change on resume"),
                 (["total_frames=512"], f"total_frames=512: the run in {run_dir} has 512 frames already; resume it "
-                                       "with total_frames > 512")]
+                                       "with total_frames > 512"),
+                (["torch_threads=0", "total_frames=1024"], "torch_threads=0: must be >= 1"),  # was a build error
+                (["checkpoint_every_frames=-5", "total_frames=1024"], "checkpoint_every_frames=-5: must be >= 1")]
     # one after the other: a resume holds its run from before its checks (docs/errors.md), so two at once
     # would meet each other, not their own refusals
     results = [rlcollect(tmp_path, "train", f"resume={run_dir}", *overrides, timeout=120) for overrides, _ in refusals]

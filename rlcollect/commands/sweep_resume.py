@@ -98,7 +98,7 @@ def summary_frames(member_dir: Path) -> int:
 def parse_overrides(folder: Path, args: list[str]) -> dict:
     """The ``key=value`` arguments besides ``resume=`` (YAML values): the keys a resumed run
     may change (lifecycle.RESUME_OVERRIDES) and ``hydra.launcher.processes``."""
-    from rlcollect.pipeline.lifecycle import RESUME_OVERRIDES
+    from rlcollect.pipeline.lifecycle import RESUME_OVERRIDES, resume_override_values
 
     overrides = {}
     for arg in args:
@@ -106,27 +106,12 @@ def parse_overrides(folder: Path, args: list[str]) -> dict:
         if not equals or key not in (*RESUME_OVERRIDES, "hydra.launcher.processes"):
             raise ConfigError(f"resume={folder}: {arg}: a resumed sweep takes only {', '.join(RESUME_OVERRIDES)} "
                               "and hydra.launcher.processes")
-        overrides[key] = typed_value(key, yaml.safe_load(value))
+        overrides[key] = yaml.safe_load(value)
+    processes = overrides.pop("hydra.launcher.processes", None)
+    overrides = resume_override_values(overrides)  # typed and ranged once, for every member
+    if processes is not None:
+        overrides["hydra.launcher.processes"] = check_positive_int("hydra.launcher.processes", processes)
     return overrides
-
-
-def typed_value(key: str, value):
-    """``value`` as the config's schema types ``key`` (its range checked): a ConfigError
-    naming the key, as Hydra's one line for a bad override does."""
-    if key == "hydra.launcher.processes":
-        return check_positive_int(key, value)
-    from omegaconf.errors import ValidationError
-
-    from rlcollect.config.fields import check_ranges
-    from rlcollect.config.schemas import TrainConfig
-
-    typed = OmegaConf.structured(TrainConfig)
-    try:
-        OmegaConf.update(typed, key, value)
-    except ValidationError as error:
-        raise ConfigError(f"{key}={value}: {str(error).splitlines()[0]}") from None
-    check_ranges(typed)
-    return OmegaConf.select(typed, key)
 
 
 def sweep_launcher(folder: Path) -> DictConfig | None:

@@ -190,14 +190,21 @@ def test_members_at_two_frames_resume_as_two_models_at_once(tmp_path):
     """A sweep stopped while its two processes were at other batches: the members of each
     frame resume as a model of their own, both models at once, one process each; each
     member's rows are cut back to its checkpoint and continued. (Members 2 and 3 fall back
-    to their previous checkpoints, of their first batch, as after a crash while writing one.)"""
+    to their previous checkpoints, of their first batch, as after a crash while writing one.)
+    A job stopped before its run started is said in one line (exit 1)."""
     first = cli(tmp_path, "train", "--multirun", "seed=0,1,2,3", "hydra.launcher.processes=2", *SWEEP)
     assert first.returncode == 0, first.stderr
     members = job_dirs(tmp_path / "sw")
     for member in members[2:]:
         (member / "checkpoint.pt").unlink()
+    unstarted = tmp_path / "sw" / "4_seed=4"  # what a job stopped before its first batch leaves
+    (unstarted / ".hydra").mkdir(parents=True)
+    (unstarted / "summary.json").write_text('{"status": "interrupted", "frames": 0}')
     resumed = cli(tmp_path, "train", "resume=sw", "total_frames=768")
-    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.returncode == 1, resumed.stderr
+    assert resumed.stderr.splitlines()[0] == (
+        "rlcollect train: invalid configuration: resume=sw/4_seed=4: the job stopped before its run started (no "
+        "config.yaml): nothing to resume; run it again")
     assert ("jobs #0, #1 at frame 512; jobs #2, #3 at frame 128 resume as 2 batched models (2 + 2 members), each in "
             "a process of its own") in resumed.stdout
     for member in members:

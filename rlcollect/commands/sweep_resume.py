@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.commands.jobs import Job
 from rlcollect.errors import ConfigError
-from rlcollect.run_files import SUMMARY_FILE, SWEEP_FILE, sweep_runs
+from rlcollect.run_files import CONFIG_FILE, SUMMARY_FILE, SWEEP_FILE, sweep_runs
 from rlcollect.validation import check_positive_int
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,10 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
         status = run_status(member_dir)
         if status in ENDED_STATUSES and "total_frames" not in overrides:
             ended.append((member_dir, status, summary_frames(member_dir)))
+            continue
+        if not (member_dir / CONFIG_FILE).is_file():  # Hydra's records alone: it never trained (stopped, refused)
+            refusals.append(f"resume={member_dir}: the job stopped before its run started (no {CONFIG_FILE}): "
+                            "nothing to resume; run it again")
             continue
         try:
             free_now(member_dir, folder)

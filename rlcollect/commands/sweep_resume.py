@@ -32,6 +32,7 @@ from rlcollect.validation import check_positive_int
 
 log = logging.getLogger(__name__)
 
+
 @dataclass
 class Member:
     """A member of the sweep that can go on: its job number, config (the resume's overrides

@@ -79,13 +79,18 @@ def sweep_runs(folder: str | os.PathLike[str]) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    found: list[tuple[int, Path]] = []
+    found: list[Path] = []
     for job in folder.iterdir():
-        number = job.name.split("_", 1)[0]
-        if not (job.is_dir() and number.isdigit()):
+        if not (job.is_dir() and job.name.split("_", 1)[0].isdigit()):
             continue
         for path, subfolders, _ in os.walk(job):
             if run_files(path):
-                found.append((int(number), Path(path)))
+                found.append(Path(path))
                 subfolders.clear()  # a run's own folders (.hydra/, wandb/ ...) hold no other run
-    return [path for _, path in sorted(found, key=lambda item: (item[0], str(item[1])))]
+    return sorted(found, key=lambda path: (job_number(folder, path), str(path)))
+
+
+def job_number(sweep: str | os.PathLike[str], run_dir: str | os.PathLike[str]) -> int:
+    """The job number of the run in ``run_dir`` of the sweep in ``sweep``: the prefix of the
+    folder Hydra made for it there (``<job number>_<overrides>``)."""
+    return int(Path(run_dir).relative_to(sweep).parts[0].split("_", 1)[0])

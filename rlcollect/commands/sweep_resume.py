@@ -27,7 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.commands.jobs import Job
 from rlcollect.errors import ConfigError
-from rlcollect.run_files import CONFIG_FILE, SUMMARY_FILE, SWEEP_FILE, sweep_runs
+from rlcollect.run_files import CONFIG_FILE, SUMMARY_FILE, SWEEP_FILE, job_number, sweep_runs
+from rlcollect.sweeps.pbt_options import PBTOptions, pbt_options
 from rlcollect.validation import check_positive_int
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
     logging.basicConfig(stream=sys.stdout, level=logging.INFO,
                         format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     try:
-        overrides = parse_overrides(folder, args)
+        overrides, processes = parse_overrides(folder, args)
         launcher = sweep_launcher(folder)
     except ConfigError as error:
         print(f"rlcollect train: invalid configuration: {error}", file=sys.stderr)
@@ -88,7 +89,7 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
     for member_dir, status, frames in ended:
         log.info("%s: %s at %d frames, nothing to resume", member_dir, status, frames)
     run_args = [arg for arg in args if not arg.startswith("hydra.")]  # what a member resumed alone takes
-    failed = resume_members(folder, members, launcher, overrides.get("hydra.launcher.processes"), run_args)
+    failed = resume_members(folder, members, launcher, processes, run_args)
     return 1 if failed or refusals else 0
 
 
@@ -100,9 +101,10 @@ def summary_frames(member_dir: Path) -> int:
         return 0
 
 
-def parse_overrides(folder: Path, args: list[str]) -> dict:
+def parse_overrides(folder: Path, args: list[str]) -> tuple[dict, int | None]:
     """The ``key=value`` arguments besides ``resume=`` (YAML values): the keys a resumed run
-    may change (lifecycle.RESUME_OVERRIDES) and ``hydra.launcher.processes``."""
+    may change (lifecycle.RESUME_OVERRIDES), typed, and ``hydra.launcher.processes`` (None:
+    not given)."""
     from rlcollect.pipeline.lifecycle import RESUME_OVERRIDES, resume_override_values
 
     overrides = {}
@@ -113,10 +115,9 @@ def parse_overrides(folder: Path, args: list[str]) -> dict:
                               "and hydra.launcher.processes")
         overrides[key] = yaml.safe_load(value)
     processes = overrides.pop("hydra.launcher.processes", None)
-    overrides = resume_override_values(overrides)  # typed and ranged once, for every member
     if processes is not None:
-        overrides["hydra.launcher.processes"] = check_positive_int("hydra.launcher.processes", processes)
-    return overrides
+        check_positive_int("hydra.launcher.processes", processes)
+    return resume_override_values(overrides), processes  # typed and ranged once, for every member
 
 
 def sweep_launcher(folder: Path) -> DictConfig | None:
@@ -146,12 +147,10 @@ def member_to_resume(folder: Path, member_dir: Path, overrides: dict) -> Member:
     would give (lifecycle.resume_checks)."""
     from rlcollect.pipeline.lifecycle import resume_checks
 
-    run_overrides = {key: value for key, value in overrides.items() if not key.startswith("hydra.")}
-    cfg, checkpoint = resume_checks(member_dir, run_overrides, mmap=True)  # its model's process loads it
+    cfg, checkpoint = resume_checks(member_dir, overrides, mmap=True)  # its model's process loads it
     saved = checkpoint.get("run_names", {})
     names = {key: saved.get(key) or None for key in ("name", "group", "job_type")}
-    return Member(int(member_dir.relative_to(folder).parts[0].split("_", 1)[0]), member_dir, cfg,
-                  int(checkpoint["frames"]), names)
+    return Member(job_number(folder, member_dir), member_dir, cfg, int(checkpoint["frames"]), names)
 
 
 def resume_members(folder: Path, members: list[Member], launcher: DictConfig | None, processes: int | None,
@@ -160,12 +159,12 @@ def resume_members(folder: Path, members: list[Member], launcher: DictConfig | N
     (None: the sweep's), the others alone with ``run_args``; whether one failed."""
     from rlcollect.commands.batched_launch import group_jobs
     from rlcollect.sweeps.grouping import batch_refusal
-    from rlcollect.sweeps.pbt_options import pbt_options
 
     if launcher is None:
         groups = [[index] for index in range(len(members))]
     else:
         groups = group_jobs([member.cfg for member in members], launcher.get("max_members"))
+    pbt = None if launcher is None else pbt_options(launcher.get("pbt"))
     failed = False
     for group in groups:
         group_members = [members[index] for index in group]
@@ -176,12 +175,12 @@ def resume_members(folder: Path, members: list[Member], launcher: DictConfig | N
                 failed |= resume_alone(member, run_args)
             continue
         # population-based training exchanges weights within one process
-        model_processes = 1 if pbt_options(launcher.get("pbt")).on else processes or launcher.get("processes") or 1
-        failed |= resume_models(folder, group_members, launcher, model_processes)
+        model_processes = 1 if pbt.on else processes or launcher.get("processes") or 1
+        failed |= resume_models(folder, group_members, pbt, model_processes)
     return failed
 
 
-def resume_models(folder: Path, members: list[Member], launcher: DictConfig, processes: int) -> bool:
+def resume_models(folder: Path, members: list[Member], pbt: PBTOptions, processes: int) -> bool:
     """Members that would share a model, resumed as models of the members at one checkpoint
     frame each (a sweep stopped while its processes were at other batches: each process's
     share), as many at once as ``processes`` allows, each in processes of its own; whether
@@ -212,7 +211,7 @@ def resume_models(folder: Path, members: list[Member], launcher: DictConfig, pro
         else:
             log.info("%s resume as %d batched models (%s members), each in a process of its own", described,
                      len(parts), " + ".join(str(len(part)) for part in parts))
-        failed |= resume_batched(folder, ordered, launcher, parts)
+        failed |= resume_batched(folder, ordered, pbt, parts)
     return failed
 
 
@@ -222,15 +221,13 @@ def numbers_of(members: list[Member]) -> str:
     return job_numbers([member.number for member in members])
 
 
-def resume_batched(folder: Path, members: list[Member], launcher: DictConfig, parts: list[range]) -> bool:
+def resume_batched(folder: Path, members: list[Member], pbt: PBTOptions, parts: list[range]) -> bool:
     """``members`` trained on as batched models (commands.batched.train_members), one per
     part of ``parts``, each in a process of its own, with the sweep's population-based
-    training; whether one failed."""
+    training ``pbt``; whether one failed."""
     from rlcollect.commands.batched import train_members
     from rlcollect.commands.batched_launch import train_shares
-    from rlcollect.sweeps.pbt_options import pbt_options
 
-    pbt = pbt_options(launcher.get("pbt"))
     train = functools.partial(train_members, pbt=pbt, sweep_dir=folder) if pbt.on else train_members
     jobs = [(member.cfg, Job(member.folder, True, [f"resume={member.folder}"], [], str(member.folder)), member.names,
              member.number) for member in members]

@@ -196,8 +196,7 @@ class PopulationTraining:
                        if key in self.keys and float(members.member_setting(member, key)) != value}
             if changed:
                 members.set_member_settings(member, changed)
-            summary = pipeline.progress.summary
-            summary["pbt_parents"] = [parent for parent in summary.get("pbt_parents", []) if parent["frames"] < frames]
+            summary = pipeline.progress.summary  # its checkpoint's: the parents before its frame
             summary["pbt_settings"] = self.settings(members, member)
         if self.path.is_file():
             kept = [line for line in self.path.read_text().splitlines(keepends=True)

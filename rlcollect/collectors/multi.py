@@ -500,8 +500,17 @@ class MultiSyncCollector(_MultiCollector):
                 self._receive(range(self.num_workers), expect="batch"), start=1):
             steps[worker_id] = worker_steps
             if enough is not None and finished >= enough:
-                self._preempt_flag.fill_(1)  # the others end their batch at their next step
+                self.preempt()
         return steps
+
+    def preempt(self) -> None:
+        """End this round now: every worker still collecting ends its batch at its next
+        step, as when ``preemptive_threshold`` of them have finished (callable from another
+        thread while the round runs; the next round starts unpreempted). Needs a
+        ``preemptive_threshold`` below 1."""
+        if self._preempt_flag is None:
+            raise RuntimeError("preempt() needs MultiSyncCollector(preemptive_threshold=...) below 1")
+        self._preempt_flag.fill_(1)
 
     def _combine_preempted(self, steps: list[int]) -> TensorDictBase:
         """The batches of a preemptive round: stacked with ("collector", "mask") False on

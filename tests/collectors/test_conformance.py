@@ -17,7 +17,7 @@ from rlcollect import (
     MultiSyncCollector,
     SharedMemWeightSyncScheme,
 )
-from rlcollect.testing import BusyEnv, CountingEnv, WeightProbe
+from rlcollect.testing import CountingEnv, WeightProbe
 
 
 def parity(td):
@@ -90,10 +90,6 @@ def test_every_scheme_takes_none_a_module_a_state_dict_or_a_tensordict(no_leftov
     collector.update_policy_weights_(probe_weights(policy, kind))
     batch = next(batches)
     assert (batch["weight_seen"] == 3.0).all() and (batch["offset_seen"] == 30.0).all()
-
-
-def busy_factory(step_cost_us):
-    return functools.partial(GymEnv, functools.partial(BusyEnv, step_cost_us, 1000), None)
 
 
 class Signalling(CountingEnv):
@@ -293,28 +289,45 @@ def test_trajs_per_batch_padded_and_reset_drops_partial_trajectories(no_leftover
     assert sum(batch.numel() for batch in batches) == 25  # episodes of 5 steps: total_frames counts yielded frames
 
 
+class Releasing(MultiSyncCollector):
+    """A MultiSyncCollector that opens ``gate`` once it has preempted a round."""
+
+    def __init__(self, *args, gate, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.gate = gate
+
+    def preempt(self) -> None:
+        super().preempt()
+        self.gate.set()
+
+
 @pytest.mark.parametrize("cat_results", ["stack", -1])
 def test_preemptive_threshold_ends_the_slow_workers_batch_early(no_leftovers, cat_results):
-    # worker 0 steps in ~1 ms, worker 1 in ~50 ms: with a threshold of 0.5 the fast one's finish
-    # ends the slow one's batch at its next step
-    fast, slow = busy_factory(1_000), busy_factory(50_000)
-    collector = MultiSyncCollector([fast, slow], frames_per_batch=40, preemptive_threshold=0.5,
-                                   cat_results=cat_results, start_method="fork")
+    # worker 1's first step waits until the round is preempted, which worker 0's finished batch does (a threshold
+    # of 0.5): worker 1 then ends its batch before its second step, with exactly one step collected
+    context = multiprocessing.get_context("fork")
+    gate = context.Event()
+    fast = functools.partial(GymEnv, functools.partial(CountingEnv, 1000), None)
+    slow = functools.partial(GymEnv, functools.partial(Signalling, context.Value("l", 0), gate, context.Event(),
+                                                       0), None)
+    collector = Releasing([fast, slow], frames_per_batch=40, preemptive_threshold=0.5, cat_results=cat_results,
+                          start_method="fork", gate=gate)
     no_leftovers(collector)
     batch = next(iter(collector))
+    assert gate.is_set()
     if cat_results == "stack":
         mask = batch["collector", "mask"]
         assert batch.batch_size == (2, 20) and mask[0].all()
-        slow_steps = int(mask[1].sum())
-        assert 1 <= slow_steps < 20 and mask[1, :slow_steps].all()  # a prefix: the steps it did collect
-    else:
-        slow_steps = batch.shape[0] - 20  # single envs, concatenated: the fast worker's 20, then the slow one's
-        assert 1 <= slow_steps < 20
-        assert batch["collector", "worker_id"].tolist() == [0] * 20 + [1] * slow_steps
-    assert collector.frames == 20 + slow_steps  # only the steps collected count
+        assert mask[1].tolist() == [True] + [False] * 19  # the one step it did collect
+    else:  # single envs, concatenated: the fast worker's 20, then the slow one's 1
+        assert batch["collector", "worker_id"].tolist() == [0] * 20 + [1]
+        assert batch["observation"][:, 0].tolist() == [*range(20), 0]
+    assert collector.frames == 21  # only the steps collected count
     for bad in (-0.1, 1.5, True):
         with pytest.raises(ValueError, match="preemptive_threshold must be None or a fraction"):
-            MultiSyncCollector([fast, slow], frames_per_batch=4, preemptive_threshold=bad, start_method="fork")
+            MultiSyncCollector([fast, fast], frames_per_batch=4, preemptive_threshold=bad, start_method="fork")
     everyone = MultiSyncCollector([fast, fast], frames_per_batch=4, preemptive_threshold=1.0, start_method="fork")
     no_leftovers(everyone)
     assert ("collector", "mask") not in next(iter(everyone)).keys(True, True)
+    with pytest.raises(RuntimeError, match=r"preempt\(\) needs MultiSyncCollector\(preemptive_threshold=...\)"):
+        everyone.preempt()  # 1.0: no worker is ever preempted

@@ -30,6 +30,12 @@ def previous_path(path: Path) -> Path:
     return path.with_name(path.name + PREVIOUS_SUFFIX)
 
 
+def checkpoint_exists(path: str | Path) -> bool:
+    """Whether ``path`` or the previous checkpoint it falls back to (``path.prev``) is a file."""
+    path = Path(path)
+    return path.is_file() or previous_path(path).is_file()
+
+
 def save_checkpoint(path: str | Path, state: dict, *, keep_previous: bool = True) -> None:
     """Write ``state`` to ``path`` and keep the previous checkpoint as ``path.prev`` until
     the new one is complete and verified (read back with weights_only=True, its records'
@@ -72,12 +78,13 @@ def state_bytes(state) -> int:
     return 0
 
 
-def load_checkpoint(path: str | Path, *, mmap: bool = False) -> dict:
+def load_checkpoint(path: str | Path, *, mmap: bool = False, quiet: bool = False) -> dict:
     """The checkpoint at ``path``; if it is corrupt or incomplete, the previous one
-    (``path.prev``) when that loads, saying so; else a CheckpointError naming the file.
-    ``mmap``: its tensors mapped from the file, not read into memory (what a check reads)."""
+    (``path.prev``) when that loads, saying so (``quiet``: not said, by a check whose load
+    comes later); else a CheckpointError naming the file. ``mmap``: its tensors mapped from
+    the file, not read into memory (what a check reads)."""
     path = Path(path)
-    if not path.is_file() and not previous_path(path).is_file():
+    if not checkpoint_exists(path):
         raise FileNotFoundError(f"no checkpoint at {path}")
     try:
         return _load(path, mmap=mmap)
@@ -89,7 +96,8 @@ def load_checkpoint(path: str | Path, *, mmap: bool = False) -> dict:
             state = _load(previous, mmap=mmap)
         except CheckpointError as previous_error:
             raise CheckpointError(f"{error}; the previous one is no better: {previous_error}") from None
-        log.warning("%s; falling back to the previous checkpoint %s", error, previous)
+        if not quiet:
+            log.warning("%s; falling back to the previous checkpoint %s", error, previous)
         return state
 
 

@@ -207,6 +207,9 @@ def test_members_at_two_frames_resume_as_two_models_at_once(tmp_path):
         "config.yaml): nothing to resume; run it again")
     assert ("jobs #0, #1 at frame 512; jobs #2, #3 at frame 128 resume as 2 batched models (2 + 2 members), each in "
             "a process of its own") in resumed.stdout
+    fallbacks = sorted(line.split("falling back to the previous checkpoint ")[1] for line in resumed.stdout.splitlines()
+                       if "falling back" in line)
+    assert fallbacks == [str(Path("sw") / member.name / "checkpoint.pt.prev") for member in members[2:]]  # once each
     for member in members:
         assert [row["step"] for row in metric_rows(member)] == list(range(128, 769, 128))
         assert json.loads((member / "summary.json").read_text())["frames"] == 768

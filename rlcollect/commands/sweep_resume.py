@@ -147,7 +147,7 @@ def member_to_resume(folder: Path, member_dir: Path, overrides: dict) -> Member:
     would give (lifecycle.resume_checks)."""
     from rlcollect.pipeline.lifecycle import resume_checks
 
-    cfg, checkpoint = resume_checks(member_dir, overrides, mmap=True)  # its model's process loads it
+    cfg, checkpoint = resume_checks(member_dir, overrides, check_only=True)  # its model's process loads it
     saved = checkpoint.get("run_names", {})
     names = {key: saved.get(key) or None for key in ("name", "group", "job_type")}
     return Member(job_number(folder, member_dir), member_dir, cfg, int(checkpoint["frames"]), names)

@@ -24,6 +24,7 @@ from rlcollect.checkpoint import (
     BEST_FILE,
     CHECKPOINT_FILE,
     CheckpointError,
+    checkpoint_exists,
     load_checkpoint,
     rng_state,
     save_checkpoint,
@@ -238,17 +239,19 @@ def resume(run_dir: str | Path, overrides: dict | None = None, **build_kwargs) -
     return pipeline
 
 
-def resume_checks(run_dir: Path, overrides: dict | None = None, *, mmap: bool = False) -> tuple[DictConfig, dict]:
+def resume_checks(run_dir: Path, overrides: dict | None = None, *, check_only: bool = False
+                  ) -> tuple[DictConfig, dict]:
     """What ``resume`` continues the run in ``run_dir`` from: its config with ``overrides``
-    applied and its checkpoint (loaded; ``mmap``: its tensors mapped from the file, for a
-    check that reads only its frames and names), or the ConfigError that refuses it (not a
+    applied and its checkpoint (loaded; ``check_only``: its tensors mapped from the file and
+    a fallback to the previous one not said, for a check that reads only its frames and
+    names before another process loads it), or the ConfigError that refuses it (not a
     run folder, no checkpoint yet, a damaged metrics row or checkpoint, a key a resume
     cannot change, an ended run without a larger ``total_frames``). Reads only."""
     overrides = dict(overrides or {})
     if not (run_dir / CONFIG_FILE).is_file():
         raise ConfigError(f"resume={run_dir}: not a run folder (no {CONFIG_FILE})")
     rows = metric_rows(run_dir)
-    if not (run_dir / CHECKPOINT_FILE).is_file() and not (run_dir / (CHECKPOINT_FILE + ".prev")).is_file():
+    if not checkpoint_exists(run_dir / CHECKPOINT_FILE):
         raise ConfigError(f"resume={run_dir}: no {CHECKPOINT_FILE} to continue from: {stopped_before(rows)}; "
                           "train it again in a new folder")
     refused = [key for key in overrides if key not in RESUME_OVERRIDES]
@@ -265,7 +268,7 @@ def resume_checks(run_dir: Path, overrides: dict | None = None, *, mmap: bool = 
         raise ConfigError(f"resume={run_dir}: its {CONFIG_FILE} was written by an rlcollect without `_target_` "
                           "configs; rerun it with this version")
     try:
-        checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE, mmap=mmap)
+        checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE, mmap=check_only, quiet=check_only)
     except CheckpointError as error:
         raise ConfigError(f"resume={run_dir}: {error}") from None
     frames = int(checkpoint["frames"])

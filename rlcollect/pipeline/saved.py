@@ -17,7 +17,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.acting import act_deterministically
-from rlcollect.checkpoint import BEST_FILE, CHECKPOINT_FILE, CheckpointError, load_checkpoint
+from rlcollect.checkpoint import BEST_FILE, CHECKPOINT_FILE, CheckpointError, checkpoint_exists, load_checkpoint
 from rlcollect.errors import ConfigError
 from rlcollect.pipeline.builders import make_policy, probe_spaces
 from rlcollect.run_files import CONFIG_FILE
@@ -48,7 +48,7 @@ def checkpoint_file(run_dir: str | Path, checkpoint: str = "last") -> Path:
     "best" (best.pt, the best evaluation) or a path."""
     run_dir = Path(run_dir)
     path = run_dir / CHECKPOINTS[checkpoint] if checkpoint in CHECKPOINTS else Path(checkpoint)
-    if not path.is_file() and not (checkpoint == "last" and path.with_name(path.name + ".prev").is_file()):
+    if not (checkpoint_exists(path) if checkpoint == "last" else path.is_file()):
         why = {"last": "the run stopped before its first batch", "best": "the run never evaluated"}
         raise ConfigError(f"{run_dir}: no {path.name if checkpoint in CHECKPOINTS else path} "
                           f"({why.get(checkpoint, 'no such file')})")

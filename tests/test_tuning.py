@@ -1,9 +1,14 @@
 """Tuning sweeps (hydra/sweeper=tune_ppo: Hydra's Optuna sweeper, the tune extra) and the
 objective a run returns."""
 import json
+import os
+import signal
 
 import pytest
 from commands import rlcollect as cli
+from commands import start_rlcollect
+from processes import wait_for
+from run_states import job_dirs
 
 TINY = ["total_frames=256", "collector.frames_per_batch=128", "algo.minibatch_size=64", "env.num_envs=4",
         "eval.every_frames=128", "eval.episodes=2", "progress=false", "logger=none", "env.solved_return=null",
@@ -75,6 +80,43 @@ def test_a_tuning_study_trains_each_batch_of_trials_as_one_batched_model(tmp_pat
         [summary] = [json.loads(path.read_text()) for path in (tmp_path / "sw").glob(f"{trial.number}_*/summary.json")]
         assert summary["status"] == "finished" and summary["frames"] == 512
         assert trial.value == summary["final_eval_return"]
+
+
+@pytest.mark.timeout(300)
+def test_a_stopped_study_resumes_as_one_batched_model_and_its_trials_values_reach_the_study(tmp_path):
+    """Ctrl-C to a tuning study (2 trials as one batched model, kept in sqlite) once both
+    trials have checkpointed: they stay RUNNING in the study, the sweep folder holds its
+    multirun.yaml and the stop names ``resume=sw``; that resume trains both on as one batched
+    model and tells the study each trial's final eval return."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 't.db'}"
+    process = start_rlcollect(tmp_path, "train", "--multirun", "hydra/sweeper=tune_ppo", "hydra/launcher=batched",
+                              "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", f"hydra.sweeper.storage={storage}",
+                              "algo.epochs=range(1,3)", "total_frames=10000000", "env.solved_return=100000",
+                              "collector.frames_per_batch=256", "algo.minibatch_size=128", "eval.episodes=2",
+                              "logger=none", "progress=false", "hydra.sweep.dir=sw", start_new_session=True)
+    wait_for(lambda: process.poll() is not None or len(list((tmp_path / "sw").glob("*/checkpoint.pt"))) == 2, 120)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert stderr.count("or continue every member of the sweep as it trained: `rlcollect train resume=sw`") == 1
+    assert (tmp_path / "sw" / "multirun.yaml").is_file()
+    study = optuna.load_study(study_name="rlcollect", storage=storage)
+    assert [trial.state.name for trial in study.trials] == ["RUNNING"] * 2
+    members = job_dirs(tmp_path / "sw")
+    frames = json.loads((members[0] / "summary.json").read_text())["frames"]
+    resumed = cli(tmp_path, "train", "resume=sw", f"total_frames={frames + 256}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"jobs #0, #1 resume at frame {frames} as one batched model of 2 members" in resumed.stdout
+    assert f"the study 'rlcollect' ({storage}) took the values of jobs #0, #1" in resumed.stdout
+    trials = optuna.load_study(study_name="rlcollect", storage=storage).trials
+    for trial, member in zip(trials, members):
+        summary = json.loads((member / "summary.json").read_text())
+        assert summary["status"] == "finished" and summary["frames"] == frames + 256
+        assert trial.state.name == "COMPLETE" and trial.value == summary["final_eval_return"]
+        assert f"algo.lr={trial.params['algo.lr']}" in member.name
 
 
 @pytest.mark.parametrize("preset, overrides", [("tune_ppo", []), ("tune_sac", ["experiment=mujoco_sac"]),

@@ -3,15 +3,20 @@ Optuna sweeper (the tune extra), its own options checked first (docs/tuning.md).
 
 Optuna would take ``n_trials=0`` or ``direction=sideways`` and fail with a traceback once
 the study starts or ends; here they are a ConfigError naming the option, before any trial.
+Like Hydra's basic sweeper (and unlike Optuna's), it writes the sweep's config into the
+sweep folder (``multirun.yaml``) before the first trial: what makes the folder a sweep's to
+``rlcollect train resume=<sweep folder>``, which tells the study the values of the trials it
+finishes (rlcollect/commands/sweep_study.py).
 This module imports without the tune extra: Hydra imports every module of hydra_plugins
 to list its plugins.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, List
 
 from hydra.plugins.sweeper import Sweeper
-from omegaconf import ListConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 DIRECTIONS = ("minimize", "maximize")
 
@@ -37,9 +42,16 @@ class TuningSweeper(Sweeper):
         from hydra_plugins.hydra_optuna_sweeper.optuna_sweeper import OptunaSweeper
 
         self.sweeper = OptunaSweeper(**options)
+        self.config: DictConfig | None = None
 
     def setup(self, *, hydra_context, task_function, config) -> None:
+        self.config = config
         self.sweeper.setup(hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: List[str]) -> Any:
+        from rlcollect.run_files import SWEEP_FILE
+
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / SWEEP_FILE)
         return self.sweeper.sweep(arguments)

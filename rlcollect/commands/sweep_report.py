@@ -10,7 +10,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from rlcollect.run_files import SUMMARY_FILE
+from rlcollect.run_files import OVERRIDES_FILE, SUMMARY_FILE
 
 
 @dataclass
@@ -53,7 +53,7 @@ def job_number(summary_file: Path) -> tuple[int, str]:
 def read_overrides(job_dir: Path) -> list[str]:
     import yaml
 
-    path = job_dir / ".hydra" / "overrides.yaml"
+    path = job_dir / OVERRIDES_FILE
     try:
         return [str(item) for item in yaml.safe_load(path.read_text()) or []]
     except (OSError, yaml.YAMLError):

@@ -26,6 +26,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.commands.jobs import Job
+from rlcollect.commands.sweep_study import Resumed, tell_study
 from rlcollect.errors import ConfigError
 from rlcollect.run_files import CONFIG_FILE, SUMMARY_FILE, SWEEP_FILE, job_number, sweep_runs
 from rlcollect.sweeps.pbt_options import PBTOptions, pbt_options
@@ -89,7 +90,10 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
     for member_dir, status, frames in ended:
         log.info("%s: %s at %d frames, nothing to resume", member_dir, status, frames)
     run_args = [arg for arg in args if not arg.startswith("hydra.")]  # what a member resumed alone takes
-    failed = resume_members(folder, members, launcher, processes, run_args)
+    try:
+        failed = resume_members(folder, members, launcher, processes, run_args)
+    finally:  # stopped again too: what did finish reaches a tuning sweep's study
+        tell_study(folder, [Resumed(member.number, member.folder, member.cfg) for member in members])
     return 1 if failed or refusals else 0
 
 
@@ -170,7 +174,8 @@ def resume_members(folder: Path, members: list[Member], launcher: DictConfig | N
         group_members = [members[index] for index in group]
         refusal = batch_refusal(group_members[0].cfg) if launcher is not None else "another launcher ran the sweep"
         if refusal is not None:
-            log.info("jobs %s resume one by one: %s", numbers_of(group_members), refusal)
+            log.info("job %s resumes alone: %s" if len(group_members) == 1 else "jobs %s resume one by one: %s",
+                     numbers_of(group_members), refusal)
             for member in group_members:
                 failed |= resume_alone(member, run_args)
             continue

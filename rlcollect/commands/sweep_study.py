@@ -1,0 +1,112 @@
+"""A tuning sweep's Optuna study, told what ``rlcollect train resume=<sweep folder>`` finished
+(docs/tuning.md, "A stopped study").
+
+A study stopped by Ctrl-C (or a kill) leaves its trials that were training as RUNNING in
+its storage: the sweeper that would have told their values has stopped. Once the sweep's
+resume has trained them on, each such trial (found by its sampled values, the overrides
+of its run folder) is told its run's ``objective`` (``jobs.objective_value``, what the
+sweeper tells), or told failed where its run failed or returns no value; a trial whose run
+was stopped again stays RUNNING for the next resume. A study without storage lived in the
+stopped process: there is nothing to tell, and one line says so.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlcollect.run_files import SUMMARY_FILE, SWEEP_FILE
+
+log = logging.getLogger(__name__)
+
+FAILED_STATUSES = ("failed", "diverged", "refused")  # a run that ended without a value to tell
+
+
+@dataclass
+class Resumed:
+    """A member the sweep's resume trained on: its job number, folder and config."""
+
+    number: int
+    folder: Path
+    cfg: DictConfig
+
+
+def sweep_study(folder: Path) -> DictConfig | None:
+    """The tuning sweeper's config (``hydra.sweeper`` of the sweep's multirun.yaml: its
+    ``study_name`` and ``storage``) where the tune presets' sweeper ran the sweep in
+    ``folder``, else None."""
+    from hydra_plugins.rlcollect_tuning.tuning_sweeper import TuningSweeper
+
+    try:
+        sweeper = OmegaConf.load(folder / SWEEP_FILE).hydra.sweeper
+    except Exception:  # noqa: BLE001 - sweep_resume read this file already; a sweep without it has no study
+        return None
+    tuning = f"{TuningSweeper.__module__}.{TuningSweeper.__qualname__}"  # the _target_ its config names
+    return sweeper if sweeper.get("_target_") == tuning else None
+
+
+def tell_study(folder: Path, members: list[Resumed]) -> None:
+    """Tell the study of the tuning sweep in ``folder`` (if one ran it) the values of the
+    trials of ``members``, the runs its resume trained on; one line says what it told."""
+    sweeper = sweep_study(folder)
+    if sweeper is None or not members:
+        return
+    if sweeper.storage is None:
+        log.info("the sweep's Optuna study was kept in memory (hydra.sweeper.storage=null) and ended with the "
+                 "stopped sweep: the resumed trials' values are in their runs, no study takes them")
+        return
+    import optuna
+
+    from rlcollect.pipeline.lifecycle import run_status
+
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # the storage's schema checks, at INFO
+    study = optuna.load_study(study_name=sweeper.study_name, storage=sweeper.storage)
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    told, failed = [], []
+    for member in members:
+        status = run_status(member.folder)
+        if status is None or status == "interrupted":
+            continue  # stopped again: still running, for the next resume
+        trial = matching_trial(running, member.folder)
+        if trial is None:
+            continue  # told already (a study resumed twice), or not a trial of this study
+        running.remove(trial)
+        value = None if status in FAILED_STATUSES else trial_value(member)
+        if value is None:
+            study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+            failed.append(member.number)
+        else:
+            study.tell(trial.number, value)
+            told.append(member.number)
+    if told or failed:
+        said = [f"took the value{'s' if len(told) > 1 else ''} of {jobs_named(told)}"] if told else []
+        said += [f"was told that {jobs_named(failed)} failed"] if failed else []
+        log.info("the study %r (%s) %s", sweeper.study_name, sweeper.storage, "; ".join(said))
+
+
+def jobs_named(numbers: list[int]) -> str:
+    """``job #3`` or ``jobs #0-#2, #5``."""
+    from rlcollect.commands.batched_launch import job_numbers
+
+    return f"job{'s' if len(numbers) > 1 else ''} {job_numbers(numbers)}"
+
+
+def trial_value(member: Resumed) -> float | None:
+    """What the sweeper would have told for the member's run: its ``objective``."""
+    from rlcollect.commands.jobs import objective_value
+
+    summary = json.loads((member.folder / SUMMARY_FILE).read_text())
+    return objective_value(member.cfg, summary, member.folder)
+
+
+def matching_trial(trials: list, run_dir: Path):
+    """The trial of ``trials`` whose sampled values are the run's overrides (as the sweeper
+    wrote them: ``name=str(value)``), else None."""
+    from rlcollect.commands.sweep_report import read_overrides
+
+    overrides = dict(line.split("=", 1) for line in read_overrides(run_dir) if "=" in line)
+    return next((trial for trial in trials if trial.params and all(
+        overrides.get(name) == str(value) for name, value in trial.params.items())), None)

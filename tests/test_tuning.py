@@ -119,6 +119,27 @@ def test_a_stopped_study_resumes_as_one_batched_model_and_its_trials_values_reac
         assert f"algo.lr={trial.params['algo.lr']}" in member.name
 
 
+def test_a_resumed_study_whose_storage_is_not_there_is_said_and_not_made_anew(tmp_path, monkeypatch, caplog):
+    """A study kept in ``sqlite:///t.db`` (a path relative to where it ran) and resumed from
+    another folder: one warning names the storage and the folder; no new database is made."""
+    from omegaconf import OmegaConf
+
+    from rlcollect.commands.sweep_study import Resumed, tell_study
+
+    sweeper = {"_target_": "hydra_plugins.rlcollect_tuning.tuning_sweeper.TuningSweeper", "study_name": "s",
+               "storage": "sqlite:///t.db"}
+    OmegaConf.save(OmegaConf.create({"hydra": {"sweeper": sweeper}}), tmp_path / "multirun.yaml")
+    member = tmp_path / "0_algo.lr=0.001"
+    member.mkdir()
+    (member / "summary.json").write_text('{"status": "finished", "final_eval_return": 10.0}')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    tell_study(tmp_path, [Resumed(0, member, OmegaConf.create({"objective": "final_eval_return"}))])
+    assert f"the sweep's study storage sqlite:///t.db is not there from {elsewhere}" in caplog.text
+    assert list(elsewhere.iterdir()) == []
+
+
 @pytest.mark.parametrize("preset, overrides", [("tune_ppo", []), ("tune_sac", ["experiment=mujoco_sac"]),
                                                ("tune_dqn", ["algo=dqn"])])
 def test_each_tuning_preset_searches_settings_of_its_algo_within_their_ranges(preset, overrides):

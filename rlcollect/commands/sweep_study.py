@@ -62,8 +62,19 @@ def tell_study(folder: Path, members: list[Resumed]) -> None:
 
     from rlcollect.pipeline.lifecycle import run_status
 
+    where = sqlite_file(sweeper.storage)
+    if where is not None and not where.is_file():  # a relative path, resumed from another folder: not made anew
+        log.warning("the sweep's study storage %s is not there from %s: the resumed trials' values are in their "
+                    "runs; resume the sweep from the folder the study ran in to tell them", sweeper.storage,
+                    Path.cwd())
+        return
     logging.getLogger("alembic").setLevel(logging.WARNING)  # the storage's schema checks, at INFO
-    study = optuna.load_study(study_name=sweeper.study_name, storage=sweeper.storage)
+    try:
+        study = optuna.load_study(study_name=sweeper.study_name, storage=sweeper.storage)
+    except Exception as error:  # noqa: BLE001 - a storage gone or changed: the runs stand, said in one line
+        log.warning("cannot load the sweep's study %r from %s (%s): the resumed trials' values are in their runs",
+                    sweeper.study_name, sweeper.storage, " ".join(str(error).split()))
+        return
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     told, failed = [], []
     for member in members:
@@ -92,6 +103,12 @@ def jobs_named(numbers: list[int]) -> str:
     from rlcollect.commands.batched_launch import job_numbers
 
     return f"job{'s' if len(numbers) > 1 else ''} {job_numbers(numbers)}"
+
+
+def sqlite_file(storage: str) -> Path | None:
+    """The database file of a ``sqlite:///<path>`` storage URL, else None."""
+    prefix = "sqlite:///"
+    return Path(storage[len(prefix):]) if storage.startswith(prefix) else None
 
 
 def trial_value(member: Resumed) -> float | None:

@@ -274,6 +274,35 @@ def test_a_solved_run_resumed_with_more_frames_trains_on_and_keeps_its_first_sol
     assert load_run_dir(run_dir).summary["frames_to_solve"] == 256  # what compare reads
 
 
+def test_a_run_resumed_from_a_checkpoint_older_than_its_best_pt_gets_back_the_best_up_to_the_checkpoint(tmp_path):
+    """best.pt saved after the last checkpoint (a kill -9, a second Ctrl-C): the resume
+    replays that part, so best.pt goes back to the best up to the checkpoint, which the
+    checkpoint keeps (its frames, return and policy), not lost."""
+    from rlcollect.pipeline import resume
+
+    first = rlcollect(tmp_path, "train", "total_frames=256", "collector.frames_per_batch=128", "algo.minibatch_size=64",
+                      "eval.every_frames=128", "eval.episodes=2", "env.solved_return=null", "logger=none",
+                      "progress=false", "hydra.run.dir=run")
+    assert first.returncode == 0, first.stderr
+    run_dir = tmp_path / "run"
+    checkpoint = load_checkpoint(run_dir / CHECKPOINT_FILE)
+    best = load_checkpoint(run_dir / "best.pt")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert checkpoint["best"]["frames"] == best["frames"] in (128, 256)
+    assert checkpoint["best"]["eval_return"] == best["eval_return"] == summary["best_eval_return"]
+    later = {"frames": 384, "eval_return": 1e6, "policy": checkpoint["policy"]}  # saved past the checkpoint
+    torch.save(later, run_dir / "best.pt")
+    pipeline = resume(run_dir, {"total_frames": 512})
+    try:
+        pipeline.open()
+    finally:
+        pipeline.close()
+    restored = load_checkpoint(run_dir / "best.pt")
+    assert (restored["frames"], restored["eval_return"]) == (best["frames"], best["eval_return"])
+    assert restored["policy"].keys() == best["policy"].keys()
+    assert all(torch.equal(restored["policy"][key], value) for key, value in best["policy"].items())
+
+
 def test_resume_errors_are_clear_and_leave_no_folder_behind(tmp_path):
     """A folder that is not a run, one that is not there, and an empty resume=: one line each,
     exit 2, and nothing made (Hydra made the folder it was told to run in; an empty resume=

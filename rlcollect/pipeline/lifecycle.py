@@ -81,6 +81,9 @@ class Pipeline:
     # where the run's torch draws come from: torch's global generator (None), or a CPU generator
     # of its own (a member of a batched sweep), whose state its checkpoints keep as the global one's
     generator: torch.Generator | None = None
+    # best.pt's content (frames, eval_return, policy: a CPU copy), kept in each checkpoint: a run resumed from a
+    # checkpoint older than best.pt gets back the best up to its checkpoint
+    best: dict | None = None
 
     def state_dict(self, seconds: float) -> dict:
         """Everything needed to continue this run (all weights_only-loadable)."""
@@ -89,10 +92,13 @@ class Pipeline:
         rng = rng_state()
         if self.generator is not None:
             rng["torch"] = self.generator.get_state()
-        return {"frames": self.collector.frames, "policy": self.policy.state_dict(),
-                "learner": self.learner.state_dict(), "collector": self.collector.state_dict(),
-                "rng": rng, "progress": progress.state_dict(), "wandb_run_id": self.logger.run_id or "",
-                "run_names": {key: value or "" for key, value in (self.names or {}).items()}}
+        state = {"frames": self.collector.frames, "policy": self.policy.state_dict(),
+                 "learner": self.learner.state_dict(), "collector": self.collector.state_dict(),
+                 "rng": rng, "progress": progress.state_dict(), "wandb_run_id": self.logger.run_id or "",
+                 "run_names": {key: value or "" for key, value in (self.names or {}).items()}}
+        if self.best is not None:
+            state["best"] = self.best
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.policy.load_state_dict(state["policy"])
@@ -104,17 +110,21 @@ class Pipeline:
         if self.generator is not None:  # its draws come from its own stream, saved where torch's global one is
             self.generator.set_state(state["rng"]["torch"])
         self.checkpoint_frames = int(state["frames"])
+        self.best = state.get("best")  # absent from a checkpoint written before any evaluation (or by an old version)
 
     def open(self) -> None:
         """Start writing to the run folder: a resumed run's metrics.jsonl cut back to its
-        checkpoint (and a best.pt evaluated past it dropped), config.yaml, then the logger's
-        files (metrics.jsonl, the W&B run)."""
+        checkpoint (and best.pt back to the best up to it, where a later one was saved),
+        config.yaml, then the logger's files (metrics.jsonl, the W&B run)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.resumed_frames is not None:
             truncate_metrics(self.run_dir, last_step=self.resumed_frames)
             best = self.run_dir / BEST_FILE
-            if best.is_file() and best_frames(best) > self.resumed_frames:
-                best.unlink()  # evaluated in the part the resumed run replays
+            if self.best is not None and best_frames(best) != self.best["frames"]:
+                # evaluated in the part the resumed run replays (or lost): the best up to the checkpoint again
+                save_checkpoint(best, self.best, keep_previous=False)
+            elif self.best is None and best.is_file() and best_frames(best) > self.resumed_frames:
+                best.unlink()  # evaluated in the part the resumed run replays, and none before it
         (self.run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
         self.opened = True
         self.logger.open()
@@ -129,9 +139,11 @@ class Pipeline:
         self.checkpoint_frames = self.collector.frames
 
     def save_best(self, frames: int, eval_return: float) -> None:
-        """best.pt: the policy of the best evaluation so far, with its frame and return."""
-        save_checkpoint(self.run_dir / BEST_FILE, {"frames": frames, "eval_return": eval_return,
-                                                    "policy": self.policy.state_dict()}, keep_previous=False)
+        """best.pt: the policy of the best evaluation so far, with its frame and return (and
+        a copy kept for the checkpoints)."""
+        policy = {key: value.detach().to("cpu", copy=True) for key, value in self.policy.state_dict().items()}
+        self.best = {"frames": frames, "eval_return": eval_return, "policy": policy}
+        save_checkpoint(self.run_dir / BEST_FILE, self.best, keep_previous=False)
 
     def close(self, exit_code: int = 0) -> None:
         """Shut the collector and the evaluator down, close the logger with ``exit_code``."""

@@ -304,15 +304,20 @@ def test_a_run_resumed_from_a_checkpoint_older_than_its_best_pt_gets_back_the_be
 
 
 def test_resume_errors_are_clear_and_leave_no_folder_behind(tmp_path):
-    """A folder that is not a run, one that is not there, and an empty resume=: one line each,
-    exit 2, and nothing made (Hydra made the folder it was told to run in; an empty resume=
-    trained a new run into the current folder)."""
+    """A folder that is not a run, one that is not there, an empty resume=, and a resume told
+    to write elsewhere: one line each, exit 2, and nothing made (Hydra made the folder it was
+    told to run in; an empty resume= trained a new run into the current folder; hydra.run.dir
+    got Hydra's records of the resume, another run's overwritten)."""
     (tmp_path / "notes").mkdir()
-    results = rlcollect_all(tmp_path, [["train", f"resume={name}", "logger=none"] for name in ("notes", "gone", "")])
+    results = rlcollect_all(tmp_path, [["train", f"resume={name}", "logger=none"] for name in ("notes", "gone", "")]
+                            + [["train", "resume=notes", "hydra.run.dir=elsewhere"]])
     assert [(result.returncode, result.stderr.splitlines()) for result in results] == [
         (2, ["rlcollect train: invalid configuration: resume=notes: not a run folder (no config.yaml)"]),
         (2, ["rlcollect train: invalid configuration: resume=gone: not a run folder (no config.yaml)"]),
-        (2, ["rlcollect train: invalid configuration: resume=: name the run folder to continue (resume=<folder>)"])]
+        (2, ["rlcollect train: invalid configuration: resume=: name the run folder to continue (resume=<folder>)"]),
+        # Hydra would write its records there (another run's, or a new folder)
+        (2, ["rlcollect train: invalid configuration: resume=notes: hydra.run.dir=elsewhere: a resumed run continues "
+             "in its own folder; leave hydra.run.dir out"])]
     assert sorted(path.name for path in tmp_path.rglob("*")) == ["notes"]
 
 

@@ -11,6 +11,8 @@ from hydra.errors import (
 )
 from omegaconf import DictConfig, OmegaConf
 
+from rlcollect.errors import ConfigError
+
 
 def resume_overrides(task_overrides, cfg: DictConfig) -> dict:
     """``{key: value}`` of the config keys given on a ``resume=`` command line (besides
@@ -31,18 +33,24 @@ def unquoted(value: str) -> str:
     return value
 
 
+RESUME_FOLDER_KEYS = ("hydra.run.dir=", "hydra.output_subdir=", "hydra.job.chdir=")  # where a run's records go
+
+
 def in_resumed_run_folder(args: list[str]) -> list[str]:
     """A ``resume=<run>`` command line runs in that run folder, not a new outputs/<date>/<time>/,
     leaving its .hydra/ as the first part wrote it and logging to its job log only once the
     resume is known to start (``keep_log_in``). The folder is passed quoted, so any folder
-    name works (a sweep member's ``multirun/.../algo.lr=0.001,seed=1`` included)."""
+    name works (a sweep member's ``multirun/.../algo.lr=0.001,seed=1`` included). An
+    override that would move where it writes (``RESUME_FOLDER_KEYS``) is a ConfigError."""
     resume = [index for index, arg in enumerate(args) if arg.startswith("resume=")]
     if not resume:
         return args
     folder = unquoted(args[resume[-1]].split("=", 1)[1])
     args = [*args[:resume[-1]], f"resume={quoted(folder)}", *args[resume[-1] + 1:]]
-    if any(arg.startswith("hydra.run.dir=") for arg in args):
-        return args
+    moved = [arg for arg in args if arg.startswith(RESUME_FOLDER_KEYS)]
+    if moved:  # Hydra would write its records (.hydra/, the job log) there: another run's folder, or a new one
+        raise ConfigError(f"resume={folder}: {moved[0]}: a resumed run continues in its own folder; leave "
+                          f"{moved[0].split('=', 1)[0]} out")
     return [*args, f"hydra.run.dir={quoted(folder)}", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
 
 

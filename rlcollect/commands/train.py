@@ -155,7 +155,11 @@ def run_train(args: list[str]) -> int:
         except KeyboardInterrupt:  # before its members took Ctrl-C over: nothing of theirs changed
             print("rlcollect train: interrupted", file=sys.stderr)
             return 128 + signal.SIGINT
-    sys.argv = ["rlcollect train", *in_resumed_run_folder(args)]
+    try:
+        sys.argv = ["rlcollect train", *in_resumed_run_folder(args)]
+    except ConfigError as error:
+        print(f"rlcollect train: invalid configuration: {error}", file=sys.stderr)
+        return 2
     SWEEP.jobs, SWEEP.not_finished = 0, []
     STARTING.job, STARTING.sweep_dir = None, None
     try:

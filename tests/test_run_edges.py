@@ -273,11 +273,24 @@ def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):
                                 ["train", "--multirun", "seed=0", *TINY, "logger=none",
                                  "hydra.sweep.dir=runs/run/wandb/sweep"]])
     assert [(result.returncode, result.stderr.splitlines()) for result in inside] == [
-        (2, [f"rlcollect train: invalid configuration: hydra.run.dir=runs/run/.hydra/new is inside the run in "
-             f"{tmp_path / 'runs' / 'run'} (its .hydra): train a new run in another folder (hydra.run.dir=<new "
-             "folder>)"]),
-        (2, [f"rlcollect train: invalid configuration: hydra.sweep.dir=runs/run/wandb/sweep is inside the run in "
-             f"{tmp_path / 'runs' / 'run'} (its wandb): sweep into another folder (hydra.sweep.dir=<new folder>)"])]
+        (2, ["rlcollect train: invalid configuration: hydra.run.dir=runs/run/.hydra/new is inside the run in runs/run "
+             "(its .hydra): train a new run in another folder (hydra.run.dir=<new folder>)"]),
+        (2, ["rlcollect train: invalid configuration: hydra.sweep.dir=runs/run/wandb/sweep is inside the run in "
+             "runs/run (its wandb): sweep into another folder (hydra.sweep.dir=<new folder>)"])]
+    # nor into a sweep's folder, nor below a run's or a sweep's (compare and resume=<sweep> would count them in)
+    nested = cli_all(tmp_path, [["train", *TINY, "logger=none", f"hydra.run.dir={folder}"]
+                                for folder in ("runs/sweep", "runs/sweep/extra", "runs/run/sub")]
+                     + [["train", "--multirun", "seed=0", *TINY, "logger=none", "hydra.sweep.dir=runs/sweep/inner"]])
+    assert [(result.returncode, result.stderr.splitlines()) for result in nested] == [
+        (2, ["rlcollect train: invalid configuration: hydra.run.dir=runs/sweep holds a sweep (its multirun.yaml): "
+             "continue it with `rlcollect train resume=runs/sweep`, or train a new run in another folder "
+             "(hydra.run.dir=<new folder>)"]),
+        (2, ["rlcollect train: invalid configuration: hydra.run.dir=runs/sweep/extra is inside the sweep in "
+             "runs/sweep: train a new run in another folder (hydra.run.dir=<new folder>)"]),
+        (2, ["rlcollect train: invalid configuration: hydra.run.dir=runs/run/sub is inside the run in runs/run: train "
+             "a new run in another folder (hydra.run.dir=<new folder>)"]),
+        (2, ["rlcollect train: invalid configuration: hydra.sweep.dir=runs/sweep/inner is inside the sweep in "
+             "runs/sweep: sweep into another folder (hydra.sweep.dir=<new folder>)"])]
     assert hashes(tmp_path) == before
 
 

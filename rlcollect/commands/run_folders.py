@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from rlcollect.commands.jobs import Job, hydra_files
 from rlcollect.errors import ConfigError
-from rlcollect.run_files import CONFIG_FILE, owning_run, run_files, sweep_runs
+from rlcollect.run_files import CONFIG_FILE, SWEEP_FILE, owning_run, run_files, sweep_folder, sweep_runs
 
 
 class RefusedBeforeStart(BaseException):
@@ -55,6 +55,10 @@ class RunFolders(Callback):
             return
         folder = Path(config.hydra.run.dir)
         refuse_a_run_in(folder, "hydra.run.dir", "train a new run in")
+        if sweep_folder(folder):
+            raise RefusedBeforeStart(ConfigError(
+                f"hydra.run.dir={folder} holds a sweep (its {SWEEP_FILE}): continue it with `rlcollect train "
+                f"resume={folder}`, or train a new run in another folder (hydra.run.dir=<new folder>)"))
         STARTING.job = Job(folder, False, list(config.hydra.overrides.task), hydra_files(config.hydra, folder))
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
@@ -70,9 +74,10 @@ class RunFolders(Callback):
 
 
 def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
-    """RefusedBeforeStart when ``folder`` (the value of ``key``) holds a run's files, or lies
-    among another run's records (its videos/, wandb/, .hydra/ ...); ``what``: what the
-    command does there ("train a new run in", "sweep into")."""
+    """RefusedBeforeStart when ``folder`` (the value of ``key``) holds a run's files, lies
+    among another run's records (its videos/, wandb/, .hydra/ ...), or inside another run's
+    or sweep's folder; ``what``: what the command does there ("train a new run in", "sweep
+    into")."""
     held = run_files(folder)
     if held:
         raise RefusedBeforeStart(ConfigError(
@@ -82,7 +87,22 @@ def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
     if owner is not None:
         run, record = owner
         raise RefusedBeforeStart(ConfigError(
-            f"{key}={folder} is inside the run in {run} (its {record}): {what} another folder ({key}=<new folder>)"))
+            f"{key}={folder} is inside the run in {relative(run)} (its {record}): {what} another folder "
+            f"({key}=<new folder>)"))
+    outer = next((parent for parent in folder.absolute().parents if run_files(parent) or sweep_folder(parent)), None)
+    if outer is not None:  # its runs and sweeps would count this one as theirs (compare, resume=<sweep>)
+        kind = "sweep" if sweep_folder(outer) else "run"
+        raise RefusedBeforeStart(ConfigError(
+            f"{key}={folder} is inside the {kind} in {relative(outer)}: {what} another folder ({key}=<new folder>)"))
+
+
+def relative(path: Path) -> Path:
+    """``path`` (absolute) as the command line would name it: relative to the current folder
+    where it lies below it."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
 
 
 _HELD: dict[str, int] = {}  # the run folders this process trains: resolved path -> the locked descriptor

@@ -1,6 +1,7 @@
 """The files a command writes where its user says (``eval --out``, ``export --out``,
 ``compare --plot``): checked before any work (never one of a run's own records, its
-checkpoint, summary, config, ...: ``run_files.owning_run``; a folder that can hold it),
+checkpoint, summary, config, job log ...: ``run_files.owning_run``, nor a sweep's
+multirun.yaml or pbt.jsonl; a folder that can hold it),
 then written whole or not at all, its folder made only then.
 """
 from __future__ import annotations
@@ -9,7 +10,7 @@ import os
 from pathlib import Path
 
 from rlcollect.errors import ConfigError
-from rlcollect.run_files import owning_run
+from rlcollect.run_files import SWEEP_RECORDS, owning_run, sweep_folder
 
 
 def output_path(option: str, path: str | os.PathLike[str]) -> Path:
@@ -21,6 +22,9 @@ def output_path(option: str, path: str | os.PathLike[str]) -> Path:
     if owner is not None:
         run, record = owner
         raise ConfigError(f"{option} {path}: would overwrite the run in {run} (its {record}); write to another file")
+    if path.name in SWEEP_RECORDS and sweep_folder(path.parent):
+        raise ConfigError(f"{option} {path}: would overwrite the sweep in {path.parent} (its {path.name}); write to "
+                          "another file")
     if path.is_dir():
         raise ConfigError(f"{option} {path}: is a folder; name a file")
     existing = next(folder for folder in path.absolute().parents if folder.exists())

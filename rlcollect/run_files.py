@@ -23,6 +23,7 @@ CHECKPOINT_FILE = "checkpoint.pt"
 PREVIOUS_SUFFIX = ".prev"  # checkpoint.pt.prev: the one before, kept until a new one is written and verified
 BEST_FILE = "best.pt"  # the policy of a run's best evaluation, with its frames and eval_return
 ERROR_LOG = "error.log"
+JOB_LOG = "train.log"  # Hydra's job log: <hydra.job.name>.log, the job being rlcollect's train
 VIDEO_DIR = "videos"
 WANDB_DIR = "wandb"  # where W&B keeps a run given the run folder as its dir
 REPLAY_DIR = "replay"  # a LazyMemmapStorage's files, unless buffer.storage.scratch_dir says otherwise
@@ -31,13 +32,16 @@ OVERRIDES_FILE = Path(HYDRA_DIR) / "overrides.yaml"
 HYDRA_FILE = Path(HYDRA_DIR) / "hydra.yaml"
 HYDRA_CONFIG_FILE = Path(HYDRA_DIR) / "config.yaml"  # the composed config, written before the run starts
 SWEEP_FILE = "multirun.yaml"  # what Hydra writes into a sweep's folder: its config, the launcher's included
+PBT_FILE = "pbt.jsonl"  # a population-based training sweep's events, in its folder
+# a sweep's own records, in its folder beside its runs' folders (Optuna's sweeper writes its best trial's)
+SWEEP_RECORDS = (SWEEP_FILE, PBT_FILE, "optimization_results.yaml")
 # what makes a folder a run's: `rlcollect train` writes a new run only into a folder holding none of them
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_FILE, CHECKPOINT_FILE + PREVIOUS_SUFFIX, BEST_FILE,
              HYDRA_DIR)
 
 
 # a run's own records: its RUN_FILES and what else it writes beside them (the W&B run included)
-RUN_RECORDS = (*RUN_FILES, ERROR_LOG, VIDEO_DIR, REPLAY_DIR, WANDB_DIR)
+RUN_RECORDS = (*RUN_FILES, ERROR_LOG, JOB_LOG, VIDEO_DIR, REPLAY_DIR, WANDB_DIR)
 
 
 def owning_run(path: str | os.PathLike[str]) -> tuple[Path, str] | None:

@@ -53,8 +53,9 @@ def test_eval_into_a_pipe_whose_reader_closed_exits_141_without_a_traceback(trai
 @pytest.mark.timeout(300)
 def test_no_output_file_overwrites_a_run_s_own_records_and_each_is_checked_before_any_work(trained):
     """eval --out, export --out and compare --plot naming a run's own file (its summary,
-    checkpoint, config, a file under its .hydra/) or a folder: one line, exit 2, every file
-    of the run as it was; --out in a folder not there yet makes it."""
+    checkpoint, config, job log, a file under its .hydra/), a sweep's multirun.yaml or a
+    folder: one line, exit 2, every file of the run as it was; --out in a folder not there
+    yet makes it."""
     folder = trained.parent
     before = {path: path.read_bytes() for path in trained.rglob("*") if path.is_file()}
     run = folder / "run"
@@ -70,11 +71,19 @@ def test_no_output_file_overwrites_a_run_s_own_records_and_each_is_checked_befor
                                                            f"overwrite the run in {run} (its .hydra); write to another "
                                                            "file",
         ("eval", "run", "--out", "run"): "rlcollect eval: --out run: is a folder; name a file",
+        ("eval", "run", "--out", "run/train.log"): f"rlcollect eval: --out run/train.log: would overwrite the run in "
+                                                   f"{run} (its train.log); write to another file",
+        ("export", "run", "--format", "torchscript", "--out", "sweep/multirun.yaml"):
+            "rlcollect export: --out sweep/multirun.yaml: would overwrite the sweep in sweep (its multirun.yaml); "
+            "write to another file",
     }
+    (folder / "sweep").mkdir(exist_ok=True)  # a sweep's folder: its multirun.yaml, what resume=<sweep> reads
+    (folder / "sweep" / "multirun.yaml").write_text("hydra: {}\n")
     results = cli_all(folder, [list(command) for command in refused])
     for result, line in zip(results, refused.values()):
         assert (result.returncode, result.stderr.splitlines()) == (2, [line])
     assert {path: path.read_bytes() for path in trained.rglob("*") if path.is_file()} == before
+    assert (folder / "sweep" / "multirun.yaml").read_text() == "hydra: {}\n"
     made = cli(folder, "eval", "run", "--episodes", "1", "--out", "evals/cartpole/last.json")
     assert made.returncode == 0, made.stderr
     [result] = json.loads((folder / "evals" / "cartpole" / "last.json").read_text())

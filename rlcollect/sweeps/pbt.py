@@ -33,11 +33,10 @@ from rlcollect.errors import ConfigError
 from rlcollect.logging.runs import PBT_PREFIX
 from rlcollect.outputs import write_text_whole
 from rlcollect.pipeline.lifecycle import Pipeline
+from rlcollect.run_files import PBT_FILE
 from rlcollect.sweeps.grouping import STACKED_OPTIONS, lockstep_reason, stacked_kind
 from rlcollect.sweeps.pbt_options import PBTOptions
 from rlcollect.validation import Range
-
-PBT_FILE = "pbt.jsonl"
 
 
 def float_settings(cfg: DictConfig) -> list[str]:

@@ -3,6 +3,7 @@ touching the run, errors said as whose they are, sweeps that list every job that
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -449,6 +450,27 @@ class CtrlC(CountingEnv):
 
 gym.register("CtrlC-v0", entry_point=CtrlC)
 '''
+
+
+def test_a_stop_asked_while_stderr_is_a_closed_pipe_is_still_a_stop(monkeypatch):
+    """SIGINT while stderr is a pipe whose reader has gone (the same Ctrl-C stopped it): the
+    handler's line cannot be written, and the stop stands; the failed write is not raised
+    where the loop happened to be (it failed the run, mid-update)."""
+    from rlcollect.commands.jobs import stop_on_signals
+
+    reader, writer = os.pipe()
+    os.close(reader)
+    stream = os.fdopen(writer, "w", buffering=1)  # each line written at once: to a closed pipe, EPIPE
+    monkeypatch.setattr(sys, "stderr", stream)
+    try:
+        with stop_on_signals() as stop:
+            os.kill(os.getpid(), signal.SIGINT)  # its handler runs before the next line
+            assert stop.is_set() and stop.signal_number == signal.SIGINT
+    finally:
+        try:
+            stream.close()
+        except OSError:
+            pass
 
 
 @pytest.mark.timeout(300)

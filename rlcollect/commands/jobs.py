@@ -46,8 +46,11 @@ def stop_on_signals():
         stop.set()
         for restored, handler in previous.items():
             signal.signal(restored, handler)
-        print(f"\nrlcollect train: {signal.Signals(number).name}: stopping after this batch (again to stop now)",
-              file=sys.stderr)
+        try:
+            print(f"\nrlcollect train: {signal.Signals(number).name}: stopping after this batch (again to stop now)",
+                  file=sys.stderr)
+        except OSError:  # stderr gone (a pipe whose reader the same Ctrl-C stopped): the stop stands, unsaid
+            pass  # raised here, it would land wherever the loop was, mid-update, and fail the run
 
     for number in previous:
         signal.signal(number, request)

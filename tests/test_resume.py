@@ -89,9 +89,9 @@ def checkpoints_saved(monkeypatch) -> dict[str, list[int]]:
     saved: dict[str, list[int]] = {}
     save = Pipeline.save_checkpoint
 
-    def recorded(pipeline, seconds):
+    def recorded(pipeline, *args, **kwargs):
         saved.setdefault(pipeline.run_dir.name, []).append(pipeline.collector.frames)
-        save(pipeline, seconds)
+        save(pipeline, *args, **kwargs)
 
     monkeypatch.setattr(Pipeline, "save_checkpoint", recorded)
     return saved
@@ -255,7 +255,8 @@ def test_a_run_folder_is_held_by_its_process_alone_not_by_the_processes_it_forks
 
 def test_a_solved_run_resumed_with_more_frames_trains_on_and_keeps_its_first_solve(tmp_path):
     """The threshold stops a run the first time it is reached; a resume that asks for more
-    frames gets them, and frames_to_solve stays that first frame."""
+    frames gets them, and frames_to_solve stays that first frame. The seconds of each phase
+    go on from the first part's."""
     def train(*overrides):
         return rlcollect(tmp_path, "train", *overrides, timeout=120)
 
@@ -271,6 +272,11 @@ def test_a_solved_run_resumed_with_more_frames_trains_on_and_keeps_its_first_sol
     assert (summary["status"], summary["frames"], summary["frames_to_solve"]) == ("finished", 768, 256)
     assert summary["seconds_to_solve"] == solved["seconds_to_solve"]
     assert steps(run_dir) == [256, 512, 768]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for phase in ("collect", "train", "eval"):  # seconds over the whole run: the resume's added to the first part's
+        seconds = [row[f"time/{phase}"] for row in rows]
+        assert seconds == sorted(seconds) and seconds[1] >= solved[f"seconds_{phase}"] == seconds[0]
+        assert summary[f"seconds_{phase}"] == seconds[-1]
     assert load_run_dir(run_dir).summary["frames_to_solve"] == 256  # what compare reads
 
 

@@ -85,10 +85,11 @@ class Pipeline:
     # checkpoint older than best.pt gets back the best up to its checkpoint
     best: dict | None = None
 
-    def state_dict(self, seconds: float) -> dict:
-        """Everything needed to continue this run (all weights_only-loadable)."""
+    def state_dict(self, seconds: float, phase_seconds: dict[str, float] | None = None) -> dict:
+        """Everything needed to continue this run (all weights_only-loadable); ``seconds``:
+        the run's wall-clock so far, ``phase_seconds`` each phase's share of it."""
         progress = Progress(self.progress.summary, self.progress.next_eval, self.progress.next_checkpoint,
-                            seconds)
+                            seconds, dict(phase_seconds or {}))
         rng = rng_state()
         if self.generator is not None:
             rng["torch"] = self.generator.get_state()
@@ -129,13 +130,13 @@ class Pipeline:
         self.opened = True
         self.logger.open()
 
-    def save_checkpoint(self, seconds: float) -> None:
+    def save_checkpoint(self, seconds: float, phase_seconds: dict[str, float] | None = None) -> None:
         self.logger.flush()  # metrics.jsonl holds every row the checkpoint counts
         # between two batches of a collector that writes only while it is iterated, in this thread, nothing writes
         # until the file is saved: a full replay buffer is saved as it is, not copied (twice its memory) first
         quiet = not self.background and not getattr(self.collector, "writes_between_batches", True)
         with saved_in_place() if quiet else contextlib.nullcontext():
-            save_checkpoint(self.run_dir / CHECKPOINT_FILE, self.state_dict(seconds))
+            save_checkpoint(self.run_dir / CHECKPOINT_FILE, self.state_dict(seconds, phase_seconds))
         self.checkpoint_frames = self.collector.frames
 
     def save_best(self, frames: int, eval_return: float) -> None:

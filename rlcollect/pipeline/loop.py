@@ -140,7 +140,7 @@ class Session:
         p.open()
         self.start = self.checkpointed_at = time.perf_counter()
         p.logger.start_clock(p.progress.seconds_before)  # metrics' "time" and the summary share one clock
-        self.phases.restart(p.collector.frames)
+        self.phases.restart(p.collector.frames, p.progress.phase_seconds)
 
     def after_batch(self, batch: TensorDictBase | None, frames: int) -> bool:
         """Learn from the batch that brought the run to ``frames``, log, evaluate and
@@ -185,7 +185,7 @@ class Session:
         self.bar.set_postfix(postfix)
         p.logger.log(phases.metrics(frames), step=frames)
         if self.checkpoint_due(frames):
-            p.save_checkpoint(self.seconds())
+            p.save_checkpoint(self.seconds(), phases.totals())
             self.checkpointed_at = time.perf_counter()
         if solved:
             self.status = "solved"
@@ -226,33 +226,40 @@ class Session:
         p, summary = self.p, self.p.progress.summary
         self.bar.close()
         if keeps_final_checkpoint(p, self.error):
-            save_final_checkpoint(p, self.seconds())
+            save_final_checkpoint(p, self.seconds(), self.phases.totals())
         summary["status"] = self.status
         summary["frames"] = p.collector.frames
         summary["checkpoint_frames"] = p.checkpoint_frames
         summary["seconds"] = self.seconds()
         summary["frames_per_second"] = summary["frames"] / max(summary["seconds"], 1e-9)
-        summary.update({f"seconds_{name}": value for name, value in self.phases.seconds.items()})
+        summary.update({f"seconds_{name}": value for name, value in self.phases.totals().items()})
         (p.run_dir / SUMMARY_FILE).write_text(strict_json(summary))
         p.close(exit_code=0 if self.status in ("finished", "solved") else 1)
 
 
 class Phases:
-    """Where a run's wall-clock goes, this session: collecting (waiting for the next batch),
-    training (the update and the weight push) and evaluating. ``end(phase)`` charges the
-    time since the last ``end`` to ``phase``. ``metrics`` gives ``time/<phase>`` and
-    ``collect/frames_per_second`` over the collecting time alone (with background
-    collection, which overlaps training, over all the time instead)."""
+    """Where a run's wall-clock goes: collecting (waiting for the next batch), training (the
+    update and the weight push) and evaluating. ``end(phase)`` charges the time since the
+    last ``end`` to ``phase`` (``seconds``: this session's); ``totals`` adds what earlier
+    sessions of a resumed run spent. ``metrics`` gives ``time/<phase>`` (the totals) and
+    this session's ``collect/frames_per_second`` over its collecting time alone (with
+    background collection, which overlaps training, over all its time instead)."""
 
     def __init__(self, start_frames: int, concurrent: bool = False) -> None:
         self.concurrent = concurrent
         self.restart(start_frames)
 
-    def restart(self, start_frames: int) -> None:
-        """Nothing charged yet; the clock runs from now, the frames from ``start_frames``."""
+    def restart(self, start_frames: int, before: dict[str, float] | None = None) -> None:
+        """Nothing charged yet this session; the clock runs from now, the frames from
+        ``start_frames``; ``before``: each phase's seconds in earlier sessions."""
         self.start_frames = start_frames
         self.seconds = {"collect": 0.0, "train": 0.0, "eval": 0.0}
+        self.before = dict(before or {})
         self._mark = time.perf_counter()
+
+    def totals(self) -> dict[str, float]:
+        """Each phase's seconds over the whole run, earlier sessions included."""
+        return {phase: self.before.get(phase, 0.0) + seconds for phase, seconds in self.seconds.items()}
 
     def end(self, phase: str) -> None:
         now = time.perf_counter()
@@ -266,7 +273,7 @@ class Phases:
     def metrics(self, frames: int) -> dict[str, float]:
         collecting = sum(self.seconds.values()) if self.concurrent else self.seconds["collect"]
         return {"collect/frames_per_second": (frames - self.start_frames) / max(collecting, 1e-9),
-                **{f"time/{phase}": seconds for phase, seconds in self.seconds.items()}}
+                **{f"time/{phase}": seconds for phase, seconds in self.totals().items()}}
 
 
 class DrivenPhases(Phases):
@@ -302,11 +309,11 @@ def keeps_final_checkpoint(p: Pipeline, error: BaseException | None) -> bool:
     return p.collector.frames > 0 and p.checkpoint_frames != p.collector.frames
 
 
-def save_final_checkpoint(p: Pipeline, seconds: float) -> None:
+def save_final_checkpoint(p: Pipeline, seconds: float, phase_seconds: dict[str, float]) -> None:
     """The checkpoint at the run's final frame; a failure to write it is logged, not raised
     (the run's own error, if any, is the one to report)."""
     try:
-        p.save_checkpoint(seconds)
+        p.save_checkpoint(seconds, phase_seconds)
     except KeyboardInterrupt:
         log.warning("interrupted while writing the final checkpoint: the last complete one (frame %s) stays",
                     p.checkpoint_frames)

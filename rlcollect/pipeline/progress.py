@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -13,6 +13,7 @@ class Progress:
     next_eval: int
     next_checkpoint: int | None
     seconds_before: float = 0.0  # wall-clock spent by earlier sessions of a resumed run
+    phase_seconds: dict[str, float] = field(default_factory=dict)  # of that, each phase's (collect, train, eval)
 
     @classmethod
     def start(cls, *, env_id: str, solved_return: float | None, eval_every_frames: int,
@@ -26,10 +27,11 @@ class Progress:
     def state_dict(self) -> dict:
         return {"summary": json.dumps(self.summary), "next_eval": self.next_eval,
                 "next_checkpoint": -1 if self.next_checkpoint is None else self.next_checkpoint,
-                "seconds_before": self.seconds_before}
+                "seconds_before": self.seconds_before, "phase_seconds": dict(self.phase_seconds)}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "Progress":
         next_checkpoint = int(state["next_checkpoint"])
         return cls(json.loads(state["summary"]), int(state["next_eval"]),
-                   None if next_checkpoint < 0 else next_checkpoint, float(state["seconds_before"]))
+                   None if next_checkpoint < 0 else next_checkpoint, float(state["seconds_before"]),
+                   {phase: float(seconds) for phase, seconds in state.get("phase_seconds", {}).items()})

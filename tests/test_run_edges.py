@@ -251,6 +251,7 @@ def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):
     line naming resume= and how to pick another folder, exit 2, before Hydra writes anything:
     every file, .hydra/ and the job log included, byte-identical. An empty folder is fine."""
     (tmp_path / "empty").mkdir()
+    (tmp_path / "notes.txt").write_text("a file, not a folder")
     run = ["train", *TINY, "logger=none", "hydra.run.dir=runs/run"]
     sweep = ["train", "--multirun", "seed=0,1", *TINY, "total_frames=128", "logger=none", "hydra.sweep.dir=runs/sweep"]
     results = cli_all(tmp_path, [run, sweep, ["train", *TINY, "logger=none", "hydra.run.dir=empty"]])
@@ -268,7 +269,7 @@ def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):
         "folders): continue it with `rlcollect train resume=runs/sweep` (one run: resume=runs/sweep/<its folder>), "
         "or sweep into another folder (hydra.sweep.dir=<new folder>)"]
     assert hashes(tmp_path) == before
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["empty", "runs"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["empty", "notes.txt", "runs"]
     # nor into one of a run's own folders (a folder beside them is another's)
     inside = cli_all(tmp_path, [["train", *TINY, "logger=none", "hydra.run.dir=runs/run/.hydra/new"],
                                 ["train", "--multirun", "seed=0", *TINY, "logger=none",
@@ -280,7 +281,7 @@ def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):
              "runs/run (its wandb): sweep into another folder (hydra.sweep.dir=<new folder>)"])]
     # nor into a sweep's folder, nor below a run's or a sweep's (compare and resume=<sweep> would count them in)
     nested = cli_all(tmp_path, [["train", *TINY, "logger=none", f"hydra.run.dir={folder}"]
-                                for folder in ("runs/sweep", "runs/sweep/extra", "runs/run/sub")]
+                                for folder in ("runs/sweep", "runs/sweep/extra", "runs/run/sub", "notes.txt/run")]
                      + [["train", "--multirun", "seed=0", *TINY, "logger=none", "hydra.sweep.dir=runs/sweep/inner"]])
     assert [(result.returncode, result.stderr.splitlines()) for result in nested] == [
         (2, ["rlcollect train: invalid configuration: hydra.run.dir=runs/sweep holds a sweep (its multirun.yaml): "
@@ -290,6 +291,8 @@ def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):
              "runs/sweep: train a new run in another folder (hydra.run.dir=<new folder>)"]),
         (2, ["rlcollect train: invalid configuration: hydra.run.dir=runs/run/sub is inside the run in runs/run: train "
              "a new run in another folder (hydra.run.dir=<new folder>)"]),
+        (2, ["rlcollect train: invalid configuration: hydra.run.dir=notes.txt/run: notes.txt is a file, not a folder: "
+             "train a new run in a folder (hydra.run.dir=<new folder>)"]),
         (2, ["rlcollect train: invalid configuration: hydra.sweep.dir=runs/sweep/inner is inside the sweep in "
              "runs/sweep: sweep into another folder (hydra.sweep.dir=<new folder>)"])]
     assert hashes(tmp_path) == before

@@ -163,6 +163,22 @@ def _figures(comparison: Comparison):
         yield "improvement", improvement_figure(comparison)
 
 
+def check_plot_path(path: str | os.PathLike[str]) -> None:
+    """A CompareError naming ``--plot`` where ``path`` names no kind of file matplotlib
+    writes (its suffix: without one, matplotlib would write ``path.png`` instead), before
+    any run is read."""
+    suffix = Path(path).suffix.lstrip(".").lower()
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+    except ImportError:
+        raise CompareError("--plot needs matplotlib: pip install matplotlib") from None
+    kinds = FigureCanvasAgg.get_supported_filetypes()
+    if suffix not in kinds:
+        said = f"matplotlib writes no .{suffix} files" if suffix else "no suffix to say which kind of file"
+        raise CompareError(f"--plot {path}: {said}; name one of "
+                           f"{', '.join(f'.{kind}' for kind in sorted(kinds))} (.png and .svg: both are written)")
+
+
 def _figure(rows: int, columns: int, size: tuple[float, float]):
     """A bare Agg Figure and its axes, flat."""
     try:

@@ -8,6 +8,7 @@ import sys
 def compare(argv: list[str]) -> int:
     """`rlcollect compare PATH... [options]`: print the comparison of the runs."""
     from rlcollect.analysis.api import FORMATS, STATS_MIN_RUNS, CompareError, compare_runs
+    from rlcollect.analysis.plots import check_plot_path
     from rlcollect.analysis.stats import DEFAULT_REPS
     from rlcollect.errors import ConfigError
     from rlcollect.outputs import output_path
@@ -46,9 +47,10 @@ def compare(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     group_by = [key.strip() for key in args.group_by.split(",") if key.strip()] if args.group_by else None
     try:
-        if args.plot is not None:
-            output_path("--plot", args.plot)  # checked before any run is read
-    except ConfigError as error:
+        if args.plot is not None:  # checked before any run is read
+            output_path("--plot", args.plot)
+            check_plot_path(args.plot)
+    except (ConfigError, CompareError) as error:
         print(f"rlcollect compare: {error}", file=sys.stderr)
         return 2
     try:

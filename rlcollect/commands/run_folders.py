@@ -78,6 +78,10 @@ def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
     among another run's records (its videos/, wandb/, .hydra/ ...), or inside another run's
     or sweep's folder; ``what``: what the command does there ("train a new run in", "sweep
     into")."""
+    existing = next(path for path in (folder.absolute(), *folder.absolute().parents) if path.exists())
+    if not existing.is_dir():
+        raise RefusedBeforeStart(ConfigError(f"{key}={folder}: {relative(existing)} is a file, not a folder: {what} "
+                                             f"a folder ({key}=<new folder>)"))
     held = run_files(folder)
     if held:
         raise RefusedBeforeStart(ConfigError(

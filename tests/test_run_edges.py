@@ -455,6 +455,18 @@ gym.register("CtrlC-v0", entry_point=CtrlC)
 '''
 
 
+def test_the_resume_a_line_names_is_a_command_a_shell_takes_as_it_is():
+    """A folder with spaces is quoted (pasted, ``resume=my sweep`` split in two); the usual
+    folder names, sweep members' included, are written as they are."""
+    import shlex
+
+    from rlcollect.commands.jobs import resume_command
+
+    assert resume_command("my runs/run 1") == "rlcollect train 'resume=my runs/run 1'"
+    assert shlex.split(resume_command("my runs/run 1")) == ["rlcollect", "train", "resume=my runs/run 1"]
+    assert resume_command("sw/0_algo.lr=0.001,seed=1") == "rlcollect train resume=sw/0_algo.lr=0.001,seed=1"
+
+
 def test_a_stop_asked_while_stderr_is_a_closed_pipe_is_still_a_stop(monkeypatch):
     """SIGINT while stderr is a pipe whose reader has gone (the same Ctrl-C stopped it): the
     handler's line cannot be written, and the stop stands; the failed write is not raised

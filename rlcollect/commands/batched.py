@@ -19,6 +19,7 @@ from rlcollect.commands.jobs import (
     interrupted_while_starting,
     objective_value,
     refused,
+    resume_command,
     run_failed,
     stop_on_signals,
     sweep_group,
@@ -115,8 +116,8 @@ def train_held_members(members: list[tuple[DictConfig, Job, dict, int]], share: 
     if interrupted:
         sweep = sweep_of(jobs[0].run_dir)
         if share == 0 and sweep is not None:  # once per command, where its shares are several processes
-            print(f"rlcollect train: or continue every member of the sweep as it trained: `rlcollect train "
-                  f"resume={folder_label(sweep)}`", file=sys.stderr)
+            print(f"rlcollect train: or continue every member of the sweep as it trained: "
+                  f"`{resume_command(folder_label(sweep))}`", file=sys.stderr)
         raise SystemExit(128 + stop.signal_number)
     return values
 

@@ -10,6 +10,7 @@ import errno
 import json
 import math
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -158,7 +159,7 @@ def disk_full_line(job: Job, error: DiskFullError, checkpoint_frames: int | None
         then = f"it has no complete checkpoint to continue from: {remedy} and train it again in a new folder"
     else:
         then = (f"its last complete checkpoint (frame {checkpoint_frames}) stays: {remedy}, then continue with "
-                f"`rlcollect train resume={job.resume or job_dir_label(job)}`")
+                f"`{resume_command(job.resume or job_dir_label(job))}`")
     return f"rlcollect train: the run failed: {error}; {then}"
 
 
@@ -202,7 +203,13 @@ def interrupted_line(job: Job, frames: int, checkpoint_frames: int | None) -> st
         return f"rlcollect train: interrupted at frame {frames}, before its first checkpoint"
     behind = f" (its last complete checkpoint is at frame {checkpoint_frames})" if checkpoint_frames != frames else ""
     return (f"rlcollect train: interrupted at frame {frames}{behind}; continue with "
-            f"`rlcollect train resume={job.resume or job_dir_label(job)}`")
+            f"`{resume_command(job.resume or job_dir_label(job))}`")
+
+
+def resume_command(folder: str | Path) -> str:
+    """The command that continues the run or sweep in ``folder``, as a shell takes it (a
+    folder with spaces quoted)."""
+    return f"rlcollect train {shlex.quote(f'resume={folder}')}"
 
 
 def job_dir_label(job: Job) -> str:

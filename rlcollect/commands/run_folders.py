@@ -10,7 +10,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from rlcollect.commands.jobs import Job, hydra_files
+from rlcollect.commands.jobs import Job, hydra_files, resume_command
 from rlcollect.errors import ConfigError
 from rlcollect.run_files import CONFIG_FILE, SWEEP_FILE, owning_run, run_files, sweep_folder, sweep_runs
 
@@ -57,8 +57,8 @@ class RunFolders(Callback):
         refuse_a_run_in(folder, "hydra.run.dir", "train a new run in")
         if sweep_folder(folder):
             raise RefusedBeforeStart(ConfigError(
-                f"hydra.run.dir={folder} holds a sweep (its {SWEEP_FILE}): continue it with `rlcollect train "
-                f"resume={folder}`, or train a new run in another folder (hydra.run.dir=<new folder>)"))
+                f"hydra.run.dir={folder} holds a sweep (its {SWEEP_FILE}): continue it with "
+                f"`{resume_command(folder)}`, or train a new run in another folder (hydra.run.dir=<new folder>)"))
         STARTING.job = Job(folder, False, list(config.hydra.overrides.task), hydra_files(config.hydra, folder))
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
@@ -68,7 +68,7 @@ class RunFolders(Callback):
         if jobs:
             raise RefusedBeforeStart(ConfigError(
                 f"hydra.sweep.dir={folder} holds the runs of an earlier sweep ({len(jobs)} run folder"
-                f"{'s' if len(jobs) > 1 else ''}): continue it with `rlcollect train resume={folder}` (one run: "
+                f"{'s' if len(jobs) > 1 else ''}): continue it with `{resume_command(folder)}` (one run: "
                 f"resume={folder}/<its folder>), or sweep into another folder (hydra.sweep.dir=<new folder>)"))
         STARTING.sweep_dir = folder
 
@@ -85,8 +85,8 @@ def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
     held = run_files(folder)
     if held:
         raise RefusedBeforeStart(ConfigError(
-            f"{key}={folder} holds a run already ({', '.join(held)}): continue it with `rlcollect train "
-            f"resume={folder}`, or {what} another folder ({key}=<new folder>)"))
+            f"{key}={folder} holds a run already ({', '.join(held)}): continue it with `{resume_command(folder)}`, "
+            f"or {what} another folder ({key}=<new folder>)"))
     owner = owning_run(folder / CONFIG_FILE)
     if owner is not None:
         run, record = owner

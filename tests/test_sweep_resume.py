@@ -191,28 +191,50 @@ def test_members_at_two_frames_resume_as_two_models_at_once(tmp_path):
     frame resume as a model of their own, both models at once, one process each; each
     member's rows are cut back to its checkpoint and continued. (Members 2 and 3 fall back
     to their previous checkpoints, of their first batch, as after a crash while writing one.)
-    A job stopped before its run started is said in one line (exit 1)."""
-    first = cli(tmp_path, "train", "--multirun", "seed=0,1,2,3", "hydra.launcher.processes=2", *SWEEP)
+    A job stopped before its run started, and one the sweep never started (no folder), are
+    said in one line each (exit 1)."""
+    first = cli(tmp_path, "train", "--multirun", "seed=0,1,2,3,4", "hydra.launcher.processes=2", *SWEEP)
     assert first.returncode == 0, first.stderr
     members = job_dirs(tmp_path / "sw")
-    for member in members[2:]:
+    for member in members[2:4]:
         (member / "checkpoint.pt").unlink()
-    unstarted = tmp_path / "sw" / "4_seed=4"  # what a job stopped before its first batch leaves
+    shutil.rmtree(members[4])  # never started: a stop came before its group
+    unstarted = tmp_path / "sw" / "5_seed=5"  # what a job stopped before its first batch leaves
     (unstarted / ".hydra").mkdir(parents=True)
     (unstarted / "summary.json").write_text('{"status": "interrupted", "frames": 0}')
     resumed = cli(tmp_path, "train", "resume=sw", "total_frames=768")
     assert resumed.returncode == 1, resumed.stderr
-    assert resumed.stderr.splitlines()[0] == (
-        "rlcollect train: invalid configuration: resume=sw/4_seed=4: the job stopped before its run started (no "
-        "config.yaml): nothing to resume; run it again")
+    lines = resumed.stderr.splitlines()
+    assert lines[0] == (
+        "rlcollect train: invalid configuration: resume=sw/5_seed=5: the job stopped before its run started (no "
+        "config.yaml): nothing to resume; train it in another folder")
+    assert lines[1].startswith("rlcollect train: invalid configuration: resume=sw: job #4 (seed=4 total_frames=512 ")
+    assert lines[1].endswith(") never started (the sweep stopped before it; it has no folder): nothing to resume; "
+                             "train it in another folder")
     assert ("jobs #0, #1 at frame 512; jobs #2, #3 at frame 128 resume as 2 batched models (2 + 2 members), each in "
             "a process of its own") in resumed.stdout
     fallbacks = sorted(line.split("falling back to the previous checkpoint ")[1] for line in resumed.stdout.splitlines()
                        if "falling back" in line)
-    assert fallbacks == [str(Path("sw") / member.name / "checkpoint.pt.prev") for member in members[2:]]  # once each
-    for member in members:
+    assert fallbacks == [str(Path("sw") / member.name / "checkpoint.pt.prev") for member in members[2:4]]  # once each
+    for member in members[:4]:
         assert [row["step"] for row in metric_rows(member)] == list(range(128, 769, 128))
         assert json.loads((member / "summary.json").read_text())["frames"] == 768
+
+
+@pytest.mark.timeout(300)
+def test_a_sweep_whose_jobs_were_refused_says_so_on_resume(tmp_path):
+    """Jobs refused before their runs started (a value out of range): each is said as
+    refused, with why, not as a job that stopped; nothing to resume (exit 2), every file as
+    it was."""
+    first = cli(tmp_path, "train", "--multirun", "seed=0,1", "algo.gamma=2", *SWEEP)
+    assert first.returncode == 1
+    before = hashes(tmp_path / "sw")
+    resumed = cli(tmp_path, "train", "resume=sw")
+    assert resumed.returncode == 2 and hashes(tmp_path / "sw") == before
+    assert resumed.stderr.splitlines() == [
+        f"rlcollect train: invalid configuration: resume=sw/{job.name}: the job was refused (invalid configuration: "
+        "algo.gamma=2.0: must be in (0, 1]): nothing to resume; train it, mended, in another folder"
+        for job in job_dirs(tmp_path / "sw")]
 
 
 @pytest.mark.timeout(300)

@@ -67,15 +67,23 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
         if status in ENDED_STATUSES and "total_frames" not in overrides:
             ended.append((member_dir, status, summary_frames(member_dir)))
             continue
-        if not (member_dir / CONFIG_FILE).is_file():  # Hydra's records alone: it never trained (stopped, refused)
+        if status == "refused":  # its config was refused before its run started
+            why = summary_of(member_dir).get("error")
+            refusals.append(f"resume={member_dir}: the job was refused ({why}): nothing to resume; train it, mended, "
+                            "in another folder")
+            continue
+        if not (member_dir / CONFIG_FILE).is_file():  # Hydra's records alone: it never trained
             refusals.append(f"resume={member_dir}: the job stopped before its run started (no {CONFIG_FILE}): "
-                            "nothing to resume; run it again")
+                            "nothing to resume; train it in another folder")
             continue
         try:
             free_now(member_dir, folder)
             members.append(member_to_resume(folder, member_dir, overrides))
         except ConfigError as error:
             refusals.append(str(error))
+    for number, job_overrides in unstarted_jobs(folder):
+        refusals.append(f"resume={folder}: job #{number} ({' '.join(job_overrides)}) never started (the sweep stopped "
+                        "before it; it has no folder): nothing to resume; train it in another folder")
     for line in refusals:
         print(f"rlcollect train: invalid configuration: {line}", file=sys.stderr)
     if not members:
@@ -97,12 +105,41 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
     return 1 if failed or refusals else 0
 
 
+def unstarted_jobs(folder: Path) -> list[tuple[int, list[str]]]:
+    """The jobs of the sweep in ``folder`` that never started (no job folder: a stop came
+    before their group), by job number with their overrides, as Hydra's basic sweeper
+    numbered them from the multirun.yaml's; none where another sweeper ran it (a tuning
+    study asks its trials one batch at a time) or its overrides no longer parse."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        hydra = OmegaConf.load(folder / SWEEP_FILE).hydra
+        if hydra.sweeper.get("_target_") != f"{BasicSweeper.__module__}.{BasicSweeper.__qualname__}":
+            return []
+        arguments = [f"{key}={value}" for key, value in (hydra.sweeper.get("params") or {}).items()]
+        overrides = OverridesParser.create().parse_overrides([*arguments, *hydra.overrides.task])
+        jobs = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
+    except Exception:  # noqa: BLE001 - what cannot be read back says nothing of missing jobs
+        return []
+    made = {int(child.name.split("_", 1)[0]) for child in folder.iterdir()
+            if child.is_dir() and child.name.split("_", 1)[0].isdigit()}
+    return [(number, job) for number, job in enumerate(jobs) if number not in made]
+
+
+def summary_of(member_dir: Path) -> dict:
+    """A job's summary.json ({} where it cannot be read)."""
+    try:
+        summary = json.loads((member_dir / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
 def summary_frames(member_dir: Path) -> int:
     """The frames of a member's summary.json (0 where it cannot be read)."""
-    try:
-        return int(json.loads((member_dir / SUMMARY_FILE).read_text()).get("frames") or 0)
-    except (OSError, ValueError, AttributeError, TypeError):
-        return 0
+    frames = summary_of(member_dir).get("frames")
+    return frames if isinstance(frames, int) else 0
 
 
 def parse_overrides(folder: Path, args: list[str]) -> tuple[dict, int | None]:

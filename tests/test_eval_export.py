@@ -187,9 +187,12 @@ def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_polic
     assert row["return_std"] == pytest.approx(float(np.std(expected.returns)))
     assert json.loads((run / "eval_last.json").read_text()) == row  # the result kept in the run folder
 
-    best, table = cli_all(tmp_path, [
+    best, table, out_of_range = cli_all(tmp_path, [
         ["eval", "run", "--checkpoint", "best", "--episodes", "2", "--seed", "7", "--format", "json"],
-        ["eval", "run", "--episodes", "2", "env.max_episode_steps=20"]])
+        ["eval", "run", "--episodes", "2", "env.max_episode_steps=20"],
+        ["eval", "run", "--episodes", "2", "env.max_episode_steps=0"]])
+    assert (out_of_range.returncode, out_of_range.stderr.splitlines()) == (  # as train says it: the user's mistake
+        2, ["rlcollect eval: env.max_episode_steps=0: must be >= 1"])
     assert best.returncode == 0, best.stderr
     [best_row] = json.loads(best.stdout)
     assert best_row["frames"] == int(load_checkpoint(run / "best.pt")["frames"]) and best_row["seed"] == 7

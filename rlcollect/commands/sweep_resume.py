@@ -146,7 +146,8 @@ def parse_overrides(folder: Path, args: list[str]) -> tuple[dict, int | None]:
     """The ``key=value`` arguments besides ``resume=`` (YAML values): the keys a resumed run
     may change (lifecycle.RESUME_OVERRIDES), typed, and ``hydra.launcher.processes`` (None:
     not given)."""
-    from rlcollect.pipeline.lifecycle import RESUME_OVERRIDES, resume_override_values
+    from rlcollect.config import typed_values
+    from rlcollect.pipeline.lifecycle import RESUME_OVERRIDES
 
     overrides = {}
     for arg in args:
@@ -158,7 +159,7 @@ def parse_overrides(folder: Path, args: list[str]) -> tuple[dict, int | None]:
     processes = overrides.pop("hydra.launcher.processes", None)
     if processes is not None:
         check_positive_int("hydra.launcher.processes", processes)
-    return resume_override_values(overrides), processes  # typed and ranged once, for every member
+    return typed_values(overrides), processes  # typed and ranged once, for every member
 
 
 def sweep_launcher(folder: Path) -> DictConfig | None:

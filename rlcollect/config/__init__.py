@@ -37,6 +37,7 @@ from rlcollect.config.fields import (
     rename_keys,
     renamed,
     schema_nodes,
+    typed_values,
 )
 from rlcollect.config.registry import SCHEMAS, option_node, register_configs, schema, schema_name
 from rlcollect.config.resolvers import (
@@ -51,4 +52,5 @@ from rlcollect.config.schemas import *  # noqa: F403  (every schema)
 
 __all__ = ["CHOICES", "EVALUATIONS_PER_RUN", "OBJECTIVES", "RANGE", "RENAMED", "SCHEMAS", "check_ranges", "chosen",
            "eval_every_frames", "job_dirname", "logs_to_wandb", "objective_direction", "option_node", "ranged",
-           "register_configs", "rename_keys", "renamed", "schema", "schema_name", "schema_nodes", *schemas.__all__]
+           "register_configs", "rename_keys", "renamed", "schema", "schema_name", "schema_nodes", "typed_values",
+           *schemas.__all__]

@@ -32,7 +32,7 @@ from rlcollect.checkpoint import (
 )
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.evaluation import EvalCollector
-from rlcollect.config import eval_every_frames
+from rlcollect.config import eval_every_frames, typed_values
 from rlcollect.errors import ConfigError
 from rlcollect.logging.run_logger import RunLogger, truncate_metrics
 from rlcollect.logging.runs import DamagedRowError, json_lines, pbt_settings_at, solved_threshold
@@ -271,7 +271,7 @@ def resume_checks(run_dir: Path, overrides: dict | None = None, *, check_only: b
     if refused:
         raise ConfigError(f"resume={run_dir}: {', '.join(refused)} cannot change on resume (the run's config is "
                           f"built into its checkpoint); a resumed run takes only {', '.join(RESUME_OVERRIDES)}")
-    overrides = resume_override_values(overrides)
+    overrides = typed_values(overrides)
     try:
         cfg = OmegaConf.load(run_dir / CONFIG_FILE)
     except (OSError, yaml.YAMLError) as error:
@@ -295,25 +295,6 @@ def resume_checks(run_dir: Path, overrides: dict | None = None, *, check_only: b
     for key, value in overrides.items():
         OmegaConf.update(cfg, key, value)
     return cfg, checkpoint
-
-
-def resume_override_values(overrides: dict) -> dict:
-    """``overrides`` (keys of RESUME_OVERRIDES) as the config's schema types them, each in
-    the range it declares: else a ConfigError naming the key (``total_frames=abc``,
-    ``torch_threads=0``), as for a new run."""
-    from omegaconf.errors import ValidationError
-
-    from rlcollect.config.fields import check_ranges
-    from rlcollect.config.schemas import TrainConfig
-
-    typed = OmegaConf.structured(TrainConfig)
-    for key, value in overrides.items():
-        try:
-            OmegaConf.update(typed, key, value)
-        except ValidationError as error:
-            raise ConfigError(f"{key}={value}: {str(error).splitlines()[0]}") from None
-    check_ranges(typed)
-    return {key: OmegaConf.select(typed, key) for key in overrides}
 
 
 def metric_rows(run_dir: Path) -> list[dict]:

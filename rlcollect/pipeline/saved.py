@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.acting import act_deterministically
 from rlcollect.checkpoint import BEST_FILE, CHECKPOINT_FILE, CheckpointError, checkpoint_exists, load_checkpoint
+from rlcollect.config import typed_values
 from rlcollect.errors import ConfigError
 from rlcollect.pipeline.builders import make_policy, probe_spaces
 from rlcollect.run_files import CONFIG_FILE
@@ -27,7 +28,7 @@ CHECKPOINTS = {"last": CHECKPOINT_FILE, "best": BEST_FILE}  # --checkpoint names
 
 def load_run_config(run_dir: str | Path, env_overrides: dict | None = None) -> DictConfig:
     """The resolved config a run folder was trained with, ``env_overrides`` (``{"env.key":
-    value}``) applied."""
+    value}``) applied, each typed and in its range as for a new run (``config.typed_values``)."""
     run_dir = Path(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise ConfigError(f"{run_dir}: not a run folder (no {CONFIG_FILE})")
@@ -35,10 +36,11 @@ def load_run_config(run_dir: str | Path, env_overrides: dict | None = None) -> D
         cfg = OmegaConf.load(run_dir / CONFIG_FILE)
     except (OSError, yaml.YAMLError) as error:
         raise ConfigError(f"{run_dir}: cannot read its {CONFIG_FILE} ({' '.join(str(error).split())})") from None
-    for key, value in (env_overrides or {}).items():
+    for key in env_overrides or {}:
         if not key.startswith("env.") or OmegaConf.select(cfg, key, default="<missing>") == "<missing>":
             raise ConfigError(f"{key}: not an env key of the run's config (env.* keys only: "
                               f"{', '.join(f'env.{name}' for name in cfg.env)})")
+    for key, value in typed_values(env_overrides or {}).items():
         OmegaConf.update(cfg, key, value)
     return cfg
 

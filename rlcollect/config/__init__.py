@@ -21,9 +21,10 @@ alone). Point ``_target_`` at a class of your own to use it instead.
 
 The package, one job per module: ``schemas`` (the dataclasses), ``fields`` (ranges and
 choices, and the check of both; keys kept under their old names for a release, and the move
-of their values to the new keys), ``registry`` (``@schema``, ``SCHEMAS``, the ConfigStore)
-and ``resolvers`` (values derived from a config, the YAML options' resolvers). Importing it
-never imports torch (a config error is told before torch loads).
+of their values to the new keys), ``registry`` (``@schema``, ``SCHEMAS``, the ConfigStore),
+``resolvers`` (values derived from a config, the YAML options' resolvers) and ``values``
+(keys given apart from a composed config, typed and checked). Importing it never imports
+torch (a config error is told before torch loads).
 """
 
 from rlcollect.config import schemas  # noqa: F401  (each schema registers itself as its module runs)
@@ -37,7 +38,6 @@ from rlcollect.config.fields import (
     rename_keys,
     renamed,
     schema_nodes,
-    typed_values,
 )
 from rlcollect.config.registry import SCHEMAS, option_node, register_configs, schema, schema_name
 from rlcollect.config.resolvers import (
@@ -49,6 +49,7 @@ from rlcollect.config.resolvers import (
     objective_direction,
 )
 from rlcollect.config.schemas import *  # noqa: F403  (every schema)
+from rlcollect.config.values import typed_values
 
 __all__ = ["CHOICES", "EVALUATIONS_PER_RUN", "OBJECTIVES", "RANGE", "RENAMED", "SCHEMAS", "check_ranges", "chosen",
            "eval_every_frames", "job_dirname", "logs_to_wandb", "objective_direction", "option_node", "ranged",

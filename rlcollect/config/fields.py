@@ -67,26 +67,6 @@ def schema_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig]
             yield from schema_nodes(child, f"{path}.{key}" if path else str(key))
 
 
-def typed_values(overrides: dict) -> dict:
-    """``overrides`` (``{config key: value}``, keys of ``TrainConfig``'s schema: a resume's,
-    eval's ``env.*``) as the schema types them, each in the range it declares: else a
-    ConfigError naming the key (``total_frames=abc``, ``torch_threads=0``), as for a new
-    run."""
-    from omegaconf.errors import ValidationError
-
-    from rlcollect.config.schemas import EnvConfig, TrainConfig
-
-    typed = OmegaConf.structured(TrainConfig)
-    typed.env = OmegaConf.structured(EnvConfig)  # a config group's node, but env's options share one schema
-    for key, value in overrides.items():
-        try:
-            OmegaConf.update(typed, key, value)
-        except ValidationError as error:
-            raise ConfigError(f"{key}={value}: {str(error).splitlines()[0]}") from None
-    check_ranges(typed)
-    return {key: OmegaConf.select(typed, key) for key in overrides}
-
-
 def check_ranges(cfg: DictConfig) -> None:
     """Every numeric option in the range its schema declares (``config.ranged``), each
     entry of a list of numbers too, and every option with choices one of them

@@ -316,14 +316,17 @@ def test_resume_errors_are_clear_and_leave_no_folder_behind(tmp_path):
     got Hydra's records of the resume, another run's overwritten)."""
     (tmp_path / "notes").mkdir()
     results = rlcollect_all(tmp_path, [["train", f"resume={name}", "logger=none"] for name in ("notes", "gone", "")]
-                            + [["train", "resume=notes", "hydra.run.dir=elsewhere"]])
+                            + [["train", "resume=notes", "hydra.run.dir=elsewhere"],
+                               ["train", "--multirun", "resume=a,b"]])
     assert [(result.returncode, result.stderr.splitlines()) for result in results] == [
         (2, ["rlcollect train: invalid configuration: resume=notes: not a run folder (no config.yaml)"]),
         (2, ["rlcollect train: invalid configuration: resume=gone: not a run folder (no config.yaml)"]),
         (2, ["rlcollect train: invalid configuration: resume=: name the run folder to continue (resume=<folder>)"]),
         # Hydra would write its records there (another run's, or a new folder)
         (2, ["rlcollect train: invalid configuration: resume=notes: hydra.run.dir=elsewhere: a resumed run continues "
-             "in its own folder; leave hydra.run.dir out"])]
+             "in its own folder; leave hydra.run.dir out"]),
+        # --multirun: resumed in place (one folder, a run's or a sweep's), no new sweep folder
+        (2, ["rlcollect train: invalid configuration: resume=a,b: not a run folder (no config.yaml)"])]
     assert sorted(path.name for path in tmp_path.rglob("*")) == ["notes"]
 
 

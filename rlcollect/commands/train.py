@@ -145,13 +145,14 @@ def run_train(args: list[str]) -> int:
     the latter unless HYDRA_FULL_ERROR=1 asks for Hydra's own report. Ctrl-C before the job
     takes it over (Hydra composing, or writing the job's folder) is one line, exit 130, and
     what Hydra wrote of a single run's folder is removed."""
+    if any(arg.startswith("resume=") for arg in args):  # a run or a sweep continued in its folder: no new sweep
+        args = [arg for arg in args if arg not in ("--multirun", "-m")]
     sweep = resumed_sweep(args)
     if sweep is not None:  # resume=<sweep folder>: its members, as the sweep trained them
         from rlcollect.commands.sweep_resume import resume_sweep
 
         try:
-            return resume_sweep(sweep, [arg for arg in args if not arg.startswith("resume=")
-                                        and arg not in ("--multirun", "-m")])
+            return resume_sweep(sweep, [arg for arg in args if not arg.startswith("resume=")])
         except KeyboardInterrupt:  # before its members took Ctrl-C over: nothing of theirs changed
             print("rlcollect train: interrupted", file=sys.stderr)
             return 128 + signal.SIGINT

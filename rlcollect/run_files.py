@@ -53,7 +53,7 @@ def owning_run(path: str | os.PathLike[str]) -> tuple[Path, str] | None:
     path = Path(path).absolute()
     for folder in path.parents:
         record = path.relative_to(folder).parts[0]
-        if record in RUN_RECORDS and run_files(folder):
+        if record in RUN_RECORDS and folder.name != HYDRA_DIR and run_files(folder):  # .hydra/ holds a config.yaml
             return folder, record
     return None
 

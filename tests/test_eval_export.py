@@ -71,6 +71,11 @@ def test_no_output_file_overwrites_a_run_s_own_records_and_each_is_checked_befor
                                                            f"overwrite the run in {run} (its .hydra); write to another "
                                                            "file",
         ("eval", "run", "--out", "run"): "rlcollect eval: --out run: is a folder; name a file",
+        ("eval", "run", "--out", "run/.hydra/config.yaml"): f"rlcollect eval: --out run/.hydra/config.yaml: would "
+                                                            f"overwrite the run in {run} (its .hydra); write to "
+                                                            "another file",
+        ("eval", "run", "--checkpoint", "run"): "rlcollect eval: --checkpoint run: is a folder; name a checkpoint "
+                                                "file (or last, best)",
         ("compare", "run", "--plot", "curves.yaml"):  # the kinds matplotlib writes (its version's) follow
             "rlcollect compare: --plot curves.yaml: matplotlib writes no .yaml files; name one of ",
         ("eval", "run", "--out", "run/train.log"): f"rlcollect eval: --out run/train.log: would overwrite the run in "

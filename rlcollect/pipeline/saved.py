@@ -50,6 +50,8 @@ def checkpoint_file(run_dir: str | Path, checkpoint: str = "last") -> Path:
     "best" (best.pt, the best evaluation) or a path."""
     run_dir = Path(run_dir)
     path = run_dir / CHECKPOINTS[checkpoint] if checkpoint in CHECKPOINTS else Path(checkpoint)
+    if checkpoint not in CHECKPOINTS and path.is_dir():
+        raise ConfigError(f"--checkpoint {path}: is a folder; name a checkpoint file (or last, best)")
     if not (checkpoint_exists(path) if checkpoint == "last" else path.is_file()):
         why = {"last": "the run stopped before its first batch", "best": "the run never evaluated"}
         raise ConfigError(f"{run_dir}: no {path.name if checkpoint in CHECKPOINTS else path} "

@@ -10,7 +10,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from rlcollect.commands.jobs import Job, hydra_files, resume_command
+from rlcollect.commands.jobs import Job, folder_label, hydra_files, resume_command
 from rlcollect.errors import ConfigError
 from rlcollect.run_files import CONFIG_FILE, SWEEP_FILE, owning_run, run_files, sweep_folder, sweep_runs
 
@@ -80,8 +80,8 @@ def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
     into")."""
     existing = next(path for path in (folder.absolute(), *folder.absolute().parents) if path.exists())
     if not existing.is_dir():
-        raise RefusedBeforeStart(ConfigError(f"{key}={folder}: {relative(existing)} is a file, not a folder: {what} "
-                                             f"a folder ({key}=<new folder>)"))
+        raise RefusedBeforeStart(ConfigError(
+            f"{key}={folder}: {folder_label(existing)} is a file, not a folder: {what} a folder ({key}=<new folder>)"))
     held = run_files(folder)
     if held:
         raise RefusedBeforeStart(ConfigError(
@@ -91,22 +91,14 @@ def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
     if owner is not None:
         run, record = owner
         raise RefusedBeforeStart(ConfigError(
-            f"{key}={folder} is inside the run in {relative(run)} (its {record}): {what} another folder "
+            f"{key}={folder} is inside the run in {folder_label(run)} (its {record}): {what} another folder "
             f"({key}=<new folder>)"))
     outer = next((parent for parent in folder.absolute().parents if run_files(parent) or sweep_folder(parent)), None)
     if outer is not None:  # its runs and sweeps would count this one as theirs (compare, resume=<sweep>)
         kind = "sweep" if sweep_folder(outer) else "run"
         raise RefusedBeforeStart(ConfigError(
-            f"{key}={folder} is inside the {kind} in {relative(outer)}: {what} another folder ({key}=<new folder>)"))
-
-
-def relative(path: Path) -> Path:
-    """``path`` (absolute) as the command line would name it: relative to the current folder
-    where it lies below it."""
-    try:
-        return path.relative_to(Path.cwd())
-    except ValueError:
-        return path
+            f"{key}={folder} is inside the {kind} in {folder_label(outer)}: {what} another folder "
+            f"({key}=<new folder>)"))
 
 
 _HELD: dict[str, int] = {}  # the run folders this process trains: resolved path -> the locked descriptor

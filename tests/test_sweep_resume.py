@@ -219,6 +219,13 @@ def test_members_at_two_frames_resume_as_two_models_at_once(tmp_path):
     for member in members[:4]:
         assert [row["step"] for row in metric_rows(member)] == list(range(128, 769, 128))
         assert json.loads((member / "summary.json").read_text())["frames"] == 768
+    shutil.rmtree(unstarted)
+    reached = cli(tmp_path, "train", "resume=sw", "total_frames=640")  # every member is past it: one line for all
+    assert reached.returncode == 2
+    assert reached.stderr.splitlines()[0] == (
+        "rlcollect train: invalid configuration: resume=sw: total_frames=640: every member that can go on has that "
+        "many frames already (up to 768); resume it with total_frames > 768")
+    assert len(reached.stderr.splitlines()) == 2 and "job #4 (seed=4 " in reached.stderr.splitlines()[1]
 
 
 @pytest.mark.timeout(300)

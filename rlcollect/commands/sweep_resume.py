@@ -51,7 +51,7 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
     """The command's exit status: 0 when every member that could go on finished or was
     solved; 1 when one failed or could not resume; 2 when nothing can resume (one line
     each); 130 / 143 when stopped by a signal (every member checkpointed)."""
-    from rlcollect.pipeline.lifecycle import ENDED_STATUSES, run_status
+    from rlcollect.pipeline.lifecycle import ENDED_STATUSES, FramesAlready, run_status
 
     logging.basicConfig(stream=sys.stdout, level=logging.INFO,
                         format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
@@ -61,7 +61,7 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
     except ConfigError as error:
         print(f"rlcollect train: invalid configuration: {error}", file=sys.stderr)
         return 2
-    members, refusals, ended = [], [], []
+    members, refusals, ended, reached = [], [], [], []
     for member_dir in sweep_runs(folder):
         status = run_status(member_dir)
         if status in ENDED_STATUSES and "total_frames" not in overrides:
@@ -79,8 +79,16 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
         try:
             free_now(member_dir, folder)
             members.append(member_to_resume(folder, member_dir, overrides))
+        except FramesAlready as error:  # said once for all, where no member can go on
+            reached.append(error)
         except ConfigError as error:
             refusals.append(str(error))
+    if reached and (members or refusals):
+        refusals += [str(error) for error in reached]
+    elif reached:
+        most = max(error.frames for error in reached)
+        refusals.append(f"resume={folder}: total_frames={overrides['total_frames']}: every member that can go on has "
+                        f"that many frames already (up to {most}); resume it with total_frames > {most}")
     for number, job_overrides in unstarted_jobs(folder):
         refusals.append(f"resume={folder}: job #{number} ({' '.join(job_overrides)}) never started (the sweep stopped "
                         "before it; it has no folder): nothing to resume; train it in another folder")

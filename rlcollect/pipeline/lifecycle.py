@@ -62,6 +62,14 @@ RESUME_OVERRIDES = ("total_frames", "checkpoint_every_frames", "checkpoint_every
 ENDED_STATUSES = ("finished", "solved")  # a resume extends these only with a larger total_frames
 
 
+class FramesAlready(ConfigError):
+    """A resume's ``total_frames`` that the run has reached already (its checkpoint's ``frames``)."""
+
+    def __init__(self, frames: int, message: str) -> None:
+        super().__init__(message)
+        self.frames = frames
+
+
 @dataclass
 class Pipeline:
     cfg: DictConfig
@@ -290,8 +298,8 @@ def resume_checks(run_dir: Path, overrides: dict | None = None, *, check_only: b
         raise ConfigError(f"resume={run_dir}: the run {status} at {frames} frames; to train it on, resume it with "
                           f"total_frames > {frames}")
     if "total_frames" in overrides and overrides["total_frames"] <= frames:
-        raise ConfigError(f"total_frames={overrides['total_frames']}: the run in {run_dir} has {frames} frames "
-                          f"already; resume it with total_frames > {frames}")
+        raise FramesAlready(frames, f"total_frames={overrides['total_frames']}: the run in {run_dir} has {frames} "
+                            f"frames already; resume it with total_frames > {frames}")
     for key, value in overrides.items():
         OmegaConf.update(cfg, key, value)
     return cfg, checkpoint

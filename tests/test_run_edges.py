@@ -223,19 +223,27 @@ sys.addaudithook(disk_fills_up)
 @pytest.mark.timeout(300)
 def test_a_checkpoint_the_disk_cannot_take_is_one_line_and_the_run_resumes_from_the_last_complete_one(tmp_path):
     """The second checkpoint (a 139 kB file) cannot be written: one line naming the cause and
-    the folder, exit 1, status failed; the first checkpoint stays, and the run resumes from it."""
+    the folder, exit 1, status failed; the first checkpoint stays, and the run resumes from it.
+    So when the second is the final one (the run trained to its end, but its end is not
+    saved)."""
     (tmp_path / "hooks").mkdir()
     (tmp_path / "hooks" / "sitecustomize.py").write_text(DISK_FILLS_UP)
-    result = cli(tmp_path, "train", *TINY, "checkpoint_every_frames=128", "env.solved_return=null", "logger=none",
-                 "hydra.run.dir=run", pythonpath=tmp_path / "hooks")
+    # the second one at 256 frames; or (its own checkpoints at the first batch and by time) the final one, at 512
+    results = cli_all(tmp_path, [
+        (["train", *TINY, "checkpoint_every_frames=128", "env.solved_return=null", "logger=none", "hydra.run.dir=run"],
+         tmp_path / "hooks"),
+        (["train", *TINY, "checkpoint_every_frames=null", "checkpoint_every_seconds=1e9", "env.solved_return=null",
+          "logger=none", "hydra.run.dir=final"], tmp_path / "hooks")])
+    for result, name, frames in zip(results, ("run", "final"), (256, 512)):
+        assert result.returncode == 1
+        assert result.stderr.splitlines() == [
+            f"rlcollect train: the run failed: File too large: checkpoint.pt in {tmp_path / name} could not be written "
+            "(the file size limit, `ulimit -f`, is 100000 bytes); its last complete checkpoint (frame 128) stays: "
+            f"raise the file size limit, then continue with `rlcollect train resume={name}`"]
+        summary = json.loads((tmp_path / name / "summary.json").read_text())
+        assert (summary["status"], summary["frames"], summary["checkpoint_frames"]) == ("failed", frames, 128)
     run = tmp_path / "run"
-    assert result.returncode == 1
-    assert result.stderr.splitlines() == [
-        f"rlcollect train: the run failed: File too large: checkpoint.pt in {run} could not be written (the file size "
-        "limit, `ulimit -f`, is 100000 bytes); its last complete checkpoint (frame 128) stays: raise the file size "
-        "limit, then continue with `rlcollect train resume=run`"]
     summary = json.loads((run / "summary.json").read_text())
-    assert (summary["status"], summary["frames"], summary["checkpoint_frames"]) == ("failed", 256, 128)
     assert summary["error"].startswith("DiskFullError: File too large: checkpoint.pt in ")
     assert int(load_checkpoint(run / "checkpoint.pt")["frames"]) == 128
     assert not (run / "checkpoint.pt.partial").exists() and not (run / "error.log").exists()

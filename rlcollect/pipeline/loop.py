@@ -107,6 +107,8 @@ def run(pipeline: Pipeline, stop: threading.Event | None = None) -> dict:
         raise
     finally:
         session.close()
+    if session.final_failure is not None:  # the run trained to its end, but its final checkpoint is not there
+        raise session.final_failure
     return pipeline.progress.summary
 
 
@@ -130,6 +132,7 @@ class Session:
         self.phases = phases or Phases(start_frames=pipeline.collector.frames, concurrent=pipeline.background)
         self.checkpointed_at = self.start  # when the last checkpoint was written (for a resumed run: its start)
         self.closed = False
+        self.final_failure: DiskFullError | None = None  # a full disk refused the final checkpoint of a run that ended
 
     def seconds(self) -> float:
         return self.p.progress.seconds_before + time.perf_counter() - self.start
@@ -226,7 +229,10 @@ class Session:
         p, summary = self.p, self.p.progress.summary
         self.bar.close()
         if keeps_final_checkpoint(p, self.error):
-            save_final_checkpoint(p, self.seconds(), self.phases.totals())
+            full = save_final_checkpoint(p, self.seconds(), self.phases.totals())
+            if full is not None and self.error is None:  # the run's end is not saved: it failed, as mid-run
+                self.failed(full)
+                self.final_failure = full
         summary["status"] = self.status
         summary["frames"] = p.collector.frames
         summary["checkpoint_frames"] = p.checkpoint_frames
@@ -309,17 +315,21 @@ def keeps_final_checkpoint(p: Pipeline, error: BaseException | None) -> bool:
     return p.collector.frames > 0 and p.checkpoint_frames != p.collector.frames
 
 
-def save_final_checkpoint(p: Pipeline, seconds: float, phase_seconds: dict[str, float]) -> None:
+def save_final_checkpoint(p: Pipeline, seconds: float, phase_seconds: dict[str, float]) -> DiskFullError | None:
     """The checkpoint at the run's final frame; a failure to write it is logged, not raised
-    (the run's own error, if any, is the one to report)."""
+    (the run's own error, if any, is the one to report), and a full disk returned (a run
+    that ended well then fails, as it would have at any other checkpoint)."""
     try:
         p.save_checkpoint(seconds, phase_seconds)
+    except DiskFullError as full:
+        return full
     except KeyboardInterrupt:
         log.warning("interrupted while writing the final checkpoint: the last complete one (frame %s) stays",
                     p.checkpoint_frames)
     except Exception as failure:  # e.g. a collector whose workers died cannot report its state
         log.warning("could not write the final checkpoint (%s): the last complete one (frame %s) stays",
                     one_line(failure), p.checkpoint_frames)
+    return None
 
 
 class DivergedError(FloatingPointError):

@@ -349,8 +349,10 @@ class Sweep:
             raise
         finally:
             bar.close()
-            for session in sessions:
+            for member, session in enumerate(sessions):
                 session.close()
+                if session.final_failure is not None:  # its final checkpoint: the disk refused it
+                    self.errors[member] = (session.final_failure, "")
             self.shutdown()
         return [pipeline.progress.summary for pipeline in self.pipelines]
 
@@ -365,6 +367,8 @@ class Sweep:
         if ended:
             self.stop_member(member, failed=member in self.errors)
             sessions[member].close()
+            if sessions[member].final_failure is not None:
+                self.errors[member] = (sessions[member].final_failure, "")
 
     def shutdown(self) -> None:
         self.collector.shutdown()

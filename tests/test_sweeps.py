@@ -447,15 +447,28 @@ def test_a_model_splits_into_shares_of_consecutive_members():
 
 
 @pytest.mark.parametrize("option, line", [
-    ("hydra.launcher.processes=0", "hydra.launcher.processes must be a positive int, got 0"),
-    ("hydra.launcher.max_members=abc", "hydra.launcher.max_members must be None or a positive int, got 'abc'"),
+    ("hydra.launcher.processes=0", "invalid configuration: hydra.launcher.processes must be a positive int, got 0"),
+    ("hydra.launcher.max_members=abc",
+     "invalid configuration: hydra.launcher.max_members must be None or a positive int, got 'abc'"),
+    # found once Hydra wrote the sweep's multirun.yaml: removed, with the folders the command made
+    ("sed=3,4", "invalid override sed: Key 'sed' not in 'TrainConfig' (did you mean seed?)"),
+    ("hydra.launcher.pbt.every_frames=256",
+     "invalid configuration: hydra.launcher.pbt: jobs #0, #1: the members differ in no float setting (algo.lr, "
+     "algo.entropy_coef, algo.clip_epsilon, algo.value_coef, algo.max_grad_norm, algo.gae_lambda), and "
+     "population-based training explores those they differ in: sweep over one too (e.g. "
+     "'algo.lr=0.0003,0.001,0.003')"),
 ])
 def test_a_bad_launcher_option_is_one_line_exit_2_before_any_job(tmp_path, option, line):
-    result = cli(tmp_path, "train", "--multirun", "seed=0,1", "hydra/launcher=batched", option, "logger=none",
-                 "hydra.sweep.dir=sweep")
-    assert result.returncode == 2
-    assert result.stderr.splitlines() == [f"rlcollect train: invalid configuration: {line}"]
-    assert not (tmp_path / "sweep").exists()
+    """Refused before any job started: one line, exit 2, and no folder left to read as a
+    sweep (nor a multirun.yaml in a folder that was there, its files as they were)."""
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.txt").write_text("x")
+    results = cli_all(tmp_path, [["train", "--multirun", "seed=0,1", "hydra/launcher=batched", option, "logger=none",
+                                  f"hydra.sweep.dir={folder}"] for folder in ("runs/sweep", "notes")])
+    for result in results:
+        assert result.returncode == 2
+        assert result.stderr.splitlines() == [f"rlcollect train: {line}"]
+    assert sorted(path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*")) == ["notes", "notes/todo.txt"]
 
 
 def tens(members: list[int], share: int) -> list[int]:

@@ -33,6 +33,8 @@ class Starting:
 
     job: Job | None = None
     sweep_dir: Path | None = None
+    sweep_made: Path | None = None  # the outermost folder of sweep_dir that this command makes (None: all there)
+    sweep_file_new: bool = False  # sweep_dir held no multirun.yaml: what Hydra writes there is this command's
 
 
 STARTING = Starting()
@@ -71,6 +73,28 @@ class RunFolders(Callback):
                 f"{'s' if len(jobs) > 1 else ''}): continue it with `{resume_command(folder)}` (one run: "
                 f"resume={folder}/<its folder>), or sweep into another folder (hydra.sweep.dir=<new folder>)"))
         STARTING.sweep_dir = folder
+        STARTING.sweep_made = next((path for path in reversed([folder, *folder.parents]) if not path.exists()), None)
+        STARTING.sweep_file_new = not (folder / SWEEP_FILE).exists()
+
+
+def leave_unswept() -> None:
+    """A sweep refused before any job started (a job's override, a launcher's refusal):
+    what Hydra wrote of it (its multirun.yaml, in the folders this command made) removed,
+    so that the folder does not then read as a sweep to resume. Nothing is removed where a
+    job folder, or anything else, is there."""
+    folder = STARTING.sweep_dir
+    if folder is None or not STARTING.sweep_file_new or not folder.is_dir():
+        return
+    if any(child.is_dir() and child.name.split("_", 1)[0].isdigit() for child in folder.iterdir()):
+        return  # a job started after all
+    (folder / SWEEP_FILE).unlink(missing_ok=True)
+    made = STARTING.sweep_made
+    for path in [folder, *folder.parents] if made is not None else []:  # the folders it made, where empty now
+        if any(path.iterdir()):
+            break
+        path.rmdir()
+        if path == made:
+            break
 
 
 def refuse_a_run_in(folder: Path, key: str, what: str) -> None:

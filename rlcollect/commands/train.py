@@ -56,7 +56,13 @@ from rlcollect.commands.jobs import (
     sweep_group,
 )
 from rlcollect.commands.overrides import in_resumed_run_folder, override_error_line, resume_overrides, unquoted
-from rlcollect.commands.run_folders import STARTING, RefusedBeforeStart, hold_run_folder, release_run_folder
+from rlcollect.commands.run_folders import (
+    STARTING,
+    RefusedBeforeStart,
+    hold_run_folder,
+    leave_unswept,
+    release_run_folder,
+)
 from rlcollect.commands.sweep_report import SWEEP, report_sweep
 from rlcollect.config import check_ranges, logs_to_wandb, register_configs
 from rlcollect.errors import ConfigError
@@ -162,11 +168,12 @@ def run_train(args: list[str]) -> int:
         print(f"rlcollect train: invalid configuration: {error}", file=sys.stderr)
         return 2
     SWEEP.jobs, SWEEP.not_finished = 0, []
-    STARTING.job, STARTING.sweep_dir = None, None
+    STARTING.job, STARTING.sweep_dir, STARTING.sweep_made, STARTING.sweep_file_new = None, None, None, False
     try:
         return compose_and_train()
     except RefusedBeforeStart as refusal:
         print(f"rlcollect train: invalid configuration: {refusal.error}", file=sys.stderr)
+        leave_unswept()
         return 2
     except KeyboardInterrupt:
         print(interrupted_outside_a_job(), file=sys.stderr)
@@ -211,11 +218,13 @@ def compose_and_train() -> int:
         app()
     except (ConfigCompositionException, OverrideParseException) as error:
         print(f"rlcollect train: {override_error_line(error)}", file=sys.stderr)
+        leave_unswept()  # a sweep's job that does not compose: found after Hydra wrote the sweep's multirun.yaml
         return 2
     except InstantiationException as error:  # the sweeper or launcher refused its own options
         if not isinstance(error.__cause__, ConfigError):
             raise
         print(f"rlcollect train: invalid configuration: {error.__cause__}", file=sys.stderr)
+        leave_unswept()
         return 2
     finally:
         if previous is None:

@@ -119,6 +119,20 @@ def test_a_stopped_study_resumes_as_one_batched_model_and_its_trials_values_reac
         assert f"algo.lr={trial.params['algo.lr']}" in member.name
 
 
+@pytest.mark.timeout(300)
+def test_a_study_whose_every_trial_fails_lists_them_without_a_traceback(tmp_path):
+    """No trial completes (each refused): Optuna has no best trial for the results file; one
+    line says so, the trials are listed as any sweep's jobs, exit 1."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    result = cli(tmp_path, "train", "--multirun", "hydra/sweeper=tune_ppo", "hydra.sweeper.n_trials=2",
+                 "algo.gamma=1.5", "logger=none", "progress=false", "hydra.sweep.dir=sw")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("rlcollect train: ")]
+    assert lines == ["rlcollect train: invalid configuration: algo.gamma=1.5: must be in (0, 1]"] * 2 + [
+        "rlcollect train: no trial of the study completed, so it has no best trial to write "
+        "(optimization_results.yaml)", "rlcollect train: 2 of 2 sweep jobs did not finish (job folders in sw):"]
+
+
 def test_a_resumed_study_whose_storage_is_not_there_is_said_and_not_made_anew(tmp_path, monkeypatch, caplog):
     """A study kept in ``sqlite:///t.db`` (a path relative to where it ran) and resumed from
     another folder: one warning names the storage and the folder; no new database is made."""

@@ -12,6 +12,7 @@ to list its plugins.
 """
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any, List
 
@@ -54,4 +55,11 @@ class TuningSweeper(Sweeper):
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / SWEEP_FILE)
-        return self.sweeper.sweep(arguments)
+        try:
+            return self.sweeper.sweep(arguments)
+        except ValueError as error:  # Optuna's study.best_trial, for the results file, once the trials are over
+            if "No trials are completed yet" not in str(error):
+                raise
+            print("rlcollect train: no trial of the study completed, so it has no best trial to write "
+                  "(optimization_results.yaml)", file=sys.stderr)
+            return None

@@ -53,7 +53,7 @@ def checkpoint_file(run_dir: str | Path, checkpoint: str = "last") -> Path:
     if checkpoint not in CHECKPOINTS and path.is_dir():
         raise ConfigError(f"--checkpoint {path}: is a folder; name a checkpoint file (or last, best)")
     if not (checkpoint_exists(path) if checkpoint == "last" else path.is_file()):
-        why = {"last": "the run stopped before its first batch", "best": "the run never evaluated"}
+        why = {"last": "the run wrote no complete checkpoint", "best": "the run never evaluated"}
         raise ConfigError(f"{run_dir}: no {path.name if checkpoint in CHECKPOINTS else path} "
                           f"({why.get(checkpoint, 'no such file')})")
     return path

@@ -14,6 +14,8 @@ import runpy
 import select
 import sys
 
+# set by a module's import (gymnasium's: pygame then prints no banner on stdout); a command that imports it sets it too
+SET_BY_PRELOADS = ("PYGAME_HIDE_SUPPORT_PROMPT",)
 SERVER_PYTHONPATH = os.environ.get("PYTHONPATH", "").split(os.pathsep)  # on sys.path already
 
 
@@ -76,8 +78,10 @@ def become(request: dict) -> None:
     """This child as the process ``python -m rlcollect.cli <args>`` started in the request's
     folder with its environment."""
     os.chdir(request["cwd"])
+    preloaded = {key: os.environ[key] for key in SET_BY_PRELOADS if key in os.environ}
     os.environ.clear()
     os.environ.update(request["env"])
+    os.environ.update(preloaded)  # what the modules this server imported set, as they would in the command
     # sys.path as `python -m` makes it: the folder first, then PYTHONPATH, then the interpreter's own
     extra = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep)
              if entry and entry not in SERVER_PYTHONPATH]

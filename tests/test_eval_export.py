@@ -239,7 +239,7 @@ def test_eval_of_a_sweep_gives_a_row_per_run_and_a_video(tmp_path):
     assert sweep.returncode == 0, sweep.stderr
     result = cli(tmp_path, "eval", "sweep", "--episodes", "1", "--video", "--out", "evals.json")
     assert result.returncode == 0, result.stderr
-    assert len(result.stdout.splitlines()) == 3  # the header and one row per run
+    assert len(result.stdout.splitlines()) == 3, result.stdout  # the header and one row per run, nothing else
     rows = json.loads((tmp_path / "evals.json").read_text())
     assert [Path(row["run"]).name.split("_")[0] for row in rows] == ["0", "1"]
     import imageio.v2 as imageio

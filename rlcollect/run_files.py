@@ -13,6 +13,7 @@
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -75,18 +76,31 @@ def sweep_of(run_dir: str | os.PathLike[str]) -> Path | None:
     return next((folder for folder in Path(run_dir).resolve().parents if sweep_folder(folder)), None)
 
 
+def read_summary(run_dir: str | os.PathLike[str]) -> dict:
+    """The run's summary.json ({} where there is none, or it does not read as an object)."""
+    try:
+        summary = json.loads((Path(run_dir) / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
+
+
+def job_folders(folder: str | os.PathLike[str]) -> list[Path]:
+    """The folders Hydra made for the jobs of the sweep in ``folder``: those named
+    ``<job number>_<overrides>`` (none where ``folder`` is not there)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return [child for child in folder.iterdir() if child.is_dir() and child.name.split("_", 1)[0].isdigit()]
+
+
 def sweep_runs(folder: str | os.PathLike[str]) -> list[Path]:
     """The run folders of the sweep in ``folder`` (those holding ``run_files``), by job
     number: each under the folder Hydra names ``<job number>_<overrides>``, nested where an
     override names a config group (``0_algo=dqn,buffer/storage=memmap,seed=0``); a run's
     own record folders are not searched."""
-    folder = Path(folder)
-    if not folder.is_dir():
-        return []
     found: list[Path] = []
-    for job in folder.iterdir():
-        if not (job.is_dir() and job.name.split("_", 1)[0].isdigit()):
-            continue
+    for job in job_folders(folder):
         for path, subfolders, _ in os.walk(job):
             if run_files(path):
                 found.append(Path(path))

@@ -140,16 +140,15 @@ def test_a_resumed_study_whose_storage_is_not_there_is_said_and_not_made_anew(tm
 
     from rlcollect.commands.sweep_study import Resumed, tell_study
 
-    sweeper = {"_target_": "hydra_plugins.rlcollect_tuning.tuning_sweeper.TuningSweeper", "study_name": "s",
-               "storage": "sqlite:///t.db"}
-    OmegaConf.save(OmegaConf.create({"hydra": {"sweeper": sweeper}}), tmp_path / "multirun.yaml")
+    sweeper = OmegaConf.create({"_target_": "hydra_plugins.rlcollect_tuning.tuning_sweeper.TuningSweeper",
+                                "study_name": "s", "storage": "sqlite:///t.db"})  # the sweep's hydra.sweeper
     member = tmp_path / "0_algo.lr=0.001"
     member.mkdir()
     (member / "summary.json").write_text('{"status": "finished", "final_eval_return": 10.0}')
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    tell_study(tmp_path, [Resumed(0, member, OmegaConf.create({"objective": "final_eval_return"}))])
+    tell_study(sweeper, [Resumed(0, member, OmegaConf.create({"objective": "final_eval_return"}))])
     assert f"the sweep's study storage sqlite:///t.db is not there from {elsewhere}" in caplog.text
     assert list(elsewhere.iterdir()) == []
 

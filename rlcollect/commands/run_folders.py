@@ -12,7 +12,7 @@ from omegaconf import DictConfig
 
 from rlcollect.commands.jobs import Job, folder_label, hydra_files, resume_command
 from rlcollect.errors import ConfigError
-from rlcollect.run_files import CONFIG_FILE, SWEEP_FILE, owning_run, run_files, sweep_folder, sweep_runs
+from rlcollect.run_files import CONFIG_FILE, SWEEP_FILE, job_folders, owning_run, run_files, sweep_folder, sweep_runs
 
 
 class RefusedBeforeStart(BaseException):
@@ -85,7 +85,7 @@ def leave_unswept() -> None:
     folder = STARTING.sweep_dir
     if folder is None or not STARTING.sweep_file_new or not folder.is_dir():
         return
-    if any(child.is_dir() and child.name.split("_", 1)[0].isdigit() for child in folder.iterdir()):
+    if job_folders(folder):
         return  # a job started after all
     (folder / SWEEP_FILE).unlink(missing_ok=True)
     made = STARTING.sweep_made

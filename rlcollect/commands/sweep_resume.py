@@ -14,7 +14,6 @@ and the others go on. Nothing of a member's folder changes before its model star
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import signal
 import subprocess
@@ -28,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from rlcollect.commands.jobs import Job
 from rlcollect.commands.sweep_study import Resumed, tell_study
 from rlcollect.errors import ConfigError
-from rlcollect.run_files import CONFIG_FILE, SUMMARY_FILE, SWEEP_FILE, job_number, sweep_runs
+from rlcollect.run_files import CONFIG_FILE, SWEEP_FILE, job_folders, job_number, read_summary, sweep_runs
 from rlcollect.sweeps.pbt_options import PBTOptions, pbt_options
 from rlcollect.validation import check_positive_int
 
@@ -51,24 +50,27 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
     """The command's exit status: 0 when every member that could go on finished or was
     solved; 1 when one failed or could not resume; 2 when nothing can resume (one line
     each); 130 / 143 when stopped by a signal (every member checkpointed)."""
-    from rlcollect.pipeline.lifecycle import ENDED_STATUSES, FramesAlready, run_status
+    from rlcollect.pipeline.lifecycle import ENDED_STATUSES, FramesAlready
 
     logging.basicConfig(stream=sys.stdout, level=logging.INFO,
                         format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     try:
         overrides, processes = parse_overrides(folder, args)
-        launcher = sweep_launcher(folder)
+        hydra = sweep_hydra(folder)
     except ConfigError as error:
         print(f"rlcollect train: invalid configuration: {error}", file=sys.stderr)
         return 2
+    launcher = batched_launcher(hydra)
     members, refusals, ended, reached = [], [], [], []
     for member_dir in sweep_runs(folder):
-        status = run_status(member_dir)
+        summary = read_summary(member_dir)
+        status = summary.get("status")
         if status in ENDED_STATUSES and "total_frames" not in overrides:
-            ended.append((member_dir, status, summary_frames(member_dir)))
+            frames = summary.get("frames")
+            ended.append((member_dir, status, frames if isinstance(frames, int) else 0))
             continue
         if status == "refused":  # its config was refused before its run started
-            why = summary_of(member_dir).get("error")
+            why = summary.get("error")
             refusals.append(f"resume={member_dir}: the job was refused ({why}): nothing to resume; train it, mended, "
                             "in another folder")
             continue
@@ -89,7 +91,7 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
         most = max(error.frames for error in reached)
         refusals.append(f"resume={folder}: total_frames={overrides['total_frames']}: every member that can go on has "
                         f"that many frames already (up to {most}); resume it with total_frames > {most}")
-    for number, job_overrides in unstarted_jobs(folder):
+    for number, job_overrides in unstarted_jobs(folder, hydra):
         refusals.append(f"resume={folder}: job #{number} ({' '.join(job_overrides)}) never started (the sweep stopped "
                         "before it; it has no folder): nothing to resume; train it in another folder")
     for line in refusals:
@@ -109,20 +111,19 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
     try:
         failed = resume_members(folder, members, launcher, processes, run_args)
     finally:  # stopped again too: what did finish reaches a tuning sweep's study
-        tell_study(folder, [Resumed(member.number, member.folder, member.cfg) for member in members])
+        tell_study(hydra.sweeper, [Resumed(member.number, member.folder, member.cfg) for member in members])
     return 1 if failed or refusals else 0
 
 
-def unstarted_jobs(folder: Path) -> list[tuple[int, list[str]]]:
+def unstarted_jobs(folder: Path, hydra: DictConfig) -> list[tuple[int, list[str]]]:
     """The jobs of the sweep in ``folder`` that never started (no job folder: a stop came
     before their group), by job number with their overrides, as Hydra's basic sweeper
-    numbered them from the multirun.yaml's; none where another sweeper ran it (a tuning
-    study asks its trials one batch at a time) or its overrides no longer parse."""
+    numbered them from the sweep's ``hydra`` node; none where another sweeper ran it (a
+    tuning study asks its trials one batch at a time) or its overrides no longer parse."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     try:
-        hydra = OmegaConf.load(folder / SWEEP_FILE).hydra
         if hydra.sweeper.get("_target_") != f"{BasicSweeper.__module__}.{BasicSweeper.__qualname__}":
             return []
         arguments = [f"{key}={value}" for key, value in (hydra.sweeper.get("params") or {}).items()]
@@ -130,24 +131,8 @@ def unstarted_jobs(folder: Path) -> list[tuple[int, list[str]]]:
         jobs = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
     except Exception:  # noqa: BLE001 - what cannot be read back says nothing of missing jobs
         return []
-    made = {int(child.name.split("_", 1)[0]) for child in folder.iterdir()
-            if child.is_dir() and child.name.split("_", 1)[0].isdigit()}
+    made = {job_number(folder, child) for child in job_folders(folder)}
     return [(number, job) for number, job in enumerate(jobs) if number not in made]
-
-
-def summary_of(member_dir: Path) -> dict:
-    """A job's summary.json ({} where it cannot be read)."""
-    try:
-        summary = json.loads((member_dir / SUMMARY_FILE).read_text())
-    except (OSError, ValueError):
-        return {}
-    return summary if isinstance(summary, dict) else {}
-
-
-def summary_frames(member_dir: Path) -> int:
-    """The frames of a member's summary.json (0 where it cannot be read)."""
-    frames = summary_of(member_dir).get("frames")
-    return frames if isinstance(frames, int) else 0
 
 
 def parse_overrides(folder: Path, args: list[str]) -> tuple[dict, int | None]:
@@ -170,17 +155,26 @@ def parse_overrides(folder: Path, args: list[str]) -> tuple[dict, int | None]:
     return typed_values(overrides), processes  # typed and ranged once, for every member
 
 
-def sweep_launcher(folder: Path) -> DictConfig | None:
-    """The launcher that ran the sweep (``hydra.launcher`` of its multirun.yaml) where it is
-    the batched one, else None (its members resume one by one)."""
+def sweep_hydra(folder: Path) -> DictConfig:
+    """The ``hydra`` node of the sweep's multirun.yaml (its launcher, sweeper and overrides),
+    read once; a damaged or foreign file is a ConfigError in one line."""
     try:
-        launcher = OmegaConf.load(folder / SWEEP_FILE).hydra.launcher
+        hydra = OmegaConf.load(folder / SWEEP_FILE).hydra
+        missing = [key for key in ("launcher", "sweeper", "overrides") if key not in hydra]
+        if missing:
+            raise KeyError(f"no hydra.{missing[0]}")
     except Exception as error:  # noqa: BLE001 - a damaged or foreign file: said in one line
         raise ConfigError(f"resume={folder}: cannot read its {SWEEP_FILE} ({' '.join(str(error).split())})") from None
+    return hydra
+
+
+def batched_launcher(hydra: DictConfig) -> DictConfig | None:
+    """The launcher that ran the sweep (its ``hydra.launcher``) where it is the batched one,
+    else None (its members resume one by one)."""
     from hydra_plugins.rlcollect_batched.batched_launcher import BatchedLauncher
 
     batched = f"{BatchedLauncher.__module__}.{BatchedLauncher.__qualname__}"  # the _target_ its config names
-    return launcher if launcher.get("_target_") == batched else None
+    return hydra.launcher if hydra.launcher.get("_target_") == batched else None
 
 
 def free_now(member_dir: Path, folder: Path) -> None:

@@ -11,14 +11,13 @@ stopped process: there is nothing to tell, and one line says so.
 """
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from rlcollect.run_files import SUMMARY_FILE, SWEEP_FILE
+from rlcollect.run_files import read_summary
 
 log = logging.getLogger(__name__)
 
@@ -34,33 +33,25 @@ class Resumed:
     cfg: DictConfig
 
 
-def sweep_study(folder: Path) -> DictConfig | None:
-    """The tuning sweeper's config (``hydra.sweeper`` of the sweep's multirun.yaml: its
-    ``study_name`` and ``storage``) where the tune presets' sweeper ran the sweep in
-    ``folder``, else None."""
+def tuning_sweeper(sweeper: DictConfig) -> bool:
+    """Whether ``sweeper`` (a sweep's ``hydra.sweeper``) is the tune presets' (its
+    ``study_name`` and ``storage`` say where the study is)."""
     from hydra_plugins.rlcollect_tuning.tuning_sweeper import TuningSweeper
 
-    try:
-        sweeper = OmegaConf.load(folder / SWEEP_FILE).hydra.sweeper
-    except Exception:  # noqa: BLE001 - sweep_resume read this file already; a sweep without it has no study
-        return None
-    tuning = f"{TuningSweeper.__module__}.{TuningSweeper.__qualname__}"  # the _target_ its config names
-    return sweeper if sweeper.get("_target_") == tuning else None
+    return sweeper.get("_target_") == f"{TuningSweeper.__module__}.{TuningSweeper.__qualname__}"
 
 
-def tell_study(folder: Path, members: list[Resumed]) -> None:
-    """Tell the study of the tuning sweep in ``folder`` (if one ran it) the values of the
-    trials of ``members``, the runs its resume trained on; one line says what it told."""
-    sweeper = sweep_study(folder)
-    if sweeper is None or not members:
+def tell_study(sweeper: DictConfig, members: list[Resumed]) -> None:
+    """Tell the study of the sweep's ``sweeper`` (its ``hydra.sweeper``, where it is the tune
+    presets') the values of the trials of ``members``, the runs its resume trained on; one
+    line says what it told."""
+    if not tuning_sweeper(sweeper) or not members:
         return
     if sweeper.storage is None:
         log.info("the sweep's Optuna study was kept in memory (hydra.sweeper.storage=null) and ended with the "
                  "stopped sweep: the resumed trials' values are in their runs, no study takes them")
         return
     import optuna
-
-    from rlcollect.pipeline.lifecycle import run_status
 
     where = sqlite_file(sweeper.storage)
     if where is not None and not where.is_file():  # a relative path, resumed from another folder: not made anew
@@ -78,14 +69,15 @@ def tell_study(folder: Path, members: list[Resumed]) -> None:
     running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
     told, failed = [], []
     for member in members:
-        status = run_status(member.folder)
+        summary = read_summary(member.folder)
+        status = summary.get("status")
         if status is None or status == "interrupted":
             continue  # stopped again: still running, for the next resume
         trial = matching_trial(running, member.folder)
         if trial is None:
             continue  # told already (a study resumed twice), or not a trial of this study
         running.remove(trial)
-        value = None if status in FAILED_STATUSES else trial_value(member)
+        value = None if status in FAILED_STATUSES else trial_value(member, summary)
         if value is None:
             study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
             failed.append(member.number)
@@ -111,11 +103,10 @@ def sqlite_file(storage: str) -> Path | None:
     return Path(storage[len(prefix):]) if storage.startswith(prefix) else None
 
 
-def trial_value(member: Resumed) -> float | None:
-    """What the sweeper would have told for the member's run: its ``objective``."""
+def trial_value(member: Resumed, summary: dict) -> float | None:
+    """What the sweeper would have told for the member's run (``summary``): its ``objective``."""
     from rlcollect.commands.jobs import objective_value
 
-    summary = json.loads((member.folder / SUMMARY_FILE).read_text())
     return objective_value(member.cfg, summary, member.folder)
 
 

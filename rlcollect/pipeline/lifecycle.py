@@ -9,7 +9,6 @@ at any point before that, or a resume that fails, leaves the folder as it found 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +50,7 @@ from rlcollect.pipeline.builders import (
 from rlcollect.pipeline.checks import check_config, warn_combination
 from rlcollect.pipeline.progress import Progress
 from rlcollect.pipeline.video import EvalVideo
-from rlcollect.run_files import CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, VIDEO_DIR
+from rlcollect.run_files import CONFIG_FILE, METRICS_FILE, VIDEO_DIR, read_summary
 from rlcollect.seeding import eval_seed
 
 log = logging.getLogger(__name__)
@@ -329,7 +328,4 @@ def stopped_before(rows: list[dict]) -> str:
 
 def run_status(run_dir: Path) -> str | None:
     """summary.json's ``status`` (None without one)."""
-    try:
-        return json.loads((run_dir / SUMMARY_FILE).read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        return None
+    return read_summary(run_dir).get("status")

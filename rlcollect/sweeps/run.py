@@ -349,10 +349,8 @@ class Sweep:
             raise
         finally:
             bar.close()
-            for member, session in enumerate(sessions):
-                session.close()
-                if session.final_failure is not None:  # its final checkpoint: the disk refused it
-                    self.errors[member] = (session.final_failure, "")
+            for member in range(self.members):
+                self._close(sessions, member)
             self.shutdown()
         return [pipeline.progress.summary for pipeline in self.pipelines]
 
@@ -366,9 +364,14 @@ class Sweep:
             ended = True
         if ended:
             self.stop_member(member, failed=member in self.errors)
-            sessions[member].close()
-            if sessions[member].final_failure is not None:
-                self.errors[member] = (sessions[member].final_failure, "")
+            self._close(sessions, member)
+
+    def _close(self, sessions: list[Session], member: int) -> None:
+        """Close member ``member``'s session (again: a no-op); a final checkpoint the disk
+        refused is its failure, as a full disk at any other checkpoint is."""
+        sessions[member].close()
+        if sessions[member].final_failure is not None:
+            self.errors[member] = (sessions[member].final_failure, "")
 
     def shutdown(self) -> None:
         self.collector.shutdown()

@@ -2,12 +2,17 @@
 member's checkpoint loaded into its rows of the stacked parts (or its solo parts, in
 lockstep), the inverse of what its checkpoints save."""
 import json
+import os
 import shutil
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 from commands import rlcollect as cli
+from commands import start_rlcollect
 from omegaconf import OmegaConf
+from processes import descendants, wait_for
 from run_states import assert_equal_states, assert_same_summary_and_checkpoint, hashes, job_dirs, metric_rows
 from train_configs import train_configs as configs
 
@@ -226,6 +231,37 @@ def test_members_at_two_frames_resume_as_two_models_at_once(tmp_path):
         "rlcollect train: invalid configuration: resume=sw: total_frames=640: every member that can go on has that "
         "many frames already (up to 768); resume it with total_frames > 768")
     assert len(reached.stderr.splitlines()) == 2 and "job #4 (seed=4 " in reached.stderr.splitlines()[1]
+
+
+@pytest.mark.timeout(300)
+def test_a_member_resumed_alone_ends_with_the_command_even_killed(tmp_path):
+    """A sweep of another launcher resumes its members one by one, each in a process of its
+    own: SIGKILL to the command, while that process trains, leaves no process behind."""
+    first = cli(tmp_path, "train", "--multirun", "seed=0", *[o for o in SWEEP if o != "hydra/launcher=batched"])
+    assert first.returncode == 0, first.stderr
+    [member] = job_dirs(tmp_path / "sw")
+    rows = len(metric_rows(member))
+    # no pipes: a process left behind would hold them open
+    command = start_rlcollect(tmp_path, "train", "resume=sw", "total_frames=100000000", stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    below: set[int] = set()
+    try:
+        wait_for(lambda: command.poll() is not None or len(metric_rows(member)) > rows, 120)  # the member trains
+        assert command.poll() is None, command.returncode
+        below = descendants(command.pid)
+        assert below  # the member's process (and its own)
+        os.kill(command.pid, signal.SIGKILL)
+        command.wait()
+        wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in below), 60)
+    finally:
+        command.kill()
+        command.wait()
+        for pid in below:  # any left behind (the failure this test finds): not left to the next test
+            try:
+                if b"rlcollect" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ProcessLookupError):
+                pass
 
 
 @pytest.mark.timeout(300)

@@ -303,7 +303,8 @@ def end_with_parent(parent: int) -> None:
     except (OSError, AttributeError):  # not Linux
         return
     if prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-        log.warning("a batched share could not ask to end with its parent (prctl: %s)", os.strerror(ctypes.get_errno()))
+        log.warning("a child process could not ask to end with its parent (prctl: %s)",
+                    os.strerror(ctypes.get_errno()))
         return
     if os.getppid() != parent:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -282,12 +283,15 @@ def resume_batched(folder: Path, members: list[Member], pbt: PBTOptions, parts: 
 
 def resume_alone(member: Member, args: list[str]) -> bool:
     """``rlcollect train resume=<member folder> <args>`` in a process of its own (Ctrl-C
-    reaches it; this process waits for it to stop and then stops with its status); whether
-    it failed."""
+    reaches it; this process waits for it to stop and then stops with its status; it ends
+    with this one, even killed with SIGKILL); whether it failed."""
+    from rlcollect.commands.batched_launch import end_with_parent
+
     command = [sys.executable, "-m", "rlcollect.cli", "train", f"resume={member.folder}", *args]
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the member's process stops after its batch
     try:
-        code = subprocess.run(command, check=False).returncode
+        code = subprocess.run(command, check=False, preexec_fn=functools.partial(end_with_parent, os.getpid())
+                              ).returncode
     finally:
         signal.signal(signal.SIGINT, previous)
     if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):

@@ -21,9 +21,6 @@ from rlcollect.run_files import read_summary
 
 log = logging.getLogger(__name__)
 
-FAILED_STATUSES = ("failed", "diverged", "refused")  # a run that ended without a value to tell
-
-
 @dataclass
 class Resumed:
     """A member the sweep's resume trained on: its job number, folder and config."""
@@ -53,6 +50,8 @@ def tell_study(sweeper: DictConfig, members: list[Resumed]) -> None:
         return
     import optuna
 
+    from rlcollect.pipeline.lifecycle import ENDED_STATUSES
+
     where = sqlite_file(sweeper.storage)
     if where is not None and not where.is_file():  # a relative path, resumed from another folder: not made anew
         log.warning("the sweep's study storage %s is not there from %s: the resumed trials' values are in their "
@@ -77,7 +76,7 @@ def tell_study(sweeper: DictConfig, members: list[Resumed]) -> None:
         if trial is None:
             continue  # told already (a study resumed twice), or not a trial of this study
         running.remove(trial)
-        value = None if status in FAILED_STATUSES else trial_value(member, summary)
+        value = trial_value(member, summary) if status in ENDED_STATUSES else None  # failed or refused: none
         if value is None:
             study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
             failed.append(member.number)

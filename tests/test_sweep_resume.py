@@ -38,6 +38,11 @@ KINDS = {  # each kind of batched model: its overrides
 }
 
 
+def complete_rows(run_dir: Path) -> int:
+    """The rows of metrics.jsonl written whole so far (a run writing it: its last line may be cut)."""
+    return (run_dir / "metrics.jsonl").read_text().count("\n")
+
+
 def resumed_config(run_dir: Path, total_frames: int):
     cfg = OmegaConf.load(run_dir / "config.yaml")
     cfg.total_frames = total_frames
@@ -196,41 +201,84 @@ def test_members_at_two_frames_resume_as_two_models_at_once(tmp_path):
     frame resume as a model of their own, both models at once, one process each; each
     member's rows are cut back to its checkpoint and continued. (Members 2 and 3 fall back
     to their previous checkpoints, of their first batch, as after a crash while writing one.)
-    A job stopped before its run started, and one the sweep never started (no folder), are
-    said in one line each (exit 1)."""
-    first = cli(tmp_path, "train", "--multirun", "seed=0,1,2,3,4", "hydra.launcher.processes=2", *SWEEP)
+    The jobs that never trained then start, with the resume's total_frames, as one batched
+    model again: one the sweep never started (no folder) and one stopped before its run
+    started (Hydra's records and the summary.json a stop while loading leaves)."""
+    first = cli(tmp_path, "train", "--multirun", "seed=0,1,2,3,4,5", "hydra.launcher.processes=2", *SWEEP)
     assert first.returncode == 0, first.stderr
     members = job_dirs(tmp_path / "sw")
     for member in members[2:4]:
         (member / "checkpoint.pt").unlink()
     shutil.rmtree(members[4])  # never started: a stop came before its group
-    unstarted = tmp_path / "sw" / "5_seed=5"  # what a job stopped before its first batch leaves
-    (unstarted / ".hydra").mkdir(parents=True)
-    (unstarted / "summary.json").write_text('{"status": "interrupted", "frames": 0}')
+    for path in members[5].iterdir():  # stopped while it loaded: what leave_unstarted leaves of it
+        if path.name not in (".hydra", "train.log"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    (members[5] / "summary.json").write_text('{"status": "interrupted", "frames": 0}')
     resumed = cli(tmp_path, "train", "resume=sw", "total_frames=768")
-    assert resumed.returncode == 1, resumed.stderr
-    lines = resumed.stderr.splitlines()
-    assert lines[0] == (
-        "rlcollect train: invalid configuration: resume=sw/5_seed=5: the job stopped before its run started (no "
-        "config.yaml): nothing to resume; train it in another folder")
-    assert lines[1].startswith("rlcollect train: invalid configuration: resume=sw: job #4 (seed=4 total_frames=512 ")
-    assert lines[1].endswith(") never started (the sweep stopped before it; it has no folder): nothing to resume; "
-                             "train it in another folder")
+    assert resumed.returncode == 0, resumed.stderr
     assert ("jobs #0, #1 at frame 512; jobs #2, #3 at frame 128 resume as 2 batched models (2 + 2 members), each in "
             "a process of its own") in resumed.stdout
     fallbacks = sorted(line.split("falling back to the previous checkpoint ")[1] for line in resumed.stdout.splitlines()
                        if "falling back" in line)
     assert fallbacks == [str(Path("sw") / member.name / "checkpoint.pt.prev") for member in members[2:4]]  # once each
-    for member in members[:4]:
+    started = [line.split(" - ", 1)[1] for line in resumed.stdout.splitlines() if line.endswith(": starting it")]
+    assert [line.split(" (")[0] + " " + line.rsplit(") ", 1)[1] for line in started] == [
+        "job #4 never started: starting it", "job #5 stopped before its run started: starting it"]
+    assert "jobs #4, #5 train as 2 batched models (1 + 1 members), each in a process of its own" in resumed.stdout
+    now = job_dirs(tmp_path / "sw")
+    assert [folder.name for folder in now[4:]] == [member.name.replace("total_frames=512", "total_frames=768")
+                                                   for member in members[4:]]
+    for member in now:
         assert [row["step"] for row in metric_rows(member)] == list(range(128, 769, 128))
         assert json.loads((member / "summary.json").read_text())["frames"] == 768
-    shutil.rmtree(unstarted)
+    for number in (4, 5):
+        assert OmegaConf.load(now[number] / ".hydra" / "hydra.yaml").hydra.job.num == number
+        assert OmegaConf.load(now[number] / "config.yaml").seed == number
+    assert "starting it" not in (now[3] / "train.log").read_text()  # each line in its own job's log
     reached = cli(tmp_path, "train", "resume=sw", "total_frames=640")  # every member is past it: one line for all
     assert reached.returncode == 2
-    assert reached.stderr.splitlines()[0] == (
+    assert reached.stderr.splitlines() == [
         "rlcollect train: invalid configuration: resume=sw: total_frames=640: every member that can go on has that "
-        "many frames already (up to 768); resume it with total_frames > 768")
-    assert len(reached.stderr.splitlines()) == 2 and "job #4 (seed=4 " in reached.stderr.splitlines()[1]
+        "many frames already (up to 768); resume it with total_frames > 768"]
+
+
+@pytest.mark.timeout(300)
+def test_a_sweep_stopped_in_its_first_job_trains_the_rest_on_resume(tmp_path):
+    """Ctrl-C to a sweep of Hydra's basic launcher while its first job trains: that job
+    checkpoints and the sweep ends there, its other two jobs never started (no folder). The
+    resume trains the first on and then starts the other two, each numbered, named and
+    seeded as the sweep would have, to the resume's total_frames."""
+    overrides = [o for o in SWEEP if o not in ("hydra/launcher=batched", "total_frames=512")]
+    command = start_rlcollect(tmp_path, "train", "--multirun", "seed=0,1,2", "total_frames=100000000", *overrides)
+
+    def rows_of_the_first() -> int:
+        return sum(complete_rows(path.parent) for path in (tmp_path / "sw").glob("0_*/metrics.jsonl"))
+
+    try:
+        wait_for(lambda: command.poll() is not None or rows_of_the_first() >= 2, 120)
+        assert command.poll() is None, command.communicate()
+        command.send_signal(signal.SIGINT)
+        _, stderr = command.communicate(timeout=120)
+    finally:
+        command.kill()
+        command.wait()
+    assert command.returncode == 130, stderr
+    [first] = job_dirs(tmp_path / "sw")
+    frames = json.loads((first / "summary.json").read_text())["checkpoint_frames"]
+    total = frames + 256
+    resumed = cli(tmp_path, "train", "resume=sw", f"total_frames={total}")
+    assert resumed.returncode == 0, resumed.stderr
+    jobs = job_dirs(tmp_path / "sw")
+    assert [folder.name for folder in jobs] == [
+        first.name, *(first.name.replace("total_frames=100000000", f"total_frames={total}").replace("seed=0", f"seed={n}")
+                      .replace("0_", f"{n}_", 1) for n in (1, 2))]
+    for number, job in enumerate(jobs):
+        summary = json.loads((job / "summary.json").read_text())
+        assert summary["status"] == "finished" and summary["frames"] == total, summary
+        assert [row["step"] for row in metric_rows(job)] == list(range(128, total + 1, 128))
+        assert OmegaConf.load(job / "config.yaml").seed == number
+    assert OmegaConf.load(jobs[2] / ".hydra" / "hydra.yaml").hydra.job.num == 2
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["sw"]
 
 
 @pytest.mark.timeout(300)
@@ -246,7 +294,7 @@ def test_a_member_resumed_alone_ends_with_the_command_even_killed(tmp_path):
                               stderr=subprocess.DEVNULL)
     below: set[int] = set()
     try:
-        wait_for(lambda: command.poll() is not None or len(metric_rows(member)) > rows, 120)  # the member trains
+        wait_for(lambda: command.poll() is not None or complete_rows(member) > rows, 120)  # the member trains
         assert command.poll() is None, command.returncode
         below = descendants(command.pid)
         assert below  # the member's process (and its own)

@@ -9,7 +9,9 @@ can go on, its collector does not batch, another launcher ran the sweep) resumes
 ``rlcollect train resume=<member folder>`` resumes it, in a process of its own, one after the
 other. A member that finished or was solved is left as it is (unless ``total_frames`` takes
 it further); one that cannot resume (no checkpoint yet, a damaged file) is said in one line
-and the others go on. Nothing of a member's folder changes before its model starts.
+and the others go on. Nothing of a member's folder changes before its model starts. The jobs
+that never trained (a stop came before them) start afterwards, as the sweep would have
+started them (sweep_start.py).
 """
 from __future__ import annotations
 
@@ -26,9 +28,10 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.commands.jobs import Job
+from rlcollect.commands.sweep_start import jobs_to_start, start_jobs
 from rlcollect.commands.sweep_study import Resumed, tell_study
 from rlcollect.errors import ConfigError
-from rlcollect.run_files import CONFIG_FILE, SWEEP_FILE, job_folders, job_number, read_summary, sweep_runs
+from rlcollect.run_files import CONFIG_FILE, SWEEP_FILE, job_number, read_summary, sweep_runs
 from rlcollect.sweeps.pbt_options import PBTOptions, pbt_options
 from rlcollect.validation import check_positive_int
 
@@ -62,8 +65,12 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
         print(f"rlcollect train: invalid configuration: {error}", file=sys.stderr)
         return 2
     launcher = batched_launcher(hydra)
+    starting = jobs_to_start(folder, hydra)
+    restarted = [job.folder for job in starting if job.folder is not None]
     members, refusals, ended, reached = [], [], [], []
     for member_dir in sweep_runs(folder):
+        if any(member_dir == job_dir or job_dir in member_dir.parents for job_dir in restarted):
+            continue  # it never trained: it starts again (sweep_start)
         summary = read_summary(member_dir)
         status = summary.get("status")
         if status in ENDED_STATUSES and "total_frames" not in overrides:
@@ -86,18 +93,15 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
             reached.append(error)
         except ConfigError as error:
             refusals.append(str(error))
-    if reached and (members or refusals):
+    if reached and (members or refusals or starting):
         refusals += [str(error) for error in reached]
     elif reached:
         most = max(error.frames for error in reached)
         refusals.append(f"resume={folder}: total_frames={overrides['total_frames']}: every member that can go on has "
                         f"that many frames already (up to {most}); resume it with total_frames > {most}")
-    for number, job_overrides in unstarted_jobs(folder, hydra):
-        refusals.append(f"resume={folder}: job #{number} ({' '.join(job_overrides)}) never started (the sweep stopped "
-                        "before it; it has no folder): nothing to resume; train it in another folder")
     for line in refusals:
         print(f"rlcollect train: invalid configuration: {line}", file=sys.stderr)
-    if not members:
+    if not members and not starting:
         if ended and not refusals:
             print(f"rlcollect train: resume={folder}: every member of the sweep has ended ({len(ended)} finished or "
                   f"solved); to train them on, resume it with total_frames > {max(frames for *_, frames in ended)}",
@@ -110,30 +114,12 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
         log.info("%s: %s at %d frames, nothing to resume", member_dir, status, frames)
     run_args = [arg for arg in args if not arg.startswith("hydra.")]  # what a member resumed alone takes
     try:
-        failed = resume_members(folder, members, launcher, processes, run_args)
+        failed = resume_members(folder, members, launcher, processes, run_args) if members else False
     finally:  # stopped again too: what did finish reaches a tuning sweep's study
         tell_study(hydra.sweeper, [Resumed(member.number, member.folder, member.cfg) for member in members])
+    if starting:  # after the members that had started: the sweep's order
+        failed |= start_jobs(folder, hydra, starting, run_args, processes)
     return 1 if failed or refusals else 0
-
-
-def unstarted_jobs(folder: Path, hydra: DictConfig) -> list[tuple[int, list[str]]]:
-    """The jobs of the sweep in ``folder`` that never started (no job folder: a stop came
-    before their group), by job number with their overrides, as Hydra's basic sweeper
-    numbered them from the sweep's ``hydra`` node; none where another sweeper ran it (a
-    tuning study asks its trials one batch at a time) or its overrides no longer parse."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    try:
-        if hydra.sweeper.get("_target_") != f"{BasicSweeper.__module__}.{BasicSweeper.__qualname__}":
-            return []
-        arguments = [f"{key}={value}" for key, value in (hydra.sweeper.get("params") or {}).items()]
-        overrides = OverridesParser.create().parse_overrides([*arguments, *hydra.overrides.task])
-        jobs = [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
-    except Exception:  # noqa: BLE001 - what cannot be read back says nothing of missing jobs
-        return []
-    made = {job_number(folder, child) for child in job_folders(folder)}
-    return [(number, job) for number, job in enumerate(jobs) if number not in made]
 
 
 def parse_overrides(folder: Path, args: list[str]) -> tuple[dict, int | None]:

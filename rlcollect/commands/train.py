@@ -64,6 +64,7 @@ from rlcollect.commands.run_folders import (
     release_run_folder,
 )
 from rlcollect.commands.sweep_report import SWEEP, report_sweep
+from rlcollect.commands.sweep_start import HYDRA_VERSION_BASE
 from rlcollect.config import check_ranges, logs_to_wandb, register_configs
 from rlcollect.errors import ConfigError
 from rlcollect.logging.wandb_start import start_wandb
@@ -209,7 +210,7 @@ def compose_and_train() -> int:
     # decorated here, not where train is defined: hydra.main sets Hydra's version base for the whole
     # process, and a module that only imports this one (hydra/launcher=batched in another Hydra app)
     # must leave that app's own base, and so its jobs' working dirs, as they were
-    app = hydra.main(version_base="1.3", config_path="../conf", config_name="train")(train)
+    app = hydra.main(version_base=HYDRA_VERSION_BASE, config_path="../conf", config_name="train")(train)
     if previous == "1":
         app()
         return report_sweep()

@@ -263,15 +263,17 @@ def test_a_sweep_stopped_in_its_first_job_trains_the_rest_on_resume(tmp_path):
         command.kill()
         command.wait()
     assert command.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        "rlcollect train: or continue every member of the sweep as it trained: `rlcollect train resume=sw`")
     [first] = job_dirs(tmp_path / "sw")
     frames = json.loads((first / "summary.json").read_text())["checkpoint_frames"]
     total = frames + 256
     resumed = cli(tmp_path, "train", "resume=sw", f"total_frames={total}")
     assert resumed.returncode == 0, resumed.stderr
     jobs = job_dirs(tmp_path / "sw")
+    renamed = first.name.replace("total_frames=100000000", f"total_frames={total}")
     assert [folder.name for folder in jobs] == [
-        first.name, *(first.name.replace("total_frames=100000000", f"total_frames={total}").replace("seed=0", f"seed={n}")
-                      .replace("0_", f"{n}_", 1) for n in (1, 2))]
+        first.name, *(renamed.replace("seed=0", f"seed={n}").replace("0_", f"{n}_", 1) for n in (1, 2))]
     for number, job in enumerate(jobs):
         summary = json.loads((job / "summary.json").read_text())
         assert summary["status"] == "finished" and summary["frames"] == total, summary

@@ -14,20 +14,18 @@ from rlcollect.commands.jobs import (
     Job,
     failed_to_build,
     finished_lines,
-    folder_label,
     interrupted_line,
     interrupted_while_starting,
     objective_value,
     refused,
-    resume_command,
     run_failed,
     stop_on_signals,
     sweep_group,
+    sweep_resume_line,
 )
 from rlcollect.commands.run_folders import hold_run_folder, release_run_folder
 from rlcollect.config import check_ranges
 from rlcollect.errors import ConfigError
-from rlcollect.run_files import sweep_of
 from rlcollect.sweeps.pbt_options import PBTOptions
 
 
@@ -114,10 +112,9 @@ def train_held_members(members: list[tuple[DictConfig, Job, dict, int]], share: 
             print(finished_lines(job, summary))
             values[index] = objective_value(members[index][0], summary, job.run_dir)
     if interrupted:
-        sweep = sweep_of(jobs[0].run_dir)
-        if share == 0 and sweep is not None:  # once per command, where its shares are several processes
-            print(f"rlcollect train: or continue every member of the sweep as it trained: "
-                  f"`{resume_command(folder_label(sweep))}`", file=sys.stderr)
+        line = sweep_resume_line(jobs[0].run_dir)
+        if share == 0 and line is not None:  # once per command, where its shares are several processes
+            print(line, file=sys.stderr)
         raise SystemExit(128 + stop.signal_number)
     return values
 

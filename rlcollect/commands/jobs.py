@@ -24,7 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from rlcollect.errors import ConfigError, DiskFullError, MissingDependencyError, causes, one_line
-from rlcollect.run_files import ERROR_LOG, SUMMARY_FILE, run_files
+from rlcollect.run_files import ERROR_LOG, SUMMARY_FILE, run_files, sweep_of
 
 FAILED = None  # what a sweep job that failed or was refused returns (Optuna records a failed trial, goes on)
 
@@ -204,6 +204,16 @@ def interrupted_line(job: Job, frames: int, checkpoint_frames: int | None) -> st
     behind = f" (its last complete checkpoint is at frame {checkpoint_frames})" if checkpoint_frames != frames else ""
     return (f"rlcollect train: interrupted at frame {frames}{behind}; continue with "
             f"`{resume_command(job.resume or job_dir_label(job))}`")
+
+
+def sweep_resume_line(run_dir: Path) -> str | None:
+    """The line that names the command continuing every member of the sweep that ``run_dir``
+    lies in (said after an interrupted member's own line); None where it lies in none."""
+    sweep = sweep_of(run_dir)
+    if sweep is None:
+        return None
+    return ("rlcollect train: or continue every member of the sweep as it trained: "
+            f"`{resume_command(folder_label(sweep))}`")
 
 
 def resume_command(folder: str | Path) -> str:

@@ -54,6 +54,7 @@ from rlcollect.commands.jobs import (
     run_failed,
     stop_on_signals,
     sweep_group,
+    sweep_resume_line,
 )
 from rlcollect.commands.overrides import in_resumed_run_folder, override_error_line, resume_overrides, unquoted
 from rlcollect.commands.run_folders import (
@@ -101,7 +102,7 @@ def train_job(cfg: DictConfig, job: Job) -> float | None:
         try:
             summary = pipeline.run(built, stop=stop)
         except KeyboardInterrupt:  # a second Ctrl-C: the run stopped at once
-            print(interrupted_line(job, built.collector.frames, built.checkpoint_frames), file=sys.stderr)
+            say_interrupted(job, built.collector.frames, built.checkpoint_frames)
             raise SystemExit(128 + stop.signal_number) from None
         except Exception as error:  # a worker, env or policy failed: one short block, the traceback in a file
             run_failed(job, error, traceback.format_exc(), built.checkpoint_frames)
@@ -109,10 +110,19 @@ def train_job(cfg: DictConfig, job: Job) -> float | None:
                 return FAILED
             raise SystemExit(1) from None
     if summary["status"] == "interrupted":
-        print(interrupted_line(job, summary["frames"], summary.get("checkpoint_frames")), file=sys.stderr)
+        say_interrupted(job, summary["frames"], summary.get("checkpoint_frames"))
         raise SystemExit(128 + stop.signal_number)
     print(finished_lines(job, summary))
     return objective_value(cfg, summary, job.run_dir)
+
+
+def say_interrupted(job: Job, frames: int, checkpoint_frames: int | None) -> None:
+    """The lines of an interrupted job: where it stopped and how to continue it, and, for a
+    member of a sweep (whose later jobs the stop kept from starting), how to continue the sweep."""
+    print(interrupted_line(job, frames, checkpoint_frames), file=sys.stderr)
+    line = sweep_resume_line(job.run_dir) if job.multirun else None
+    if line is not None:
+        print(line, file=sys.stderr)
 
 
 

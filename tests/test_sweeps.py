@@ -658,8 +658,9 @@ def test_jobs_that_cannot_batch_run_one_by_one(tmp_path):
     assert result.returncode == 0, result.stderr
     assert ("jobs #0, #1 run one by one: eval.max_trajectories: a batched sweep evaluates one episode per eval env"
             in result.stdout + result.stderr)
-    assert [json.loads((job / "summary.json").read_text())["status"] for job in job_dirs(tmp_path / "sw")] == \
-        ["finished", "finished"]
+    jobs = job_dirs(tmp_path / "sw")
+    assert [json.loads((job / "summary.json").read_text())["status"] for job in jobs] == ["finished", "finished"]
+    assert "#1 : seed=1" in result.stdout and "#1 : " not in (jobs[0] / "train.log").read_text()  # not job 0's line
 
 
 @pytest.mark.timeout(300)

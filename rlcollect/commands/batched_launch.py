@@ -329,7 +329,11 @@ def group_jobs(configs: list[DictConfig], max_members: int | None = None) -> lis
 
 
 def run_one(launcher, config: DictConfig, task_function) -> JobReturn:
-    """One job as Hydra's basic launcher runs it."""
+    """One job as Hydra's basic launcher runs it: its logging (into its folder's job log)
+    ends with it, so that what the launcher says next is not in that job's log."""
     log.info("\t#%s : %s", config.hydra.job.num, " ".join(filter_overrides(config.hydra.overrides.task)))
-    return run_job(hydra_context=launcher.hydra_context, task_function=task_function, config=config,
-                   job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    try:
+        return run_job(hydra_context=launcher.hydra_context, task_function=task_function, config=config,
+                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+    finally:
+        configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)

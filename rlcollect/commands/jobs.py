@@ -27,6 +27,7 @@ from rlcollect.errors import ConfigError, DiskFullError, MissingDependencyError,
 from rlcollect.run_files import ERROR_LOG, SUMMARY_FILE, run_files, sweep_of
 
 FAILED = None  # what a sweep job that failed or was refused returns (Optuna records a failed trial, goes on)
+UNSTARTED = {"status": "interrupted", "frames": 0}  # the summary.json of a sweep job stopped before its first batch
 
 
 class StopRequest(threading.Event):
@@ -124,14 +125,14 @@ def interrupted_while_starting(*jobs: Job) -> None:
 
 def leave_unstarted(job: Job) -> bool:
     """The folder of a job stopped before its first batch: a resumed run's as it was; a sweep
-    job's with summary.json ``{"status": "interrupted", "frames": 0}`` (the sweep's record of
+    job's with summary.json ``UNSTARTED`` (the sweep's record of
     it); a single run's, which then holds only what Hydra wrote, removed with it (as a
     refused run's is). True when the job's folder was left so; False when it holds a run's
     files besides Hydra's (Ctrl-C landed after the job): then it is not touched."""
     if job.resume or set(run_files(job.run_dir)) - {path.name for path in job.hydra_files}:
         return False
     if job.multirun:
-        (job.run_dir / SUMMARY_FILE).write_text(json.dumps({"status": "interrupted", "frames": 0}))
+        (job.run_dir / SUMMARY_FILE).write_text(json.dumps(UNSTARTED))
         return True
     remove_hydra_files(job)
     remove_if_empty(job.run_dir)

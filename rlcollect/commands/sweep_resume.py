@@ -23,15 +23,17 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import yaml
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from rlcollect.commands.jobs import Job
+from rlcollect.commands.sweep_record import batched_launcher, sweep_hydra
 from rlcollect.commands.sweep_start import jobs_to_start, start_jobs
 from rlcollect.commands.sweep_study import Resumed, tell_study
 from rlcollect.errors import ConfigError
-from rlcollect.run_files import CONFIG_FILE, SWEEP_FILE, job_number, read_summary, sweep_runs
+from rlcollect.run_files import CONFIG_FILE, job_number, read_summary, sweep_runs
 from rlcollect.sweeps.pbt_options import PBTOptions, pbt_options
 from rlcollect.validation import check_positive_int
 
@@ -50,8 +52,9 @@ class Member:
     names: dict
 
 
-def resume_sweep(folder: Path, args: list[str]) -> int:
-    """The command's exit status: 0 when every member that could go on finished or was
+def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictConfig], object]) -> int:
+    """Resume the sweep in ``folder`` (``task_function``, commands.train.train: what its jobs
+    that never trained run). The command's exit status: 0 when every member that could go on finished or was
     solved; 1 when one failed or could not resume; 2 when nothing can resume (one line
     each); 130 / 143 when stopped by a signal (every member checkpointed)."""
     from rlcollect.pipeline.lifecycle import ENDED_STATUSES, FramesAlready
@@ -118,7 +121,7 @@ def resume_sweep(folder: Path, args: list[str]) -> int:
     finally:  # stopped again too: what did finish reaches a tuning sweep's study
         tell_study(hydra.sweeper, [Resumed(member.number, member.folder, member.cfg) for member in members])
     if starting:  # after the members that had started: the sweep's order
-        failed |= start_jobs(folder, hydra, starting, run_args, processes)
+        failed |= start_jobs(folder, hydra, starting, run_args, processes, task_function)
     return 1 if failed or refusals else 0
 
 
@@ -140,28 +143,6 @@ def parse_overrides(folder: Path, args: list[str]) -> tuple[dict, int | None]:
     if processes is not None:
         check_positive_int("hydra.launcher.processes", processes)
     return typed_values(overrides), processes  # typed and ranged once, for every member
-
-
-def sweep_hydra(folder: Path) -> DictConfig:
-    """The ``hydra`` node of the sweep's multirun.yaml (its launcher, sweeper and overrides),
-    read once; a damaged or foreign file is a ConfigError in one line."""
-    try:
-        hydra = OmegaConf.load(folder / SWEEP_FILE).hydra
-        missing = [key for key in ("launcher", "sweeper", "overrides") if key not in hydra]
-        if missing:
-            raise KeyError(f"no hydra.{missing[0]}")
-    except Exception as error:  # noqa: BLE001 - a damaged or foreign file: said in one line
-        raise ConfigError(f"resume={folder}: cannot read its {SWEEP_FILE} ({' '.join(str(error).split())})") from None
-    return hydra
-
-
-def batched_launcher(hydra: DictConfig) -> DictConfig | None:
-    """The launcher that ran the sweep (its ``hydra.launcher``) where it is the batched one,
-    else None (its members resume one by one)."""
-    from hydra_plugins.rlcollect_batched.batched_launcher import BatchedLauncher
-
-    batched = f"{BatchedLauncher.__module__}.{BatchedLauncher.__qualname__}"  # the _target_ its config names
-    return hydra.launcher if hydra.launcher.get("_target_") == batched else None
 
 
 def free_now(member_dir: Path, folder: Path) -> None:

@@ -17,15 +17,16 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from omegaconf import DictConfig
 
+from rlcollect.commands.jobs import UNSTARTED
+from rlcollect.commands.sweep_record import batched_launcher, sweep_jobs
+from rlcollect.config.registry import HYDRA_VERSION_BASE
 from rlcollect.run_files import HYDRA_DIR, JOB_LOG, SUMMARY_FILE, job_folders, job_number, read_summary
 
 log = logging.getLogger(__name__)
-
-HYDRA_VERSION_BASE = "1.3"  # the Hydra behaviour `rlcollect train` asks for (its hydra.main)
-
 
 @dataclass
 class NewJob:
@@ -49,39 +50,24 @@ def jobs_to_start(folder: Path, hydra: DictConfig) -> list[NewJob]:
             if number not in made or never_trained(made[number])]
 
 
-def sweep_jobs(hydra: DictConfig) -> list[list[str]]:
-    """Every job's overrides, in job-number order, as Hydra's basic sweeper makes them from
-    the sweep's parameters and task overrides; [] for another sweeper."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    try:
-        if hydra.sweeper.get("_target_") != f"{BasicSweeper.__module__}.{BasicSweeper.__qualname__}":
-            return []
-        arguments = [f"{key}={value}" for key, value in (hydra.sweeper.get("params") or {}).items()]
-        overrides = OverridesParser.create().parse_overrides([*arguments, *hydra.overrides.task])
-        return [job for batch in BasicSweeper.split_arguments(overrides, None) for job in batch]
-    except Exception:  # noqa: BLE001 - what cannot be read back says nothing of missing jobs
-        return []
-
-
 def never_trained(job_dir: Path) -> bool:
     """Whether the job folder ``job_dir`` holds only what a job stopped before its run started
     leaves: Hydra's records (``.hydra/``, the job log) and, at most, the summary.json
-    ``{"status": "interrupted", "frames": 0}``; anything else there (the run's config.yaml,
+    ``jobs.UNSTARTED``; anything else there (the run's config.yaml,
     an error log, a file of the user's) keeps it as it is."""
     for path in job_dir.rglob("*"):
         if path.is_dir() or HYDRA_DIR in path.relative_to(job_dir).parts[:-1] or path.name == JOB_LOG:
             continue
-        if path.name == SUMMARY_FILE and read_summary(path.parent) == {"status": "interrupted", "frames": 0}:
+        if path.name == SUMMARY_FILE and read_summary(path.parent) == UNSTARTED:
             continue
         return False
     return True
 
 
-def start_jobs(folder: Path, hydra: DictConfig, jobs: list[NewJob], run_args: list[str],
-               processes: int | None) -> bool:
-    """Train ``jobs`` into the sweep's ``folder`` with the sweep's launcher (``processes``: a
+def start_jobs(folder: Path, hydra: DictConfig, jobs: list[NewJob], run_args: list[str], processes: int | None,
+               task_function: Callable[[DictConfig], object]) -> bool:
+    """Train ``jobs`` (``task_function``: commands.train.train) into the sweep's ``folder``
+    with the sweep's launcher (``processes``: a
     batched sweep's processes, None: the sweep's), each with ``run_args`` (the resume's
     ``key=value`` overrides: total_frames ...) in place of its own value of those keys;
     jobs of consecutive numbers are launched together, as the sweep launched them. Whether
@@ -89,14 +75,11 @@ def start_jobs(folder: Path, hydra: DictConfig, jobs: list[NewJob], run_args: li
     from hydra.core.plugins import Plugins
     from hydra.types import HydraContext
 
-    from rlcollect.commands.sweep_resume import batched_launcher
-    from rlcollect.commands.train import train
-
     app, cfg = sweep_app(folder, hydra, processes if batched_launcher(hydra) is not None else None)
     from hydra._internal.callbacks import Callbacks
 
     context = HydraContext(config_loader=app.config_loader, callbacks=Callbacks(cfg))
-    launcher = Plugins.instance().instantiate_launcher(config=cfg, hydra_context=context, task_function=train)
+    launcher = Plugins.instance().instantiate_launcher(config=cfg, hydra_context=context, task_function=task_function)
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     try:

@@ -65,8 +65,7 @@ from rlcollect.commands.run_folders import (
     release_run_folder,
 )
 from rlcollect.commands.sweep_report import SWEEP, report_sweep
-from rlcollect.commands.sweep_start import HYDRA_VERSION_BASE
-from rlcollect.config import check_ranges, logs_to_wandb, register_configs
+from rlcollect.config import HYDRA_VERSION_BASE, check_ranges, logs_to_wandb, register_configs
 from rlcollect.errors import ConfigError
 from rlcollect.logging.wandb_start import start_wandb
 from rlcollect.run_files import sweep_folder
@@ -169,7 +168,7 @@ def run_train(args: list[str]) -> int:
         from rlcollect.commands.sweep_resume import resume_sweep
 
         try:
-            return resume_sweep(sweep, [arg for arg in args if not arg.startswith("resume=")])
+            return resume_sweep(sweep, [arg for arg in args if not arg.startswith("resume=")], train)
         except KeyboardInterrupt:  # before its members took Ctrl-C over: nothing of theirs changed
             print("rlcollect train: interrupted", file=sys.stderr)
             return 128 + signal.SIGINT

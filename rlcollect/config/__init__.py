@@ -39,7 +39,14 @@ from rlcollect.config.fields import (
     renamed,
     schema_nodes,
 )
-from rlcollect.config.registry import SCHEMAS, option_node, register_configs, schema, schema_name
+from rlcollect.config.registry import (
+    HYDRA_VERSION_BASE,
+    SCHEMAS,
+    option_node,
+    register_configs,
+    schema,
+    schema_name,
+)
 from rlcollect.config.resolvers import (
     EVALUATIONS_PER_RUN,
     OBJECTIVES,
@@ -51,7 +58,7 @@ from rlcollect.config.resolvers import (
 from rlcollect.config.schemas import *  # noqa: F403  (every schema)
 from rlcollect.config.values import typed_values
 
-__all__ = ["CHOICES", "EVALUATIONS_PER_RUN", "OBJECTIVES", "RANGE", "RENAMED", "SCHEMAS", "check_ranges", "chosen",
-           "eval_every_frames", "job_dirname", "logs_to_wandb", "objective_direction", "option_node", "ranged",
-           "register_configs", "rename_keys", "renamed", "schema", "schema_name", "schema_nodes", "typed_values",
-           *schemas.__all__]
+__all__ = ["CHOICES", "EVALUATIONS_PER_RUN", "HYDRA_VERSION_BASE", "OBJECTIVES", "RANGE", "RENAMED", "SCHEMAS",
+           "check_ranges", "chosen", "eval_every_frames", "job_dirname", "logs_to_wandb", "objective_direction",
+           "option_node", "ranged", "register_configs", "rename_keys", "renamed", "schema", "schema_name",
+           "schema_nodes", "typed_values", *schemas.__all__]

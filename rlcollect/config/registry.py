@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.config.resolvers import job_dirname, objective_direction
 
+HYDRA_VERSION_BASE = "1.3"  # the Hydra behaviour rlcollect composes its configs with (hydra.main's version_base)
 # (group, option) -> schema; YAML options refer to them as /<group>_<option>_schema
 SCHEMAS: dict[tuple[str, str], type] = {}
 ROOT_SCHEMAS: dict[str, type] = {}  # the nodes of no group: train_schema (the root), env_schema

@@ -44,6 +44,15 @@ RUN_FILES = (CONFIG_FILE, METRICS_FILE, SUMMARY_FILE, CHECKPOINT_FILE, CHECKPOIN
 # a run's own records: its RUN_FILES and what else it writes beside them (the W&B run included)
 RUN_RECORDS = (*RUN_FILES, ERROR_LOG, JOB_LOG, VIDEO_DIR, REPLAY_DIR, WANDB_DIR)
 
+# summary.json's "status": how the run ended, or where it stands
+FINISHED = "finished"  # trained to total_frames
+SOLVED = "solved"  # reached env.solved_return
+INTERRUPTED = "interrupted"  # stopped by a signal: it resumes from its checkpoint
+FAILED = "failed"  # failed while building or training (its error, and error.log)
+REFUSED = "refused"  # a sweep job whose config was refused before it was built
+# ended as asked: compare counts them, a study is told their value, a resume extends them only with more total_frames
+ENDED_STATUSES = (FINISHED, SOLVED)
+
 
 def owning_run(path: str | os.PathLike[str]) -> tuple[Path, str] | None:
     """``(run folder, record)`` where ``path`` is one of that run's records

@@ -24,14 +24,21 @@ import numpy as np
 
 from rlcollect.analysis import stats as st
 from rlcollect.analysis.grouping import Group, group_runs
-from rlcollect.logging.runs import EVAL_RETURN, CompareError, RunRecord, for_env_id, solved_return_of, wall_clock
+from rlcollect.logging.runs import (
+    ENDED_STATUSES,
+    EVAL_RETURN,
+    CompareError,
+    RunRecord,
+    for_env_id,
+    solved_return_of,
+    wall_clock,
+)
 
-__all__ = ["Comparison", "Excluded", "GroupStats", "INCLUDED_STATUSES", "Improvement", "NO_STATUS", "Row",
+__all__ = ["Comparison", "Excluded", "GroupStats", "Improvement", "NO_STATUS", "Row",
            "STATS_MIN_RUNS", "SUMMARY_COLUMNS", "Stat", "TO_THRESHOLD", "compare", "compare_table", "eval_curve",
            "final_scores", "improvement", "interval_table", "parse_normalize", "reference_scores_of", "score_curve",
            "score_ranges", "split_runs"]
 
-INCLUDED_STATUSES = ("finished", "solved")  # the statuses of the runs that count in a comparison
 # why a run without a status is left out: no summary.json (nor, for a W&B run, an exit record)
 NO_STATUS = "no status (no summary.json: still running, or killed)"
 # Built-in columns, from RunRecord.summary, with their titles and number formats.
@@ -161,7 +168,7 @@ def split_runs(runs: Sequence[RunRecord]) -> tuple[list[RunRecord], list[Exclude
     killed: no status) is left out and listed apart with its status, in order of status."""
     counted, excluded = [], []
     for run in runs:
-        if run.status in INCLUDED_STATUSES:
+        if run.status in ENDED_STATUSES:
             counted.append(run)
         else:
             reason = run.status or NO_STATUS

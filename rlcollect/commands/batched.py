@@ -10,7 +10,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from rlcollect.commands.jobs import (
-    FAILED,
+    NO_VALUE,
     Job,
     failed_to_build,
     finished_lines,
@@ -26,6 +26,7 @@ from rlcollect.commands.jobs import (
 from rlcollect.commands.run_folders import hold_run_folder, release_run_folder
 from rlcollect.config import check_ranges
 from rlcollect.errors import ConfigError
+from rlcollect.run_files import INTERRUPTED
 from rlcollect.sweeps.pbt_options import PBTOptions
 
 
@@ -50,7 +51,7 @@ def train_members(members: list[tuple[DictConfig, Job, dict, int]], share: int =
 def train_held_members(members: list[tuple[DictConfig, Job, dict, int]], share: int, *, pbt: PBTOptions | None,
                        sweep_dir: str | Path | None) -> list[float | None]:
     """:func:`train_members`, its members' folders held from here on."""
-    values: list[float | None] = [FAILED] * len(members)
+    values: list[float | None] = [NO_VALUE] * len(members)
     live = []
     for index, (cfg, job, *_) in enumerate(members):
         try:
@@ -105,7 +106,7 @@ def train_held_members(members: list[tuple[DictConfig, Job, dict, int]], share: 
         if member in sweep.errors:
             error, trace = sweep.errors[member]
             run_failed(job, error, trace, sweep.pipelines[member].checkpoint_frames)
-        elif summary["status"] == "interrupted":
+        elif summary["status"] == INTERRUPTED:
             interrupted = True
             print(interrupted_line(job, summary["frames"], summary.get("checkpoint_frames")), file=sys.stderr)
         else:

@@ -24,10 +24,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from rlcollect.errors import ConfigError, DiskFullError, MissingDependencyError, causes, one_line
-from rlcollect.run_files import ERROR_LOG, SUMMARY_FILE, run_files, sweep_of
+from rlcollect.run_files import ERROR_LOG, FAILED, INTERRUPTED, REFUSED, SUMMARY_FILE, run_files, sweep_of
 
-FAILED = None  # what a sweep job that failed or was refused returns (Optuna records a failed trial, goes on)
-UNSTARTED = {"status": "interrupted", "frames": 0}  # the summary.json of a sweep job stopped before its first batch
+NO_VALUE = None  # what a sweep job that failed or was refused returns (Optuna records a failed trial, goes on)
+UNSTARTED = {"status": INTERRUPTED, "frames": 0}  # the summary.json of a sweep job stopped before its first batch
 
 
 class StopRequest(threading.Event):
@@ -253,8 +253,8 @@ def refused(job: Job, error: ConfigError) -> float:
         remove_if_empty(job.run_dir)
         raise SystemExit(2) from None
     (job.run_dir / SUMMARY_FILE).write_text(json.dumps(
-        {"status": "refused", "error": f"{what}: {error}", "overrides": job.overrides}, indent=2))
-    return FAILED
+        {"status": REFUSED, "error": f"{what}: {error}", "overrides": job.overrides}, indent=2))
+    return NO_VALUE
 
 
 def failed_to_build(job: Job, error: Exception) -> float:
@@ -270,13 +270,13 @@ def failed_to_build(job: Job, error: Exception) -> float:
         log_file = job.run_dir / ERROR_LOG
         log_file.write_text(trace)
         (job.run_dir / SUMMARY_FILE).write_text(json.dumps(
-            {"status": "failed", "frames": 0, "error": f"error while building the run: {one_line(error)}"}, indent=2))
+            {"status": FAILED, "frames": 0, "error": f"error while building the run: {one_line(error)}"}, indent=2))
     if FULL_ERROR.get("asked"):
         print(trace, file=sys.stderr, end="")
     print(f"rlcollect train: error while building the run: {one_line(error)} (traceback in {log_file})",
           file=sys.stderr)
     if job.multirun:
-        return FAILED
+        return NO_VALUE
     raise SystemExit(1) from None
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from rlcollect.run_files import OVERRIDES_FILE, SUMMARY_FILE
+from rlcollect.run_files import FAILED, OVERRIDES_FILE, REFUSED, SUMMARY_FILE
 
 
 @dataclass
@@ -38,7 +38,7 @@ class SweepReport(Callback):
                 summary = json.loads(summary_file.read_text())
             except (OSError, ValueError):
                 continue
-            if summary.get("status") in ("failed", "refused"):
+            if summary.get("status") in (FAILED, REFUSED):
                 overrides = summary.get("overrides") or read_overrides(summary_file.parent)
                 SWEEP.not_finished.append((summary["status"], ",".join(overrides) or "(no overrides)",
                                            summary.get("error") or "", summary_file.parent))

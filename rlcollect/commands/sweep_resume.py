@@ -33,7 +33,7 @@ from rlcollect.commands.sweep_record import batched_launcher, sweep_hydra
 from rlcollect.commands.sweep_start import jobs_to_start, start_jobs
 from rlcollect.commands.sweep_study import Resumed, tell_study
 from rlcollect.errors import ConfigError
-from rlcollect.run_files import CONFIG_FILE, job_number, read_summary, sweep_runs
+from rlcollect.run_files import CONFIG_FILE, ENDED_STATUSES, REFUSED, job_number, read_summary, sweep_runs
 from rlcollect.sweeps.pbt_options import PBTOptions, pbt_options
 from rlcollect.validation import check_positive_int
 
@@ -57,7 +57,7 @@ def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictCon
     that never trained run). The command's exit status: 0 when every member that could go on finished or was
     solved; 1 when one failed or could not resume; 2 when nothing can resume (one line
     each); 130 / 143 when stopped by a signal (every member checkpointed)."""
-    from rlcollect.pipeline.lifecycle import ENDED_STATUSES, FramesAlready
+    from rlcollect.pipeline.lifecycle import FramesAlready
 
     logging.basicConfig(stream=sys.stdout, level=logging.INFO,
                         format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
@@ -80,7 +80,7 @@ def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictCon
             frames = summary.get("frames")
             ended.append((member_dir, status, frames if isinstance(frames, int) else 0))
             continue
-        if status == "refused":  # its config was refused before its run started
+        if status == REFUSED:  # its config was refused before its run started
             why = summary.get("error")
             refusals.append(f"resume={member_dir}: the job was refused ({why}): nothing to resume; train it, mended, "
                             "in another folder")

@@ -24,7 +24,15 @@ from omegaconf import DictConfig
 from rlcollect.commands.jobs import UNSTARTED
 from rlcollect.commands.sweep_record import batched_launcher, sweep_jobs
 from rlcollect.config.registry import HYDRA_VERSION_BASE
-from rlcollect.run_files import HYDRA_DIR, JOB_LOG, SUMMARY_FILE, job_folders, job_number, read_summary
+from rlcollect.run_files import (
+    ENDED_STATUSES,
+    HYDRA_DIR,
+    JOB_LOG,
+    SUMMARY_FILE,
+    job_folders,
+    job_number,
+    read_summary,
+)
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +153,6 @@ def consecutive(jobs: list[NewJob]) -> list[list[NewJob]]:
 
 def finished(job_dir: Path | None) -> bool:
     """Whether the job folder ``job_dir`` holds a run that finished or was solved (every run in it)."""
-    from rlcollect.pipeline.lifecycle import ENDED_STATUSES
-
     if job_dir is None:
         return False
     summaries = [read_summary(summary.parent) for summary in job_dir.rglob(SUMMARY_FILE)]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from rlcollect.run_files import read_summary
+from rlcollect.run_files import ENDED_STATUSES, INTERRUPTED, read_summary
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,6 @@ def tell_study(sweeper: DictConfig, members: list[Resumed]) -> None:
         return
     import optuna
 
-    from rlcollect.pipeline.lifecycle import ENDED_STATUSES
 
     where = sqlite_file(sweeper.storage)
     if where is not None and not where.is_file():  # a relative path, resumed from another folder: not made anew
@@ -70,7 +69,7 @@ def tell_study(sweeper: DictConfig, members: list[Resumed]) -> None:
     for member in members:
         summary = read_summary(member.folder)
         status = summary.get("status")
-        if status is None or status == "interrupted":
+        if status is None or status == INTERRUPTED:
             continue  # stopped again: still running, for the next resume
         trial = matching_trial(running, member.folder)
         if trial is None:

@@ -39,9 +39,9 @@ from hydra.errors import (
 from omegaconf import DictConfig
 
 from rlcollect.commands.jobs import (
-    FAILED,
     FULL_ERROR,
     INTERRUPTED_WHILE_STARTING,
+    NO_VALUE,
     Job,
     ctrl_c_held,
     failed_to_build,
@@ -68,7 +68,7 @@ from rlcollect.commands.sweep_report import SWEEP, report_sweep
 from rlcollect.config import HYDRA_VERSION_BASE, check_ranges, logs_to_wandb, register_configs
 from rlcollect.errors import ConfigError
 from rlcollect.logging.wandb_start import start_wandb
-from rlcollect.run_files import sweep_folder
+from rlcollect.run_files import INTERRUPTED, sweep_folder
 
 register_configs()
 log = logging.getLogger(__name__)
@@ -106,9 +106,9 @@ def train_job(cfg: DictConfig, job: Job) -> float | None:
         except Exception as error:  # a worker, env or policy failed: one short block, the traceback in a file
             run_failed(job, error, traceback.format_exc(), built.checkpoint_frames)
             if job.multirun:
-                return FAILED
+                return NO_VALUE
             raise SystemExit(1) from None
-    if summary["status"] == "interrupted":
+    if summary["status"] == INTERRUPTED:
         say_interrupted(job, summary["frames"], summary.get("checkpoint_frames"))
         raise SystemExit(128 + stop.signal_number)
     print(finished_lines(job, summary))

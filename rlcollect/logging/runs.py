@@ -23,6 +23,7 @@ from typing import Any
 
 from rlcollect.run_files import (
     CONFIG_FILE,
+    ENDED_STATUSES,
     HYDRA_CONFIG_FILE,
     HYDRA_DIR,
     HYDRA_FILE,
@@ -34,8 +35,8 @@ from rlcollect.run_files import (
     run_files,
 )
 
-__all__ = ["CompareError", "DamagedRowError", "RUN_FILES", "RunRecord", "WANDB_DIR", "find_run_dirs", "for_env_id",
-           "hydra_choices", "json_lines", "load_run_dir", "load_runs", "pbt_settings_at", "run_files",
+__all__ = ["CompareError", "DamagedRowError", "ENDED_STATUSES", "RUN_FILES", "RunRecord", "WANDB_DIR", "find_run_dirs",
+           "for_env_id", "hydra_choices", "json_lines", "load_run_dir", "load_runs", "pbt_settings_at", "run_files",
            "solved_return_of", "solved_threshold", "split_events", "summarize_history", "summary_error",
            "summary_status", "wall_clock"]
 

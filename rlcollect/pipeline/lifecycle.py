@@ -50,7 +50,7 @@ from rlcollect.pipeline.builders import (
 from rlcollect.pipeline.checks import check_config, warn_combination
 from rlcollect.pipeline.progress import Progress
 from rlcollect.pipeline.video import EvalVideo
-from rlcollect.run_files import CONFIG_FILE, METRICS_FILE, VIDEO_DIR, read_summary
+from rlcollect.run_files import CONFIG_FILE, ENDED_STATUSES, METRICS_FILE, VIDEO_DIR, read_summary
 from rlcollect.seeding import eval_seed
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,6 @@ log = logging.getLogger(__name__)
 # What a resumed run may change (`rlcollect train resume=<run> total_frames=N`): everything
 # else was built into its checkpoint (weights, buffers, collector state, seeds).
 RESUME_OVERRIDES = ("total_frames", "checkpoint_every_frames", "checkpoint_every_seconds", "progress", "torch_threads")
-ENDED_STATUSES = ("finished", "solved")  # a resume extends these only with a larger total_frames
 
 
 class FramesAlready(ConfigError):

@@ -18,6 +18,7 @@ from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.config import eval_every_frames
 from rlcollect.errors import DiskFullError, one_line
 from rlcollect.logging.runs import SUMMARY_FILE
+from rlcollect.run_files import ENDED_STATUSES, FAILED, FINISHED, INTERRUPTED, SOLVED
 
 if TYPE_CHECKING:
     from rlcollect.pipeline.lifecycle import Pipeline
@@ -124,7 +125,7 @@ class Session:
         """``phases``: where the run's wall-clock is charged (None: a Phases of its own,
         charged by ``after_batch``; a batched sweep's members share a DrivenPhases)."""
         self.p, self.stop = pipeline, stop
-        self.status = "finished"
+        self.status = FINISHED
         self.error: BaseException | None = None
         self.start = time.perf_counter()
         self.bar = tqdm(total=pipeline.cfg.total_frames, initial=pipeline.collector.frames, unit="frame",
@@ -191,10 +192,10 @@ class Session:
             p.save_checkpoint(self.seconds(), phases.totals())
             self.checkpointed_at = time.perf_counter()
         if solved:
-            self.status = "solved"
+            self.status = SOLVED
             return True
         if self.stop is not None and self.stop.is_set():  # SIGINT / SIGTERM: this batch is the last
-            self.status = "interrupted"
+            self.status = INTERRUPTED
             return True
         return False
 
@@ -216,9 +217,9 @@ class Session:
         """What ended the run early: a second Ctrl-C (interrupted at once) or an error."""
         self.error = failure
         if isinstance(failure, KeyboardInterrupt):  # a second Ctrl-C: stop now, the last complete checkpoint stays
-            self.status = "interrupted"
+            self.status = INTERRUPTED
         else:
-            self.status = "failed"
+            self.status = FAILED
             self.p.progress.summary["error"] = one_line(failure)
 
     def close(self) -> None:
@@ -240,7 +241,7 @@ class Session:
         summary["frames_per_second"] = summary["frames"] / max(summary["seconds"], 1e-9)
         summary.update({f"seconds_{name}": value for name, value in self.phases.totals().items()})
         (p.run_dir / SUMMARY_FILE).write_text(strict_json(summary))
-        p.close(exit_code=0 if self.status in ("finished", "solved") else 1)
+        p.close(exit_code=0 if self.status in ENDED_STATUSES else 1)
 
 
 class Phases:

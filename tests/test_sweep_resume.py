@@ -368,6 +368,33 @@ def test_a_population_goes_on_where_its_checkpoints_stopped(tmp_path):
         assert summary["pbt_settings"] == {"algo.lr": lr_of[number]}
 
 
+@pytest.mark.timeout(300)
+def test_two_populations_resumed_one_after_the_other_keep_each_others_events(tmp_path):
+    """A PBT sweep of two populations (max_members=2: jobs #0, #1 and #2, #3), each with a
+    step at 256, resumed to 1,024: each population resumes as a model of its own, one after
+    the other, and cuts pbt.jsonl back to its own events before its checkpoint; the events
+    the first one took at 512 and 768 stay when the second resumes."""
+    first = cli(tmp_path, "train", "--multirun", "algo.lr=0.0003,0.001,0.003,0.01", "hydra.launcher.max_members=2",
+                "hydra.launcher.pbt.every_frames=256", "eval.max_time_share=null", *SWEEP)
+    assert first.returncode == 0, first.stderr
+    resumed = cli(tmp_path, "train", "resume=sw", "total_frames=1024")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [line.split(" - ")[1] for line in resumed.stdout.splitlines() if " resume at frame " in line] == [
+        "jobs #0, #1 resume at frame 512 as one batched model of 2 members",
+        "jobs #2, #3 resume at frame 512 as one batched model of 2 members"]
+    events = [json.loads(line) for line in (tmp_path / "sw" / "pbt.jsonl").read_text().splitlines()]
+    for population in ({0, 1}, {2, 3}):
+        own = [event for event in events if event["member"] in population]
+        assert [event["frames"] for event in own] == [256, 512, 768]
+        assert all(event["parent"] in population for event in own)
+    for member in job_dirs(tmp_path / "sw"):
+        summary = json.loads((member / "summary.json").read_text())
+        number = int(member.name.split("_")[0])
+        assert summary["frames"] == 1024
+        assert summary["pbt_parents"] == [{"frames": event["frames"], "parent": event["parent"]} for event in events
+                                          if event["member"] == number]
+
+
 def test_a_sweeps_run_folders_are_found_by_job_number_nested_ones_included(tmp_path):
     """Hydra nests a job's folder where an override names a config group (``buffer/storage``):
     a sweep's run folders (any run file, Hydra's .hydra/ included) are found by job number

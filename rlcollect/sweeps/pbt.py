@@ -165,7 +165,7 @@ class PopulationTraining:
     def resume_at(self, frames: int, settings: Sequence[dict[str, float]]) -> None:
         """The population goes on from its members' checkpoints at ``frames``, member m with
         ``settings[m]`` (``algo.<key>``: what PBT had given it by then, its metrics rows'
-        ``pbt/`` entries): ``start`` sets them, cuts pbt.jsonl back to the events before
+        ``pbt/`` entries): ``start`` sets them, cuts pbt.jsonl back to its events before
         ``frames`` (a checkpoint at a step's frame holds the state before that step) and
         takes the step due at ``frames`` again. Its draws then come from a generator seeded
         with the first member's seed and ``frames``: another draw than the first part's."""
@@ -181,7 +181,8 @@ class PopulationTraining:
     def start(self, members: Members, pipelines: Sequence[Pipeline]) -> None:
         """Every member's summary (``pipelines[m]``, member m's): no parents yet, its
         starting settings; a resumed population (``resume_at``): its parents so far, the
-        settings it had at its checkpoint, and the step due there."""
+        settings it had at its checkpoint, and the step due there (pbt.jsonl cut back to
+        its events before its checkpoint: another population of the sweep keeps all of its)."""
         if self.resumed is None:
             for member, pipeline in enumerate(pipelines):
                 pipeline.progress.summary["pbt_parents"] = []
@@ -197,9 +198,10 @@ class PopulationTraining:
                 members.set_member_settings(member, changed)
             summary = pipeline.progress.summary  # its checkpoint's: the parents before its frame
             summary["pbt_settings"] = self.settings(members, member)
-        if self.path.is_file():
+        if self.path.is_file():  # this population's events from its checkpoint on are taken again; others' stay
+            ours = set(self.job_numbers)
             kept = [line for line in self.path.read_text().splitlines(keepends=True)
-                    if line.strip() and json.loads(line)["frames"] < frames]
+                    if line.strip() and (json.loads(line)["frames"] < frames or json.loads(line)["member"] not in ours)]
             write_text_whole("pbt", self.path, "".join(kept))
         if frames == self.next_frames:
             self.after_batch(members, pipelines, range(len(pipelines)), frames)

@@ -284,6 +284,54 @@ def test_a_sweep_stopped_in_its_first_job_trains_the_rest_on_resume(tmp_path):
 
 
 @pytest.mark.timeout(300)
+def test_ctrl_c_to_a_joblib_sweep_lets_every_job_checkpoint_and_the_resume_ends_it(tmp_path):
+    """Ctrl-C (SIGINT to the process group) to a sweep of three jobs in joblib's two
+    workers while jobs 0 and 1 train: the command waits for both to end their batch and
+    checkpoint at their last frame (it aborted the workers, one mid-checkpoint, and left
+    its summary.json unwritten), job 2 does not start, and the command exits 130 naming the
+    sweep's resume. The resume trains 0 and 1 on and starts job 2."""
+    overrides = [o for o in SWEEP if o not in ("hydra/launcher=batched", "total_frames=512")]
+    command = start_rlcollect(tmp_path, "train", "--multirun", "seed=0,1,2", "hydra/launcher=joblib",
+                              "hydra.launcher.n_jobs=2", "total_frames=100000000", *overrides, start_new_session=True)
+
+    def rows_of_the_first_two() -> list[int]:
+        return [complete_rows(path.parent) for path in (tmp_path / "sw").glob("[01]_*/metrics.jsonl")]
+
+    try:
+        wait_for(lambda: command.poll() is not None or
+                 (len(rows_of_the_first_two()) == 2 and min(rows_of_the_first_two()) >= 2), 120)
+        assert command.poll() is None, command.communicate()
+        os.killpg(command.pid, signal.SIGINT)
+        _, stderr = command.communicate(timeout=120)
+    finally:
+        if command.poll() is None:
+            os.killpg(command.pid, signal.SIGKILL)
+        command.wait()
+    assert command.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        "rlcollect train: continue every member of the sweep as it trained: `rlcollect train resume=sw`")
+    jobs = job_dirs(tmp_path / "sw")
+    stopped = []
+    for job in jobs[:2]:
+        summary = json.loads((job / "summary.json").read_text())
+        assert summary["status"] == "interrupted" and summary["checkpoint_frames"] == summary["frames"], summary
+        assert metric_rows(job)[-1]["step"] == summary["frames"] == load_checkpoint(job / "checkpoint.pt")["frames"]
+        stopped.append(summary["frames"])
+    assert len(jobs) == 3  # joblib had handed job 2 to a worker already: there it did not start
+    assert json.loads((jobs[2] / "summary.json").read_text()) == {"status": "interrupted", "frames": 0}
+    assert not (jobs[2] / "config.yaml").exists()
+    total = max(stopped) + 256
+    resumed = cli(tmp_path, "train", "resume=sw", f"total_frames={total}")
+    assert resumed.returncode == 0, resumed.stderr
+    jobs = job_dirs(tmp_path / "sw")
+    assert len(jobs) == 3
+    for number, job in enumerate(jobs):
+        summary = json.loads((job / "summary.json").read_text())
+        assert (summary["status"], summary["frames"]) == ("finished", total)
+        assert OmegaConf.load(job / "config.yaml").seed == number
+
+
+@pytest.mark.timeout(300)
 def test_a_member_resumed_alone_ends_with_the_command_even_killed(tmp_path):
     """A sweep of another launcher resumes its members one by one, each in a process of its
     own: SIGKILL to the command, while that process trains, leaves no process behind."""

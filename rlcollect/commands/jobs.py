@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from rlcollect.errors import ConfigError, DiskFullError, MissingDependencyError, causes, one_line
@@ -30,10 +31,50 @@ NO_VALUE = None  # what a sweep job that failed or was refused returns (Optuna r
 UNSTARTED = {"status": INTERRUPTED, "frames": 0}  # the summary.json of a sweep job stopped before its first batch
 
 
+COMMAND_PID = "RLCOLLECT_COMMAND_PID"  # environment: the pid of the `rlcollect train` command the jobs are of
+
+
 class StopRequest(threading.Event):
     """Set by SIGINT or SIGTERM: the training loop finishes its batch, checkpoints and stops."""
 
     signal_number = signal.SIGINT
+
+
+STOPPED = StopRequest()  # set once a signal stopped a job of this process (a launcher's worker starts no more)
+
+
+def in_launcher_process() -> bool:
+    """Whether this job runs in a process of the sweep launcher's own (joblib's workers, a Ray
+    task ...), not in the ``rlcollect train`` command's: such a job that a signal stops
+    returns, and the launcher gathers every job's end, where raising SystemExit there would
+    have the launcher abort the other jobs, mid-checkpoint."""
+    pid = os.environ.get(COMMAND_PID)
+    return pid is not None and pid != str(os.getpid())
+
+
+def defer_signals(launcher: DictConfig) -> None:
+    """In the command of a sweep whose ``launcher`` (its config) runs the jobs in processes of
+    its own (joblib's workers ...; not Hydra's basic launcher nor the batched one, which run
+    them, or stop their shares, themselves): the first SIGINT (Ctrl-C, which the terminal
+    sends every process of the command) or SIGTERM is kept in ``STOPPED``, not raised, while
+    each job stops after its batch and checkpoints, and the launcher gathers them; a second
+    one stops the command at once (the default handlers)."""
+    from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+
+    from hydra_plugins.rlcollect_batched.batched_launcher import BatchedLauncher
+
+    in_command = {f"{kind.__module__}.{kind.__qualname__}" for kind in (BasicLauncher, BatchedLauncher)}
+    if launcher.get("_target_") in in_command:
+        return
+
+    def request(number, frame) -> None:
+        STOPPED.signal_number = number
+        STOPPED.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, request)
 
 
 @contextlib.contextmanager
@@ -44,8 +85,9 @@ def stop_on_signals():
     previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
 
     def request(number, frame) -> None:
-        stop.signal_number = number
+        stop.signal_number = STOPPED.signal_number = number
         stop.set()
+        STOPPED.set()
         for restored, handler in previous.items():
             signal.signal(restored, handler)
         try:
@@ -114,13 +156,17 @@ def ctrl_c_held():
 INTERRUPTED_WHILE_STARTING = "rlcollect train: interrupted while starting, before the first batch"
 
 
-def interrupted_while_starting(*jobs: Job) -> None:
+def interrupted_while_starting(*jobs: Job, stop_command: bool = True) -> float | None:
     """Ctrl-C before the first batch: each job's folder left as ``leave_unstarted`` says,
-    one line, exit 130 (no traceback)."""
+    one line, exit 130 (no traceback); ``stop_command`` False (a job in a launcher's
+    process, ``in_launcher_process``): ``NO_VALUE`` returned instead."""
     for job in jobs:
         leave_unstarted(job)
     print(INTERRUPTED_WHILE_STARTING, file=sys.stderr)
-    raise SystemExit(128 + signal.SIGINT) from None
+    STOPPED.set()
+    if stop_command:
+        raise SystemExit(128 + signal.SIGINT) from None
+    return NO_VALUE
 
 
 def leave_unstarted(job: Job) -> bool:
@@ -205,6 +251,25 @@ def interrupted_line(job: Job, frames: int, checkpoint_frames: int | None) -> st
     behind = f" (its last complete checkpoint is at frame {checkpoint_frames})" if checkpoint_frames != frames else ""
     return (f"rlcollect train: interrupted at frame {frames}{behind}; continue with "
             f"`{resume_command(job.resume or job_dir_label(job))}`")
+
+
+class SweepSignals(Callback):
+    """A Hydra callback (conf/train.yaml): a sweep whose launcher runs the jobs in processes
+    of its own lets them end their batch and checkpoint on Ctrl-C (``defer_signals``)."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        defer_signals(config.hydra.launcher)
+
+
+def stopped_sweep(sweep_dir: Path) -> int | None:
+    """Where a signal stopped the jobs of the sweep in ``sweep_dir`` (``STOPPED``), which the
+    launcher has all gathered: the line naming how to continue it said, and the exit status
+    (130 / 143); else None."""
+    if not STOPPED.is_set():
+        return None
+    print(f"rlcollect train: continue every member of the sweep as it trained: "
+          f"`{resume_command(folder_label(sweep_dir))}`", file=sys.stderr)
+    return 128 + STOPPED.signal_number
 
 
 def sweep_resume_line(run_dir: Path) -> str | None:

@@ -21,7 +21,7 @@ from typing import Callable
 
 from omegaconf import DictConfig
 
-from rlcollect.commands.jobs import UNSTARTED
+from rlcollect.commands.jobs import UNSTARTED, defer_signals, stopped_sweep
 from rlcollect.commands.sweep_record import batched_launcher, sweep_jobs
 from rlcollect.config.registry import HYDRA_VERSION_BASE
 from rlcollect.run_files import (
@@ -88,6 +88,7 @@ def start_jobs(folder: Path, hydra: DictConfig, jobs: list[NewJob], run_args: li
 
     context = HydraContext(config_loader=app.config_loader, callbacks=Callbacks(cfg))
     launcher = Plugins.instance().instantiate_launcher(config=cfg, hydra_context=context, task_function=task_function)
+    defer_signals(cfg.hydra.launcher)
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
     try:
@@ -100,6 +101,9 @@ def start_jobs(folder: Path, hydra: DictConfig, jobs: list[NewJob], run_args: li
             launcher.launch([with_args(job.overrides, run_args) for job in run], initial_job_idx=run[0].number)
     finally:  # Hydra logged the last job into its folder's job log: what this command says next is not the job's
         root.handlers, root.level = handlers, level
+    stopped = stopped_sweep(folder)
+    if stopped is not None:  # jobs of a launcher's processes, each checkpointed
+        raise SystemExit(stopped)
     made = {job_number(folder, child): child for child in job_folders(folder)}
     return any(not finished(made.get(job.number)) for job in jobs)
 

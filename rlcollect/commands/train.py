@@ -39,13 +39,16 @@ from hydra.errors import (
 from omegaconf import DictConfig
 
 from rlcollect.commands.jobs import (
+    COMMAND_PID,
     FULL_ERROR,
     INTERRUPTED_WHILE_STARTING,
     NO_VALUE,
+    STOPPED,
     Job,
     ctrl_c_held,
     failed_to_build,
     finished_lines,
+    in_launcher_process,
     interrupted_line,
     interrupted_while_starting,
     leave_unstarted,
@@ -53,6 +56,7 @@ from rlcollect.commands.jobs import (
     refused,
     run_failed,
     stop_on_signals,
+    stopped_sweep,
     sweep_group,
     sweep_resume_line,
 )
@@ -79,6 +83,9 @@ def train(cfg: DictConfig) -> float | None:
     Returns the run's ``objective`` (what a tuning sweep optimises); None for a job of a
     sweep that failed or was refused, or a run without that value (a failed trial)."""
     job = Job.current(cfg)
+    if STOPPED.is_set() and in_launcher_process():  # a signal stopped this launcher's process: no job starts here
+        leave_unstarted(job)  # its folder: Hydra's records, {interrupted, 0}; resume=<sweep> starts it
+        return NO_VALUE
     try:
         return train_job(cfg, job)
     finally:
@@ -92,7 +99,7 @@ def train_job(cfg: DictConfig, job: Job) -> float | None:
     except ConfigError as error:
         return refused(job, error)
     except KeyboardInterrupt:  # Ctrl-C while torch loads or the envs, workers or logger start: one line
-        interrupted_while_starting(job)
+        return interrupted_while_starting(job, stop_command=not in_launcher_process())
     except Exception as error:  # our bug, or one in user code the run calls (an env constructor ...)
         return failed_to_build(job, error)
     from rlcollect import pipeline
@@ -110,6 +117,8 @@ def train_job(cfg: DictConfig, job: Job) -> float | None:
             raise SystemExit(1) from None
     if summary["status"] == INTERRUPTED:
         say_interrupted(job, summary["frames"], summary.get("checkpoint_frames"))
+        if in_launcher_process():  # the command stops once the launcher has every job's end
+            return NO_VALUE
         raise SystemExit(128 + stop.signal_number)
     print(finished_lines(job, summary))
     return objective_value(cfg, summary, job.run_dir)
@@ -119,7 +128,7 @@ def say_interrupted(job: Job, frames: int, checkpoint_frames: int | None) -> Non
     """The lines of an interrupted job: where it stopped and how to continue it, and, for a
     member of a sweep (whose later jobs the stop kept from starting), how to continue the sweep."""
     print(interrupted_line(job, frames, checkpoint_frames), file=sys.stderr)
-    line = sweep_resume_line(job.run_dir) if job.multirun else None
+    line = sweep_resume_line(job.run_dir) if job.multirun and not in_launcher_process() else None  # the command's
     if line is not None:
         print(line, file=sys.stderr)
 
@@ -161,6 +170,7 @@ def run_train(args: list[str]) -> int:
     the latter unless HYDRA_FULL_ERROR=1 asks for Hydra's own report. Ctrl-C before the job
     takes it over (Hydra composing, or writing the job's folder) is one line, exit 130, and
     what Hydra wrote of a single run's folder is removed."""
+    os.environ[COMMAND_PID] = str(os.getpid())  # a job in a launcher's process knows it is not in this one
     if any(arg.startswith("resume=") for arg in args):  # a run or a sweep continued in its folder: no new sweep
         args = [arg for arg in args if arg not in ("--multirun", "-m")]
     sweep = resumed_sweep(args)
@@ -222,7 +232,7 @@ def compose_and_train() -> int:
     app = hydra.main(version_base=HYDRA_VERSION_BASE, config_path="../conf", config_name="train")(train)
     if previous == "1":
         app()
-        return report_sweep()
+        return sweep_end()
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra then raises instead of printing its multi-line report
     try:
         app()
@@ -241,4 +251,14 @@ def compose_and_train() -> int:
             del os.environ["HYDRA_FULL_ERROR"]
         else:
             os.environ["HYDRA_FULL_ERROR"] = previous
-    return report_sweep()
+    return sweep_end()
+
+
+def sweep_end() -> int:
+    """The command's exit status once Hydra has returned: 130 / 143 when a signal stopped
+    the jobs that a launcher ran in processes of its own (``jobs.defer_signals``: each
+    checkpointed, and the sweep's resume is named), else 1 when a job failed or was refused
+    (each listed), else 0."""
+    code = report_sweep()
+    stopped = None if STARTING.sweep_dir is None else stopped_sweep(STARTING.sweep_dir)
+    return code if stopped is None else stopped

@@ -43,15 +43,18 @@ class TuningSweeper(Sweeper):
         from hydra_plugins.hydra_optuna_sweeper.optuna_sweeper import OptunaSweeper
 
         self.sweeper = OptunaSweeper(**options)
+        self.params = dict(options.get("params") or {})
         self.config: DictConfig | None = None
+        self.hydra_context = None
 
     def setup(self, *, hydra_context, task_function, config) -> None:
-        self.config = config
+        self.config, self.hydra_context = config, hydra_context
         self.sweeper.setup(hydra_context=hydra_context, task_function=task_function, config=config)
 
     def sweep(self, arguments: List[str]) -> Any:
         from rlcollect.run_files import SWEEP_FILE
 
+        self.check_a_trial(arguments)  # before the study is made or opened: a refused command leaves the storage be
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / SWEEP_FILE)
@@ -63,3 +66,38 @@ class TuningSweeper(Sweeper):
             print("rlcollect train: no trial of the study completed, so it has no best trial to write "
                   "(optimization_results.yaml)", file=sys.stderr)
             return None
+
+    def check_a_trial(self, arguments: List[str]) -> None:
+        """The config of a trial as the study would ask for it (each searched key at the
+        middle of its space, ``middle``; the fixed ones as given), composed, and its fixed
+        values range-checked: a key the config does not have (a preset's key of another
+        algorithm: ``hydra/sweeper=tune_dqn`` without ``algo=dqn``) or a fixed value out of
+        its range is Hydra's error, or a RefusedBeforeStart, in one line."""
+        from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
+
+        from rlcollect.commands.batched_launch import task_config
+        from rlcollect.commands.run_folders import RefusedBeforeStart
+        from rlcollect.config import check_ranges
+        from rlcollect.errors import ConfigError
+
+        searched, fixed = create_params_from_overrides([*(f"{key}={value}" for key, value in self.params.items()),
+                                                        *arguments])
+        values = {name: middle(distribution) for name, distribution in searched.items()}
+        overrides = [f"{name}={value}" for name, value in {**values, **fixed}.items()]
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        try:  # the searched keys are each trial's own: a value out of range fails that trial alone
+            check_ranges(task_config(config), skip=set(searched))
+        except ConfigError as error:
+            raise RefusedBeforeStart(error) from None
+
+
+def middle(distribution) -> Any:
+    """A value inside an Optuna distribution: its first choice, or the middle of its range
+    (the geometric one on a log scale; an int range's rounded down)."""
+    from optuna.distributions import CategoricalDistribution
+
+    if isinstance(distribution, CategoricalDistribution):
+        return distribution.choices[0]
+    low, high = distribution.low, distribution.high
+    value = (low * high) ** 0.5 if "Log" in type(distribution).__name__ else (low + high) / 2
+    return int(value) if "Int" in type(distribution).__name__ else value

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import field
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import InterpolationResolutionError
@@ -67,16 +67,17 @@ def schema_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConfig]
             yield from schema_nodes(child, f"{path}.{key}" if path else str(key))
 
 
-def check_ranges(cfg: DictConfig) -> None:
+def check_ranges(cfg: DictConfig, skip: Collection[str] = ()) -> None:
     """Every numeric option in the range its schema declares (``config.ranged``), each
     entry of a list of numbers too, and every option with choices one of them
     (``config.chosen``): a ConfigError naming the key and the range, or the choices and the
-    closest of them."""
+    closest of them. The keys ``skip`` names (``algo.lr``) are not checked."""
     for path, node in schema_nodes(cfg, ""):
         prefix = f"{path}." if path else ""
         for schema_field in dataclasses.fields(OmegaConf.get_type(node)):
             allowed = schema_field.metadata.get(RANGE, schema_field.metadata.get(CHOICES))
-            if allowed is None or schema_field.name not in node or OmegaConf.is_missing(node, schema_field.name):
+            if allowed is None or schema_field.name not in node or OmegaConf.is_missing(node, schema_field.name) \
+                    or f"{prefix}{schema_field.name}" in skip:
                 continue
             try:
                 value = node[schema_field.name]

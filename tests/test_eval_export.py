@@ -1,5 +1,6 @@
 """`rlcollect eval`, `rlcollect export` and `rlcollect.load_policy` on real trained runs."""
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -201,6 +202,16 @@ def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_polic
     assert best.returncode == 0, best.stderr
     [best_row] = json.loads(best.stdout)
     assert best_row["frames"] == int(load_checkpoint(run / "best.pt")["frames"]) and best_row["seed"] == 7
+    (tmp_path / "other").mkdir()
+    shutil.copy(run / "best.pt", tmp_path / "other" / "best.pt")  # another run's best.pt, as a file
+    named, other = cli_all(tmp_path, [
+        ["eval", "run", "--checkpoint", "run/best.pt", "--episodes", "2", "--seed", "7", "--format", "json"],
+        ["eval", "run", "--checkpoint", "other/best.pt", "--episodes", "2", "--seed", "7", "--format", "json"]])
+    assert json.loads(named.stdout)[0]["checkpoint"] == "best"  # the run's own best.pt, however named
+    [other_row] = json.loads(other.stdout)
+    assert other_row["checkpoint"].startswith("best.pt@") and other_row["returns"] == best_row["returns"]
+    assert json.loads((run / f"eval_{other_row['checkpoint']}.json").read_text()) == other_row
+    assert json.loads((run / "eval_best.json").read_text())["checkpoint_file"] == "run/best.pt"  # not overwritten
     assert table.returncode == 0, table.stderr
     header, line = table.stdout.splitlines()
     assert header.split() == ["run", "checkpoint", "frames", "episodes", "return", "length", "env", "seeds"]
@@ -216,13 +227,16 @@ def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_polic
 @pytest.mark.parametrize("kind", ["dqn", "recurrent", "torch_env"])
 def test_eval_and_export_work_for_every_kind_of_run(tmp_path, kind):
     run = train(tmp_path, "run", *KINDS[kind])
-    result, exported = cli_all(tmp_path, [["eval", "run", "--episodes", "2", "--format", "json"],
-                                          ["export", "run", "--format", "torchscript"]])
+    result, exported, best = cli_all(tmp_path, [["eval", "run", "--episodes", "2", "--format", "json"],
+                                                ["export", "run", "--format", "torchscript"],
+                                                ["export", "run", "--format", "torchscript", "--checkpoint", "best"]])
     assert result.returncode == 0, result.stderr
     [row] = json.loads(result.stdout)
     assert row["episodes"] + row["cut"] == 2 and row["frames"] == 512
     assert exported.returncode == 0, exported.stderr
     assert exported.stdout.strip() == str(Path("run") / "policy.pt")
+    assert best.stdout.strip() == str(Path("run") / "policy_best.pt")  # beside the last one's, not over it
+    assert torch.jit.load(run / "policy_best.pt") is not None
     module = torch.jit.load(run / "policy.pt")
     if kind == "recurrent":  # state in, state out
         action, head, next_state = module(torch.zeros(3, 2), torch.zeros(3, 1, 64))

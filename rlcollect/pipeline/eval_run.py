@@ -15,7 +15,7 @@ import torch
 from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.errors import ConfigError
 from rlcollect.pipeline.builders import discount, make_env
-from rlcollect.pipeline.saved import CHECKPOINTS, checkpoint_file, load_run_config, read_checkpoint, rebuild_policy
+from rlcollect.pipeline.saved import checkpoint_file, checkpoint_name, load_run_config, read_checkpoint, rebuild_policy
 from rlcollect.pipeline.video import EvalVideo
 from rlcollect.run_files import VIDEO_DIR
 from rlcollect.seeding import env_seed, eval_seed
@@ -69,7 +69,7 @@ def evaluate_run(run_dir: str | Path, *, checkpoint: str = "last", episodes: int
             result = evaluator.evaluate()
     finally:
         evaluator.shutdown()
-    name = checkpoint if checkpoint in CHECKPOINTS else source.stem
+    name = checkpoint_name(run_dir, checkpoint, source)
     video_file = None
     if video:
         recorder = EvalVideo(cfg, policy, run_dir / VIDEO_DIR, seed=seed, exploration_type=exploration)

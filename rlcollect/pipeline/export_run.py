@@ -12,7 +12,7 @@ from tensordict import TensorDictBase
 from rlcollect.export import export_policy
 from rlcollect.outputs import make_folder, output_path
 from rlcollect.pipeline.builders import make_env
-from rlcollect.pipeline.saved import checkpoint_file, load_run_config, read_checkpoint, rebuild_policy
+from rlcollect.pipeline.saved import checkpoint_file, checkpoint_name, load_run_config, read_checkpoint, rebuild_policy
 
 SUFFIXES = {"torchscript": ".pt", "onnx": ".onnx"}
 EXAMPLE_ENVS = 2  # the example batch an export traces and checks with
@@ -33,13 +33,18 @@ def example_observation(cfg) -> torch.Tensor | dict[str, torch.Tensor]:
 
 def export_run(run_dir: str | Path, format: str, *, out: str | Path | None = None, checkpoint: str = "last") -> Path:
     """Write the policy of ``checkpoint`` of the run in ``run_dir`` as ``format``
-    ("torchscript" | "onnx") to ``out`` (default: ``<run>/policy.pt`` / ``<run>/policy.onnx``;
+    ("torchscript" | "onnx") to ``out`` (default: ``<run>/policy.pt`` / ``<run>/policy.onnx``,
+    ``<run>/policy_best.pt`` ... for another checkpoint, ``saved.checkpoint_name``;
     never one of a run's own records, ``outputs.output_path``; its folder is created if
     missing), atomically: a failed export leaves any earlier file as it was."""
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
-    out = run_dir / f"policy{SUFFIXES.get(format, '')}" if out is None else output_path("--out", out)
     source = checkpoint_file(run_dir, checkpoint)
+    if out is None:  # the last checkpoint's is policy.<suffix>, another's policy_<its name>.<suffix>
+        name = checkpoint_name(run_dir, checkpoint, source)
+        out = run_dir / f"policy{'' if name == 'last' else '_' + name}{SUFFIXES.get(format, '')}"
+    else:
+        out = output_path("--out", out)
     policy = rebuild_policy(cfg, read_checkpoint(source), source=source)
     make_folder("--out", out)
     partial = out.with_name(out.name + ".partial")

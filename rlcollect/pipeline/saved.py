@@ -10,6 +10,7 @@ ConfigError in one line.
 """
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import torch
@@ -57,6 +58,22 @@ def checkpoint_file(run_dir: str | Path, checkpoint: str = "last") -> Path:
         raise ConfigError(f"{run_dir}: no {path.name if checkpoint in CHECKPOINTS else path} "
                           f"({why.get(checkpoint, 'no such file')})")
     return path
+
+
+def checkpoint_name(run_dir: Path, checkpoint: str, source: Path) -> str:
+    """What ``checkpoint`` (its file ``source``) of the run in ``run_dir`` is called (an
+    evaluation's row and ``eval_<name>.json``, an export's ``policy_<name>``): "last" or
+    "best" for the run's own files,
+    however named; another file of the run by its path there (``checkpoint.pt.prev``); a
+    file outside it by its name and a digest of its path (``best.pt@1f2e3d4c``), so that
+    two runs' files of one name do not read as the run's own, nor as each other."""
+    own = {(run_dir / file).resolve(): name for name, file in CHECKPOINTS.items()}
+    resolved = source.resolve()
+    if resolved in own:
+        return own[resolved]
+    if run_dir.resolve() in resolved.parents:
+        return resolved.relative_to(run_dir.resolve()).as_posix().replace("/", "_")
+    return f"{source.name}@{hashlib.sha1(str(resolved).encode()).hexdigest()[:8]}"
 
 
 def read_checkpoint(path: Path) -> dict:

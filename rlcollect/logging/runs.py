@@ -7,11 +7,12 @@ Both sources become a :class:`RunRecord` whose ``summary`` is computed from the 
 by :func:`summarize_history`, the same way for both, so a comparison read from either
 source gives the same numbers.
 
-Why not summary.json: its ``seconds``, ``seconds_to_solve`` and ``frames_per_second`` use
-the training loop's clock, which starts after the environments, the collector and the
-W&B run are built, while the rows' ``"time"`` counts from the logger's creation. Only the
-rows are in both sources; the frame-based numbers (``frames``, ``frames_to_solve``,
-``final_eval_return``, ``best_eval_return``) agree with summary.json exactly.
+Why not summary.json: only the rows are in both sources. They agree with it: a row's
+``"time"`` is the training loop's clock when its batch's work was done (collected, learnt
+from, evaluated), and summary.json's ``seconds`` and ``seconds_to_solve`` are the times of
+its last row and of the row that solved it (pipeline/loop.py), so ``frames``,
+``seconds``, ``frames_per_second``, ``frames_to_solve``, ``seconds_to_solve``,
+``final_eval_return`` and ``best_eval_return`` read here are summary.json's.
 """
 from __future__ import annotations
 

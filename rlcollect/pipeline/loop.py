@@ -134,6 +134,7 @@ class Session:
         self.checkpointed_at = self.start  # when the last checkpoint was written (for a resumed run: its start)
         self.closed = False
         self.final_failure: DiskFullError | None = None  # a full disk refused the final checkpoint of a run that ended
+        self.logged: tuple[int, float] | None = None  # the frames and time of the last row this session wrote
 
     def seconds(self) -> float:
         return self.p.progress.seconds_before + time.perf_counter() - self.start
@@ -184,10 +185,15 @@ class Session:
                 threshold = summary["solved_return"]  # the env id's own (logging.runs.solved_threshold)
                 # the first time only: a solved run resumed with a larger total_frames trains on to it
                 solved = threshold is not None and eval_return >= threshold and summary["frames_to_solve"] is None
-                if solved:
-                    summary["frames_to_solve"], summary["seconds_to_solve"] = frames, self.seconds()
         self.bar.set_postfix(postfix)
-        p.logger.log(phases.metrics(frames), step=frames)
+        # the row's "time": its batch's work done (collected, learnt from, evaluated), where its collection row said
+        # when it was collected; summary.json's seconds to solve and seconds are such times too, so that compare
+        # reads from the rows what the summary says
+        now = self.seconds()
+        if solved:
+            summary["frames_to_solve"], summary["seconds_to_solve"] = frames, now
+        p.logger.log({**phases.metrics(frames), "time": now}, step=frames)
+        self.logged = (frames, now)
         if self.checkpoint_due(frames):
             p.save_checkpoint(self.seconds(), phases.totals())
             self.checkpointed_at = time.perf_counter()
@@ -237,7 +243,8 @@ class Session:
         summary["status"] = self.status
         summary["frames"] = p.collector.frames
         summary["checkpoint_frames"] = p.checkpoint_frames
-        summary["seconds"] = self.seconds()
+        # training time: to the end of the last batch's work (its row's time), the final checkpoint not counted
+        summary["seconds"] = self.logged[1] if self.logged and self.logged[0] == p.collector.frames else self.seconds()
         summary["frames_per_second"] = summary["frames"] / max(summary["seconds"], 1e-9)
         summary.update({f"seconds_{name}": value for name, value in self.phases.totals().items()})
         (p.run_dir / SUMMARY_FILE).write_text(strict_json(summary))

@@ -61,9 +61,11 @@ def expected_numbers(run_dir: Path) -> dict:
         "seconds_to_solve": solved[0]["time"] if solved else None,
         "train/loss_value": rows[-1]["train/loss_value"],
     }
-    # The frame-based numbers are the ones summary.json holds too (its seconds use another clock).
+    # The numbers are the ones summary.json holds too: the rows' time is the summary's clock, a row's time its
+    # batch's work done (update and evaluation included), the last row's the summary's seconds.
     assert summary["solved_return"] == SOLVED_RETURN and summary["frames"] == rows[-1]["frames"]
-    for key in ("final_eval_return", "best_eval_return", "frames_to_solve"):
+    assert summary["seconds"] == rows[-1]["time"]
+    for key in ("final_eval_return", "best_eval_return", "frames_per_second", "frames_to_solve", "seconds_to_solve"):
         assert numbers[key] == summary[key], (run_dir, key)
     return numbers
 

@@ -275,6 +275,8 @@ def test_a_pbt_sweep_writes_its_events_settings_and_parents_and_repeats_exactly(
     assert line.endswith(f"resume={members[replaced]}: population-based training had changed its settings by frame "
                          f"2048 (algo.lr {lrs[replaced]} -> {lr_of[replaced]}); resumed alone, it trains on with the "
                          "starting ones of its config.yaml")
+    resumed_summary = json.loads((members[replaced] / "summary.json").read_text())
+    assert resumed_summary["frames"] == 2304 and resumed_summary["pbt_settings"] == {"algo.lr": lrs[replaced]}
     [unchanged] = [number for number in range(4) if lr_of[number] == lrs[number]][:1]
     resumed = cli(tmp_path / "a", "train", f"resume={members[unchanged]}", "total_frames=2304")
     assert resumed.returncode == 0 and "population-based training" not in resumed.stdout, resumed.stderr

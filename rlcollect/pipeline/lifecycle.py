@@ -255,6 +255,8 @@ def resume(run_dir: str | Path, overrides: dict | None = None, **build_kwargs) -
         log.warning("resume=%s: population-based training had changed its settings by frame %d (%s); resumed alone, "
                     "it trains on with the starting ones of its %s", run_dir, frames,
                     ", ".join(f"{key} {start} -> {now}" for key, (start, now) in changed.items()), CONFIG_FILE)
+        # its settings at the end (summary.json): those it trains on with, not the population's at its checkpoint
+        pipeline.progress.summary["pbt_settings"] = {key: float(value) for key, value in started.items()}
     return pipeline
 
 

@@ -390,6 +390,13 @@ def test_a_population_goes_on_where_its_checkpoints_stopped(tmp_path):
     assert first.returncode == 0, first.stderr
     events = [json.loads(line) for line in (tmp_path / "sw" / "pbt.jsonl").read_text().splitlines()]
     assert [event["frames"] for event in events] == [256]
+    before = hashes(tmp_path / "sw")
+    split = cli(tmp_path, "train", "resume=sw", "total_frames=1024", "hydra.launcher.processes=2")
+    assert (split.returncode, split.stderr.splitlines()) == (2, [
+        "rlcollect train: invalid configuration: hydra.launcher.pbt.every_frames with hydra.launcher.processes=2: "
+        "population-based training copies weights between members, and members in other processes cannot exchange "
+        "them (use hydra.launcher.processes=1)"])
+    assert hashes(tmp_path / "sw") == before
     resumed = cli(tmp_path, "train", "resume=sw", "total_frames=1024")
     assert resumed.returncode == 0, resumed.stderr
     assert "jobs #0-#3 resume at frame 512 as one batched model of 4 members" in resumed.stdout

@@ -38,17 +38,13 @@ class BatchedLauncher(Launcher):
 
     def __init__(self, max_members: int | None = None, processes: int = 1, pbt=None) -> None:
         super().__init__()
-        from rlcollect.errors import ConfigError
-        from rlcollect.sweeps.pbt_options import pbt_options
+        from rlcollect.sweeps.pbt_options import check_processes, pbt_options
         from rlcollect.validation import check_positive_int
 
         self.max_members = check_positive_int("hydra.launcher.max_members", max_members, optional=True)
         self.processes = check_positive_int("hydra.launcher.processes", processes)
         self.pbt = pbt_options(pbt)
-        if self.pbt.on and self.processes > 1:
-            raise ConfigError(f"hydra.launcher.pbt.every_frames with hydra.launcher.processes={self.processes}: "
-                              "population-based training copies weights between members, and members in other "
-                              "processes cannot exchange them (use hydra.launcher.processes=1)")
+        check_processes(self.pbt, self.processes)
         self.config = self.hydra_context = self.task_function = None
 
     def setup(self, *, hydra_context, task_function, config) -> None:

@@ -34,7 +34,7 @@ from rlcollect.commands.sweep_start import jobs_to_start, start_jobs
 from rlcollect.commands.sweep_study import Resumed, tell_study
 from rlcollect.errors import ConfigError
 from rlcollect.run_files import CONFIG_FILE, ENDED_STATUSES, REFUSED, job_number, read_summary, sweep_runs
-from rlcollect.sweeps.pbt_options import PBTOptions, pbt_options
+from rlcollect.sweeps.pbt_options import PBTOptions, check_processes, pbt_options
 from rlcollect.validation import check_positive_int
 
 log = logging.getLogger(__name__)
@@ -54,9 +54,11 @@ class Member:
 
 def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictConfig], object]) -> int:
     """Resume the sweep in ``folder`` (``task_function``, commands.train.train: what its jobs
-    that never trained run). The command's exit status: 0 when every member that could go on finished or was
-    solved; 1 when one failed or could not resume; 2 when nothing can resume (one line
-    each); 130 / 143 when stopped by a signal (every member checkpointed)."""
+    that never trained run). The command's exit status: 0 when every member that could go
+    on finished or was solved; 1 when one failed or could not resume; 2 when nothing can
+    resume (one line each), or for a bad override (``hydra.launcher.processes`` > 1 for a
+    population-based training); 130 / 143 when stopped by a signal (every member
+    checkpointed)."""
     from rlcollect.pipeline.lifecycle import FramesAlready
 
     logging.basicConfig(stream=sys.stdout, level=logging.INFO,
@@ -64,10 +66,12 @@ def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictCon
     try:
         overrides, processes = parse_overrides(folder, args)
         hydra = sweep_hydra(folder)
+        launcher = batched_launcher(hydra)
+        if launcher is not None and processes is not None:  # a population's members exchange weights in one process
+            check_processes(pbt_options(launcher.get("pbt")), processes)
     except ConfigError as error:
         print(f"rlcollect train: invalid configuration: {error}", file=sys.stderr)
         return 2
-    launcher = batched_launcher(hydra)
     starting = jobs_to_start(folder, hydra)
     restarted = [job.folder for job in starting if job.folder is not None]
     members, refusals, ended, reached = [], [], [], []

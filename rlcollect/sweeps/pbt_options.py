@@ -61,3 +61,12 @@ def pbt_options(node: Any) -> PBTOptions:
         raise ConfigError(f"{PREFIX}.perturb must be a list of positive numbers (the factors a copied setting is "
                           f"multiplied by), got {shown!r}")
     return PBTOptions(every_frames, float(quantile), tuple(float(factor) for factor in factors))
+
+
+def check_processes(options: PBTOptions, processes: int) -> None:
+    """A ConfigError where population-based training is on and the members would train in
+    ``processes`` > 1 processes (members in other processes cannot exchange weights)."""
+    if options.on and processes > 1:
+        raise ConfigError(f"{PREFIX}.every_frames with hydra.launcher.processes={processes}: population-based "
+                          "training copies weights between members, and members in other processes cannot exchange "
+                          "them (use hydra.launcher.processes=1)")

@@ -317,7 +317,8 @@ def test_resume_errors_are_clear_and_leave_no_folder_behind(tmp_path):
     (tmp_path / "notes").mkdir()
     results = rlcollect_all(tmp_path, [["train", f"resume={name}", "logger=none"] for name in ("notes", "gone", "")]
                             + [["train", "resume=notes", "hydra.run.dir=elsewhere"],
-                               ["train", "--multirun", "resume=a,b"]])
+                               ["train", "--multirun", "resume=a,b"],
+                               ["train", "--multirun", "resume=notes", "total_frames=4096,8192"]])
     assert [(result.returncode, result.stderr.splitlines()) for result in results] == [
         (2, ["rlcollect train: invalid configuration: resume=notes: not a run folder (no config.yaml)"]),
         (2, ["rlcollect train: invalid configuration: resume=gone: not a run folder (no config.yaml)"]),
@@ -326,7 +327,10 @@ def test_resume_errors_are_clear_and_leave_no_folder_behind(tmp_path):
         (2, ["rlcollect train: invalid configuration: resume=notes: hydra.run.dir=elsewhere: a resumed run continues "
              "in its own folder; leave hydra.run.dir out"]),
         # --multirun: resumed in place (one folder, a run's or a sweep's), no new sweep folder
-        (2, ["rlcollect train: invalid configuration: resume=a,b: not a run folder (no config.yaml)"])]
+        (2, ["rlcollect train: invalid configuration: resume=a,b: not a run folder (no config.yaml)"]),
+        # values to sweep over (Hydra's line told to add the --multirun that was there)
+        (2, ["rlcollect train: invalid configuration: total_frames=4096,8192: a resume continues a run (or a sweep) "
+             "with one value per key; to train several values, sweep them into a new folder"])]
     assert sorted(path.name for path in tmp_path.rglob("*")) == ["notes"]
 
 

@@ -54,6 +54,26 @@ def in_resumed_run_folder(args: list[str]) -> list[str]:
     return [*args, f"hydra.run.dir={quoted(folder)}", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
 
 
+def one_value_each(args: list[str]) -> None:
+    """A ConfigError naming the first of ``args`` (a resume's overrides) that sweeps over
+    values (``total_frames=4096,8192``, ``choice(...)``): a resume continues a run, or a
+    sweep, with one value per key."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    parser = OverridesParser.create()
+    for arg in args:
+        if arg.startswith("resume=") or arg.startswith("-"):
+            continue
+        try:
+            sweeps = parser.parse_override(arg).is_sweep_override()
+        except OverrideParseException:
+            continue  # said by whatever reads it next, as for any command
+        if sweeps:
+            raise ConfigError(f"{arg}: a resume continues a run (or a sweep) with one value per key; to train "
+                              "several values, sweep them into a new folder")
+
+
 def override_error_line(error: Exception) -> str:
     """One line for an override Hydra could not apply, naming it, with the options or the
     closest keys where there are some."""

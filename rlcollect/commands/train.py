@@ -60,7 +60,13 @@ from rlcollect.commands.jobs import (
     sweep_group,
     sweep_resume_line,
 )
-from rlcollect.commands.overrides import in_resumed_run_folder, override_error_line, resume_overrides, unquoted
+from rlcollect.commands.overrides import (
+    in_resumed_run_folder,
+    one_value_each,
+    override_error_line,
+    resume_overrides,
+    unquoted,
+)
 from rlcollect.commands.run_folders import (
     STARTING,
     RefusedBeforeStart,
@@ -173,6 +179,11 @@ def run_train(args: list[str]) -> int:
     os.environ[COMMAND_PID] = str(os.getpid())  # a job in a launcher's process knows it is not in this one
     if any(arg.startswith("resume=") for arg in args):  # a run or a sweep continued in its folder: no new sweep
         args = [arg for arg in args if arg not in ("--multirun", "-m")]
+        try:
+            one_value_each(args)
+        except ConfigError as error:
+            print(f"rlcollect train: invalid configuration: {error}", file=sys.stderr)
+            return 2
     sweep = resumed_sweep(args)
     if sweep is not None:  # resume=<sweep folder>: its members, as the sweep trained them
         from rlcollect.commands.sweep_resume import resume_sweep

@@ -364,18 +364,20 @@ def test_a_member_resumed_alone_ends_with_the_command_even_killed(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_a_sweep_whose_jobs_were_refused_says_so_on_resume(tmp_path):
-    """Jobs refused before their runs started (a value out of range): each is said as
-    refused, with why, not as a job that stopped; nothing to resume (exit 2), every file as
-    it was."""
-    first = cli(tmp_path, "train", "--multirun", "seed=0,1", "algo.gamma=2", *SWEEP)
+    """A job refused before its run started (a value out of range) is said as refused, with
+    why, not as a job that stopped, and the one that finished as ended; nothing to resume
+    (exit 2), every file as it was."""
+    first = cli(tmp_path, "train", "--multirun", "algo.gamma=2,0.99", *SWEEP)
     assert first.returncode == 1
     before = hashes(tmp_path / "sw")
     resumed = cli(tmp_path, "train", "resume=sw")
     assert resumed.returncode == 2 and hashes(tmp_path / "sw") == before
+    refused, _ = job_dirs(tmp_path / "sw")
     assert resumed.stderr.splitlines() == [
-        f"rlcollect train: invalid configuration: resume=sw/{job.name}: the job was refused (invalid configuration: "
-        "algo.gamma=2.0: must be in (0, 1]): nothing to resume; train it, mended, in another folder"
-        for job in job_dirs(tmp_path / "sw")]
+        f"rlcollect train: invalid configuration: resume=sw/{refused.name}: the job was refused (invalid "
+        "configuration: algo.gamma=2.0: must be in (0, 1]): nothing to resume; train it, mended, in another folder",
+        "rlcollect train: resume=sw: the sweep's other members have ended (1 finished or solved); to train them on, "
+        "resume it with total_frames > 512"]
 
 
 @pytest.mark.timeout(300)

@@ -109,10 +109,10 @@ def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictCon
     for line in refusals:
         print(f"rlcollect train: invalid configuration: {line}", file=sys.stderr)
     if not members and not starting:
-        if ended and not refusals:
-            print(f"rlcollect train: resume={folder}: every member of the sweep has ended ({len(ended)} finished or "
-                  f"solved); to train them on, resume it with total_frames > {max(frames for *_, frames in ended)}",
-                  file=sys.stderr)
+        if ended:  # beside a refused member too: the ended ones go on only with more frames
+            who = "every member of the sweep has" if not refusals else "the sweep's other members have"
+            print(f"rlcollect train: resume={folder}: {who} ended ({len(ended)} finished or solved); to train them on, "
+                  f"resume it with total_frames > {max(frames for *_, frames in ended)}", file=sys.stderr)
         elif not refusals:
             print(f"rlcollect train: resume={folder}: the sweep holds no run folder to continue (its jobs stopped "
                   "before Hydra made their folders); run it again", file=sys.stderr)

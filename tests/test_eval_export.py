@@ -318,6 +318,12 @@ def test_exported_files_run_without_rlcollect_and_act_as_the_policy(tmp_path):
 
     before = (tmp_path / "deploy/cartpole/policy.pt").read_bytes()
     no_run = cli(tmp_path, "export", "nowhere", "--format", "torchscript", "--out", "deploy/cartpole/policy.pt")
-    assert no_run.returncode == 2 and no_run.stderr.splitlines() == [
-        "rlcollect export: nowhere: not a run folder (no config.yaml)"]
+    assert no_run.returncode == 2 and no_run.stderr.splitlines() == ["rlcollect export: nowhere: no such folder"]
+    (tmp_path / "refused").mkdir()  # what a sweep job refused before its run started keeps (jobs.refused)
+    (tmp_path / "refused" / "summary.json").write_text(json.dumps(
+        {"status": "refused", "error": "invalid configuration: algo.gamma=2.0: must be in (0, 1]", "overrides": []}))
+    refused = cli(tmp_path, "export", "refused", "--format", "torchscript")
+    assert refused.returncode == 2 and refused.stderr.splitlines() == [
+        "rlcollect export: refused: the job was refused (invalid configuration: algo.gamma=2.0: must be in (0, 1]): "
+        "it never trained"]
     assert (tmp_path / "deploy/cartpole/policy.pt").read_bytes() == before

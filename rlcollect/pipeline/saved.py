@@ -22,7 +22,7 @@ from rlcollect.checkpoint import BEST_FILE, CHECKPOINT_FILE, CheckpointError, ch
 from rlcollect.config import typed_values
 from rlcollect.errors import ConfigError
 from rlcollect.pipeline.builders import make_policy, probe_spaces
-from rlcollect.run_files import CONFIG_FILE
+from rlcollect.run_files import CONFIG_FILE, REFUSED, read_summary
 
 CHECKPOINTS = {"last": CHECKPOINT_FILE, "best": BEST_FILE}  # --checkpoint names -> files of a run folder
 
@@ -31,7 +31,12 @@ def load_run_config(run_dir: str | Path, env_overrides: dict | None = None) -> D
     """The resolved config a run folder was trained with, ``env_overrides`` (``{"env.key":
     value}``) applied, each typed and in its range as for a new run (``config.typed_values``)."""
     run_dir = Path(run_dir)
+    if not run_dir.exists():
+        raise ConfigError(f"{run_dir}: no such folder")
     if not (run_dir / CONFIG_FILE).is_file():
+        summary = read_summary(run_dir)
+        if summary.get("status") == REFUSED:  # a sweep job whose config was refused: it never trained
+            raise ConfigError(f"{run_dir}: the job was refused ({summary.get('error')}): it never trained")
         raise ConfigError(f"{run_dir}: not a run folder (no {CONFIG_FILE})")
     try:
         cfg = OmegaConf.load(run_dir / CONFIG_FILE)

@@ -539,12 +539,13 @@ def test_a_job_differing_only_in_seed_is_an_earlier_job_reseeded_as_composing_it
         assert compositions == [jobs[0], jobs[3], jobs[4]]
 
 
-def test_shares_train_in_processes_of_their_own_and_report_how_each_ended(capsys):
+def test_shares_train_in_processes_of_their_own_and_report_how_each_ended(capsys, tmp_path, monkeypatch):
     """train_shares forks a process per share past the first: the values come back in
     member order; a share stopped by a signal stops the command with its code once all
     ended; an error in a share is raised as rlcollect's bug; a share whose process died
-    is reported in one line."""
+    is reported in one line naming its jobs, and the sweep's resume in another."""
     from rlcollect.commands.batched_launch import train_shares
+    from rlcollect.commands.jobs import Job
 
     assert train_shares(tens, [0, 1, 2, 3, 4], 3) == [0, 11, 21, 32, 42]  # shares [0], [1, 2], [3, 4]
     with pytest.raises(SystemExit) as stopped:
@@ -553,10 +554,22 @@ def test_shares_train_in_processes_of_their_own_and_report_how_each_ended(capsys
     with pytest.raises(RuntimeError, match="a bug in rlcollect") as failed:
         train_shares(in_a_child(fail), [0, 1], 2)
     assert "ValueError: a bug in a share" in str(failed.value)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sw").mkdir()
+    (tmp_path / "sw" / "multirun.yaml").write_text("hydra: {}\n")
+    members = [(None, Job(tmp_path / "sw" / f"{number}_seed={number}", True, [], []), {}, number)
+               for number in (4, 5, 6)]
+
+    def died_in_a_child(members: list, share: int) -> list[int]:
+        return in_a_child(lambda: os._exit(9))([member[3] for member in members], share)
+
     with pytest.raises(SystemExit) as died:
-        train_shares(in_a_child(lambda: os._exit(9)), [0, 1, 2], 2)
+        train_shares(died_in_a_child, members, 2)
     assert died.value.code == 1
-    assert "the process training members 1-2 of a batched model ended with exit code 9" in capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines()[-2:] == [
+        "rlcollect train: the process training jobs #5, #6 of a batched model ended with exit code 9; their folders "
+        "hold what it wrote, to their last checkpoints",
+        "rlcollect train: or continue every member of the sweep as it trained: `rlcollect train resume=sw`"]
 
 
 # ---------------------------------------------------------------------------- from the command line

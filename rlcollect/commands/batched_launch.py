@@ -259,8 +259,15 @@ def train_shares(train: Callable[[list, int], list], members: list, processes: i
         if kind == "exit":
             exit_code = max(exit_code, value if isinstance(value, int) else 1)
         elif kind == "died":
-            print(f"rlcollect train: the process training members {part.start}-{part.stop - 1} of a batched model "
-                  f"ended with exit code {value}; their folders hold what it wrote", file=sys.stderr)
+            from rlcollect.commands.jobs import sweep_resume_line
+
+            died = [members[index] for index in part]
+            print(f"rlcollect train: the process training jobs {job_numbers([member[3] for member in died])} of a "
+                  f"batched model ended with exit code {value}; their folders hold what it wrote, to their last "
+                  "checkpoints", file=sys.stderr)
+            line = sweep_resume_line(died[0][1].run_dir)
+            if line is not None:
+                print(line, file=sys.stderr)
             exit_code = max(exit_code, 1)
         else:
             raise RuntimeError(f"a batched sweep's process failed (a bug in rlcollect):\n{value}")

@@ -6,6 +6,7 @@ then written whole or not at all, its folder made only then.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -48,9 +49,22 @@ def write_text_whole(option: str, path: Path, text: str) -> None:
     """``text`` to ``path`` (its folder made), through a partial file renamed over it: a
     failed write leaves any earlier file as it was."""
     make_folder(option, path)
+    with written_whole(option, path) as partial:
+        partial.write_text(text)
+
+
+@contextlib.contextmanager
+def written_whole(option: str, path: Path):
+    """The partial file to write ``path``'s content to, renamed over ``path`` once the block
+    ends (a failed write leaves any earlier file as it was); the system refusing to write
+    there (a full disk, a read-only or special filesystem) is a ConfigError naming ``option``."""
     partial = path.with_name(path.name + ".partial")
     try:
-        partial.write_text(text)
+        yield partial
         os.replace(partial, path)
+    except OSError as error:
+        if error.filename not in (str(partial), str(path)):
+            raise
+        raise ConfigError(f"{option} {path}: cannot write it ({error.strerror or error})") from None
     finally:
         partial.unlink(missing_ok=True)

@@ -96,6 +96,14 @@ def test_no_output_file_overwrites_a_run_s_own_records_and_each_is_checked_befor
         assert (result.returncode, result.stderr.splitlines()) == (2, [line])
     assert {path: path.read_bytes() for path in trained.rglob("*") if path.is_file()} == before
     assert (folder / "sweep" / "multirun.yaml").read_text() == "hydra: {}\n"
+    # a path the system will not write (a file in /proc): found only as it is written, said in one line
+    special = cli_all(folder, [["eval", "run", "--episodes", "1", "--out", "/proc/evals.json"],
+                               ["compare", "run", "--plot", "/proc/curves.png"],
+                               ["export", "run", "--format", "torchscript", "--out", "/proc/policy.pt"]])
+    assert [(result.returncode, result.stderr.splitlines()) for result in special] == [
+        (2, ["rlcollect eval: --out /proc/evals.json: cannot write it (No such file or directory)"]),
+        (2, ["rlcollect compare: --plot /proc/curves.png: cannot write it (No such file or directory)"]),
+        (2, ["rlcollect export: --out /proc/policy.pt: cannot write it (No such file or directory)"])]
     made = cli(folder, "eval", "run", "--episodes", "1", "--out", "evals/cartpole/last.json")
     assert made.returncode == 0, made.stderr
     [result] = json.loads((folder / "evals" / "cartpole" / "last.json").read_text())

@@ -123,7 +123,10 @@ def save_figure(figure, path: str | os.PathLike[str]) -> list[Path]:
     paths = [path] + ([path.with_suffix(other) for other in FORMATS if other != path.suffix]
                       if path.suffix in FORMATS else [])
     for target in paths:
-        figure.savefig(target, dpi=100)
+        try:
+            figure.savefig(target, dpi=100)
+        except OSError as error:  # a read-only or special filesystem: the user's path
+            raise CompareError(f"--plot {target}: cannot write it ({error.strerror or error})") from None
     return paths
 
 

@@ -149,11 +149,19 @@ def evaluate(argv: list[str]) -> int:
         if args.format == "table":
             print("  ".join(value.ljust(width) for value, width in zip(table_row(result), widths)), flush=True)
         if not args.out:
-            (run / f"eval_{result['checkpoint']}.json").write_text(json.dumps(result, indent=2))
+            try:
+                write_text_whole("its result", run / f"eval_{result['checkpoint']}.json", json.dumps(result, indent=2))
+            except ConfigError as error:  # a read-only run folder: said, the others still evaluated
+                print(f"rlcollect eval: {run}: {error}", file=sys.stderr)
+                refused += 1
     if args.format == "json":
         print(json.dumps(results, indent=2))
     if out is not None and results:
-        write_text_whole("--out", out, json.dumps(results, indent=2))
+        try:
+            write_text_whole("--out", out, json.dumps(results, indent=2))
+        except ConfigError as error:
+            print(f"rlcollect eval: {error}", file=sys.stderr)
+            return 2
     return 1 if failed else 2 if refused else 0
 
 

@@ -3,14 +3,13 @@ rebuilt from the run's config and checkpoint (pipeline/saved.py), an example bat
 its env, then rlcollect.export."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 from tensordict import TensorDictBase
 
 from rlcollect.export import export_policy
-from rlcollect.outputs import make_folder, output_path
+from rlcollect.outputs import make_folder, output_path, written_whole
 from rlcollect.pipeline.builders import make_env
 from rlcollect.pipeline.saved import checkpoint_file, checkpoint_name, load_run_config, read_checkpoint, rebuild_policy
 
@@ -47,11 +46,9 @@ def export_run(run_dir: str | Path, format: str, *, out: str | Path | None = Non
         out = output_path("--out", out)
     policy = rebuild_policy(cfg, read_checkpoint(source), source=source)
     make_folder("--out", out)
-    partial = out.with_name(out.name + ".partial")
-    try:
-        export_policy(policy, partial, format, example_observation(cfg))
-        os.replace(partial, out)
-    finally:
-        partial.unlink(missing_ok=True)
+    example = example_observation(cfg)
+    with written_whole("--out", out) as partial:
+        partial.touch()  # a path the system will not write is an OSError here (torch's writer says it otherwise)
+        export_policy(policy, partial, format, example)
     return out
 

@@ -378,6 +378,15 @@ def test_a_sweep_whose_jobs_were_refused_says_so_on_resume(tmp_path):
         "configuration: algo.gamma=2.0: must be in (0, 1]): nothing to resume; train it, mended, in another folder",
         "rlcollect train: resume=sw: the sweep's other members have ended (1 finished or solved); to train them on, "
         "resume it with total_frames > 512"]
+    # the finished job gone (never started, as far as the sweep knows), and its overrides no longer composing
+    shutil.rmtree(job_dirs(tmp_path / "sw")[1])
+    record = tmp_path / "sw" / "multirun.yaml"
+    record.write_text(record.read_text().replace("    - progress=false\n", "    - progress=false\n    - nokey=1\n"))
+    uncomposable = cli(tmp_path, "train", "resume=sw")
+    assert uncomposable.returncode == 1
+    assert uncomposable.stderr.splitlines()[-1] == (
+        "rlcollect train: resume=sw: job #1 cannot start: the sweep's config does not compose any more (invalid "
+        "override nokey: Key 'nokey' not in 'TrainConfig' (`rlcollect train --cfg job` lists the keys))")
 
 
 @pytest.mark.timeout(300)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -80,12 +81,19 @@ def start_jobs(folder: Path, hydra: DictConfig, jobs: list[NewJob], run_args: li
     ``key=value`` overrides: total_frames ...) in place of its own value of those keys;
     jobs of consecutive numbers are launched together, as the sweep launched them. Whether
     one did not finish (failed or refused: its own lines said why)."""
+    from hydra._internal.callbacks import Callbacks
     from hydra.core.plugins import Plugins
+    from hydra.errors import ConfigCompositionException, OverrideParseException
     from hydra.types import HydraContext
 
-    app, cfg = sweep_app(folder, hydra, processes if batched_launcher(hydra) is not None else None)
-    from hydra._internal.callbacks import Callbacks
+    from rlcollect.commands.overrides import override_error_line
 
+    try:
+        app, cfg = sweep_app(folder, hydra, processes if batched_launcher(hydra) is not None else None)
+    except (ConfigCompositionException, OverrideParseException) as error:  # its config files changed since
+        print(f"rlcollect train: resume={folder}: {', '.join(f'job #{job.number}' for job in jobs)} cannot start: the "
+              f"sweep's config does not compose any more ({override_error_line(error)})", file=sys.stderr)
+        return True
     context = HydraContext(config_loader=app.config_loader, callbacks=Callbacks(cfg))
     launcher = Plugins.instance().instantiate_launcher(config=cfg, hydra_context=context, task_function=task_function)
     defer_signals(cfg.hydra.launcher)
@@ -119,6 +127,8 @@ def sweep_app(folder: Path, hydra: DictConfig, processes: int | None):
     from hydra.core.utils import setup_globals
     from hydra.types import RunMode
 
+    from rlcollect.commands.overrides import quoted
+
     version.setbase(HYDRA_VERSION_BASE)
     setup_globals()
     Plugins.instance()  # its config sources registered
@@ -126,7 +136,7 @@ def sweep_app(folder: Path, hydra: DictConfig, processes: int | None):
     for source in hydra.runtime.config_sources:
         search_path.append(source.provider, f"{source.schema}://{source.path}")
     app = Hydra.create_main_hydra2(task_name=hydra.job.name, config_search_path=search_path)
-    pinned = {"hydra.sweep.dir": str(folder)}
+    pinned = {"hydra.sweep.dir": quoted(str(folder))}
     if processes is not None:
         pinned["hydra.launcher.processes"] = str(processes)
     overrides = with_args(list(hydra.overrides.hydra), [f"{key}={value}" for key, value in pinned.items()])

@@ -308,6 +308,8 @@ def test_ctrl_c_to_a_joblib_sweep_lets_every_job_checkpoint_and_the_resume_ends_
             os.killpg(command.pid, signal.SIGKILL)
         command.wait()
     assert command.returncode == 130, stderr
+    assert stderr.count("rlcollect train: SIGINT: the jobs under way stop after their batch and no other starts "
+                        "(again to stop now)") == 1  # the command's; each job says its own stop
     assert stderr.strip().splitlines()[-1] == (
         "rlcollect train: continue every member of the sweep as it trained: `rlcollect train resume=sw`")
     jobs = job_dirs(tmp_path / "sw")

@@ -58,7 +58,8 @@ def defer_signals(launcher: DictConfig) -> None:
     them, or stop their shares, themselves): the first SIGINT (Ctrl-C, which the terminal
     sends every process of the command) or SIGTERM is kept in ``STOPPED``, not raised, while
     each job stops after its batch and checkpoints, and the launcher gathers them; a second
-    one stops the command at once (the default handlers)."""
+    one stops the command at once (the default handlers). A signal sent to this process
+    alone does not reach the jobs: the second one then stops them as it always did."""
     from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 
     from hydra_plugins.rlcollect_batched.batched_launcher import BatchedLauncher
@@ -72,6 +73,11 @@ def defer_signals(launcher: DictConfig) -> None:
         STOPPED.set()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        try:
+            print(f"\nrlcollect train: {signal.Signals(number).name}: the jobs under way stop after their batch and no "
+                  "other starts (again to stop now)", file=sys.stderr)
+        except OSError:  # stderr gone: the stop stands, unsaid
+            pass
 
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, request)

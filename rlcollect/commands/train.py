@@ -177,6 +177,7 @@ def run_train(args: list[str]) -> int:
     takes it over (Hydra composing, or writing the job's folder) is one line, exit 130, and
     what Hydra wrote of a single run's folder is removed."""
     os.environ[COMMAND_PID] = str(os.getpid())  # a job in a launcher's process knows it is not in this one
+    STOPPED.clear()  # a signal an earlier command of this process took (cli.main called again) is not this one's
     if any(arg.startswith("resume=") for arg in args):  # a run or a sweep continued in its folder: no new sweep
         args = [arg for arg in args if arg not in ("--multirun", "-m")]
         try:

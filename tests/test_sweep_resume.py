@@ -172,6 +172,15 @@ def test_a_sweep_resumes_its_members_as_one_batched_model_from_the_command_line(
         for member in members[:2]:
             release_run_folder(member)
     assert busy.returncode == 2 and hashes(tmp_path / "sw") == before
+    hold_run_folder(tmp_path / "sw", "the test")  # as the sweep's command, or another resume of it, holds it
+    try:
+        twice = cli(tmp_path, "train", "resume=sw", "total_frames=768")
+    finally:
+        release_run_folder(tmp_path / "sw")
+    assert (twice.returncode, twice.stderr.splitlines()) == (2, [
+        "rlcollect train: invalid configuration: resume=sw: another process is training or resuming the sweep in sw "
+        "now; wait for it to end (or stop it) first"])
+    assert hashes(tmp_path / "sw") == before
     assert (f"rlcollect train: invalid configuration: resume=sw: another process is training or resuming the run in "
             f"sw/{members[0].name} now; wait for it to end (or stop it) first") in busy.stderr.splitlines()
     resumed = cli(tmp_path, "train", "--multirun", "resume=sw", "total_frames=768")  # --multirun or not: the same
@@ -257,6 +266,10 @@ def test_a_sweep_stopped_in_its_first_job_trains_the_rest_on_resume(tmp_path):
     try:
         wait_for(lambda: command.poll() is not None or rows_of_the_first() >= 2, 120)
         assert command.poll() is None, command.communicate()
+        meanwhile = cli(tmp_path, "train", "resume=sw")  # the sweep holds its folder while it runs
+        assert (meanwhile.returncode, meanwhile.stderr.splitlines()) == (2, [
+            "rlcollect train: invalid configuration: resume=sw: another process is training or resuming the sweep in "
+            "sw now; wait for it to end (or stop it) first"])
         command.send_signal(signal.SIGINT)
         _, stderr = command.communicate(timeout=120)
     finally:

@@ -75,6 +75,11 @@ class RunFolders(Callback):
         STARTING.sweep_dir = folder
         STARTING.sweep_made = next((path for path in reversed([folder, *folder.parents]) if not path.exists()), None)
         STARTING.sweep_file_new = not (folder / SWEEP_FILE).exists()
+        folder.mkdir(parents=True, exist_ok=True)
+        try:  # held while the sweep runs: a resume of it meanwhile would start the jobs it is about to start
+            hold_run_folder(folder, f"hydra.sweep.dir={folder}", "the sweep")
+        except ConfigError as error:
+            raise RefusedBeforeStart(error) from None
 
 
 def leave_unswept() -> None:
@@ -140,13 +145,13 @@ def _not_held_in_a_forked_child() -> None:
 os.register_at_fork(after_in_child=_not_held_in_a_forked_child)
 
 
-def hold_run_folder(run_dir: Path, key: str) -> None:
-    """Lock ``run_dir`` (named by ``key``, e.g. ``resume=<run>``) until ``release_run_folder``
-    or the end of this process (its forked children do not hold it): an exclusive ``flock``
-    on the folder itself, nothing written into it. A second process that would train the
-    same run (a resume while the run trains, or while another resume of it does) is refused
-    with a ConfigError, before it reads or changes anything. On a filesystem without locks
-    the folder stays unlocked."""
+def hold_run_folder(run_dir: Path, key: str, what: str = "the run") -> None:
+    """Lock ``run_dir`` (named by ``key``, e.g. ``resume=<run>``; ``what`` it holds: "the
+    run", "the sweep") until ``release_run_folder`` or the end of this process (its forked
+    children do not hold it): an exclusive ``flock`` on the folder itself, nothing written
+    into it. A second process that would train the same run (a resume while the run trains,
+    or while another resume of it does) is refused with a ConfigError, before it reads or
+    changes anything. On a filesystem without locks the folder stays unlocked."""
     import fcntl
 
     name = str(run_dir.resolve())
@@ -157,7 +162,7 @@ def hold_run_folder(run_dir: Path, key: str) -> None:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(handle)
-        raise ConfigError(f"{key}: another process is training or resuming the run in {run_dir} now; wait for it to "
+        raise ConfigError(f"{key}: another process is training or resuming {what} in {run_dir} now; wait for it to "
                           "end (or stop it) first") from None
     except OSError:  # no locks here (some network filesystems)
         os.close(handle)

@@ -63,7 +63,11 @@ def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictCon
 
     logging.basicConfig(stream=sys.stdout, level=logging.INFO,
                         format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+    from rlcollect.commands.run_folders import hold_run_folder
+
     try:
+        # held while it resumes: another resume (or the sweep itself, still running) would start the same jobs
+        hold_run_folder(folder, f"resume={folder}", "the sweep")
         overrides, processes = parse_overrides(folder, args)
         hydra = sweep_hydra(folder)
         launcher = batched_launcher(hydra)

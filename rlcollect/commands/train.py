@@ -194,6 +194,8 @@ def run_train(args: list[str]) -> int:
         except KeyboardInterrupt:  # before its members took Ctrl-C over: nothing of theirs changed
             print("rlcollect train: interrupted", file=sys.stderr)
             return 128 + signal.SIGINT
+        finally:
+            release_run_folder(sweep)  # held by resume_sweep while it resumed
     try:
         sys.argv = ["rlcollect train", *in_resumed_run_folder(args)]
     except ConfigError as error:
@@ -210,6 +212,9 @@ def run_train(args: list[str]) -> int:
     except KeyboardInterrupt:
         print(interrupted_outside_a_job(), file=sys.stderr)
         return 128 + signal.SIGINT
+    finally:
+        if STARTING.sweep_dir is not None:  # held by RunFolders while the sweep ran
+            release_run_folder(STARTING.sweep_dir)
 
 
 

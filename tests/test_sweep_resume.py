@@ -297,6 +297,35 @@ def test_a_sweep_stopped_in_its_first_job_trains_the_rest_on_resume(tmp_path):
 
 
 @pytest.mark.timeout(300)
+def test_a_shuffled_globbed_sweep_of_another_job_name_starts_each_job_it_never_trained_once(tmp_path):
+    """seed=shuffle(...) (each listing draws another order), logger=glob(...) (listed through
+    the sweep's config search path) and a job name of its own (its job log exp.log): of
+    three jobs, one never started (no folder) and one stopped while it loaded (exp.log,
+    .hydra/ and {interrupted, 0}). The resume starts the second with its own overrides, in
+    its folder, and the first with the seed no folder holds: every seed trains once."""
+    overrides = [o for o in SWEEP if o not in ("hydra/launcher=batched", "logger=none")]
+    first = cli(tmp_path, "train", "--multirun", "seed=shuffle(0,1,2)", "logger=glob(none)", "hydra.job.name=exp",
+                *overrides)
+    assert first.returncode == 0, first.stderr
+    jobs = job_dirs(tmp_path / "sw")
+    seeds = [OmegaConf.load(job / "config.yaml").seed for job in jobs]
+    shutil.rmtree(jobs[1])
+    for path in jobs[2].iterdir():
+        if path.name not in (".hydra", "exp.log"):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    (jobs[2] / "summary.json").write_text('{"status": "interrupted", "frames": 0}')
+    untouched = hashes(jobs[0])
+    resumed = cli(tmp_path, "train", "resume=sw")
+    assert resumed.returncode == 0, resumed.stderr
+    now = job_dirs(tmp_path / "sw")
+    assert [OmegaConf.load(job / "config.yaml").seed for job in now] == seeds  # seed 1's folder: the seed left
+    assert [job.name for job in now] == [job.name for job in jobs] and hashes(now[0]) == untouched
+    for job in now[1:]:
+        summary = json.loads((job / "summary.json").read_text())
+        assert (summary["status"], summary["frames"]) == ("finished", 512) and (job / "exp.log").is_file()
+
+
+@pytest.mark.timeout(300)
 def test_ctrl_c_to_a_joblib_sweep_lets_every_job_checkpoint_and_the_resume_ends_it(tmp_path):
     """Ctrl-C (SIGINT to the process group) to a sweep of three jobs in joblib's two
     workers while jobs 0 and 1 train: the command waits for both to end their batch and
@@ -393,15 +422,23 @@ def test_a_sweep_whose_jobs_were_refused_says_so_on_resume(tmp_path):
         "configuration: algo.gamma=2.0: must be in (0, 1]): nothing to resume; train it, mended, in another folder",
         "rlcollect train: resume=sw: the sweep's other members have ended (1 finished or solved); to train them on, "
         "resume it with total_frames > 512"]
-    # the finished job gone (never started, as far as the sweep knows), and its overrides no longer composing
+    # the finished job gone (never started, as far as the sweep knows), and the sweep's config no longer composing
     shutil.rmtree(job_dirs(tmp_path / "sw")[1])
     record = tmp_path / "sw" / "multirun.yaml"
-    record.write_text(record.read_text().replace("    - progress=false\n", "    - progress=false\n    - nokey=1\n"))
+    kept = record.read_text()
+    record.write_text(kept.replace("    - hydra.mode=MULTIRUN\n", "    - hydra.mode=MULTIRUN\n    - hydra.nokey=1\n"))
     uncomposable = cli(tmp_path, "train", "resume=sw")
     assert uncomposable.returncode == 1
-    assert uncomposable.stderr.splitlines()[-1] == (
+    assert uncomposable.stderr.splitlines()[-1].startswith(
         "rlcollect train: resume=sw: job #1 cannot start: the sweep's config does not compose any more (invalid "
-        "override nokey: Key 'nokey' not in 'TrainConfig' (`rlcollect train --cfg job` lists the keys))")
+        "override hydra.nokey: ")
+    # the jobs it lists no longer those of its folders (a key added to every job): none starts, and that is said
+    record.write_text(kept.replace("    - progress=false\n", "    - progress=false\n    - nokey=1\n"))
+    unmatched = cli(tmp_path, "train", "resume=sw")
+    assert unmatched.returncode == 2
+    assert unmatched.stderr.splitlines()[-1] == (
+        "rlcollect train: invalid configuration: resume=sw: its job folders no longer match the jobs its "
+        "multirun.yaml makes: a job it never started, if any, is not started; train such a job in another folder")
 
 
 @pytest.mark.timeout(300)

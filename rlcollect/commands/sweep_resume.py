@@ -76,7 +76,7 @@ def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictCon
     except ConfigError as error:
         print(f"rlcollect train: invalid configuration: {error}", file=sys.stderr)
         return 2
-    starting = jobs_to_start(folder, hydra)
+    starting, unstartable = jobs_to_start(folder, hydra)
     restarted = [job.folder for job in starting if job.folder is not None]
     members, refusals, ended, reached = [], [], [], []
     for member_dir in sweep_runs(folder):
@@ -104,12 +104,11 @@ def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictCon
             reached.append(error)
         except ConfigError as error:
             refusals.append(str(error))
-    if reached and (members or refusals or starting):
-        refusals += [str(error) for error in reached]
-    elif reached:
+    if reached and not (members or starting):  # said once for all
         most = max(error.frames for error in reached)
         refusals.append(f"resume={folder}: total_frames={overrides['total_frames']}: every member that can go on has "
                         f"that many frames already (up to {most}); resume it with total_frames > {most}")
+    refusals += unstartable
     for line in refusals:
         print(f"rlcollect train: invalid configuration: {line}", file=sys.stderr)
     if not members and not starting:
@@ -123,13 +122,16 @@ def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictCon
         return 2
     for member_dir, status, frames in ended:
         log.info("%s: %s at %d frames, nothing to resume", member_dir, status, frames)
+    for error in reached:  # past the resume's total_frames already: it stays as it is
+        log.info("%s", error)
     run_args = [arg for arg in args if not arg.startswith("hydra.")]  # what a member resumed alone takes
+    told = [Resumed(member.number, member.folder, member.cfg) for member in members]
     try:
         failed = resume_members(folder, members, launcher, processes, run_args) if members else False
+        if starting:  # after the members that had started: the sweep's order
+            failed |= start_jobs(folder, hydra, starting, run_args, processes, task_function, told)
     finally:  # stopped again too: what did finish reaches a tuning sweep's study
-        tell_study(hydra.sweeper, [Resumed(member.number, member.folder, member.cfg) for member in members])
-    if starting:  # after the members that had started: the sweep's order
-        failed |= start_jobs(folder, hydra, starting, run_args, processes, task_function)
+        tell_study(hydra.sweeper, told)
     return 1 if failed or refusals else 0
 
 

@@ -20,16 +20,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.commands.jobs import UNSTARTED, defer_signals, stopped_sweep
-from rlcollect.commands.sweep_record import batched_launcher, sweep_jobs
+from rlcollect.commands.sweep_record import batched_launcher, job_overrides, search_path, sweep_jobs
+from rlcollect.commands.sweep_study import Resumed
 from rlcollect.config.registry import HYDRA_VERSION_BASE
+from rlcollect.errors import one_line
 from rlcollect.run_files import (
+    CONFIG_FILE,
     ENDED_STATUSES,
-    HYDRA_DIR,
-    JOB_LOG,
     SUMMARY_FILE,
+    SWEEP_FILE,
     job_folders,
     job_number,
     read_summary,
@@ -50,22 +52,59 @@ class NewJob:
         return f"job #{self.number} ({' '.join(self.overrides)})"
 
 
-def jobs_to_start(folder: Path, hydra: DictConfig) -> list[NewJob]:
+def jobs_to_start(folder: Path, hydra: DictConfig) -> tuple[list[NewJob], list[str]]:
     """The jobs of the sweep in ``folder`` (its multirun.yaml's ``hydra`` node) that never
-    trained, by job number; none where another sweeper than Hydra's basic one ran it (a tuning
-    study asks for its trials one batch at a time) or its overrides no longer parse."""
+    trained, by job number, and the lines for those it cannot start. A job folder a stop
+    left with Hydra's records alone starts with the overrides those records hold, whatever
+    the sweeper. The jobs without a folder are those of the job list Hydra's basic sweeper
+    makes again (``sweep_jobs``) that no job folder holds, matched by their overrides (a
+    ``shuffle`` draws another order each time), numbered by the numbers no folder has; none
+    where another sweeper ran it (a tuning study asks for its trials itself), or where the
+    list no longer matches the folders (its config files changed since)."""
     made = {job_number(folder, child): child for child in job_folders(folder)}
-    return [NewJob(number, overrides, made.get(number)) for number, overrides in enumerate(sweep_jobs(hydra))
-            if number not in made or never_trained(made[number])]
+    launched = {number: job_overrides(job_dir, hydra) for number, job_dir in made.items()}
+    starting = [NewJob(number, launched[number], job_dir) for number, job_dir in sorted(made.items())
+                if launched[number] is not None and never_trained(job_dir, hydra)]
+    try:
+        every = sweep_jobs(hydra)
+    except Exception as error:  # noqa: BLE001 - overrides that no longer parse: said, the rest goes on
+        return starting, [f"resume={folder}: its jobs cannot be listed again from its {SWEEP_FILE} "
+                          f"({one_line(error)}): a job it never started, if any, is not started; train such a job in "
+                          "another folder"]
+    if every is None:
+        return starting, []
+    left = [identity(job) for job in every]  # each job once, taken by the folder that holds it
+    for overrides in launched.values():
+        if overrides is None or identity(overrides) not in left:
+            return starting, [f"resume={folder}: its job folders no longer match the jobs its {SWEEP_FILE} makes: a "
+                              "job it never started, if any, is not started; train such a job in another folder"]
+        left.remove(identity(overrides))
+    rest = []  # the jobs no folder holds, in the list's order
+    for job in every:
+        if identity(job) in left:
+            left.remove(identity(job))
+            rest.append(job)
+    unused = [number for number in range(len(every)) if number not in made]
+    starting += [NewJob(number, job, None) for number, job in zip(unused, rest)]
+    return sorted(starting, key=lambda job: job.number), []
 
 
-def never_trained(job_dir: Path) -> bool:
+def identity(overrides: list[str]) -> list[str]:
+    """What tells a job of a sweep from the others: its overrides, in any order, but those a
+    resume may give every job anew (lifecycle.RESUME_OVERRIDES: total_frames ...)."""
+    from rlcollect.pipeline.lifecycle import RESUME_OVERRIDES
+
+    return sorted(override for override in overrides if override.split("=", 1)[0].lstrip("+~") not in RESUME_OVERRIDES)
+
+
+def never_trained(job_dir: Path, hydra: DictConfig) -> bool:
     """Whether the job folder ``job_dir`` holds only what a job stopped before its run started
-    leaves: Hydra's records (``.hydra/``, the job log) and, at most, the summary.json
-    ``jobs.UNSTARTED``; anything else there (the run's config.yaml,
+    leaves: Hydra's records (its ``hydra.output_subdir``, its ``<hydra.job.name>.log``) and,
+    at most, the summary.json ``jobs.UNSTARTED``; anything else there (the run's config.yaml,
     an error log, a file of the user's) keeps it as it is."""
+    subdir, log_name = hydra.get("output_subdir"), f"{hydra.job.name}.log"
     for path in job_dir.rglob("*"):
-        if path.is_dir() or HYDRA_DIR in path.relative_to(job_dir).parts[:-1] or path.name == JOB_LOG:
+        if path.is_dir() or (subdir and subdir in path.relative_to(job_dir).parts[:-1]) or path.name == log_name:
             continue
         if path.name == SUMMARY_FILE and read_summary(path.parent) == UNSTARTED:
             continue
@@ -74,13 +113,14 @@ def never_trained(job_dir: Path) -> bool:
 
 
 def start_jobs(folder: Path, hydra: DictConfig, jobs: list[NewJob], run_args: list[str], processes: int | None,
-               task_function: Callable[[DictConfig], object]) -> bool:
+               task_function: Callable[[DictConfig], object], trained: list[Resumed]) -> bool:
     """Train ``jobs`` (``task_function``: commands.train.train) into the sweep's ``folder``
     with the sweep's launcher (``processes``: a
     batched sweep's processes, None: the sweep's), each with ``run_args`` (the resume's
     ``key=value`` overrides: total_frames ...) in place of its own value of those keys;
-    jobs of consecutive numbers are launched together, as the sweep launched them. Whether
-    one did not finish (failed or refused: its own lines said why)."""
+    jobs of consecutive numbers are launched together, as the sweep launched them; each run
+    that trained is added to ``trained`` (what a tuning sweep's study is told). Whether one
+    did not finish (failed or refused: its own lines said why)."""
     from hydra._internal.callbacks import Callbacks
     from hydra.core.plugins import Plugins
     from hydra.errors import ConfigCompositionException, OverrideParseException
@@ -109,10 +149,13 @@ def start_jobs(folder: Path, hydra: DictConfig, jobs: list[NewJob], run_args: li
             launcher.launch([with_args(job.overrides, run_args) for job in run], initial_job_idx=run[0].number)
     finally:  # Hydra logged the last job into its folder's job log: what this command says next is not the job's
         root.handlers, root.level = handlers, level
+        made = {job_number(folder, child): child for child in job_folders(folder)}
+        for job in jobs:  # stopped too: a trial that trained reaches its study
+            trained += [Resumed(job.number, run_dir, OmegaConf.load(run_dir / CONFIG_FILE))
+                        for run_dir in trained_runs(made.get(job.number))]
     stopped = stopped_sweep(folder)
     if stopped is not None:  # jobs of a launcher's processes, each checkpointed
         raise SystemExit(stopped)
-    made = {job_number(folder, child): child for child in job_folders(folder)}
     return any(not finished(made.get(job.number)) for job in jobs)
 
 
@@ -121,9 +164,7 @@ def sweep_app(folder: Path, hydra: DictConfig, processes: int | None):
     composed again from its overrides, with ``hydra.sweep.dir`` the folder as named now (and
     ``hydra.launcher.processes``, where given)."""
     from hydra import version
-    from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
     from hydra._internal.hydra import Hydra
-    from hydra.core.plugins import Plugins
     from hydra.core.utils import setup_globals
     from hydra.types import RunMode
 
@@ -131,11 +172,7 @@ def sweep_app(folder: Path, hydra: DictConfig, processes: int | None):
 
     version.setbase(HYDRA_VERSION_BASE)
     setup_globals()
-    Plugins.instance()  # its config sources registered
-    search_path = ConfigSearchPathImpl()
-    for source in hydra.runtime.config_sources:
-        search_path.append(source.provider, f"{source.schema}://{source.path}")
-    app = Hydra.create_main_hydra2(task_name=hydra.job.name, config_search_path=search_path)
+    app = Hydra.create_main_hydra2(task_name=hydra.job.name, config_search_path=search_path(hydra))
     pinned = {"hydra.sweep.dir": quoted(str(folder))}
     if processes is not None:
         pinned["hydra.launcher.processes"] = str(processes)
@@ -163,6 +200,14 @@ def consecutive(jobs: list[NewJob]) -> list[list[NewJob]]:
         else:
             runs.append([job])
     return runs
+
+
+def trained_runs(job_dir: Path | None) -> list[Path]:
+    """The run folders in the job folder ``job_dir`` (nested where the job's overrides name a
+    config group) that trained: a config.yaml beside a summary.json."""
+    if job_dir is None:
+        return []
+    return sorted(path.parent for path in job_dir.rglob(CONFIG_FILE) if (path.parent / SUMMARY_FILE).is_file())
 
 
 def finished(job_dir: Path | None) -> bool:

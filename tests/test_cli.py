@@ -665,6 +665,29 @@ def test_ctrl_c_at_any_point_of_the_start_is_one_line_exit_130_and_leaves_no_fol
 
 
 @pytest.mark.timeout(300)
+def test_ctrl_c_while_a_sweeps_first_job_loads_names_the_sweeps_resume_which_trains_every_job(tmp_path):
+    """Ctrl-C while job 0 of a sweep loads torch: its folder keeps Hydra's records and
+    {interrupted, 0}, job 1 never starts, and the lines name the sweep's resume, which
+    starts both."""
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text(CTRL_C_AT)
+    (tmp_path / "ctrl_c_at.txt").write_text("import torch")
+    [stopped] = rlcollect_all(tmp_path, [(["train", "--multirun", "seed=0,1", *TINY, "logger=none",
+                                           "hydra.sweep.dir=sw"], tmp_path / "hooks")])
+    assert stopped.returncode == 130, stopped.stderr
+    assert stopped.stderr.splitlines() == [
+        "rlcollect train: interrupted while starting, before the first batch",
+        "rlcollect train: or continue every member of the sweep as it trained: `rlcollect train resume=sw`"]
+    [job] = [path for path in (tmp_path / "sw").iterdir() if path.is_dir()]
+    assert json.loads((job / "summary.json").read_text()) == {"status": "interrupted", "frames": 0}
+    (tmp_path / "ctrl_c_at.txt").unlink()
+    resumed = rlcollect(tmp_path, "train", "resume=sw")
+    assert resumed.returncode == 0, resumed.stderr
+    summaries = [json.loads(path.read_text()) for path in sorted((tmp_path / "sw").glob("*/summary.json"))]
+    assert [summary["status"] for summary in summaries] == ["finished", "finished"]
+
+
+@pytest.mark.timeout(300)
 def test_ctrl_c_while_w_and_b_starts_early_is_the_same_one_line_exit_130_and_leaves_no_folder(tmp_path):
     """With the W&B logger, W&B is imported and its service started before torch
     (rlcollect/logging/wandb_start.py): Ctrl-C in W&B's import, or in torch's while the

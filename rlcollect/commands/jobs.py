@@ -170,9 +170,12 @@ def interrupted_while_starting(*jobs: Job, stop_command: bool = True) -> float |
         leave_unstarted(job)
     print(INTERRUPTED_WHILE_STARTING, file=sys.stderr)
     STOPPED.set()
-    if stop_command:
-        raise SystemExit(128 + signal.SIGINT) from None
-    return NO_VALUE
+    if not stop_command:
+        return NO_VALUE
+    line = sweep_resume_line(jobs[0].run_dir) if jobs and jobs[0].multirun else None  # it starts them again
+    if line is not None:
+        print(line, file=sys.stderr)
+    raise SystemExit(128 + signal.SIGINT) from None
 
 
 def leave_unstarted(job: Job) -> bool:

@@ -48,12 +48,14 @@ from rlcollect.commands.jobs import (
     ctrl_c_held,
     failed_to_build,
     finished_lines,
+    folder_label,
     in_launcher_process,
     interrupted_line,
     interrupted_while_starting,
     leave_unstarted,
     objective_value,
     refused,
+    resume_command,
     run_failed,
     stop_on_signals,
     stopped_sweep,
@@ -78,7 +80,7 @@ from rlcollect.commands.sweep_report import SWEEP, report_sweep
 from rlcollect.config import HYDRA_VERSION_BASE, check_ranges, logs_to_wandb, register_configs
 from rlcollect.errors import ConfigError
 from rlcollect.logging.wandb_start import start_wandb
-from rlcollect.run_files import INTERRUPTED, sweep_folder
+from rlcollect.run_files import INTERRUPTED, job_folders, sweep_folder
 
 register_configs()
 log = logging.getLogger(__name__)
@@ -231,10 +233,13 @@ def resumed_sweep(args: list[str]) -> Path | None:
 def interrupted_outside_a_job() -> str:
     """The line for a Ctrl-C that landed in Hydra's own work, not in a job's: while composing
     the config or writing a single run's folder (what Hydra wrote is removed: ``leave_unstarted``),
-    the start's; between the jobs of a sweep, or after a run, a plain one (every job folder
-    keeps what its job wrote)."""
+    the start's; between the jobs of a sweep, one that names the sweep's resume; after a
+    run, a plain one (every job folder keeps what its job wrote)."""
     if STARTING.sweep_dir is None and (STARTING.job is None or leave_unstarted(STARTING.job)):
         return INTERRUPTED_WHILE_STARTING
+    if STARTING.sweep_dir is not None and job_folders(STARTING.sweep_dir):  # jobs of it started: the sweep resumes
+        return (f"rlcollect train: interrupted; continue every member of the sweep as it trained: "
+                f"`{resume_command(folder_label(STARTING.sweep_dir))}`")
     return "rlcollect train: interrupted"
 
 

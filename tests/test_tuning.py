@@ -120,13 +120,15 @@ def test_a_stopped_study_resumes_as_one_batched_model_and_its_trials_values_reac
 
 
 @pytest.mark.timeout(300)
-def test_a_study_whose_every_trial_fails_lists_them_without_a_traceback(tmp_path):
+@pytest.mark.parametrize("storage", ["null", "sqlite:///study.db"])
+def test_a_study_whose_every_trial_fails_lists_them_without_a_traceback(tmp_path, storage):
     """No trial completes (each refused: a searched value out of range fails its trial):
-    Optuna has no best trial for the results file; one line says so, the trials are listed
-    as any sweep's jobs, exit 1."""
+    Optuna has no best trial for the results file (in memory or in a database, where it
+    says so otherwise); one line says so, the trials are listed as any sweep's jobs, exit 1."""
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     result = cli(tmp_path, "train", "--multirun", "hydra/sweeper=tune_ppo", "hydra.sweeper.n_trials=2",
-                 "algo.gamma=choice(1.5)", "logger=none", "progress=false", "hydra.sweep.dir=sw")
+                 "algo.gamma=choice(1.5)", f"hydra.sweeper.storage={storage}", "logger=none", "progress=false",
+                 "hydra.sweep.dir=sw")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith("rlcollect train: ")]
     assert lines == ["rlcollect train: invalid configuration: algo.gamma=1.5: must be in (0, 1]"] * 2 + [
@@ -195,7 +197,8 @@ def test_each_tuning_preset_searches_settings_of_its_algo_within_their_ranges(pr
                                  "(`rlcollect train --cfg job` lists the keys)"),
     (["hydra/sweeper=tune_ppo", "algo.gamma=1.5"], "rlcollect train: invalid configuration: algo.gamma=1.5: must be in "
                                                    "(0, 1]"),
-], ids=["another_algos_preset", "a_fixed_value_out_of_range"])
+    (["hydra/sweeper=tune_ppo", "algo.lr=-1"], "rlcollect train: invalid configuration: algo.lr=-1.0: must be > 0"),
+], ids=["another_algos_preset", "a_fixed_value_out_of_range", "a_preset_key_fixed_out_of_range"])
 def test_a_study_that_cannot_train_leaves_its_storage_as_it_was(tmp_path, overrides, line):
     """tune_dqn's keys without algo=dqn, or a fixed value out of range: one line, exit 2,
     before the study is made or opened: the sqlite file given stays byte for byte, one not

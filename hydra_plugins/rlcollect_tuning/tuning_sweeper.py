@@ -61,7 +61,8 @@ class TuningSweeper(Sweeper):
         try:
             return self.sweeper.sweep(arguments)
         except ValueError as error:  # Optuna's study.best_trial, for the results file, once the trials are over
-            if "No trials are completed yet" not in str(error):
+            # in memory: "No trials are completed yet"; in a database storage (sqlite ...): "Record does not exist."
+            if "No trials are completed yet" not in str(error) and "Record does not exist" not in str(error):
                 raise
             print("rlcollect train: no trial of the study completed, so it has no best trial to write "
                   "(optimization_results.yaml)", file=sys.stderr)
@@ -82,6 +83,7 @@ class TuningSweeper(Sweeper):
 
         searched, fixed = create_params_from_overrides([*(f"{key}={value}" for key, value in self.params.items()),
                                                         *arguments])
+        searched = {name: space for name, space in searched.items() if name not in fixed}  # a value given: fixed
         values = {name: middle(distribution) for name, distribution in searched.items()}
         overrides = [f"{name}={value}" for name, value in {**values, **fixed}.items()]
         config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)

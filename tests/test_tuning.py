@@ -198,7 +198,10 @@ def test_each_tuning_preset_searches_settings_of_its_algo_within_their_ranges(pr
     (["hydra/sweeper=tune_ppo", "algo.gamma=1.5"], "rlcollect train: invalid configuration: algo.gamma=1.5: must be in "
                                                    "(0, 1]"),
     (["hydra/sweeper=tune_ppo", "algo.lr=-1"], "rlcollect train: invalid configuration: algo.lr=-1.0: must be > 0"),
-], ids=["another_algos_preset", "a_fixed_value_out_of_range", "a_preset_key_fixed_out_of_range"])
+    (["hydra/sweeper=tune_ppo", "hydra/sweeper/sampler=grid"],
+     "rlcollect train: invalid configuration: hydra/sweeper/sampler=grid: algo.lr is searched over a continuous "
+     "interval; a grid takes choice(...) and range(...) alone: give it one (algo.lr=choice(...))"),
+], ids=["another_algos_preset", "a_fixed_value_out_of_range", "a_preset_key_fixed_out_of_range", "a_grid_of_intervals"])
 def test_a_study_that_cannot_train_leaves_its_storage_as_it_was(tmp_path, overrides, line):
     """tune_dqn's keys without algo=dqn, or a fixed value out of range: one line, exit 2,
     before the study is made or opened: the sqlite file given stays byte for byte, one not

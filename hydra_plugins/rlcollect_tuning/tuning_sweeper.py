@@ -73,7 +73,8 @@ class TuningSweeper(Sweeper):
         middle of its space, ``middle``; the fixed ones as given), composed, and its fixed
         values range-checked: a key the config does not have (a preset's key of another
         algorithm: ``hydra/sweeper=tune_dqn`` without ``algo=dqn``) or a fixed value out of
-        its range is Hydra's error, or a RefusedBeforeStart, in one line."""
+        its range is Hydra's error, or a RefusedBeforeStart, in one line; so is a grid
+        sampler given a continuous interval to search."""
         from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
 
         from rlcollect.commands.batched_launch import task_config
@@ -84,6 +85,16 @@ class TuningSweeper(Sweeper):
         searched, fixed = create_params_from_overrides([*(f"{key}={value}" for key, value in self.params.items()),
                                                         *arguments])
         searched = {name: space for name, space in searched.items() if name not in fixed}  # a value given: fixed
+        if str(self.config.hydra.sweeper.sampler.get("_target_")).endswith(".GridSampler"):
+            from optuna import distributions
+
+            gridded = (distributions.CategoricalDistribution, distributions.DiscreteUniformDistribution,
+                       distributions.IntUniformDistribution)
+            spans = [name for name, space in searched.items() if not isinstance(space, gridded)]
+            if spans:  # Optuna's grid would stop with a traceback once the study starts
+                raise RefusedBeforeStart(ConfigError(
+                    f"hydra/sweeper/sampler=grid: {spans[0]} is searched over a continuous interval; a grid takes "
+                    f"choice(...) and range(...) alone: give it one ({spans[0]}=choice(...))"))
         values = {name: middle(distribution) for name, distribution in searched.items()}
         overrides = [f"{name}={value}" for name, value in {**values, **fixed}.items()]
         config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)

@@ -68,18 +68,17 @@ def checkpoint_file(run_dir: str | Path, checkpoint: str = "last") -> Path:
 def checkpoint_name(run_dir: Path, checkpoint: str, source: Path) -> str:
     """What ``checkpoint`` (its file ``source``) of the run in ``run_dir`` is called (an
     evaluation's row and ``eval_<name>.json``, an export's ``policy_<name>``): "last" or
-    "best" for the run's own files,
-    however named; another file of the run by its path there (``checkpoint.pt.prev``); a
-    file outside it by its name and a digest of its path (``best.pt@1f2e3d4c``), so that
-    two runs' files of one name do not read as the run's own, nor as each other."""
+    "best" for the run's own files, however named; another file in the run folder by its
+    name (``checkpoint.pt.prev``); any other file (in a folder below, or outside the run,
+    or itself named ``last`` or ``best``) by its name and a digest of its path
+    (``best.pt@1f2e3d4c``), so that no two files share a name, nor take the run's own."""
     own = {(run_dir / file).resolve(): name for name, file in CHECKPOINTS.items()}
     resolved = source.resolve()
     if resolved in own:
         return own[resolved]
-    if run_dir.resolve() in resolved.parents:
-        return resolved.relative_to(run_dir.resolve()).as_posix().replace("/", "_")
+    if resolved.parent == run_dir.resolve() and resolved.name not in CHECKPOINTS:
+        return resolved.name
     return f"{source.name}@{hashlib.sha1(str(resolved).encode()).hexdigest()[:8]}"
-
 
 def read_checkpoint(path: Path) -> dict:
     """A checkpoint's state (the policy's weights under "policy"), or a ConfigError."""

@@ -195,7 +195,7 @@ class Session:
         p.logger.log({**phases.metrics(frames), "time": now}, step=frames)
         self.logged = (frames, now)
         if self.checkpoint_due(frames):
-            p.save_checkpoint(self.seconds(), phases.totals())
+            p.save_checkpoint(now, phases.totals())  # a resume's clock goes on from its last row's time
             self.checkpointed_at = time.perf_counter()
         if solved:
             self.status = SOLVED
@@ -235,16 +235,19 @@ class Session:
         self.closed = True
         p, summary = self.p, self.p.progress.summary
         self.bar.close()
+        # training time: to the end of the last batch's work (its row's time), the final checkpoint not counted;
+        # a session that trained no batch (a resume stopped at once) adds none
+        logged = self.logged is not None and self.logged[0] == p.collector.frames
+        seconds = self.logged[1] if logged else p.progress.seconds_before
         if keeps_final_checkpoint(p, self.error):
-            full = save_final_checkpoint(p, self.seconds(), self.phases.totals())
+            full = save_final_checkpoint(p, seconds, self.phases.totals())
             if full is not None and self.error is None:  # the run's end is not saved: it failed, as mid-run
                 self.failed(full)
                 self.final_failure = full
         summary["status"] = self.status
         summary["frames"] = p.collector.frames
         summary["checkpoint_frames"] = p.checkpoint_frames
-        # training time: to the end of the last batch's work (its row's time), the final checkpoint not counted
-        summary["seconds"] = self.logged[1] if self.logged and self.logged[0] == p.collector.frames else self.seconds()
+        summary["seconds"] = seconds
         summary["frames_per_second"] = summary["frames"] / max(summary["seconds"], 1e-9)
         summary.update({f"seconds_{name}": value for name, value in self.phases.totals().items()})
         (p.run_dir / SUMMARY_FILE).write_text(strict_json(summary))

@@ -321,13 +321,13 @@ def test_resume_errors_are_clear_and_leave_no_folder_behind(tmp_path):
                                ["train", "--multirun", "resume=notes", "total_frames=4096,8192"]])
     assert [(result.returncode, result.stderr.splitlines()) for result in results] == [
         (2, ["rlcollect train: invalid configuration: resume=notes: not a run folder (no config.yaml)"]),
-        (2, ["rlcollect train: invalid configuration: resume=gone: not a run folder (no config.yaml)"]),
+        (2, ["rlcollect train: invalid configuration: resume=gone: no such folder"]),
         (2, ["rlcollect train: invalid configuration: resume=: name the run folder to continue (resume=<folder>)"]),
         # Hydra would write its records there (another run's, or a new folder)
         (2, ["rlcollect train: invalid configuration: resume=notes: hydra.run.dir=elsewhere: a resumed run continues "
              "in its own folder; leave hydra.run.dir out"]),
         # --multirun: resumed in place (one folder, a run's or a sweep's), no new sweep folder
-        (2, ["rlcollect train: invalid configuration: resume=a,b: not a run folder (no config.yaml)"]),
+        (2, ["rlcollect train: invalid configuration: resume=a,b: no such folder"]),
         # values to sweep over (Hydra's line told to add the --multirun that was there)
         (2, ["rlcollect train: invalid configuration: total_frames=4096,8192: a resume continues a run (or a sweep) "
              "with one value per key; to train several values, sweep them into a new folder"])]

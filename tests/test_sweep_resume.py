@@ -383,6 +383,10 @@ def test_a_member_resumed_alone_ends_with_the_command_even_killed(tmp_path):
     assert first.returncode == 0, first.stderr
     [member] = job_dirs(tmp_path / "sw")
     rows = len(metric_rows(member))
+    split = cli(tmp_path, "train", "resume=sw", "hydra.launcher.processes=2")  # no batched model to split
+    assert (split.returncode, split.stderr.splitlines()) == (2, [
+        "rlcollect train: invalid configuration: resume=sw: hydra.launcher.processes=2: the sweep ran with "
+        "BasicLauncher, not the batched launcher: its members resume one by one, leave it out"])
     # no pipes: a process left behind would hold them open
     command = start_rlcollect(tmp_path, "train", "resume=sw", "total_frames=100000000", stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)

@@ -52,6 +52,8 @@ class RunFolders(Callback):
         if resume is not None:  # continues its run in its own folder (in_resumed_run_folder), which Hydra makes
             if not resume:
                 raise RefusedBeforeStart(ConfigError("resume=: name the run folder to continue (resume=<folder>)"))
+            if not Path(resume).exists():
+                raise RefusedBeforeStart(ConfigError(f"resume={resume}: no such folder"))
             if not (Path(resume) / CONFIG_FILE).is_file():
                 raise RefusedBeforeStart(ConfigError(f"resume={resume}: not a run folder (no {CONFIG_FILE})"))
             return

@@ -71,6 +71,10 @@ def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictCon
         overrides, processes = parse_overrides(folder, args)
         hydra = sweep_hydra(folder)
         launcher = batched_launcher(hydra)
+        if processes is not None and launcher is None:
+            raise ConfigError(f"resume={folder}: hydra.launcher.processes={processes}: the sweep ran with "
+                              f"{str(hydra.launcher.get('_target_')).rpartition('.')[2]}, not the batched launcher: "
+                              "its members resume one by one, leave it out")
         if launcher is not None and processes is not None:  # a population's members exchange weights in one process
             check_processes(pbt_options(launcher.get("pbt")), processes)
     except ConfigError as error:

@@ -215,6 +215,7 @@ BAD_OVERRIDES = [
     ("collector=nosuch", "invalid override: Could not find 'collector/nosuch' (options: action_server, alternating, "
                          "distributed, multiasync, multisync, pool, ray, sync)"),
     ("algo.lr=[", "invalid override 'algo.lr=[': no viable alternative at input '['"),
+    ("--multirun --cfg job", "invalid configuration: --multirun and --cfg do not go together: give one of them"),
 ]
 
 

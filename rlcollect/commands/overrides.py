@@ -54,6 +54,20 @@ def in_resumed_run_folder(args: list[str]) -> list[str]:
     return [*args, f"hydra.run.dir={quoted(folder)}", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
 
 
+# Hydra's flags that each make the command do one thing (run, sweep, print the config, ...): one at a time
+MODE_FLAGS = {"--run": "--run", "-r": "--run", "--multirun": "--multirun", "-m": "--multirun", "--cfg": "--cfg",
+              "-c": "--cfg", "--info": "--info", "-i": "--info", "--shell-completion": "--shell-completion",
+              "-sc": "--shell-completion"}
+
+
+def one_mode(args: list[str]) -> None:
+    """A ConfigError naming two of Hydra's mode flags given together (``--multirun --cfg
+    job``), which Hydra refuses with a traceback."""
+    modes = list(dict.fromkeys(MODE_FLAGS[arg] for arg in args if arg in MODE_FLAGS))
+    if len(modes) > 1:
+        raise ConfigError(f"{modes[0]} and {modes[1]} do not go together: give one of them")
+
+
 def one_value_each(args: list[str]) -> None:
     """A ConfigError naming the first of ``args`` (a resume's overrides) that sweeps over
     values (``total_frames=4096,8192``, ``choice(...)``): a resume continues a run, or a

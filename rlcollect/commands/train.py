@@ -64,6 +64,7 @@ from rlcollect.commands.jobs import (
 )
 from rlcollect.commands.overrides import (
     in_resumed_run_folder,
+    one_mode,
     one_value_each,
     override_error_line,
     resume_overrides,
@@ -199,6 +200,7 @@ def run_train(args: list[str]) -> int:
         finally:
             release_run_folder(sweep)  # held by resume_sweep while it resumed
     try:
+        one_mode(args)
         sys.argv = ["rlcollect train", *in_resumed_run_folder(args)]
     except ConfigError as error:
         print(f"rlcollect train: invalid configuration: {error}", file=sys.stderr)

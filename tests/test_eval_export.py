@@ -325,6 +325,10 @@ def test_exported_files_run_without_rlcollect_and_act_as_the_policy(tmp_path):
     assert np.array_equal(np.load(tmp_path / "onnx_actions.npy"), expected.numpy())
 
     before = (tmp_path / "deploy/cartpole/policy.pt").read_bytes()
+    exported_file = cli(tmp_path, "eval", "run", "--checkpoint", "deploy/cartpole/policy.pt")  # not a checkpoint
+    assert exported_file.returncode == 2 and exported_file.stderr.splitlines() == [
+        "rlcollect eval: deploy/cartpole/policy.pt: a TorchScript file (what `rlcollect export` writes), not a "
+        "checkpoint: name its run's checkpoint (last, best, or a checkpoint.pt)"]
     no_run = cli(tmp_path, "export", "nowhere", "--format", "torchscript", "--out", "deploy/cartpole/policy.pt")
     assert no_run.returncode == 2 and no_run.stderr.splitlines() == ["rlcollect export: nowhere: no such folder"]
     (tmp_path / "refused").mkdir()  # what a sweep job refused before its run started keeps (jobs.refused)

@@ -82,6 +82,9 @@ def checkpoint_name(run_dir: Path, checkpoint: str, source: Path) -> str:
 
 def read_checkpoint(path: Path) -> dict:
     """A checkpoint's state (the policy's weights under "policy"), or a ConfigError."""
+    if torchscript_file(path):
+        raise ConfigError(f"{path}: a TorchScript file (what `rlcollect export` writes), not a checkpoint: name its "
+                          "run's checkpoint (last, best, or a checkpoint.pt)")
     try:
         state = load_checkpoint(path)
     except (CheckpointError, FileNotFoundError) as error:
@@ -89,6 +92,17 @@ def read_checkpoint(path: Path) -> dict:
     if "policy" not in state:
         raise ConfigError(f"{path}: not an rlcollect checkpoint (it holds no policy)")
     return state
+
+
+def torchscript_file(path: Path) -> bool:
+    """Whether ``path`` is a TorchScript archive (a zip holding the module's ``code/``)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any("/code/" in name for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
 
 
 def rebuild_policy(cfg: DictConfig, state: dict, *, device: str | torch.device = "cpu",

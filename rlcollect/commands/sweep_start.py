@@ -6,10 +6,11 @@ A stop (Ctrl-C, SIGTERM, a lost machine) can come before some of a sweep's jobs 
 those of a later group have no folder, and one stopped while it loaded holds only what Hydra
 writes before a job runs (its ``.hydra/``, its job log) and the summary.json
 ``{"status": "interrupted", "frames": 0}`` it was left with. The resume starts each of them
-with its own job number and overrides, as Hydra's basic sweeper numbered them from the
-sweep's multirun.yaml, through the launcher the sweep used (a batched sweep's jobs train as
-one batched model again), into the sweep's folder. The jobs of a tuning study are the
-study's to ask for again; they are not started here.
+with its own job number and overrides (a folder's from its records; a job without one's as
+Hydra's basic sweeper lists the sweep's jobs again from its multirun.yaml), through the
+launcher the sweep used (a batched sweep's jobs train as one batched model again), into the
+sweep's folder. A tuning study's trial stopped while it loaded starts again (and its value
+reaches the study); the trials the study never asked for are not started here.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from rlcollect.run_files import (
 )
 
 log = logging.getLogger(__name__)
+
 
 @dataclass
 class NewJob:

@@ -48,8 +48,8 @@ def tell_study(sweeper: DictConfig, members: list[Resumed]) -> None:
         log.info("the sweep's Optuna study was kept in memory (hydra.sweeper.storage=null) and ended with the "
                  "stopped sweep: the resumed trials' values are in their runs, no study takes them")
         return
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # its plugins' setup as optuna loads, its schema checks
     import optuna
-
 
     where = sqlite_file(sweeper.storage)
     if where is not None and not where.is_file():  # a relative path, resumed from another folder: not made anew
@@ -57,7 +57,6 @@ def tell_study(sweeper: DictConfig, members: list[Resumed]) -> None:
                     "runs; resume the sweep from the folder the study ran in to tell them", sweeper.storage,
                     Path.cwd())
         return
-    logging.getLogger("alembic").setLevel(logging.WARNING)  # the storage's schema checks, at INFO
     try:
         study = optuna.load_study(study_name=sweeper.study_name, storage=sweeper.storage)
     except Exception as error:  # noqa: BLE001 - a storage gone or changed: the runs stand, said in one line

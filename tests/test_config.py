@@ -149,11 +149,12 @@ def test_the_runs_cover_every_option_of_every_group():
     shipped = {(group, name) for group in GROUPS for name in options(group, ray=True)}
     assert {group for group, _ in shipped} == set(GROUPS)  # no group folder left out of GROUPS
     folders = {p.parent.relative_to(CONF).as_posix() for p in CONF.rglob("*.yaml") if p.parent != CONF}
-    # Hydra's own group: the tune_* presets run in test_tuning.py (hydra/launcher=batched is its plugin's
-    # ConfigStore node, run in test_sweeps.py and test_launcher_conformance.py)
-    assert folders - {"hydra/sweeper"} == set(GROUPS)
+    # Hydra's own groups: the tune_* presets and their sampler run in test_tuning.py (hydra/launcher=batched is
+    # its plugin's ConfigStore node, run in test_sweeps.py and test_launcher_conformance.py)
+    assert folders - {"hydra/sweeper", "hydra/sweeper/sampler"} == set(GROUPS)
     assert sorted(p.name for p in (CONF / "hydra" / "sweeper").glob("*.yaml")) == ["tune_dqn.yaml", "tune_ppo.yaml",
                                                                                   "tune_sac.yaml"]
+    assert [p.name for p in (CONF / "hydra" / "sweeper" / "sampler").glob("*.yaml")] == ["tpe_seeded.yaml"]
     picked = {("collector", "ray"), ("weight_sync", "ray")}
     for run in RUNS:
         overrides = run.values[0] if hasattr(run, "values") else run  # a preset's pytest.param

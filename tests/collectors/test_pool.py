@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from checks import check_keys_and_shapes, check_trajectories
+from tensordict import TensorDict
 
 from rlcollect import Collector, GymEnv, PoolCollector, WorkerError
 from rlcollect.testing import BusyEnv, CountingEnv, ErrorAfterEnv, counting_envs
@@ -45,9 +46,19 @@ def per_env_steps(batches, num_envs=6):
     env may get no step in a short run (a worker slow to start, on a loaded machine)."""
     data = torch.cat(batches, 0)
     steps = [(env, data[data[ENV_ID] == env].unsqueeze(0)) for env in range(num_envs)]
-    stepped = [(env, env_steps) for env, env_steps in steps if env_steps.numel()]
+    # the steps' count from the batch size (TensorDict.numel() of an empty batch [1, 0] is 1, not 0)
+    stepped = [(env, env_steps) for env, env_steps in steps if env_steps.batch_size.numel()]
     assert stepped, "no env stepped"
     return stepped
+
+
+def test_an_env_that_never_stepped_is_left_out_of_the_per_env_steps():
+    """A worker slow to start may step none of its envs in a short run: per_env_steps leaves
+    such an env out (an empty [1, 0] batch kept failed test_spawned_workers_and_a_gymnasium_id
+    in a loaded CI run)."""
+    batch = TensorDict({ENV_ID: torch.tensor([[0, 0, 2, 2]]), "x": torch.zeros(1, 4)}, [1, 4])
+    assert [(env, tuple(steps.batch_size)) for env, steps in per_env_steps([batch], num_envs=3)] == [
+        (0, (1, 2)), (2, (1, 2))]
 
 
 def expected_counts(steps: int, length: int, cut: int | None = None) -> list[float]:

@@ -384,3 +384,33 @@ def test_a_resume_that_trains_no_batch_keeps_the_seconds_of_the_last_row(tmp_pat
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert (summary["status"], summary["frames"], len(rows)) == ("finished", 128, 1)
     assert summary["seconds"] == rows[-1]["time"] == stopped["seconds"]
+
+
+def test_a_memmap_replay_run_resumes_with_its_files_and_refuses_without_them(tmp_path):
+    """DQN on a memory-mapped replay buffer (its transitions in the run's replay/, not in its
+    checkpoint): resumed, it goes on with them; with replay/ gone (moved, a scratch folder
+    cleaned), the resume is a ConfigError and every file stays as it was, where it trained
+    on a buffer of zeros at the checkpoint's position."""
+    import shutil
+
+    from run_states import hashes
+    from train_configs import train_configs
+
+    from rlcollect.errors import ConfigError
+    from rlcollect.pipeline import build, resume, run
+
+    [cfg] = train_configs(["algo=dqn", "buffer/storage=memmap", "algo.learning_starts=64", "total_frames=256",
+                           "collector.frames_per_batch=64", "env.num_envs=2", "logger=none", "progress=false",
+                           "eval.episodes=1", "env.solved_return=null"])
+    run(build(cfg, tmp_path / "run"))
+    shutil.copytree(tmp_path / "run", tmp_path / "gone")
+    shutil.rmtree(tmp_path / "gone" / "replay")
+    before = hashes(tmp_path / "gone")
+    with pytest.raises(ConfigError, match=r"resume=.*gone: its memory-mapped replay buffer \(.*gone/replay\) is not "
+                                          r"there \(moved, or cleaned away\)"):
+        resume(tmp_path / "gone", overrides={"total_frames": 384})
+    assert hashes(tmp_path / "gone") == before
+    resumed = resume(tmp_path / "run", overrides={"total_frames": 384})
+    assert len(resumed.learner.replay_buffer) == 256  # its 256 transitions, from replay/
+    run(resumed)
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["frames"] == 384

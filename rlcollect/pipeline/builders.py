@@ -28,6 +28,7 @@ from rlcollect.config import option_node
 from rlcollect.envs.sources import make_env as make_env_source
 from rlcollect.envs.spaces import sample_shape, sample_shapes, torch_dtype, torch_dtypes
 from rlcollect.envs.staging import StagedEnv
+from rlcollect.errors import ConfigError
 from rlcollect.logging.run_logger import EpisodeStatsHook, RunLogger, WandbLogger
 from rlcollect.pipeline.targets import (
     COLLECTOR_RUNTIME_ARGUMENTS,
@@ -180,7 +181,11 @@ def make_storage(node: DictConfig, *, device: str, run_dir: Path, reopen: bool =
     cls = target_class(node, "buffer.storage")
     if issubclass(cls, LazyMemmapStorage):
         scratch_dir = Path(node.get("scratch_dir") or run_dir / REPLAY_DIR)
-        if reopen and scratch_dir.exists():  # a resumed run continues with its files
+        if reopen:  # a resumed run continues with its files, which its checkpoint does not hold
+            if not scratch_dir.is_dir():
+                raise ConfigError(f"resume={run_dir}: its memory-mapped replay buffer ({scratch_dir}) is not there "
+                                  "(moved, or cleaned away): the checkpoint's buffer cannot be restored; put the "
+                                  "folder back, or train the run again in a new folder")
             return cls.load(scratch_dir)
         return build_node(node, "buffer.storage", scratch_dir=str(scratch_dir))
     if issubclass(cls, LazyTensorStorage):

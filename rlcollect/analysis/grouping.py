@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlcollect.logging.runs import RunRecord
+from rlcollect.logging.runs import CompareError, RunRecord
 
 __all__ = ["DEFAULT_LABEL", "Group", "NOT_RESULT_KEYS", "SEED_KEY", "UNSET_VALUE", "changes_results", "group_runs"]
 
@@ -60,11 +60,16 @@ def group_runs(runs: Sequence[RunRecord], group_by: Sequence[str] | None = None)
 
     The label holds only the keys whose value differs across groups, group choices first:
     ``collector=multisync, algo.lr=0.0003`` ("default" when none differs). ``group_by``
-    names the keys to group by instead (all of them in the label).
+    names the keys to group by instead (all of them in the label); one that no run has is a
+    CompareError.
     """
     if group_by:
         keys = list(dict.fromkeys(group_by))
         per_run = [{key: _run_value(run, key, _override_settings(run)) for key in keys} for run in runs]
+        unknown = [key for key in keys if all(settings[key] == UNSET_VALUE for settings in per_run)]
+        if runs and unknown:  # a misspelt key would pool every run in one group
+            raise CompareError(f"--group-by {unknown[0]}: no run sets it, holds it in its config or chose it as a "
+                               "config group")
         chosen_keys = keys
     else:
         per_run = _settings_of(runs)

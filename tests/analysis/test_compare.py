@@ -480,6 +480,8 @@ def test_labels_use_group_choices_not_placeholders_and_group_by_picks_keys(tmp_p
         "collector=sync, algo.lr=0.0003", "collector=multisync, algo.lr=0.001", "collector=multisync, algo.lr=0.0003"]
     assert [(group.label, len(group.runs)) for group in group_runs(runs, group_by=["collector"])] == [
         ("collector=sync", 1), ("collector=multisync", 2)]
+    with pytest.raises(CompareError, match="--group-by colector: no run sets it"):  # it pooled every run
+        group_runs(runs, group_by=["collector", "colector"])
 
 
 def test_several_envs_pool_into_groups_with_normalised_scores(tmp_path):

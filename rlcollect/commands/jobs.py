@@ -63,9 +63,9 @@ def defer_signals(launcher: DictConfig) -> None:
     from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 
     from hydra_plugins.rlcollect_batched.batched_launcher import BatchedLauncher
+    from rlcollect.commands.sweep_record import targets
 
-    in_command = {f"{kind.__module__}.{kind.__qualname__}" for kind in (BasicLauncher, BatchedLauncher)}
-    if launcher.get("_target_") in in_command:
+    if targets(launcher, BasicLauncher, BatchedLauncher):
         return
 
     def request(number, frame) -> None:
@@ -276,8 +276,7 @@ def stopped_sweep(sweep_dir: Path) -> int | None:
     (130 / 143); else None."""
     if not STOPPED.is_set():
         return None
-    print(f"rlcollect train: continue every member of the sweep as it trained: "
-          f"`{resume_command(folder_label(sweep_dir))}`", file=sys.stderr)
+    print(f"rlcollect train: {continue_sweep(sweep_dir)}", file=sys.stderr)
     return 128 + STOPPED.signal_number
 
 
@@ -285,10 +284,12 @@ def sweep_resume_line(run_dir: Path) -> str | None:
     """The line that names the command continuing every member of the sweep that ``run_dir``
     lies in (said after an interrupted member's own line); None where it lies in none."""
     sweep = sweep_of(run_dir)
-    if sweep is None:
-        return None
-    return ("rlcollect train: or continue every member of the sweep as it trained: "
-            f"`{resume_command(folder_label(sweep))}`")
+    return None if sweep is None else f"rlcollect train: or {continue_sweep(sweep)}"
+
+
+def continue_sweep(sweep_dir: Path) -> str:
+    """How a stopped sweep goes on: the words that name its resume (``resume_command``)."""
+    return f"continue every member of the sweep as it trained: `{resume_command(folder_label(sweep_dir))}`"
 
 
 def resume_command(folder: str | Path) -> str:

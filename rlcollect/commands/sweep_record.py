@@ -25,13 +25,18 @@ def sweep_hydra(folder: Path) -> DictConfig:
     return hydra
 
 
+def targets(node: DictConfig, *classes: type) -> bool:
+    """Whether the config ``node`` (a sweep's ``hydra.launcher``, ``hydra.sweeper``) names one
+    of ``classes`` as its ``_target_``."""
+    return node.get("_target_") in {f"{cls.__module__}.{cls.__qualname__}" for cls in classes}
+
+
 def batched_launcher(hydra: DictConfig) -> DictConfig | None:
     """The launcher that ran the sweep (its ``hydra.launcher``) where it is the batched one,
     else None (its members resume one by one)."""
     from hydra_plugins.rlcollect_batched.batched_launcher import BatchedLauncher
 
-    batched = f"{BatchedLauncher.__module__}.{BatchedLauncher.__qualname__}"  # the _target_ its config names
-    return hydra.launcher if hydra.launcher.get("_target_") == batched else None
+    return hydra.launcher if targets(hydra.launcher, BatchedLauncher) else None
 
 
 def sweep_jobs(hydra: DictConfig) -> list[list[str]] | None:
@@ -42,7 +47,7 @@ def sweep_jobs(hydra: DictConfig) -> list[list[str]] | None:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    if hydra.sweeper.get("_target_") != f"{BasicSweeper.__module__}.{BasicSweeper.__qualname__}":
+    if not targets(hydra.sweeper, BasicSweeper):
         return None
     arguments = [f"{key}={value}" for key, value in (hydra.sweeper.get("params") or {}).items()]
     parser = OverridesParser.create(config_loader=config_loader(hydra))  # glob() lists a group's options

@@ -59,12 +59,11 @@ def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictCon
     resume (one line each), or for a bad override (``hydra.launcher.processes`` > 1 for a
     population-based training); 130 / 143 when stopped by a signal (every member
     checkpointed)."""
+    from rlcollect.commands.run_folders import hold_run_folder
     from rlcollect.pipeline.lifecycle import FramesAlready
 
     logging.basicConfig(stream=sys.stdout, level=logging.INFO,
                         format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
-    from rlcollect.commands.run_folders import hold_run_folder
-
     try:
         # held while it resumes: another resume (or the sweep itself, still running) would start the same jobs
         hold_run_folder(folder, f"resume={folder}", "the sweep")

@@ -24,7 +24,7 @@ from typing import Callable
 from omegaconf import DictConfig, OmegaConf
 
 from rlcollect.commands.jobs import UNSTARTED, defer_signals, stopped_sweep
-from rlcollect.commands.sweep_record import batched_launcher, job_overrides, search_path, sweep_jobs
+from rlcollect.commands.sweep_record import job_overrides, search_path, sweep_jobs
 from rlcollect.commands.sweep_study import Resumed
 from rlcollect.config.registry import HYDRA_VERSION_BASE
 from rlcollect.errors import one_line
@@ -117,8 +117,8 @@ def never_trained(job_dir: Path, hydra: DictConfig) -> bool:
 def start_jobs(folder: Path, hydra: DictConfig, jobs: list[NewJob], run_args: list[str], processes: int | None,
                task_function: Callable[[DictConfig], object], trained: list[Resumed]) -> bool:
     """Train ``jobs`` (``task_function``: commands.train.train) into the sweep's ``folder``
-    with the sweep's launcher (``processes``: a
-    batched sweep's processes, None: the sweep's), each with ``run_args`` (the resume's
+    with the sweep's launcher (``processes``: a batched sweep's processes, None: the sweep's;
+    resume_sweep refuses it for another launcher), each with ``run_args`` (the resume's
     ``key=value`` overrides: total_frames ...) in place of its own value of those keys;
     jobs of consecutive numbers are launched together, as the sweep launched them; each run
     that trained is added to ``trained`` (what a tuning sweep's study is told). Whether one
@@ -131,7 +131,7 @@ def start_jobs(folder: Path, hydra: DictConfig, jobs: list[NewJob], run_args: li
     from rlcollect.commands.overrides import override_error_line
 
     try:
-        app, cfg = sweep_app(folder, hydra, processes if batched_launcher(hydra) is not None else None)
+        app, cfg = sweep_app(folder, hydra, processes)
     except (ConfigCompositionException, OverrideParseException) as error:  # its config files changed since
         print(f"rlcollect train: resume={folder}: {', '.join(f'job #{job.number}' for job in jobs)} cannot start: the "
               f"sweep's config does not compose any more ({override_error_line(error)})", file=sys.stderr)

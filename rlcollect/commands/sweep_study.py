@@ -34,8 +34,9 @@ def tuning_sweeper(sweeper: DictConfig) -> bool:
     """Whether ``sweeper`` (a sweep's ``hydra.sweeper``) is the tune presets' (its
     ``study_name`` and ``storage`` say where the study is)."""
     from hydra_plugins.rlcollect_tuning.tuning_sweeper import TuningSweeper
+    from rlcollect.commands.sweep_record import targets
 
-    return sweeper.get("_target_") == f"{TuningSweeper.__module__}.{TuningSweeper.__qualname__}"
+    return targets(sweeper, TuningSweeper)
 
 
 def tell_study(sweeper: DictConfig, members: list[Resumed]) -> None:

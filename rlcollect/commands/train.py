@@ -45,17 +45,16 @@ from rlcollect.commands.jobs import (
     NO_VALUE,
     STOPPED,
     Job,
+    continue_sweep,
     ctrl_c_held,
     failed_to_build,
     finished_lines,
-    folder_label,
     in_launcher_process,
     interrupted_line,
     interrupted_while_starting,
     leave_unstarted,
     objective_value,
     refused,
-    resume_command,
     run_failed,
     stop_on_signals,
     stopped_sweep,
@@ -240,8 +239,7 @@ def interrupted_outside_a_job() -> str:
     if STARTING.sweep_dir is None and (STARTING.job is None or leave_unstarted(STARTING.job)):
         return INTERRUPTED_WHILE_STARTING
     if STARTING.sweep_dir is not None and job_folders(STARTING.sweep_dir):  # jobs of it started: the sweep resumes
-        return (f"rlcollect train: interrupted; continue every member of the sweep as it trained: "
-                f"`{resume_command(folder_label(STARTING.sweep_dir))}`")
+        return f"rlcollect train: interrupted; {continue_sweep(STARTING.sweep_dir)}"
     return "rlcollect train: interrupted"
 
 

@@ -524,3 +524,31 @@ def test_a_second_ctrl_c_during_the_checkpoint_save_is_one_line_and_keeps_the_la
     summary = json.loads((run / "summary.json").read_text())
     assert summary["checkpoint_frames"] == summary["frames"] == 640  # frame 256 + 75 steps x 4 envs, to the batch end
     assert [row["step"] for row in read_jsonl(run / "metrics.jsonl")] == [128, 256, 384, 512, 640]
+
+
+def test_a_run_that_fails_while_learning_keeps_the_training_time_of_its_batches(tmp_path):
+    """The learner fails on the second batch, after its collection row was written: the run
+    failed, and summary.json's seconds are the first batch's row time (its training so far),
+    not the seconds before it started."""
+    from train_configs import train_configs
+
+    from rlcollect.pipeline import build, run
+
+    [cfg] = train_configs(["total_frames=512", "collector.frames_per_batch=128", "algo.minibatch_size=64",
+                           "env.num_envs=4", "logger=none", "progress=false", "eval.episodes=1"])
+    pipeline = build(cfg, tmp_path / "run")
+    learn, calls = pipeline.learner.learn, []
+
+    def failing_learn(batch, frames):
+        calls.append(frames)
+        if len(calls) == 2:
+            raise RuntimeError("the learner's own bug")
+        return learn(batch, frames)
+
+    pipeline.learner.learn = failing_learn
+    with pytest.raises(RuntimeError, match="the learner's own bug"):
+        run(pipeline)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert (summary["status"], summary["frames"], [row["step"] for row in rows]) == ("failed", 256, [128, 256])
+    assert summary["seconds"] == rows[0]["time"] > 0

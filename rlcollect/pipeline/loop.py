@@ -134,7 +134,7 @@ class Session:
         self.checkpointed_at = self.start  # when the last checkpoint was written (for a resumed run: its start)
         self.closed = False
         self.final_failure: DiskFullError | None = None  # a full disk refused the final checkpoint of a run that ended
-        self.logged: tuple[int, float] | None = None  # the frames and time of the last row this session wrote
+        self.logged: float | None = None  # the time of the last batch row this session wrote
 
     def seconds(self) -> float:
         return self.p.progress.seconds_before + time.perf_counter() - self.start
@@ -193,7 +193,7 @@ class Session:
         if solved:
             summary["frames_to_solve"], summary["seconds_to_solve"] = frames, now
         p.logger.log({**phases.metrics(frames), "time": now}, step=frames)
-        self.logged = (frames, now)
+        self.logged = now
         if self.checkpoint_due(frames):
             p.save_checkpoint(now, phases.totals())  # a resume's clock goes on from its last row's time
             self.checkpointed_at = time.perf_counter()
@@ -237,8 +237,7 @@ class Session:
         self.bar.close()
         # training time: to the end of the last batch's work (its row's time), the final checkpoint not counted;
         # a session that trained no batch (a resume stopped at once) adds none
-        logged = self.logged is not None and self.logged[0] == p.collector.frames
-        seconds = self.logged[1] if logged else p.progress.seconds_before
+        seconds = p.progress.seconds_before if self.logged is None else self.logged
         if keeps_final_checkpoint(p, self.error):
             full = save_final_checkpoint(p, seconds, self.phases.totals())
             if full is not None and self.error is None:  # the run's end is not saved: it failed, as mid-run

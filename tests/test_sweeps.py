@@ -30,7 +30,7 @@ from rlcollect.seeding import member_env_seeds
 from rlcollect.sweeps.grouping import check_sweep, member_options
 from rlcollect.sweeps.members import MemberPolicy, MemberPPO, clip_member_grad_norms
 from rlcollect.sweeps.run import build_sweep
-from rlcollect.sweeps.stacking import StackedLinear, member_state_dict, stack_modules
+from rlcollect.sweeps.stacking import StackedLinear, StackedTanh, member_state_dict, stack_modules
 from rlcollect.testing import CountingEnv
 
 TINY = ["total_frames=1024", "collector.frames_per_batch=128", "algo.minibatch_size=64", "env.num_envs=4",
@@ -124,7 +124,8 @@ def test_an_evaluation_leaves_an_env_unstepped_once_its_episode_is_counted():
 def test_each_member_draws_from_its_own_stream_as_its_solo_run(tmp_path, overrides):
     """Three members' first batches (sampled actions) and first updates (minibatch
     permutations) come from each member's own generator: each batch is its solo run's, bit
-    for bit, and each update its solo run's (to rounding); with the torch env, whose every
+    for bit (its log-probs to rounding: the stacked tanh is numpy's), and each update its
+    solo run's (to rounding); with the torch env, whose every
     member's envs reset from a generator of their own; with CartPole's vector backend,
     whose every env does; on CUDA too, where each member's generator is a CUDA generator
     seeded as its solo run seeds the device's."""
@@ -141,8 +142,6 @@ def test_each_member_draws_from_its_own_stream_as_its_solo_run(tmp_path, overrid
         mine = sweep.member_batch(batch, member)
         for key in ("observation", "action", ("next", "observation"), ("next", "done")):
             assert torch.equal(mine.get(key), solo_batch.get(key)), key
-        if mine.get("action_log_prob").device.type == "cpu":  # CUDA's bmm rounds as its single products do not
-            assert torch.equal(mine.get("action_log_prob"), solo_batch.get("action_log_prob"))
         torch.testing.assert_close(mine.get("action_log_prob"), solo_batch.get("action_log_prob"))
         solo.learner.learn(solo_batch, 128)
         state = member_state_dict(sweep.policy.stacked.state_dict(), solo.policy, member)
@@ -188,6 +187,29 @@ def test_stacked_layers_compute_each_member_with_its_own_weights():
     with pytest.raises(ConfigError, match="stacks policies of Linear, Conv2d, GRU and LSTM layers; the model's '1' "
                                           "is a LayerNorm"):
         stack_modules([torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.LayerNorm(5))])
+
+
+def test_a_model_of_several_members_computes_tanh_within_one_ulp_of_torch_and_its_gradient_from_its_output():
+    """StackedTanh (several members, on a CPU): numpy's tanh, each float32 within one ulp of
+    torch.tanh's, some of them not equal (else it would be torch's); its gradient is tanh's
+    formula on its own output; half floats take torch's tanh as it is. One member keeps
+    nn.Tanh (its solo run's call)."""
+    two = stack_modules([torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh()) for _ in range(2)])
+    one = stack_modules([torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh())])
+    assert type(two[1]) is StackedTanh and type(one[1]) is torch.nn.Tanh
+    torch.manual_seed(0)
+    x = torch.cat([torch.randn(50_000) * scale for scale in (0.01, 1.0, 10.0)]).requires_grad_()
+    y = two[1](x)
+    ulps = (y.detach().view(torch.int32).long() - torch.tanh(x.detach()).view(torch.int32).long()).abs()
+    assert ulps.max().item() == 1 and ulps.sum().item() > 0
+    grad = torch.randn_like(x)
+    y.backward(grad)
+    assert torch.equal(x.grad, torch.ops.aten.tanh_backward(grad, y.detach()))  # torch's tanh gradient kernel
+    torch.testing.assert_close(x.grad, grad * (1 - y.detach() ** 2))
+    with torch.no_grad():
+        assert torch.equal(two[1](x), y.detach())  # no graph: the same values
+    half = torch.randn(64, dtype=torch.bfloat16)
+    assert torch.equal(two[1](half), torch.tanh(half))
 
 
 def test_members_clip_their_gradients_alone():

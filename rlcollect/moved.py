@@ -67,6 +67,9 @@ MOVED_MODULES = {
     # issue 41: the compare tool's entry point and one import (analysis/api.py), beside the
     # comparison it computes (analysis/comparison.py); docs/compare.md, "From Python"
     "rlcollect.analysis.compare": "rlcollect.analysis.api",
+    # the W&B offline reader beside the W&B writer (logging/run_logger.py), which reads it when
+    # a run resumes (the rows its earlier parts lack); rlcollect.logging imports nothing of analysis
+    "rlcollect.analysis.wandb_offline": "rlcollect.logging.wandb_offline",
 }
 
 

@@ -4,7 +4,7 @@ Writes 100 run folders (4 settings x 25 seeds; config.yaml, .hydra/ with overrid
 hydra.yaml, summary.json, a metrics.jsonl of 200 rows with an evaluation on each) and,
 beside each, the same rows as a W&B offline run (``wandb/offline-run-*/run-*.wandb``,
 written record by record in wandb's own format with wandb's protobuf classes, as the
-reader in rlcollect.analysis.wandb_offline reads it). Then times ``compare_runs`` from the
+reader in rlcollect.logging.wandb_offline reads it). Then times ``compare_runs`` from the
 run folders and from the W&B files: loading, grouping, the mean ± std table and the
 interval estimates with 2,000 bootstrap resamples (no plot), and checks that both sources
 give the same report.

@@ -7,7 +7,7 @@ import pytest
 from commands import rlcollect, rlcollect_all, start_rlcollect
 from shm import leaked_since, shm_entries
 
-from rlcollect.analysis.wandb_offline import find_offline_runs, read_offline_run
+from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run
 
 TINY = ["total_frames=512", "collector.frames_per_batch=128", "algo.minibatch_size=64", "env.num_envs=4",
         "eval.every_frames=256", "eval.episodes=2", "algo.epochs=1", "progress=false"]

@@ -56,6 +56,7 @@ def test_the_moved_names_are_listed():
         "rlcollect.samplers.collectors": "rlcollect.rlpyt.sampler_collectors",
         "rlcollect.samplers.samplers": "rlcollect.rlpyt.samplers",
         "rlcollect.analysis.compare": "rlcollect.analysis.api",
+        "rlcollect.analysis.wandb_offline": "rlcollect.logging.wandb_offline",
     }
 
 

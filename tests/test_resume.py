@@ -8,10 +8,10 @@ import pytest
 import torch
 from commands import rlcollect, rlcollect_all, start_rlcollect
 
-from rlcollect.analysis.wandb_offline import find_offline_runs, read_offline_run
 from rlcollect.analysis.wandb_runs import load_wandb_runs, resumed_history
 from rlcollect.checkpoint import CHECKPOINT_FILE, load_checkpoint
 from rlcollect.logging.runs import load_run_dir
+from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run
 
 RUN = ["total_frames=12288", "collector.frames_per_batch=256", "checkpoint_every_frames=2048",
        "env.solved_return=1000000", "eval.every_frames=1024", "eval.episodes=2", "progress=false"]
@@ -44,8 +44,9 @@ def test_kill_9_then_resume_continues_frames_and_metrics_without_gap_or_duplicat
     assert summary["frames"] == 12288
     wandb_runs = [read_offline_run(path) for path in find_offline_runs(run_dir)]
     assert len(wandb_runs) == 2 and len({run.run_id for run in wandb_runs}) == 1  # the same W&B run, continued
-    resumed = next(run for run in wandb_runs if run.history and run.history[0]["_step"] > checkpointed - 1)
-    assert resumed.history[0]["_step"] == checkpointed + 256
+    # the resumed part: from the row after the last one the killed part's W&B writer had written
+    resumed = next(run for run in wandb_runs if run.history and run.history[-1]["_step"] == 12288)
+    assert resumed.history[0]["_step"] <= checkpointed + 256
     # the resumed part keeps the run's name, group and job type (a part killed before W&B flushed
     # its file has no records), and no other run folder was made
     assert {(run.name, run.group, run.job_type) for run in wandb_runs if run.history} == {
@@ -54,11 +55,47 @@ def test_kill_9_then_resume_continues_frames_and_metrics_without_gap_or_duplicat
     # read back from W&B, the parts are one run whose steps never go back, ending as the run folder does
     [from_wandb] = load_wandb_runs(run_dir)
     wandb_steps = [row["step"] for row in from_wandb.history]
-    assert wandb_steps == sorted(set(wandb_steps)) and wandb_steps[-1] == 12288
-    assert set(wandb_steps) <= set(steps(run_dir))
+    assert wandb_steps == steps(run_dir)  # every row, once
     from_folder = load_run_dir(run_dir)
     for key in ("frames", "final_eval_return"):
         assert from_wandb.summary[key] == from_folder.summary[key]
+
+
+@pytest.mark.timeout(300)
+def test_a_resumed_wandb_run_gets_the_rows_its_killed_writer_had_not_written(tmp_path):
+    """W&B writes its rows a little after metrics.jsonl: a run killed with SIGKILL can leave
+    its W&B file short of rows the checkpoint counts. Here the file is cut back (as the kill
+    would leave it) to the rows up to 2,048 of a run checkpointed at 4,096; the resume logs
+    the rows after 2,048 from metrics.jsonl, so the W&B run read back holds every row of the
+    folder, with its values."""
+    run_dir = tmp_path / "run"
+    options = [*RUN[1:], "hydra.run.dir=run"]
+    result = rlcollect(tmp_path, "train", "total_frames=4096", *options, timeout=240)
+    assert result.returncode == 0, result.stderr
+    [part] = find_offline_runs(run_dir)
+    data = part.read_bytes()
+    low, high = 0, len(data)  # the longest prefix whose rows end at 2,048 (a later record cut short is not read)
+    while low < high:
+        middle = (low + high + 1) // 2
+        part.write_bytes(data[:middle])
+        if max((row["_step"] for row in read_offline_run(part).history), default=0) <= 2048:
+            low = middle
+        else:
+            high = middle - 1
+    part.write_bytes(data[:low])
+    assert [row["step"] for row in load_wandb_runs(run_dir)[0].history] == list(range(256, 2048 + 1, 256))
+
+    result = rlcollect(tmp_path, "train", "resume=run", "total_frames=6144", timeout=240)
+    assert result.returncode == 0, result.stderr
+    folder_rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in folder_rows] == list(range(256, 6144 + 1, 256))
+    [from_wandb] = load_wandb_runs(run_dir)
+    assert [row["step"] for row in from_wandb.history] == [row["step"] for row in folder_rows]
+    for wandb_row, row in zip(from_wandb.history, folder_rows):
+        assert {key: wandb_row[key] for key in row} == row
+    # the resumed part holds the rows after 2,048 and none before
+    resumed = read_offline_run(find_offline_runs(run_dir)[-1])
+    assert resumed.history[0]["_step"] == 2048 + 256 and resumed.history[-1]["_step"] == 6144
 
 
 @pytest.mark.timeout(300)

@@ -16,10 +16,10 @@ from processes import descendants, wait_for
 from run_states import assert_equal_states, assert_same_summary_and_checkpoint, hashes, job_dirs, metric_rows
 from train_configs import train_configs as configs
 
-from rlcollect.analysis.wandb_offline import read_offline_run
 from rlcollect.checkpoint import load_checkpoint
 from rlcollect.commands.run_folders import hold_run_folder, release_run_folder
 from rlcollect.errors import ConfigError
+from rlcollect.logging.wandb_offline import read_offline_run
 from rlcollect.pipeline import build, resume, run
 from rlcollect.sweeps.run import build_sweep
 

@@ -18,13 +18,13 @@ from run_states import job_dirs
 from train_configs import train_configs as configs
 
 from rlcollect.algos.ppo import PPO
-from rlcollect.analysis.wandb_offline import read_offline_run
 from rlcollect.buffers.rollout import RolloutBuffer
 from rlcollect.checkpoint import load_checkpoint
 from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.config import register_configs
 from rlcollect.envs.gym_env import GymEnv
 from rlcollect.errors import ConfigError
+from rlcollect.logging.wandb_offline import read_offline_run
 from rlcollect.modules.actor_critic import ActorCritic
 from rlcollect.seeding import member_env_seeds
 from rlcollect.sweeps.grouping import check_sweep, member_options

@@ -9,9 +9,9 @@ import pytest
 from commands import rlcollect
 from hydra import compose, initialize_config_module
 
-from rlcollect.analysis.wandb_offline import find_offline_runs, read_offline_run
 from rlcollect.config import register_configs
 from rlcollect.envs.video import FrameRecorder
+from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run
 from rlcollect.testing import CountingEnv
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("imageio_ffmpeg") is None,

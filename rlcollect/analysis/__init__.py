@@ -9,12 +9,12 @@ rlcollect.logging (run folders) and W&B offline runs; rlcollect.logging imports 
     stats.py          interval estimators on arrays of run scores (IQM, ..., stratified bootstrap)
     report.py         a Comparison as text: table, markdown, csv, json, html
     plots.py          a Comparison's figures: learning curves, performance profile, P(X > Y)
-    wandb_offline.py  the W&B offline run file (run-*.wandb) reader
-    wandb_runs.py     W&B offline runs as RunRecords (compare --wandb)
+    wandb_runs.py     W&B offline runs as RunRecords (compare --wandb), read by rlcollect.logging.wandb_offline
 
     compare.py        deprecated: api.py's old name, its names warn and resolve there (rlcollect/moved.py)
+    wandb_offline.py  deprecated: moved to rlcollect.logging.wandb_offline
 
 Imports go down this list's reverse: api.py imports the others; report.py imports plots.py;
-plots.py and comparison.py import grouping.py and stats.py; wandb_runs.py imports wandb_offline.py.
+plots.py and comparison.py import grouping.py and stats.py.
 Importing this package imports nothing; its modules do not import torch.
 """

@@ -1,6 +1,6 @@
 """W&B offline runs as :class:`~rlcollect.logging.runs.RunRecord`: ``rlcollect compare --wandb DIR``.
 
-Each ``run-*.wandb`` file below a folder (read by :mod:`rlcollect.analysis.wandb_offline`)
+Each ``run-*.wandb`` file below a folder (read by :mod:`rlcollect.logging.wandb_offline`)
 becomes the RunRecord its run folder gives (:func:`rlcollect.logging.runs.load_run_dir`):
 the same config, the same metric rows (W&B's ``"_step"`` as ``"step"``), the summary
 computed by the same :func:`~rlcollect.logging.runs.summarize_history`; the parts of a
@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlcollect.analysis.wandb_offline import find_offline_runs, read_offline_run
 from rlcollect.logging.runs import (
     WANDB_DIR,
     CompareError,
@@ -26,6 +25,7 @@ from rlcollect.logging.runs import (
     summary_error,
     summary_status,
 )
+from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run
 
 __all__ = ["load_wandb_runs", "parse_override_dirname", "resumed_history"]
 

@@ -178,7 +178,7 @@ class WandbLogger(RunLogger):
     """A RunLogger that also logs every row to a W&B run (offline unless ``mode="online"``).
 
     Offline runs need no account and no network; read them back with
-    ``rlcollect.analysis.wandb_offline.read_offline_run``.
+    ``rlcollect.logging.wandb_offline.read_offline_run``.
     """
 
     def __init__(self, run_dir: str | Path, *, project: str, name: str | None = None,
@@ -206,6 +206,34 @@ class WandbLogger(RunLogger):
             wait_for_wandb()  # the service `rlcollect train` may have started early (logging/wandb_start.py)
             self._run = wandb.init(**self._init, settings=wandb.Settings(
                 console="off", save_code=False, disable_git=True, x_disable_stats=True, init_timeout=60, silent=True))
+            if self._start_frames:  # a resumed run
+                self._log_rows_after(self._last_logged_step())
+
+    def _last_logged_step(self) -> int:
+        """The last step the earlier parts of this W&B run hold (-1: none): online, the one
+        before the step W&B resumes it at; offline, the last of their files' rows."""
+        if self._init["mode"] == "online":
+            return self._run.starting_step - 1
+        from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run
+
+        this_part = Path(self._run.settings.sync_file).resolve()
+        steps = [-1]
+        for part in find_offline_runs(self.run_dir / "wandb"):
+            if part.name != f"run-{self._run.id}.wandb" or part.resolve() == this_part:
+                continue
+            try:
+                steps += [row.get("_step", -1) for row in read_offline_run(part).history]
+            except ValueError:  # a damaged part (compare --wandb names it): the rows of the others
+                continue
+        return max(steps)
+
+    def _log_rows_after(self, step: int) -> None:
+        """Log to W&B the metrics.jsonl rows after ``step``: those the run's earlier parts do
+        not hold because their writer had not written them when the process was killed
+        (metrics.jsonl, already cut back to the checkpoint, holds every row)."""
+        for _, row in json_lines(self.run_dir / METRICS_FILE):
+            if row["step"] > step:
+                self._run.log({key: value for key, value in row.items() if key != "step"}, step=row["step"])
 
     @property
     def run_id(self) -> str | None:

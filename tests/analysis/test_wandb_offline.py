@@ -1,4 +1,4 @@
-"""Round-trip real W&B offline runs through rlcollect.analysis.wandb_offline."""
+"""Round-trip real W&B offline runs through rlcollect.logging.wandb_offline."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 wandb = pytest.importorskip("wandb")
 
-from rlcollect.analysis.wandb_offline import (  # noqa: E402
+from rlcollect.logging.wandb_offline import (  # noqa: E402
     OfflineRun,
     find_offline_runs,
     read_offline_run,

@@ -559,7 +559,7 @@ def test_a_killed_driver_takes_its_local_ray_down_with_it(tmp_path):
 def test_cli_trains_ppo_on_cartpole_with_ray_actors_and_logs_their_episodes(tmp_path, ray_head):
     """`rlcollect train collector=ray env=cartpole`, joined to the module's head: PPO reaches
     the foundation bar (475), and the episode statistics computed in the actors reach W&B."""
-    from rlcollect.analysis.wandb_offline import find_offline_runs, read_offline_run
+    from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run
 
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     result = subprocess.run(

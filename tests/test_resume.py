@@ -1,5 +1,6 @@
 """Checkpoint and resume: a run killed with SIGKILL continues without gap or duplicate."""
 import json
+import shutil
 import signal
 import subprocess
 import time
@@ -62,17 +63,25 @@ def test_kill_9_then_resume_continues_frames_and_metrics_without_gap_or_duplicat
 
 
 @pytest.mark.timeout(300)
-def test_a_resumed_wandb_run_gets_the_rows_its_killed_writer_had_not_written(tmp_path):
+@pytest.mark.parametrize("lost", ["rows", "folder"])
+def test_a_resumed_wandb_run_gets_the_rows_its_killed_writer_had_not_written(tmp_path, lost):
     """W&B writes its rows a little after metrics.jsonl: a run killed with SIGKILL can leave
     its W&B file short of rows the checkpoint counts. Here the file is cut back (as the kill
     would leave it) to the rows up to 2,048 of a run checkpointed at 4,096; the resume logs
     the rows after 2,048 from metrics.jsonl, so the W&B run read back holds every row of the
-    folder, with its values."""
+    folder, with its values. A run whose wandb/ folder was deleted gets every row again."""
     run_dir = tmp_path / "run"
     options = [*RUN[1:], "hydra.run.dir=run"]
     result = rlcollect(tmp_path, "train", "total_frames=4096", *options, timeout=240)
     assert result.returncode == 0, result.stderr
     [part] = find_offline_runs(run_dir)
+    if lost == "folder":
+        shutil.rmtree(run_dir / "wandb")
+        result = rlcollect(tmp_path, "train", "resume=run", "total_frames=6144", timeout=240)
+        assert result.returncode == 0, result.stderr
+        [from_wandb] = load_wandb_runs(run_dir)
+        assert [row["step"] for row in from_wandb.history] == list(range(256, 6144 + 1, 256))
+        return
     data = part.read_bytes()
     low, high = 0, len(data)  # the longest prefix whose rows end at 2,048 (a later record cut short is not read)
     while low < high:

@@ -19,13 +19,14 @@ def output_path(option: str, path: str | os.PathLike[str]) -> Path:
     naming ``option`` for one of a run's own records, a folder, or a path whose folder
     cannot be made (its nearest existing folder is a file or not writable)."""
     path = Path(path)
-    owner = owning_run(path)
+    target = Path(os.path.realpath(path))  # the file written: symlinks followed, "missing/.." taken out
+    owner = owning_run(target)
     if owner is not None:
         run, record = owner
         raise ConfigError(f"{option} {path}: would overwrite the run in {run} (its {record}); write to another file")
-    if path.name in SWEEP_RECORDS and sweep_folder(path.parent):
-        raise ConfigError(f"{option} {path}: would overwrite the sweep in {path.parent} (its {path.name}); write to "
-                          "another file")
+    if target.name in SWEEP_RECORDS and sweep_folder(target.parent):
+        raise ConfigError(f"{option} {path}: would overwrite the sweep in {path.parent} (its {target.name}); write "
+                          "to another file")
     if path.is_dir():
         raise ConfigError(f"{option} {path}: is a folder; name a file")
     existing = next(folder for folder in path.absolute().parents if folder.exists())

@@ -84,6 +84,13 @@ def test_no_output_file_overwrites_a_run_s_own_records_and_each_is_checked_befor
         ("export", "run", "--format", "torchscript", "--out", "sweep/multirun.yaml"):
             "rlcollect export: --out sweep/multirun.yaml: would overwrite the sweep in sweep (its multirun.yaml); "
             "write to another file",
+        # through a folder not there yet and back (the folder would be made, then left): the file it names
+        ("eval", "run", "--out", "missing/../run/config.yaml"): f"rlcollect eval: --out missing/../run/config.yaml: "
+                                                              f"would overwrite the run in {run} (its config.yaml); "
+                                                              "write to another file",
+        ("export", "run", "--format", "onnx", "--out", "run/z/../summary.json"):
+            f"rlcollect export: --out run/z/../summary.json: would overwrite the run in {run} (its summary.json); "
+            "write to another file",
     }
     (folder / "sweep").mkdir(exist_ok=True)  # a sweep's folder: its multirun.yaml, what resume=<sweep> reads
     (folder / "sweep" / "multirun.yaml").write_text("hydra: {}\n")
@@ -96,6 +103,7 @@ def test_no_output_file_overwrites_a_run_s_own_records_and_each_is_checked_befor
         assert (result.returncode, result.stderr.splitlines()) == (2, [line])
     assert {path: path.read_bytes() for path in trained.rglob("*") if path.is_file()} == before
     assert (folder / "sweep" / "multirun.yaml").read_text() == "hydra: {}\n"
+    assert not (folder / "missing").exists() and not (run / "z").exists()
     # a path the system will not write (a file in /proc): found only as it is written, said in one line
     special = cli_all(folder, [["eval", "run", "--episodes", "1", "--out", "/proc/evals.json"],
                                ["compare", "run", "--plot", "/proc/curves.png"],

@@ -170,6 +170,14 @@ BAD_OPTIONS = [
      "collector=pool does not support collector.max_worker_restarts=1"),
     ("collector=multisync collector.envs_per_worker=-1", "collector.envs_per_worker=-1: must be >= 1"),
     ("device=cuda", "device=cuda: this machine or this torch build has no CUDA"),
+    ("algo=dqn buffer.storage.device=cuda", "buffer.storage.device=cuda: this machine or this torch build has no CUDA"),
+    ("algo=dqn collector=multisync buffer.storage.ndim=2",
+     "buffer.storage.ndim=2: collector=multisync's workers write into one shared buffer in no set order: use "
+     "buffer.storage.ndim=1"),
+    ("algo=dqn collector=pool collector.layout=flat buffer.storage.ndim=2",
+     "buffer.storage.ndim=2: collector=pool with collector.layout=flat yields batches of 1 batch dim: use ndim <= 1"),
+    ("collector=multisync env.backend=async",
+     "env.backend=async starts a process per env, which collector=multisync's worker processes cannot"),
     ("collector.cudagraph_policy=true",
      "collector.cudagraph_policy=true replays the policy as a CUDA graph: it needs the policy on cuda (device=cuda "
      "or collector.policy_device=cuda), not cpu"),

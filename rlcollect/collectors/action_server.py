@@ -30,7 +30,7 @@ import torch
 from tensordict import TensorDictBase
 from tensordict.nn import set_interaction_type
 
-from rlcollect.collectors.base import CollectionPlan, CollectorBase, check_env_device
+from rlcollect.collectors.base import CollectionPlan, CollectorBase, check_env_device, check_worker_env_backend
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import policy_param_device
 from rlcollect.collectors.options import (
@@ -112,9 +112,10 @@ class ActionServerCollector(CollectorBase):
 
     @classmethod
     def check_plan(cls, plan: CollectionPlan) -> None:
-        """Its envs step in worker processes, on the CPU: no env_device."""
+        """Its envs step in worker processes, on the CPU: no env_device, no async backend."""
         super().check_plan(plan)
         check_env_device(plan)
+        check_worker_env_backend(plan)
 
     def __init__(
         self,

@@ -63,6 +63,15 @@ def check_env_device(plan: CollectionPlan) -> None:
                           "collector.policy_device / collector.storing_device instead")
 
 
+def check_worker_env_backend(plan: CollectionPlan) -> None:
+    """A collector whose envs step in its (daemonic) worker processes cannot run the async
+    backend there, which starts a process per env."""
+    if plan.env_backend == "async":
+        raise ConfigError(f"env.backend=async starts a process per env, which collector={plan.name}'s worker "
+                          "processes cannot (they are daemonic): use env.backend=sync or list (the workers already "
+                          "step in parallel), or a collector that steps its envs in this process")
+
+
 class CollectorBase(ABC):
     """Iterating yields batches of ``frames_per_batch`` frames until ``total_frames``
     (``-1``: forever). Iterating again continues where the last iteration stopped."""

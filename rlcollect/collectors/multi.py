@@ -25,7 +25,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.choices import CAT_RESULTS
-from rlcollect.collectors.base import CollectionPlan, CollectorBase
+from rlcollect.collectors.base import CollectionPlan, CollectorBase, check_worker_env_backend
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.options import (
     OPTION_GROUPS,
@@ -59,6 +59,17 @@ class _MultiCollector(CollectorBase):
     hooks_run_in_process = False  # hooks run in the workers, on each worker's batch
     option_groups = OPTION_GROUPS  # what **options are routed to
     _preempt_flag: torch.Tensor | None = None  # MultiSync's preemption: workers end their batch when it is set
+
+    @classmethod
+    def check_plan(cls, plan: CollectionPlan) -> None:
+        """Its workers step their envs in daemonic processes (no async backend there) and
+        write into one shared replay buffer in no set order (a flat storage)."""
+        super().check_plan(plan)
+        check_worker_env_backend(plan)
+        if plan.storage_ndim is not None and plan.storage_ndim > 1:
+            raise ConfigError(f"buffer.storage.ndim={plan.storage_ndim}: collector={plan.name}'s workers write into "
+                              "one shared buffer in no set order: use buffer.storage.ndim=1, with "
+                              "buffer.trajs_per_batch to keep trajectories whole (docs/data-layout.md)")
 
     def __init__(
         self,

@@ -46,7 +46,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import set_interaction_type
 
 from rlcollect.choices import POOL_LAYOUTS as LAYOUTS
-from rlcollect.collectors.base import CollectionPlan, CollectorBase, check_env_device
+from rlcollect.collectors.base import CollectionPlan, CollectorBase, check_env_device, check_worker_env_backend
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.devices import as_device, policy_param_device
 from rlcollect.collectors.options import (
@@ -151,7 +151,13 @@ class PoolCollector(CollectorBase):
         super().check_plan(plan)
         options = plan.options
         check_env_device(plan)
+        check_worker_env_backend(plan)
         layout = options.get("layout", "flat")  # one of LAYOUTS: the config's choices (config.check_ranges)
+        dims = 1 if layout == "flat" else 2  # its batches: steps [N], or env rows [P, T]
+        if plan.storage_ndim is not None and plan.storage_ndim > dims:
+            raise ConfigError(f"buffer.storage.ndim={plan.storage_ndim}: collector={plan.name} with "
+                              f"collector.layout={layout} yields batches of {dims} batch dim{'s' * (dims > 1)}: use "
+                              f"ndim <= {dims}")
         if plan.on_policy and layout != "per_env":
             raise ConfigError(f"collector={plan.name} with collector.layout=flat yields steps grouped by env, in "
                               f"unequal numbers; algo={plan.algo}'s rollout buffer needs one row per env: use "

@@ -46,6 +46,13 @@ class WorkerLost(Exception):
         self.found: list = []  # WorkerProcesses.ready: the other workers' messages
 
 
+def raised_message(traceback_text: str) -> str:
+    """What a worker that shipped ``traceback_text`` raised: its exception's line first (the
+    line a one-line error shows), then the traceback."""
+    lines = [line for line in traceback_text.strip().splitlines() if line.strip()]
+    return f"raised an exception: {lines[-1].strip() if lines else '(no message)'}\n{traceback_text}"
+
+
 def initialize_worker(seed: int | None = None, torch_threads: int | None = 1,
                       cpus: Sequence[int] | None = None) -> None:
     """Set up a worker process (rlpyt's ``initialize_worker``): ignore SIGINT (the main
@@ -194,7 +201,7 @@ class WorkerProcesses:
         """The worker's next message, which must be ``expect`` (else: fail with its error)."""
         message = self.recv(worker_id)
         if message[0] == "error":
-            self.fail(worker_id, f"raised an exception:\n{message[1]}", kind="raised")
+            self.fail(worker_id, raised_message(message[1]), kind="raised")
         if message[0] != expect:
             self.fail(worker_id, f"sent {message[0]!r} while {expect!r} was expected", kind="protocol")
         return message
@@ -227,7 +234,7 @@ class WorkerProcesses:
         else with how it died."""
         message = self.recv(worker_id)  # fails with the death message when there is none
         if message[0] == "error":
-            self.fail(worker_id, f"raised an exception:\n{message[1]}", kind="raised")
+            self.fail(worker_id, raised_message(message[1]), kind="raised")
         self.fail(worker_id, f"sent {message[0]!r} and stopped serving", kind="protocol")
 
     def fail(self, worker_id: int, message: str, kind: str = "died") -> NoReturn:

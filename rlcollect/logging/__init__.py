@@ -1,6 +1,6 @@
 """Run records: writing them (run_logger.py: metrics.jsonl and Weights & Biases) and reading
-run folders back (runs.py) and W&B's offline files (wandb_offline.py). Comparing runs is rlcollect.analysis, which reads these; nothing
-here imports it.
+run folders back (runs.py) and W&B's offline files (wandb_offline.py). Comparing runs is
+rlcollect.analysis, which reads these; nothing here imports it.
 
 Names load on first access, so `rlcollect compare` (which imports logging.runs) does not import torch.
 """

@@ -208,12 +208,13 @@ def check_values(cfg: DictConfig) -> None:
     for env_id, frames in (every.items() if hasattr(every, "items") else [(None, every)]):
         if frames is not None:
             check_positive_int("eval.every_frames" + (f".{env_id}" if env_id else ""), frames)
+    storage = cfg.buffer.get("storage")
     devices = {"device": cfg.device, **{f"collector.{key}": cfg.collector.get(key)
-                                        for key in ("policy_device", "env_device", "storing_device")}}
+                                        for key in ("policy_device", "env_device", "storing_device")},
+               "buffer.storage.device": storage.get("device") if storage is not None else None}
     for key, device in devices.items():
         if device is not None:
             check_device(key, device)
-    storage = cfg.buffer.get("storage")
     sampler = cfg.buffer.get("sampler")
     if cfg.algo.get("prioritized") and sampler is not None and not issubclass(
             target_class(sampler, "buffer.sampler"), (RandomSampler, PrioritizedSampler)):

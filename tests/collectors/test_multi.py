@@ -140,6 +140,9 @@ def test_env_error_names_the_worker_and_carries_the_traceback(no_leftovers):
     with pytest.raises(WorkerError, match=message) as info:
         next(iter(collector))
     assert info.value.worker_id == 1
+    # its first line (what a one-line error shows) names the exception, its traceback follows
+    assert str(info.value).splitlines()[0] == (
+        "collector worker 1: raised an exception: RuntimeError: ErrorAfterEnv: step 3 fails by design")
     assert collector._shut_down and not any(p.is_alive() for p in collector._processes)
 
 

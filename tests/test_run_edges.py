@@ -526,10 +526,36 @@ def test_a_second_ctrl_c_during_the_checkpoint_save_is_one_line_and_keeps_the_la
     assert [row["step"] for row in read_jsonl(run / "metrics.jsonl")] == [128, 256, 384, 512, 640]
 
 
+def test_a_run_that_fails_while_learning_its_first_batch_claims_no_speed_and_no_checkpoint(tmp_path):
+    """The learner fails on the first batch: no batch was trained, so summary.json has 0
+    seconds and no frames per second (not 128 frames over 1e-9 s), and the run has no
+    checkpoint to resume from (that batch was not learnt from)."""
+    from train_configs import train_configs
+
+    from rlcollect.pipeline import build, run
+
+    [cfg] = train_configs(["total_frames=512", "collector.frames_per_batch=128", "algo.minibatch_size=64",
+                           "env.num_envs=4", "logger=none", "progress=false", "eval.episodes=1"])
+    pipeline = build(cfg, tmp_path / "run")
+
+    def failing_learn(batch, frames):
+        raise RuntimeError("the learner's own bug")
+
+    pipeline.learner.learn = failing_learn
+    with pytest.raises(RuntimeError, match="the learner's own bug"):
+        run(pipeline)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["status"], summary["frames"], summary["seconds"], summary["frames_per_second"],
+            summary["checkpoint_frames"]) == ("failed", 128, 0, None, None)
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+
+
 def test_a_run_that_fails_while_learning_keeps_the_training_time_of_its_batches(tmp_path):
     """The learner fails on the second batch, after its collection row was written: the run
     failed, and summary.json's seconds are the first batch's row time (its training so far),
-    not the seconds before it started."""
+    not the seconds before it started. Its last checkpoint is the first batch's: the second
+    was not learnt from, so a resume collects it again (a final checkpoint at 256 would
+    leave it out, its row missing)."""
     from train_configs import train_configs
 
     from rlcollect.pipeline import build, run
@@ -552,3 +578,4 @@ def test_a_run_that_fails_while_learning_keeps_the_training_time_of_its_batches(
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert (summary["status"], summary["frames"], [row["step"] for row in rows]) == ("failed", 256, [128, 256])
     assert summary["seconds"] == rows[0]["time"] > 0
+    assert summary["checkpoint_frames"] == int(load_checkpoint(tmp_path / "run" / "checkpoint.pt")["frames"]) == 128

@@ -135,6 +135,7 @@ class Session:
         self.closed = False
         self.final_failure: DiskFullError | None = None  # a full disk refused the final checkpoint of a run that ended
         self.logged: float | None = None  # the time of the last batch row this session wrote
+        self.completed = pipeline.collector.frames  # the frames of the last batch learnt from
 
     def seconds(self) -> float:
         return self.p.progress.seconds_before + time.perf_counter() - self.start
@@ -146,6 +147,7 @@ class Session:
         self.start = self.checkpointed_at = time.perf_counter()
         p.logger.start_clock(p.progress.seconds_before)  # metrics' "time" and the summary share one clock
         self.phases.restart(p.collector.frames, p.progress.phase_seconds)
+        self.completed = p.collector.frames
 
     def after_batch(self, batch: TensorDictBase | None, frames: int) -> bool:
         """Learn from the batch that brought the run to ``frames``, log, evaluate and
@@ -163,6 +165,7 @@ class Session:
         p.logger.log({f"train/{k}": v for k, v in metrics.items()}, step=frames)
         check_finite(p, metrics, frames, batch)  # before any checkpoint of this batch: none is poisoned
         p.collector.update_policy_weights_()
+        self.completed = frames
         phases.end("train")
         self.bar.update(frames - self.bar.n)
         postfix = {"fps": f"{frames / self.seconds():.0f}"}
@@ -238,7 +241,7 @@ class Session:
         # training time: to the end of the last batch's work (its row's time), the final checkpoint not counted;
         # a session that trained no batch (a resume stopped at once) adds none
         seconds = p.progress.seconds_before if self.logged is None else self.logged
-        if keeps_final_checkpoint(p, self.error):
+        if keeps_final_checkpoint(p, self.error, self.completed):
             full = save_final_checkpoint(p, seconds, self.phases.totals())
             if full is not None and self.error is None:  # the run's end is not saved: it failed, as mid-run
                 self.failed(full)
@@ -247,7 +250,7 @@ class Session:
         summary["frames"] = p.collector.frames
         summary["checkpoint_frames"] = p.checkpoint_frames
         summary["seconds"] = seconds
-        summary["frames_per_second"] = summary["frames"] / max(summary["seconds"], 1e-9)
+        summary["frames_per_second"] = summary["frames"] / seconds if seconds > 0 else None
         summary.update({f"seconds_{name}": value for name, value in self.phases.totals().items()})
         (p.run_dir / SUMMARY_FILE).write_text(strict_json(summary))
         p.close(exit_code=0 if self.status in ENDED_STATUSES else 1)
@@ -314,13 +317,18 @@ def skip_evaluation(summary: dict, phases: Phases, share: float) -> None:
     summary["evaluations_skipped"] = summary.get("evaluations_skipped", 0) + 1
 
 
-def keeps_final_checkpoint(p: Pipeline, error: BaseException | None) -> bool:
+def keeps_final_checkpoint(p: Pipeline, error: BaseException | None, completed: int) -> bool:
     """Whether a run that ends with ``error`` (None: it finished, was solved or stopped on a
     signal) gets a checkpoint at its final frame: every run that collected frames past its
     last checkpoint, except one that diverged (its weights are not finite: the last
-    checkpoint stays the last good one), was stopped at once by a second Ctrl-C, or could
-    not write its checkpoint to a full disk (the same write would fail again)."""
+    checkpoint stays the last good one), was stopped at once by a second Ctrl-C, could not
+    write its checkpoint to a full disk (the same write would fail again), or failed before
+    it learnt from its last batch (``completed``, the frames of the last batch learnt from,
+    short of the collector's): a resume from there would leave that batch out; it resumes
+    from the last checkpoint and collects it again."""
     if isinstance(error, (DivergedError, KeyboardInterrupt, DiskFullError)) or not p.opened:
+        return False
+    if error is not None and p.collector.frames != completed:
         return False
     return p.collector.frames > 0 and p.checkpoint_frames != p.collector.frames
 

@@ -117,6 +117,30 @@ def sweep_runs(folder: str | os.PathLike[str]) -> list[Path]:
     return sorted(found, key=lambda path: (job_number(folder, path), str(path)))
 
 
+def record_below(folder: str | os.PathLike[str], depth: int = 4, budget: int = 5_000) -> Path | None:
+    """The first run or sweep folder below ``folder`` (not ``folder`` itself), searched
+    breadth first to ``depth`` levels (a Hydra sweep's jobs lie 3 below ``multirun/``),
+    over at most ``budget`` folders (a folder as large as a home holds, searched no
+    further); symbolic links not followed. None: none found."""
+    level, seen = [Path(folder)], 0
+    for _ in range(depth):
+        below = []
+        for parent in level:
+            try:
+                children = sorted(entry.path for entry in os.scandir(parent) if entry.is_dir(follow_symlinks=False))
+            except OSError:
+                continue
+            for child in map(Path, children):
+                if run_files(child) or sweep_folder(child):
+                    return child
+                seen += 1
+                if seen >= budget:
+                    return None
+                below.append(child)
+        level = below
+    return None
+
+
 def job_number(sweep: str | os.PathLike[str], run_dir: str | os.PathLike[str]) -> int:
     """The job number of the run in ``run_dir`` of the sweep in ``sweep``: the prefix of the
     folder Hydra made for it there (``<job number>_<overrides>``)."""

@@ -288,9 +288,14 @@ def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):
         (2, ["rlcollect train: invalid configuration: hydra.sweep.dir=runs/run/wandb/sweep is inside the run in "
              "runs/run (its wandb): sweep into another folder (hydra.sweep.dir=<new folder>)"])]
     # nor into a sweep's folder, nor below a run's or a sweep's (compare and resume=<sweep> would count them in)
+    (tmp_path / "link").symlink_to("nowhere")
     nested = cli_all(tmp_path, [["train", *TINY, "logger=none", f"hydra.run.dir={folder}"]
                                 for folder in ("runs/sweep", "runs/sweep/extra", "runs/run/sub", "notes.txt/run")]
-                     + [["train", "--multirun", "seed=0", *TINY, "logger=none", "hydra.sweep.dir=runs/sweep/inner"]])
+                     + [["train", "--multirun", "seed=0", *TINY, "logger=none", "hydra.sweep.dir=runs/sweep/inner"]]
+                     # nor above them (compare of the folder would read them as one), nor through a dangling link
+                     + [["train", *TINY, "logger=none", "hydra.run.dir=runs"],
+                        ["train", "--multirun", "seed=0", *TINY, "logger=none", "hydra.sweep.dir=runs"],
+                        ["train", *TINY, "logger=none", "hydra.run.dir=link/run"]])
     assert [(result.returncode, result.stderr.splitlines()) for result in nested] == [
         (2, ["rlcollect train: invalid configuration: hydra.run.dir=runs/sweep holds a sweep (its multirun.yaml): "
              "continue it with `rlcollect train resume=runs/sweep`, or train a new run in another folder "
@@ -302,8 +307,15 @@ def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):
         (2, ["rlcollect train: invalid configuration: hydra.run.dir=notes.txt/run: notes.txt is a file, not a folder: "
              "train a new run in a folder (hydra.run.dir=<new folder>)"]),
         (2, ["rlcollect train: invalid configuration: hydra.sweep.dir=runs/sweep/inner is inside the sweep in "
-             "runs/sweep: sweep into another folder (hydra.sweep.dir=<new folder>)"])]
+             "runs/sweep: sweep into another folder (hydra.sweep.dir=<new folder>)"]),
+        (2, ["rlcollect train: invalid configuration: hydra.run.dir=runs holds the run in runs/run: train a new run "
+             "in a folder of its own (hydra.run.dir=<new folder>)"]),
+        (2, ["rlcollect train: invalid configuration: hydra.sweep.dir=runs holds the run in runs/run: sweep into a "
+             "folder of its own (hydra.sweep.dir=<new folder>)"]),
+        (2, ["rlcollect train: invalid configuration: hydra.run.dir=link/run: link is a symbolic link to nowhere, "
+             "which does not exist: train a new run in a folder (hydra.run.dir=<new folder>)"])]
     assert hashes(tmp_path) == before
+    assert not (tmp_path / "link").exists() and (tmp_path / "link").is_symlink()
 
 
 # ---------------------------------------------------------------------------- errors said as whose they are

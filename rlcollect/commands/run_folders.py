@@ -12,7 +12,16 @@ from omegaconf import DictConfig
 
 from rlcollect.commands.jobs import Job, folder_label, hydra_files, resume_command
 from rlcollect.errors import ConfigError
-from rlcollect.run_files import CONFIG_FILE, SWEEP_FILE, job_folders, owning_run, run_files, sweep_folder, sweep_runs
+from rlcollect.run_files import (
+    CONFIG_FILE,
+    SWEEP_FILE,
+    job_folders,
+    owning_run,
+    record_below,
+    run_files,
+    sweep_folder,
+    sweep_runs,
+)
 
 
 class RefusedBeforeStart(BaseException):
@@ -63,6 +72,7 @@ class RunFolders(Callback):
             raise RefusedBeforeStart(ConfigError(
                 f"hydra.run.dir={folder} holds a sweep (its {SWEEP_FILE}): continue it with "
                 f"`{resume_command(folder)}`, or train a new run in another folder (hydra.run.dir=<new folder>)"))
+        refuse_records_below(folder, "hydra.run.dir", "train a new run in")
         STARTING.job = Job(folder, False, list(config.hydra.overrides.task), hydra_files(config.hydra, folder))
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
@@ -74,6 +84,7 @@ class RunFolders(Callback):
                 f"hydra.sweep.dir={folder} holds the runs of an earlier sweep ({len(jobs)} run folder"
                 f"{'s' if len(jobs) > 1 else ''}): continue it with `{resume_command(folder)}` (one run: "
                 f"resume={folder}/<its folder>), or sweep into another folder (hydra.sweep.dir=<new folder>)"))
+        refuse_records_below(folder, "hydra.sweep.dir", "sweep into")
         STARTING.sweep_dir = folder
         STARTING.sweep_made = next((path for path in reversed([folder, *folder.parents]) if not path.exists()), None)
         STARTING.sweep_file_new = not (folder / SWEEP_FILE).exists()
@@ -109,6 +120,11 @@ def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
     among another run's records (its videos/, wandb/, .hydra/ ...), or inside another run's
     or sweep's folder; ``what``: what the command does there ("train a new run in", "sweep
     into")."""
+    dangling = next((path for path in (folder, *folder.parents) if path.is_symlink() and not path.exists()), None)
+    if dangling is not None:  # the folder would be made where the link points: nowhere
+        raise RefusedBeforeStart(ConfigError(
+            f"{key}={folder}: {dangling} is a symbolic link to {os.readlink(dangling)}, which does not "
+            f"exist: {what} a folder ({key}=<new folder>)"))
     existing = next(path for path in (folder.absolute(), *folder.absolute().parents) if path.exists())
     if not existing.is_dir():
         raise RefusedBeforeStart(ConfigError(
@@ -129,6 +145,18 @@ def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
         kind = "sweep" if sweep_folder(outer) else "run"
         raise RefusedBeforeStart(ConfigError(
             f"{key}={folder} is inside the {kind} in {folder_label(outer)}: {what} another folder "
+            f"({key}=<new folder>)"))
+
+
+def refuse_records_below(folder: Path, key: str, what: str) -> None:
+    """RefusedBeforeStart when a folder below ``folder`` holds a run or a sweep
+    (``run_files.record_below``): this run's files would sit above theirs, and compare or
+    resume of ``folder`` would read them as one."""
+    inner = record_below(folder)
+    if inner is not None:
+        kind = "sweep" if sweep_folder(inner) else "run"
+        raise RefusedBeforeStart(ConfigError(
+            f"{key}={folder} holds the {kind} in {folder_label(inner)}: {what} a folder of its own "
             f"({key}=<new folder>)"))
 
 

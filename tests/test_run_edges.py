@@ -538,6 +538,33 @@ def test_a_second_ctrl_c_during_the_checkpoint_save_is_one_line_and_keeps_the_la
     assert [row["step"] for row in read_jsonl(run / "metrics.jsonl")] == [128, 256, 384, 512, 640]
 
 
+@pytest.mark.parametrize("stop_at, status", [(128, "interrupted"), (256, "finished")])
+def test_a_stop_that_comes_with_the_last_batch_leaves_the_run_finished(tmp_path, stop_at, status):
+    """A stop (SIGINT, SIGTERM, a sweep's Ctrl-C) asked for while a batch is learnt from ends
+    the run after that batch, interrupted; with its last batch, the run has trained all its
+    frames and been evaluated: finished (compare counts it)."""
+    import threading
+
+    from train_configs import train_configs
+
+    from rlcollect.pipeline import build, run
+
+    [cfg] = train_configs(["total_frames=256", "collector.frames_per_batch=128", "algo.minibatch_size=64",
+                           "env.num_envs=4", "logger=none", "progress=false", "eval.episodes=1"])
+    pipeline = build(cfg, tmp_path / "run")
+    learn, stop = pipeline.learner.learn, threading.Event()
+
+    def learn_then_stop(batch, frames):
+        if frames == stop_at:
+            stop.set()
+        return learn(batch, frames)
+
+    pipeline.learner.learn = learn_then_stop
+    run(pipeline, stop)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert (summary["status"], summary["frames"], summary["checkpoint_frames"]) == (status, stop_at, stop_at)
+
+
 def test_a_run_that_fails_while_learning_its_first_batch_claims_no_speed_and_no_checkpoint(tmp_path):
     """The learner fails on the first batch: no batch was trained, so summary.json has 0
     seconds and no frames per second (not 128 frames over 1e-9 s), and the run has no

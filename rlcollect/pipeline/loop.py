@@ -203,8 +203,8 @@ class Session:
         if solved:
             self.status = SOLVED
             return True
-        if self.stop is not None and self.stop.is_set():  # SIGINT / SIGTERM: this batch is the last
-            self.status = INTERRUPTED
+        if self.stop is not None and self.stop.is_set() and not last:  # SIGINT / SIGTERM: this batch is the last
+            self.status = INTERRUPTED  # (a stop that comes with the run's last batch leaves it finished)
             return True
         return False
 

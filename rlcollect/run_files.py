@@ -52,6 +52,7 @@ FAILED = "failed"  # failed while building or training (its error, and error.log
 REFUSED = "refused"  # a sweep job whose config was refused before it was built
 # ended as asked: compare counts them, a study is told their value, a resume extends them only with more total_frames
 ENDED_STATUSES = (FINISHED, SOLVED)
+RUNNING = "running"  # not written: a run folder that a process holds now (``held``), whatever its summary.json says
 
 
 def owning_run(path: str | os.PathLike[str]) -> tuple[Path, str] | None:
@@ -145,3 +146,17 @@ def job_number(sweep: str | os.PathLike[str], run_dir: str | os.PathLike[str]) -
     """The job number of the run in ``run_dir`` of the sweep in ``sweep``: the prefix of the
     folder Hydra made for it there (``<job number>_<overrides>``)."""
     return int(Path(run_dir).relative_to(sweep).parts[0].split("_", 1)[0])
+
+
+def held(folder: str | os.PathLike[str]) -> bool:
+    """Whether a process holds ``folder`` now (the exclusive ``flock`` that ``rlcollect
+    train`` takes on a run or sweep folder while it trains or resumes it): read from
+    /proc/locks, taking no lock itself (a lock taken to test would refuse a resume starting
+    that instant). False where the system lists no locks there (not Linux)."""
+    try:
+        stat = os.stat(folder)
+        with open("/proc/locks", encoding="ascii") as locks:
+            listed = locks.read().split()
+    except OSError:
+        return False
+    return f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}" in listed

@@ -31,8 +31,10 @@ from rlcollect.run_files import (
     METRICS_FILE,
     OVERRIDES_FILE,
     RUN_FILES,
+    RUNNING,
     SUMMARY_FILE,
     WANDB_DIR,
+    held,
     run_files,
 )
 
@@ -206,7 +208,11 @@ def hydra_choices(run_dir: Path) -> dict[str, str]:
 
 
 def summary_status(run_dir: Path) -> str | None:
-    """summary.json's ``status``, or None without the file (or the key)."""
+    """summary.json's ``status``, or None without the file (or the key); ``running`` for a
+    run that a process trains or resumes now (its summary.json says how its last part
+    ended, not how this one will)."""
+    if held(run_dir):
+        return RUNNING
     return _summary_entry(run_dir, "status")
 
 

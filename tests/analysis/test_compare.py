@@ -7,6 +7,7 @@ import csv
 import io
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -371,14 +372,25 @@ def test_a_run_interrupted_while_starting_is_listed_apart(four_seeds):
 
 def test_only_finished_or_solved_runs_count_the_others_are_listed_with_their_status(four_seeds):
     """A run killed with SIGKILL (no summary.json) or still running counts no more than a
-    cleanly interrupted one: one rule, finished or solved, and each run left out says why."""
+    cleanly interrupted one: one rule, finished or solved, and each run left out says why.
+    A run being resumed (its folder held by the process that trains it, its summary.json
+    still saying how its last part ended) is running."""
+    import fcntl
+
     from rlcollect.analysis.api import compare
     from rlcollect.analysis.report import render_comparison
 
     write_run(four_seeds, "e_killed", ["algo.lr=0.001"], [100.0], lr=0.001, status=None, seed=7)
-    write_run(four_seeds, "f_running", ["algo.lr=0.0003"], [100.0], lr=0.0003, status="running", seed=8)
+    write_run(four_seeds, "f_running", ["algo.lr=0.0003"], [100.0], lr=0.0003, status="finished", seed=8)
     write_run(four_seeds, "g_solved", ["algo.lr=0.0003"], [0.0, 100.0], lr=0.0003, status="solved", seed=4)
-    comparison = compare(load_runs([four_seeds]), reps=200)
+    assert [run.status for run in load_runs([four_seeds / "f_running"])] == ["finished"]
+    holding = os.open(four_seeds / "f_running", os.O_RDONLY | os.O_DIRECTORY)  # as `rlcollect train resume=` holds it
+    fcntl.flock(holding, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        comparison = compare(load_runs([four_seeds]), reps=200)
+    finally:
+        os.close(holding)
+    assert [run.status for run in load_runs([four_seeds / "f_running"])] == ["finished"]
     assert [(group.label, sorted(run.path.name for run in group.runs)) for group in comparison.groups] == [
         ("algo.lr=0.0003", ["a0", "a1", "a2", "a3", "g_solved"]), ("algo.lr=0.001", ["b0", "b1", "b2", "b3"])]
     assert [(item.path.name, item.reason) for item in comparison.excluded] == [

@@ -278,5 +278,16 @@ def test_a_pbt_sweep_writes_its_events_settings_and_parents_and_repeats_exactly(
     resumed_summary = json.loads((members[replaced] / "summary.json").read_text())
     assert resumed_summary["frames"] == 2304 and resumed_summary["pbt_settings"] == {"algo.lr": lrs[replaced]}
     [unchanged] = [number for number in range(4) if lr_of[number] == lrs[number]][:1]
-    resumed = cli(tmp_path / "a", "train", f"resume={members[unchanged]}", "total_frames=2304")
+    resumed = cli(tmp_path / "a", "train", f"resume={members[unchanged]}", "total_frames=2560")
     assert resumed.returncode == 0 and "population-based training" not in resumed.stdout, resumed.stderr
+    # the sweep resumed: each member at a frame of its own resumes alone, the others on as a population
+    resumed = cli(tmp_path / "a", "train", "resume=sw", "total_frames=2816")
+    assert resumed.returncode == 0, resumed.stderr
+    others = sorted(set(range(4)) - {replaced, unchanged})
+    for number, frames in ((replaced, 2304), (unchanged, 2560)):
+        assert (f"job #{number} resumes alone at frame {frames}: no other member of its population is at that frame"
+                in resumed.stdout)
+    assert f"jobs #{others[0]}, #{others[1]} resume at frame 2048 as one batched model of 2 members" in resumed.stdout
+    for member in members:
+        summary = json.loads((member / "summary.json").read_text())
+        assert (summary["status"], summary["frames"]) == ("finished", 2816)

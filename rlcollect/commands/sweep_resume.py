@@ -202,15 +202,17 @@ def resume_members(folder: Path, members: list[Member], launcher: DictConfig | N
             continue
         # population-based training exchanges weights within one process
         model_processes = 1 if pbt.on else processes or launcher.get("processes") or 1
-        failed |= resume_models(folder, group_members, pbt, model_processes)
+        failed |= resume_models(folder, group_members, pbt, model_processes, run_args)
     return failed
 
 
-def resume_models(folder: Path, members: list[Member], pbt: PBTOptions, processes: int) -> bool:
+def resume_models(folder: Path, members: list[Member], pbt: PBTOptions, processes: int, run_args: list[str]) -> bool:
     """Members that would share a model, resumed as models of the members at one checkpoint
     frame each (a sweep stopped while its processes were at other batches: each process's
     share), as many at once as ``processes`` allows, each in processes of its own; whether
-    one failed."""
+    one failed. A member of a population-based training sweep that no other member shares
+    a frame with (it was resumed alone, or fell back to an older checkpoint) resumes alone,
+    with the settings PBT last gave it (``run_args``: the resume's overrides)."""
     from rlcollect.commands.batched_launch import shares
 
     by_frames: dict[int, list[Member]] = {}
@@ -218,6 +220,12 @@ def resume_models(folder: Path, members: list[Member], pbt: PBTOptions, processe
         by_frames.setdefault(member.frames, []).append(member)
     models = list(by_frames.values())
     failed = False
+    if pbt.on:
+        for [member] in [model for model in models if len(model) == 1]:
+            log.info("job %s resumes alone at frame %d: no other member of its population is at that frame",
+                     numbers_of([member]), member.frames)
+            failed |= resume_alone(member, run_args)
+        models = [model for model in models if len(model) > 1]
     for start in range(0, len(models), processes):
         wave = models[start:start + processes]
         each = max(1, processes // len(wave))  # the processes each model of this wave trains in

@@ -673,6 +673,38 @@ def test_ctrl_c_at_any_point_of_the_start_is_one_line_exit_130_and_leaves_no_fol
         assert sorted(path.name for path in folder.iterdir()) == ["ctrl_c_at.txt"], point
 
 
+CTRL_C_IN_A_STARTING_WORKER = """
+# Ctrl-C as a terminal sends it, to the command and to a collector worker while the worker (a spawned
+# interpreter) still imports torch
+import os
+import signal
+import sys
+
+if "--multiprocessing-fork" in sys.argv:
+    def ctrl_c(event, args):
+        if event == "import" and args[0] == "torch":
+            os.kill(os.getppid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    sys.addaudithook(ctrl_c)
+else:
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal (pytest may run with it ignored)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_while_a_collectors_workers_start_is_one_line_without_their_tracebacks(tmp_path):
+    """A worker starts with SIGINT blocked, so a Ctrl-C that reaches it while its interpreter
+    imports is not a KeyboardInterrupt traceback of its own: the command says its one line."""
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text(CTRL_C_IN_A_STARTING_WORKER)
+    [stopped] = rlcollect_all(tmp_path, [(["train", *TINY, "collector=multisync", "collector.num_workers=2",
+                                           "logger=none", "hydra.run.dir=run"], tmp_path / "hooks")])
+    assert stopped.returncode == 130, stopped.stderr
+    assert stopped.stderr.splitlines() == ["rlcollect train: interrupted while starting, before the first batch"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["hooks"]
+
+
 @pytest.mark.timeout(300)
 def test_ctrl_c_while_a_sweeps_first_job_loads_names_the_sweeps_resume_which_trains_every_job(tmp_path):
     """Ctrl-C while job 0 of a sweep loads torch: its folder keeps Hydra's records and

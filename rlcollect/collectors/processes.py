@@ -130,7 +130,14 @@ class WorkerProcesses:
         index = len(self.processes) if worker_id is None else worker_id
         process = self.mp_context.Process(target=target, args=(handoff, worker_end), daemon=True,
                                           name=f"{self._name}-{index}")
-        process.start()
+        # started with SIGINT blocked (a mask the child keeps): a Ctrl-C while it starts (its interpreter, its
+        # imports) is the main process's to act on, not a KeyboardInterrupt traceback of the worker's, which
+        # then ignores SIGINT (initialize_worker); here the signal waits until the start is done
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         handoff.clear()
         worker_end.close()
         if worker_id is None:

@@ -194,6 +194,8 @@ def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_polic
     from rlcollect.seeding import eval_seed
 
     run = train(tmp_path, "run", *PPO)
+    (tmp_path / "user").mkdir()  # a config.yaml alone (copied, say) is no run to evaluate
+    shutil.copy(run / "config.yaml", tmp_path / "user" / "config.yaml")
     result, missing, not_a_run = cli_all(tmp_path, [["eval", "run", "--episodes", "3", "--format", "json"],
                                                     ["eval", "run", "--checkpoint", "nothing.pt"],
                                                     ["eval", str(tmp_path / "user")]])
@@ -214,7 +216,7 @@ def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_polic
         ["eval", "run", "--episodes", "2", "env.max_episode_steps=20"],
         ["eval", "run", "--episodes", "2", "env.max_episode_steps=0"]])
     assert (out_of_range.returncode, out_of_range.stderr.splitlines()) == (  # as train says it: the user's mistake
-        2, ["rlcollect eval: env.max_episode_steps=0: must be >= 1"])
+        2, ["rlcollect eval: run: env.max_episode_steps=0: must be >= 1"])  # named by its run
     assert best.returncode == 0, best.stderr
     [best_row] = json.loads(best.stdout)
     assert best_row["frames"] == int(load_checkpoint(run / "best.pt")["frames"]) and best_row["seed"] == 7
@@ -236,7 +238,9 @@ def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_polic
 
     assert missing.returncode == 2
     assert missing.stderr.splitlines() == ["rlcollect eval: run: no nothing.pt (no such file)"]
-    assert not_a_run.returncode == 2 and len(not_a_run.stderr.splitlines()) == 1
+    assert (not_a_run.returncode, not_a_run.stderr.splitlines()) == (2, [
+        f"rlcollect eval: {tmp_path / 'user'}: no trained run at or under it (a trained run's folder holds config.yaml "
+        "and metrics.jsonl)"])
 
 
 @pytest.mark.timeout(400)

@@ -409,9 +409,10 @@ def test_checkpoint_holds_only_weights_only_loadable_state(tmp_path):
 
 
 def test_a_resume_that_trains_no_batch_keeps_the_seconds_of_the_last_row(tmp_path):
-    """A run stopped in its last batch (interrupted at its total_frames), then resumed: the
-    resume trains no batch and writes no row, and summary.json's seconds stay the last row's
-    time (the training clock, which the checkpoint carries), as compare reads them."""
+    """A run interrupted at its total_frames (as a stop in its last batch left it before such
+    a stop left it finished), then resumed: the resume trains no batch and writes no row, and
+    summary.json's seconds stay the last row's time (the training clock, which the checkpoint
+    carries), as compare reads them."""
     import threading
 
     from train_configs import train_configs
@@ -421,10 +422,11 @@ def test_a_resume_that_trains_no_batch_keeps_the_seconds_of_the_last_row(tmp_pat
     [cfg] = train_configs(["total_frames=128", "collector.frames_per_batch=128", "algo.minibatch_size=64",
                            "env.num_envs=4", "logger=none", "progress=false", "eval.episodes=1"])
     stop = threading.Event()
-    stop.set()  # the batch under way is the last
+    stop.set()  # the batch under way is the last: with it the run has trained all its frames
     run(build(cfg, tmp_path / "run"), stop=stop)
     stopped = json.loads((tmp_path / "run" / "summary.json").read_text())
-    assert (stopped["status"], stopped["frames"]) == ("interrupted", 128)
+    assert (stopped["status"], stopped["frames"]) == ("finished", 128)
+    (tmp_path / "run" / "summary.json").write_text(json.dumps({**stopped, "status": "interrupted"}))
     run(resume(tmp_path / "run"))
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -281,12 +281,19 @@ def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):
     # nor into one of a run's own folders (a folder beside them is another's)
     inside = cli_all(tmp_path, [["train", *TINY, "logger=none", "hydra.run.dir=runs/run/.hydra/new"],
                                 ["train", "--multirun", "seed=0", *TINY, "logger=none",
-                                 "hydra.sweep.dir=runs/run/wandb/sweep"]])
+                                 "hydra.sweep.dir=runs/run/wandb/sweep"],
+                                # its .hydra/ holds a config.yaml (Hydra's), but is no run of its own
+                                ["train", *TINY, "logger=none", "hydra.run.dir=runs/run/.hydra"],
+                                ["train", "resume=runs/run/.hydra", "total_frames=1024"]])
     assert [(result.returncode, result.stderr.splitlines()) for result in inside] == [
         (2, ["rlcollect train: invalid configuration: hydra.run.dir=runs/run/.hydra/new is inside the run in runs/run "
              "(its .hydra): train a new run in another folder (hydra.run.dir=<new folder>)"]),
         (2, ["rlcollect train: invalid configuration: hydra.sweep.dir=runs/run/wandb/sweep is inside the run in "
-             "runs/run (its wandb): sweep into another folder (hydra.sweep.dir=<new folder>)"])]
+             "runs/run (its wandb): sweep into another folder (hydra.sweep.dir=<new folder>)"]),
+        (2, ["rlcollect train: invalid configuration: hydra.run.dir=runs/run/.hydra is inside the run in runs/run "
+             "(its .hydra): train a new run in another folder (hydra.run.dir=<new folder>)"]),
+        (2, ["rlcollect train: invalid configuration: resume=runs/run/.hydra is inside the run in runs/run (its "
+             ".hydra): continue that run with `rlcollect train resume=runs/run`"])]
     # nor into a sweep's folder, nor below a run's or a sweep's (compare and resume=<sweep> would count them in)
     (tmp_path / "link").symlink_to("nowhere")
     nested = cli_all(tmp_path, [["train", *TINY, "logger=none", f"hydra.run.dir={folder}"]

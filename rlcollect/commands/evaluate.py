@@ -21,7 +21,7 @@ import yaml
 
 from rlcollect.errors import ConfigError, one_line
 from rlcollect.outputs import output_path, write_text_whole
-from rlcollect.run_files import CONFIG_FILE
+from rlcollect.run_files import CONFIG_FILE, METRICS_FILE
 
 OVERRIDE = re.compile(r"^env\.[\w.]+=")
 COLUMNS = ("run", "checkpoint", "frames", "episodes", "return", "length", "env seeds")
@@ -84,7 +84,8 @@ def run_dirs(paths: list[str]) -> tuple[list[Path], list[Path]]:
         except CompareError as error:
             raise ConfigError(str(error)) from None
         if not any((run / CONFIG_FILE).is_file() for run in runs):
-            raise ConfigError(f"{path}: no trained run (a folder with config.yaml) at or under it")
+            raise ConfigError(f"{path}: no trained run at or under it (a trained run's folder holds {CONFIG_FILE} "
+                              f"and {METRICS_FILE})")
         for run in runs:
             (trained if (run / CONFIG_FILE).is_file() else untrained)[run] = None
     return list(trained), list(untrained)
@@ -136,8 +137,9 @@ def evaluate(argv: list[str]) -> int:
             result = evaluate_run(run, checkpoint=args.checkpoint, episodes=args.episodes,
                                   deterministic=args.deterministic, seed=args.seed, video=args.video,
                                   env_overrides=env_overrides, as_in_training=args.as_in_training)
-        except ConfigError as error:
-            print(f"rlcollect eval: {error}", file=sys.stderr)
+        except ConfigError as error:  # named by its run, where the message does not say it (an env id refused)
+            said = str(error)
+            print(f"rlcollect eval: {said if said.startswith(str(run)) else f'{run}: {said}'}", file=sys.stderr)
             refused += 1
             continue
         except Exception as error:  # not the user's mistake: said as what it is, the traceback kept

@@ -65,6 +65,12 @@ class RunFolders(Callback):
                 raise RefusedBeforeStart(ConfigError(f"resume={resume}: no such folder"))
             if not (Path(resume) / CONFIG_FILE).is_file():
                 raise RefusedBeforeStart(ConfigError(f"resume={resume}: not a run folder (no {CONFIG_FILE})"))
+            owner = owning_run(Path(resume) / CONFIG_FILE)
+            if owner is not None and owner[0] != Path(resume).absolute():  # a run's .hydra/ (Hydra's config.yaml)
+                run, record = owner
+                raise RefusedBeforeStart(ConfigError(
+                    f"resume={resume} is inside the run in {folder_label(run)} (its {record}): continue that run "
+                    f"with `{resume_command(folder_label(run))}`"))
             return
         folder = Path(config.hydra.run.dir)
         refuse_a_run_in(folder, "hydra.run.dir", "train a new run in")
@@ -129,17 +135,17 @@ def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
     if not existing.is_dir():
         raise RefusedBeforeStart(ConfigError(
             f"{key}={folder}: {folder_label(existing)} is a file, not a folder: {what} a folder ({key}=<new folder>)"))
+    owner = owning_run(folder / CONFIG_FILE)
+    if owner is not None and owner[0] != folder.absolute():  # among a run's records (its .hydra/ holds a config.yaml)
+        run, record = owner
+        raise RefusedBeforeStart(ConfigError(
+            f"{key}={folder} is inside the run in {folder_label(run)} (its {record}): {what} another folder "
+            f"({key}=<new folder>)"))
     held = run_files(folder)
     if held:
         raise RefusedBeforeStart(ConfigError(
             f"{key}={folder} holds a run already ({', '.join(held)}): continue it with `{resume_command(folder)}`, "
             f"or {what} another folder ({key}=<new folder>)"))
-    owner = owning_run(folder / CONFIG_FILE)
-    if owner is not None:
-        run, record = owner
-        raise RefusedBeforeStart(ConfigError(
-            f"{key}={folder} is inside the run in {folder_label(run)} (its {record}): {what} another folder "
-            f"({key}=<new folder>)"))
     outer = next((parent for parent in folder.absolute().parents if run_files(parent) or sweep_folder(parent)), None)
     if outer is not None:  # its runs and sweeps would count this one as theirs (compare, resume=<sweep>)
         kind = "sweep" if sweep_folder(outer) else "run"

@@ -729,6 +729,31 @@ def test_ctrl_c_while_a_sweeps_first_job_loads_names_the_sweeps_resume_which_tra
 
 
 @pytest.mark.timeout(300)
+def test_ctrl_c_with_a_sweep_jobs_last_batch_finishes_it_and_starts_no_later_job(tmp_path):
+    """Ctrl-C while job 0 of a sweep (the basic launcher, one job after the other) writes its
+    last batch's checkpoint: job 0 has trained all its frames and is finished, job 1 does
+    not start, the command exits 130 naming the sweep's resume, which trains job 1."""
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text(CTRL_C_AT)
+    (tmp_path / "ctrl_c_at.txt").write_text("open checkpoint.pt.partial")  # the only checkpoint: the last batch's
+    [stopped] = rlcollect_all(tmp_path, [(["train", "--multirun", "seed=0,1", *TINY, "logger=none",
+                                           "checkpoint_every_seconds=null", "checkpoint_every_frames=512",
+                                           "hydra.sweep.dir=sw"], tmp_path / "hooks")])
+    assert stopped.returncode == 130, stopped.stderr
+    [job] = [path for path in (tmp_path / "sw").iterdir() if path.is_dir()]
+    assert stopped.stderr.splitlines()[-1] == (
+        "rlcollect train: stopped after job #0 finished; continue every member of the sweep as it trained: "
+        "`rlcollect train resume=sw`")
+    summary = json.loads((job / "summary.json").read_text())
+    assert (summary["status"], summary["frames"], summary["checkpoint_frames"]) == ("finished", 512, 512)
+    (tmp_path / "ctrl_c_at.txt").unlink()
+    resumed = rlcollect(tmp_path, "train", "resume=sw")
+    assert resumed.returncode == 0, resumed.stderr
+    summaries = [json.loads(path.read_text()) for path in sorted((tmp_path / "sw").glob("*/summary.json"))]
+    assert [(summary["status"], summary["frames"]) for summary in summaries] == [("finished", 512)] * 2
+
+
+@pytest.mark.timeout(300)
 def test_ctrl_c_while_w_and_b_starts_early_is_the_same_one_line_exit_130_and_leaves_no_folder(tmp_path):
     """With the W&B logger, W&B is imported and its service started before torch
     (rlcollect/logging/wandb_start.py): Ctrl-C in W&B's import, or in torch's while the

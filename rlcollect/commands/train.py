@@ -80,7 +80,7 @@ from rlcollect.commands.sweep_report import SWEEP, report_sweep
 from rlcollect.config import HYDRA_VERSION_BASE, check_ranges, logs_to_wandb, register_configs
 from rlcollect.errors import ConfigError
 from rlcollect.logging.wandb_start import start_wandb
-from rlcollect.run_files import INTERRUPTED, job_folders, sweep_folder
+from rlcollect.run_files import INTERRUPTED, job_folders, job_number, sweep_folder, sweep_of
 
 register_configs()
 log = logging.getLogger(__name__)
@@ -129,6 +129,13 @@ def train_job(cfg: DictConfig, job: Job) -> float | None:
             return NO_VALUE
         raise SystemExit(128 + stop.signal_number)
     print(finished_lines(job, summary))
+    if stop.is_set() and job.multirun and not in_launcher_process():
+        # a stop that came with this job's last batch (it finished): the sweep's later jobs do not start
+        sweep = sweep_of(job.run_dir)
+        if sweep is not None:
+            print(f"rlcollect train: stopped after job #{job_number(sweep, job.run_dir)} finished; "
+                  f"{continue_sweep(sweep)}", file=sys.stderr)
+        raise SystemExit(128 + stop.signal_number)
     return objective_value(cfg, summary, job.run_dir)
 
 

@@ -196,9 +196,16 @@ def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_polic
     run = train(tmp_path, "run", *PPO)
     (tmp_path / "user").mkdir()  # a config.yaml alone (copied, say) is no run to evaluate
     shutil.copy(run / "config.yaml", tmp_path / "user" / "config.yaml")
-    result, missing, not_a_run = cli_all(tmp_path, [["eval", "run", "--episodes", "3", "--format", "json"],
-                                                    ["eval", "run", "--checkpoint", "nothing.pt"],
-                                                    ["eval", str(tmp_path / "user")]])
+    shutil.copytree(run, tmp_path / "gone")  # a run whose env id is no longer registered
+    config = tmp_path / "gone" / "config.yaml"
+    config.write_text(config.read_text().replace("id: CartPole-v1", "id: NoSuchEnv-v9"))
+    result, missing, not_a_run, gone = cli_all(tmp_path, [
+        ["eval", "run", "--episodes", "3", "--format", "json"], ["eval", "run", "--checkpoint", "nothing.pt"],
+        ["eval", str(tmp_path / "user")],
+        ["eval", "run", "gone", "--episodes", "1", "--out", "x.json"]])  # --out: run/eval_last.json is the first's
+    # the refused run named, the other evaluated
+    assert gone.returncode == 2 and gone.stdout.splitlines()[1].startswith("run ")
+    assert gone.stderr.splitlines() == ["rlcollect eval: gone: Unknown gymnasium env id 'NoSuchEnv-v9'."]
     assert result.returncode == 0, result.stderr
     [row] = json.loads(result.stdout)
     policy = rlcollect.load_policy(run)  # the documented way, in Python
@@ -216,7 +223,7 @@ def test_eval_rebuilds_a_run_and_gives_what_the_library_gives_for_the_same_polic
         ["eval", "run", "--episodes", "2", "env.max_episode_steps=20"],
         ["eval", "run", "--episodes", "2", "env.max_episode_steps=0"]])
     assert (out_of_range.returncode, out_of_range.stderr.splitlines()) == (  # as train says it: the user's mistake
-        2, ["rlcollect eval: run: env.max_episode_steps=0: must be >= 1"])  # named by its run
+        2, ["rlcollect eval: env.max_episode_steps=0: must be >= 1"])
     assert best.returncode == 0, best.stderr
     [best_row] = json.loads(best.stdout)
     assert best_row["frames"] == int(load_checkpoint(run / "best.pt")["frames"]) and best_row["seed"] == 7

@@ -137,9 +137,8 @@ def evaluate(argv: list[str]) -> int:
             result = evaluate_run(run, checkpoint=args.checkpoint, episodes=args.episodes,
                                   deterministic=args.deterministic, seed=args.seed, video=args.video,
                                   env_overrides=env_overrides, as_in_training=args.as_in_training)
-        except ConfigError as error:  # named by its run, where the message does not say it (an env id refused)
-            said = str(error)
-            print(f"rlcollect eval: {said if said.startswith(str(run)) else f'{run}: {said}'}", file=sys.stderr)
+        except ConfigError as error:
+            print(f"rlcollect eval: {error}", file=sys.stderr)
             refused += 1
             continue
         except Exception as error:  # not the user's mistake: said as what it is, the traceback kept

@@ -52,7 +52,10 @@ def evaluate_run(run_dir: str | Path, *, checkpoint: str = "last", episodes: int
     cfg = load_run_config(run_dir, env_overrides)
     source = checkpoint_file(run_dir, checkpoint)
     state = read_checkpoint(source)
-    policy = rebuild_policy(cfg, state, source=source)
+    try:
+        policy = rebuild_policy(cfg, state, source=source)
+    except ConfigError as error:  # the run's env no longer builds (an env id gone): said with the run it is
+        raise ConfigError(f"{run_dir}: {error}") from None
     episodes = episodes or cfg.eval.episodes
     seed = eval_seed(cfg.seed) if seed is None else seed
     if as_in_training:  # as the run's evaluator (pipeline/lifecycle.py) evaluates

@@ -6,6 +6,7 @@ import signal
 
 import pytest
 from commands import rlcollect as cli
+from commands import rlcollect_all as cli_all
 from commands import start_rlcollect
 from processes import wait_for
 from run_states import job_dirs
@@ -91,6 +92,8 @@ def test_a_stopped_study_resumes_as_one_batched_model_and_its_trials_values_reac
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     import optuna
 
+    from rlcollect.commands.sweep_study import TRIAL_JOB
+
     storage = f"sqlite:///{tmp_path / 't.db'}"
     process = start_rlcollect(tmp_path, "train", "--multirun", "hydra/sweeper=tune_ppo", "hydra/launcher=batched",
                               "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", f"hydra.sweeper.storage={storage}",
@@ -117,6 +120,8 @@ def test_a_stopped_study_resumes_as_one_batched_model_and_its_trials_values_reac
         assert summary["status"] == "finished" and summary["frames"] == frames + 256
         assert trial.state.name == "COMPLETE" and trial.value == summary["final_eval_return"]
         assert f"algo.lr={trial.params['algo.lr']}" in member.name
+        # each trial marked with its job as it was launched: what the resume told it by
+        assert trial.user_attrs[TRIAL_JOB] == {"sweep": str((tmp_path / "sw").resolve()), "job": trial.number}
 
 
 @pytest.mark.timeout(300)
@@ -151,7 +156,7 @@ def test_a_resumed_study_whose_storage_is_not_there_is_said_and_not_made_anew(tm
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
-    tell_study(sweeper, [Resumed(0, member, OmegaConf.create({"objective": "final_eval_return"}))])
+    tell_study(sweeper, [Resumed(0, member, OmegaConf.create({"objective": "final_eval_return"}))], tmp_path)
     assert f"the sweep's study storage sqlite:///t.db is not there from {elsewhere}" in caplog.text
     assert list(elsewhere.iterdir()) == []
 
@@ -201,7 +206,17 @@ def test_each_tuning_preset_searches_settings_of_its_algo_within_their_ranges(pr
     (["hydra/sweeper=tune_ppo", "hydra/sweeper/sampler=grid"],
      "rlcollect train: invalid configuration: hydra/sweeper/sampler=grid: algo.lr is searched over a continuous "
      "interval; a grid takes choice(...) and range(...) alone: give it one (algo.lr=choice(...))"),
-], ids=["another_algos_preset", "a_fixed_value_out_of_range", "a_preset_key_fixed_out_of_range", "a_grid_of_intervals"])
+    (["hydra/sweeper=tune_ppo", "algo.lr=interval(1,0.5)"],
+     "rlcollect train: invalid configuration: algo.lr=interval(1,0.5): The `low` value must be smaller than or equal "
+     "to the `high` value (low=1.0, high=0.5)."),
+    (["hydra/sweeper=tune_ppo", "objective=nosuch"],
+     "rlcollect train: invalid configuration: objective='nosuch': choose one of final_eval_return, best_eval_return, "
+     "eval_auc, frames_to_solve"),
+    (["hydra/sweeper=tune_ppo", "objective=frames_to_solve", "env.solved_return=null"],
+     "rlcollect train: invalid configuration: objective=frames_to_solve: env.solved_return gives CartPole-v1 no "
+     "threshold to solve, so every trial's value would be infinite: set env.solved_return, or tune another objective"),
+], ids=["another_algos_preset", "a_fixed_value_out_of_range", "a_preset_key_fixed_out_of_range", "a_grid_of_intervals",
+        "a_space_optuna_cannot_make", "an_unknown_objective", "frames_to_solve_without_a_threshold"])
 def test_a_study_that_cannot_train_leaves_its_storage_as_it_was(tmp_path, overrides, line):
     """tune_dqn's keys without algo=dqn, or a fixed value out of range: one line, exit 2,
     before the study is made or opened: the sqlite file given stays byte for byte, one not
@@ -215,6 +230,65 @@ def test_a_study_that_cannot_train_leaves_its_storage_as_it_was(tmp_path, overri
         assert result.stderr.splitlines() == [line]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["study.db"]
     assert (tmp_path / "study.db").read_bytes() == b"a study's storage, left as it is"
+
+
+@pytest.mark.timeout(300)
+def test_a_study_continued_with_another_space_or_direction_is_refused_and_left_as_it_was(tmp_path):
+    """A study in sqlite searched algo.epochs as an int range, to maximize: continuing it with
+    algo.epochs as a choice, or with an objective to minimize, is one line naming what the
+    study keeps, exit 2, before Optuna opens it (it would fail once a trial had started,
+    that trial RUNNING in the study for good); a storage in a folder not there is one line."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'tune.db'}"
+    study = optuna.create_study(study_name="rlcollect", storage=storage, direction="maximize")
+    study.add_trial(optuna.trial.create_trial(params={"algo.epochs": 5}, value=10.0, distributions={
+        "algo.epochs": optuna.distributions.IntUniformDistribution(4, 20)}))
+    before = (tmp_path / "tune.db").read_bytes()
+    common = ["train", "--multirun", "hydra/sweeper=tune_ppo", *TINY]
+    results = cli_all(tmp_path, [[*common, f"hydra.sweeper.storage={storage}", "algo.epochs=choice(4,8)",
+                                  "hydra.sweep.dir=sw0"],
+                                 [*common, f"hydra.sweeper.storage={storage}", "objective=frames_to_solve",
+                                  "env.solved_return=1000", "hydra.sweep.dir=sw1"],
+                                 [*common, "hydra.sweeper.storage=sqlite:///missing/tune.db", "hydra.sweep.dir=sw2"]])
+    assert [(result.returncode, result.stderr.splitlines()) for result in results] == [
+        (2, [f"rlcollect train: invalid configuration: algo.epochs: the study 'rlcollect' ({storage}) searched it "
+             "as IntUniformDistribution(high=20, low=4, step=1), and a study keeps one kind of space per key (and one "
+             "set of choices): search it so, or start another study (hydra.sweeper.study_name=<new name>)"]),
+        (2, ["rlcollect train: invalid configuration: hydra.sweeper.direction=minimize (objective=frames_to_solve): "
+             f"the study 'rlcollect' ({storage}) is to maximize (a study keeps its direction, set by its objective): "
+             "keep it, or start another study (hydra.sweeper.study_name=<new name>)"]),
+        (2, [f"rlcollect train: invalid configuration: hydra.sweeper.storage=sqlite:///missing/tune.db: no folder "
+             f"{tmp_path / 'missing'} to make the study's database in"])]
+    assert (tmp_path / "tune.db").read_bytes() == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["tune.db"]
+
+
+def test_a_resume_tells_each_trial_of_its_own_sweep_not_another_sweeps_with_the_same_values(tmp_path):
+    """Two sweeps of one study asked trials with the same sampled values (a seeded sampler
+    asks them again as a study goes on), both stopped: each trial is marked with its
+    sweep's job (TRIAL_JOB), and a sweep's member finds its own; a trial of a study of an
+    earlier version (no mark) is found by its values, and never a marked trial of another sweep."""
+    import optuna
+
+    from rlcollect.commands.sweep_study import TRIAL_JOB, Resumed, matching_trial
+
+    study = optuna.create_study()
+    trials = [study.ask() for _ in range(3)]
+    for trial, sweep in zip(trials, ("/runs/a", "/runs/b")):
+        trial.suggest_float("algo.lr", 1e-3, 1e-3)
+        trial.set_user_attr(TRIAL_JOB, {"sweep": sweep, "job": 0})
+    trials[2].suggest_float("algo.lr", 1e-3, 1e-3)  # unmarked
+    running = study.get_trials(deepcopy=False)
+    folder = tmp_path / "0_algo.lr=0.001"  # job 0's folder, its overrides as Hydra wrote them
+    (folder / ".hydra").mkdir(parents=True)
+    (folder / ".hydra" / "overrides.yaml").write_text("- algo.lr=0.001\n")
+    job = Resumed(0, folder, None)
+    assert matching_trial(running, job, "/runs/b").number == 1
+    assert matching_trial(running, job, "/runs/a").number == 0
+    assert matching_trial(running, job, "/runs/c").number == 2  # by its values: the unmarked one
+    assert matching_trial(running[:2], job, "/runs/c") is None
 
 
 @pytest.mark.parametrize("option, line", [

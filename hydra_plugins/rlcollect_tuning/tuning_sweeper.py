@@ -50,6 +50,30 @@ class TuningSweeper(Sweeper):
     def setup(self, *, hydra_context, task_function, config) -> None:
         self.config, self.hydra_context = config, hydra_context
         self.sweeper.setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        self.record_trial_jobs()
+
+    def record_trial_jobs(self) -> None:
+        """Each trial the study asks is marked with its job (``TRIAL_JOB``: the sweep folder
+        and the job number), so that a resume of the sweep tells each trial its own run's
+        value, not that of another sweep's trial with the same sampled values (a seeded
+        sampler asks them again when a study goes on). The mark is set where Hydra's Optuna
+        sweeper configures the trials it has just asked, in their jobs' order; a version of
+        it without that step leaves them unmarked (found by their values, as before)."""
+        from rlcollect.commands.sweep_study import TRIAL_JOB
+
+        impl = getattr(self.sweeper, "sweeper", None)
+        configure = getattr(impl, "_configure_trials", None)
+        if configure is None:
+            return
+        sweep_dir = str(Path(self.config.hydra.sweep.dir).resolve())
+
+        def configure_and_mark(trials, *args, **kwargs):
+            overrides = configure(trials, *args, **kwargs)
+            for offset, trial in enumerate(trials):  # launched next as jobs job_idx, job_idx + 1, ...
+                trial.set_user_attr(TRIAL_JOB, {"sweep": sweep_dir, "job": impl.job_idx + offset})
+            return overrides
+
+        impl._configure_trials = configure_and_mark
 
     def sweep(self, arguments: List[str]) -> Any:
         from rlcollect.run_files import SWEEP_FILE
@@ -77,13 +101,17 @@ class TuningSweeper(Sweeper):
         sampler given a continuous interval to search."""
         from hydra_plugins.hydra_optuna_sweeper._impl import create_params_from_overrides
 
-        from rlcollect.commands.batched_launch import task_config
         from rlcollect.commands.run_folders import RefusedBeforeStart
         from rlcollect.config import check_ranges
         from rlcollect.errors import ConfigError
 
-        searched, fixed = create_params_from_overrides([*(f"{key}={value}" for key, value in self.params.items()),
-                                                        *arguments])
+        given = [*(f"{key}={value}" for key, value in self.params.items()), *arguments]
+        for override in given:  # a space Optuna cannot make (low above high, a log scale from 0): the override named
+            try:
+                create_params_from_overrides([override])
+            except ValueError as error:
+                raise RefusedBeforeStart(ConfigError(f"{override}: {error}")) from None
+        searched, fixed = create_params_from_overrides(given)
         searched = {name: space for name, space in searched.items() if name not in fixed}  # a value given: fixed
         if str(self.config.hydra.sweeper.sampler.get("_target_")).endswith(".GridSampler"):
             from optuna import distributions
@@ -99,9 +127,71 @@ class TuningSweeper(Sweeper):
         overrides = [f"{name}={value}" for name, value in {**values, **fixed}.items()]
         config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
         try:  # the searched keys are each trial's own: a value out of range fails that trial alone
-            check_ranges(task_config(config), skip=set(searched))
+            check_ranges(config, skip=set(searched))  # the root (objective, ...) keeps its schema here
+            check_objective(config)
+            check_storage(self.config.hydra.sweeper, searched, config.objective)
         except ConfigError as error:
             raise RefusedBeforeStart(error) from None
+
+
+def check_objective(config: DictConfig) -> None:
+    """``objective=frames_to_solve`` needs a threshold to solve: without one every trial's
+    value would be infinite, and the study's best trial its first."""
+    from rlcollect.errors import ConfigError
+    from rlcollect.logging.runs import solved_threshold
+
+    if config.objective == "frames_to_solve" and solved_threshold(config.env.id, config.env.solved_return) is None:
+        raise ConfigError(f"objective=frames_to_solve: env.solved_return gives {config.env.id} no threshold to solve, "
+                          "so every trial's value would be infinite: set env.solved_return, or tune another objective")
+
+
+def check_storage(sweeper: DictConfig, searched: dict, objective: str) -> None:
+    """The study's storage as the sweep would open it: a sqlite file's folder there, and a
+    study already in it searching the same kind of space for each key in the same
+    direction (Optuna would fail once a trial had started, leaving it RUNNING for good).
+    Read only: a storage not there yet is not made (a sqlite file), nor a study."""
+    from rlcollect.commands.sweep_study import sqlite_file
+    from rlcollect.errors import ConfigError
+
+    storage = sweeper.get("storage")
+    if storage is None:
+        return
+    where = sqlite_file(str(storage))
+    if where is not None and not where.is_file():
+        if not where.absolute().parent.is_dir():
+            raise ConfigError(f"hydra.sweeper.storage={storage}: no folder {where.absolute().parent} to make the "
+                              "study's database in")
+        return  # a new database: no study in it yet
+    import logging
+
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+
+    try:
+        study = optuna.load_study(study_name=sweeper.study_name, storage=str(storage))
+    except KeyError:  # no study of that name yet
+        return
+    except Exception:  # noqa: BLE001 - a storage that cannot be read: Optuna says why as the study starts
+        return
+    directions = [getattr(direction, "name", direction).lower() for direction in study.directions]
+    wanted = sweeper.direction if isinstance(sweeper.direction, (list, ListConfig)) else [sweeper.direction]
+    if [str(getattr(direction, "name", direction)).lower() for direction in wanted] != directions:
+        raise ConfigError(f"hydra.sweeper.direction={'/'.join(str(d) for d in wanted)} (objective={objective}): "
+                          f"the study {sweeper.study_name!r} ({storage}) is to {'/'.join(directions)} (a study keeps "
+                          "its direction, set by its objective): keep it, or start another study "
+                          "(hydra.sweeper.study_name=<new name>)")
+    for trial in study.get_trials(deepcopy=False):
+        for name, distribution in searched.items():
+            earlier = trial.distributions.get(name)
+            if earlier is None:
+                continue
+            if type(earlier) is not type(distribution) or (  # Optuna's rule: one kind per key, one set of choices
+                    isinstance(earlier, CategoricalDistribution) and earlier.choices != distribution.choices):
+                raise ConfigError(
+                    f"{name}: the study {sweeper.study_name!r} ({storage}) searched it as {earlier}, and a study "
+                    "keeps one kind of space per key (and one set of choices): search it so, or start another "
+                    "study (hydra.sweeper.study_name=<new name>)")
 
 
 def middle(distribution) -> Any:

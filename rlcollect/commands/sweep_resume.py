@@ -134,7 +134,7 @@ def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictCon
         if starting:  # after the members that had started: the sweep's order
             failed |= start_jobs(folder, hydra, starting, run_args, processes, task_function, told)
     finally:  # stopped again too: what did finish reaches a tuning sweep's study
-        tell_study(hydra.sweeper, told)
+        tell_study(hydra.sweeper, told, folder)
     return 1 if failed or refusals else 0
 
 

@@ -3,8 +3,9 @@
 
 A study stopped by Ctrl-C (or a kill) leaves its trials that were training as RUNNING in
 its storage: the sweeper that would have told their values has stopped. Once the sweep's
-resume has trained them on, each such trial (found by its sampled values, the overrides
-of its run folder) is told its run's ``objective`` (``jobs.objective_value``, what the
+resume has trained them on, each such trial (found by its mark, ``TRIAL_JOB``, or in a
+study of an earlier version by its sampled values, the overrides of its run folder) is
+told its run's ``objective`` (``jobs.objective_value``, what the
 sweeper tells), or told failed where its run failed or returns no value; a trial whose run
 was stopped again stays RUNNING for the next resume. A study without storage lived in the
 stopped process: there is nothing to tell, and one line says so.
@@ -20,6 +21,11 @@ from omegaconf import DictConfig
 from rlcollect.run_files import ENDED_STATUSES, INTERRUPTED, read_summary
 
 log = logging.getLogger(__name__)
+
+# a trial's user attribute naming its job: {"sweep": the sweep folder, resolved, "job": its job number}
+# (the tuning sweeper sets it as the trial is launched; a study of an earlier version has none)
+TRIAL_JOB = "rlcollect_job"
+
 
 @dataclass
 class Resumed:
@@ -39,10 +45,11 @@ def tuning_sweeper(sweeper: DictConfig) -> bool:
     return targets(sweeper, TuningSweeper)
 
 
-def tell_study(sweeper: DictConfig, members: list[Resumed]) -> None:
+def tell_study(sweeper: DictConfig, members: list[Resumed], sweep_dir: Path) -> None:
     """Tell the study of the sweep's ``sweeper`` (its ``hydra.sweeper``, where it is the tune
-    presets') the values of the trials of ``members``, the runs its resume trained on; one
-    line says what it told."""
+    presets') the values of the trials of ``members``, the runs its resume trained on (the
+    sweep in ``sweep_dir``); one line says what it told, and one which trials keep the
+    value they were told before their runs trained on (a study's told values stay)."""
     if not tuning_sweeper(sweeper) or not members:
         return
     if sweeper.storage is None:
@@ -64,16 +71,21 @@ def tell_study(sweeper: DictConfig, members: list[Resumed]) -> None:
         log.warning("cannot load the sweep's study %r from %s (%s): the resumed trials' values are in their runs",
                     sweeper.study_name, sweeper.storage, " ".join(str(error).split()))
         return
-    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    told, failed = [], []
+    trials = study.get_trials(deepcopy=False)
+    running = [trial for trial in trials if trial.state == optuna.trial.TrialState.RUNNING]
+    told, failed, kept = [], [], []
+    sweep = str(sweep_dir.resolve())
     for member in members:
         summary = read_summary(member.folder)
         status = summary.get("status")
         if status is None or status == INTERRUPTED:
             continue  # stopped again: still running, for the next resume
-        trial = matching_trial(running, member.folder)
-        if trial is None:
-            continue  # told already (a study resumed twice), or not a trial of this study
+        trial = matching_trial(running, member, sweep)
+        if trial is None:  # told already (trained on since: its value stays), or not a trial of this study
+            earlier = marked_trial(trials, member.number, sweep)
+            if earlier is not None and earlier.state == optuna.trial.TrialState.COMPLETE and status in ENDED_STATUSES:
+                kept.append(member.number)
+            continue
         running.remove(trial)
         value = trial_value(member, summary) if status in ENDED_STATUSES else None  # failed or refused: none
         if value is None:
@@ -86,6 +98,10 @@ def tell_study(sweeper: DictConfig, members: list[Resumed]) -> None:
         said = [f"took the value{'s' if len(told) > 1 else ''} of {jobs_named(told)}"] if told else []
         said += [f"was told that {jobs_named(failed)} failed"] if failed else []
         log.info("the study %r (%s) %s", sweeper.study_name, sweeper.storage, "; ".join(said))
+    if kept:
+        log.warning("the study %r (%s) keeps the value%s %s had when %s ended first: a study's told values stay, "
+                    "so it does not know the runs trained on (their run folders do)", sweeper.study_name,
+                    sweeper.storage, "s" if len(kept) > 1 else "", jobs_named(kept), "they" if len(kept) > 1 else "it")
 
 
 def jobs_named(numbers: list[int]) -> str:
@@ -108,11 +124,22 @@ def trial_value(member: Resumed, summary: dict) -> float | None:
     return objective_value(member.cfg, summary, member.folder)
 
 
-def matching_trial(trials: list, run_dir: Path):
-    """The trial of ``trials`` whose sampled values are the run's overrides (as the sweeper
-    wrote them: ``name=str(value)``), else None."""
+def marked_trial(trials: list, number: int, sweep: str):
+    """The trial of ``trials`` marked as job ``number`` of the sweep in ``sweep`` (``TRIAL_JOB``), else None."""
+    return next((trial for trial in trials if trial.user_attrs.get(TRIAL_JOB) == {"sweep": sweep, "job": number}),
+                None)
+
+
+def matching_trial(trials: list, member: Resumed, sweep: str):
+    """The trial of ``trials`` that is the member's job of the sweep in ``sweep``: the one
+    marked so (``TRIAL_JOB``), else, of the trials marked as no job (a study of an earlier
+    version), the one whose sampled values are the run's overrides (as the sweeper wrote
+    them: ``name=str(value)``); None when there is none."""
     from rlcollect.commands.sweep_report import read_overrides
 
-    overrides = dict(line.split("=", 1) for line in read_overrides(run_dir) if "=" in line)
-    return next((trial for trial in trials if trial.params and all(
+    marked = marked_trial(trials, member.number, sweep)
+    if marked is not None:
+        return marked
+    overrides = dict(line.split("=", 1) for line in read_overrides(member.folder) if "=" in line)
+    return next((trial for trial in trials if TRIAL_JOB not in trial.user_attrs and trial.params and all(
         overrides.get(name) == str(value) for name, value in trial.params.items())), None)

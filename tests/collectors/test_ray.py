@@ -277,6 +277,9 @@ def test_killed_actor_is_reported_not_waited_on(make):
             pass
     assert info.value.worker_id == 0 and collector._shut_down
     assert wait_until(lambda: not any(actor_exists(name) for name in collector.actor_names))
+    # its state went with its actors: asked for it (a run's final checkpoint), it says so, not an IndexError
+    with pytest.raises(RuntimeError, match="RayCollector was shut down: its actors cannot answer state_dict"):
+        collector.state_dict()
 
 
 def test_env_error_names_the_actor_and_carries_the_traceback(make):

@@ -401,6 +401,8 @@ class RayCollector(HostedCollector):
 
     def _call_all(self, method: str, args_per_host: list[tuple] | None = None) -> list:
         """Call ``method`` on every actor (after the batches in flight), return results in actor order."""
+        if self._shut_down:  # after an actor failed (its state is gone with it), or a shutdown
+            raise RuntimeError(f"RayCollector was shut down: its actors cannot answer {method}")
         self._wait_in_flight()
         args_per_host = args_per_host or [()] * self.num_workers
 

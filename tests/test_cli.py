@@ -693,12 +693,14 @@ else:
 
 
 @pytest.mark.timeout(300)
-def test_ctrl_c_while_a_collectors_workers_start_is_one_line_without_their_tracebacks(tmp_path):
+@pytest.mark.parametrize("collector", ["multisync", "distributed"])
+def test_ctrl_c_while_a_collectors_workers_start_is_one_line_without_their_tracebacks(tmp_path, collector):
     """A worker starts with SIGINT blocked, so a Ctrl-C that reaches it while its interpreter
-    imports is not a KeyboardInterrupt traceback of its own: the command says its one line."""
+    imports is not a KeyboardInterrupt traceback of its own: the command says its one line
+    (a multi-process collector's workers, a torch.distributed collector's)."""
     (tmp_path / "hooks").mkdir()
     (tmp_path / "hooks" / "sitecustomize.py").write_text(CTRL_C_IN_A_STARTING_WORKER)
-    [stopped] = rlcollect_all(tmp_path, [(["train", *TINY, "collector=multisync", "collector.num_workers=2",
+    [stopped] = rlcollect_all(tmp_path, [(["train", *TINY, f"collector={collector}", "collector.num_workers=2",
                                            "logger=none", "hydra.run.dir=run"], tmp_path / "hooks")])
     assert stopped.returncode == 130, stopped.stderr
     assert stopped.stderr.splitlines() == ["rlcollect train: interrupted while starting, before the first batch"]

@@ -14,6 +14,7 @@ killed it), so nothing is left running behind the error.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -44,6 +45,23 @@ class WorkerLost(Exception):
         super().__init__(f"collector worker {worker_id}: {message}")
         self.worker_id, self.kind, self.message = worker_id, kind, message
         self.found: list = []  # WorkerProcesses.ready: the other workers' messages
+
+
+@contextlib.contextmanager
+def sigint_blocked():
+    """SIGINT blocked in this thread inside: a worker process started here keeps the mask,
+    so a Ctrl-C while it starts (its interpreter, its imports) is the main process's to act
+    on, not a KeyboardInterrupt traceback of the worker's, which then ignores SIGINT
+    (``initialize_worker``); here the signal waits until the block ends. The resource
+    tracker a first spawned process starts is started before: starting it unblocks SIGINT."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def raised_message(traceback_text: str) -> str:
@@ -130,14 +148,8 @@ class WorkerProcesses:
         index = len(self.processes) if worker_id is None else worker_id
         process = self.mp_context.Process(target=target, args=(handoff, worker_end), daemon=True,
                                           name=f"{self._name}-{index}")
-        # started with SIGINT blocked (a mask the child keeps): a Ctrl-C while it starts (its interpreter, its
-        # imports) is the main process's to act on, not a KeyboardInterrupt traceback of the worker's, which
-        # then ignores SIGINT (initialize_worker); here the signal waits until the start is done
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
+        with sigint_blocked():
             process.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         handoff.clear()
         worker_end.close()
         if worker_id is None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rlcollect.choices import DISTRIBUTED_WORKER_STARTERS as STARTERS
+from rlcollect.collectors.processes import sigint_blocked
 from rlcollect.errors import MissingDependencyError
 
 
@@ -28,7 +29,8 @@ class ProcessStarter:
         for index, args in enumerate(args_per_worker):
             # not daemonic: a worker may run a multi-process collector of its own
             process = self._context.Process(target=target, args=args, name=f"rlcollect-distributed-{index}")
-            process.start()
+            with sigint_blocked():  # a Ctrl-C while it starts is this process's, not a traceback of the worker's
+                process.start()
             self.processes.append(process)
 
     def failure(self, index: int) -> str | None:

@@ -207,9 +207,18 @@ def worker_main(spec: WorkerSpec, policy) -> None:
     try:
         worker = Worker(spec, policy)
         worker.run(group, store)
-    except BaseException:
+    except BaseException as error:
+        if trainer_gone(error):  # stopped (Ctrl-C) or killed: no one to report to, nothing to say
+            return
         store.set(f"error/{spec.index}", traceback.format_exc())
         raise
     finally:
         if worker is not None:
             worker.close()
+
+
+def trainer_gone(error: BaseException) -> bool:
+    """Whether ``error`` is gloo's word that the trainer (rank 0, the worker's only peer)
+    closed its connection: its process ended."""
+    return isinstance(error, RuntimeError) and any(
+        words in str(error) for words in ("Connection closed by peer", "Connection reset by peer"))

@@ -279,12 +279,19 @@ def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):
     assert hashes(tmp_path) == before
     assert sorted(path.name for path in tmp_path.iterdir()) == ["empty", "notes.txt", "runs"]
     # nor into one of a run's own folders (a folder beside them is another's)
+    (tmp_path / "never" / ".hydra").mkdir(parents=True)  # what Hydra wrote before a kill -9 at start-up
+    (tmp_path / "never" / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    (tmp_path / "never" / "train.log").write_text("")
+    before = hashes(tmp_path)
     inside = cli_all(tmp_path, [["train", *TINY, "logger=none", "hydra.run.dir=runs/run/.hydra/new"],
                                 ["train", "--multirun", "seed=0", *TINY, "logger=none",
                                  "hydra.sweep.dir=runs/run/wandb/sweep"],
                                 # its .hydra/ holds a config.yaml (Hydra's), but is no run of its own
                                 ["train", *TINY, "logger=none", "hydra.run.dir=runs/run/.hydra"],
-                                ["train", "resume=runs/run/.hydra", "total_frames=1024"]])
+                                ["train", "resume=runs/run/.hydra", "total_frames=1024"],
+                                # Hydra's records alone: a run killed before it wrote anything (no loop of advice)
+                                ["train", *TINY, "logger=none", "hydra.run.dir=never"],
+                                ["train", "resume=never"]])
     assert [(result.returncode, result.stderr.splitlines()) for result in inside] == [
         (2, ["rlcollect train: invalid configuration: hydra.run.dir=runs/run/.hydra/new is inside the run in runs/run "
              "(its .hydra): train a new run in another folder (hydra.run.dir=<new folder>)"]),
@@ -293,7 +300,13 @@ def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):
         (2, ["rlcollect train: invalid configuration: hydra.run.dir=runs/run/.hydra is inside the run in runs/run "
              "(its .hydra): train a new run in another folder (hydra.run.dir=<new folder>)"]),
         (2, ["rlcollect train: invalid configuration: resume=runs/run/.hydra is inside the run in runs/run (its "
-             ".hydra): continue that run with `rlcollect train resume=runs/run`"])]
+             ".hydra): continue that run with `rlcollect train resume=runs/run`"]),
+        (2, ["rlcollect train: invalid configuration: hydra.run.dir=never holds Hydra's records of a run that never "
+             "started (.hydra/, no config.yaml): remove the folder (rm -r never) to train a new run in it, or train a "
+             "new run in another folder (hydra.run.dir=<new folder>)"]),
+        (2, ["rlcollect train: invalid configuration: resume=never: the run never started (the folder holds Hydra's "
+             "records alone: .hydra/, no config.yaml): nothing to continue; train it anew in another folder, or "
+             "remove this one (rm -r never) and train into it"])]
     # nor into a sweep's folder, nor below a run's or a sweep's (compare and resume=<sweep> would count them in)
     (tmp_path / "link").symlink_to("nowhere")
     nested = cli_all(tmp_path, [["train", *TINY, "logger=none", f"hydra.run.dir={folder}"]

@@ -14,6 +14,7 @@ from rlcollect.commands.jobs import Job, folder_label, hydra_files, resume_comma
 from rlcollect.errors import ConfigError
 from rlcollect.run_files import (
     CONFIG_FILE,
+    HYDRA_DIR,
     SWEEP_FILE,
     job_folders,
     owning_run,
@@ -64,6 +65,11 @@ class RunFolders(Callback):
             if not Path(resume).exists():
                 raise RefusedBeforeStart(ConfigError(f"resume={resume}: no such folder"))
             if not (Path(resume) / CONFIG_FILE).is_file():
+                if run_files(resume) == [HYDRA_DIR]:  # killed before the run wrote anything of its own
+                    raise RefusedBeforeStart(ConfigError(
+                        f"resume={resume}: the run never started (the folder holds Hydra's records alone: "
+                        f"{HYDRA_DIR}/, no {CONFIG_FILE}): nothing to continue; train it anew in another folder, or "
+                        f"remove this one (rm -r {resume}) and train into it"))
                 raise RefusedBeforeStart(ConfigError(f"resume={resume}: not a run folder (no {CONFIG_FILE})"))
             owner = owning_run(Path(resume) / CONFIG_FILE)
             if owner is not None and owner[0] != Path(resume).absolute():  # a run's .hydra/ (Hydra's config.yaml)
@@ -142,6 +148,10 @@ def refuse_a_run_in(folder: Path, key: str, what: str) -> None:
             f"{key}={folder} is inside the run in {folder_label(run)} (its {record}): {what} another folder "
             f"({key}=<new folder>)"))
     held = run_files(folder)
+    if held == [HYDRA_DIR]:  # Hydra's records of a run killed before it wrote anything: no run to resume
+        raise RefusedBeforeStart(ConfigError(
+            f"{key}={folder} holds Hydra's records of a run that never started ({HYDRA_DIR}/, no {CONFIG_FILE}): "
+            f"remove the folder (rm -r {folder}) to {what} it, or {what} another folder ({key}=<new folder>)"))
     if held:
         raise RefusedBeforeStart(ConfigError(
             f"{key}={folder} holds a run already ({', '.join(held)}): continue it with `{resume_command(folder)}`, "

@@ -198,3 +198,19 @@ def test_ray_tasks_run_the_workers_on_a_loopback_ray():
         collector.shutdown()
     assert batches[1]["observation"][1, 0, :, 0].tolist() == [1, 2, 0, 1]
     assert not ray.is_initialized()  # the Ray it started is stopped
+
+
+def test_a_port_in_use_is_the_users_one_line_naming_the_config_keys():
+    """The trainer's store on a port another process listens on: a ConfigError naming
+    collector.master_addr and collector.master_port (the user's choice), not an OSError
+    reported as rlcollect's bug."""
+    import socket
+
+    from rlcollect.collectors.distributed.group import Rendezvous
+    from rlcollect.errors import ConfigError
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"^collector.master_addr=127.0.0.1 collector.master_port={port}: the "
+                                              r"trainer cannot listen there \(Address already in use"):
+            Rendezvous("127.0.0.1", port)

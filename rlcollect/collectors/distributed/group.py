@@ -19,6 +19,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from rlcollect.errors import ConfigError
+
 # point-to-point tags: commands and weights go out from the trainer, batches and answers come back
 COMMAND_TAG, WEIGHTS_TAG, HEADER_TAG, DATA_TAG, ANSWER_TAG = 1, 2, 3, 4, 5
 
@@ -45,7 +47,11 @@ class Rendezvous:
 
     def __init__(self, address: str = "127.0.0.1", port: int = 0, world_size: int = 2, backend: str = "gloo",
                  timeout_s: float = 60.0) -> None:
-        self._socket = socket.create_server((address, port), backlog=max(128, 2 * world_size))
+        try:
+            self._socket = socket.create_server((address, port), backlog=max(128, 2 * world_size))
+        except OSError as error:  # the port in use, an address not this machine's, a name that does not resolve
+            raise ConfigError(f"collector.master_addr={address} collector.master_port={port}: the trainer cannot "
+                              f"listen there ({error.strerror or error}); port 0 takes a free one") from None
         port = self._socket.getsockname()[1]
         self.spec = GroupSpec(address, port, world_size, backend, timeout_s)
         self.store = dist.TCPStore(address, port, world_size, True, self.spec.timeout, wait_for_workers=False,

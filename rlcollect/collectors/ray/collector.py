@@ -269,7 +269,12 @@ class RayCollector(HostedCollector):
         if ray_address is not None:
             # joining a head bound to loopback: keep 127.0.0.1 (Ray would swap in the external IP)
             with loopback_node_ip(ray) if is_loopback_address(ray_address) else contextlib.nullcontext():
-                ray.init(address=ray_address, logging_level=logging.WARNING)
+                try:
+                    ray.init(address=ray_address, logging_level=logging.WARNING)
+                except ConnectionError as error:  # no Ray there ("auto" with none running, a head not up)
+                    raise ConfigError(f"collector.ray_address={ray_address}: no running Ray to join there "
+                                      f"({str(error).splitlines()[0]}); start one (ray start --head) or leave "
+                                      "collector.ray_address=null for a local one") from None
             return False
         start_local_ray(math.ceil(self.num_workers * self.remote_config["num_cpus"]))
         return True

@@ -48,15 +48,17 @@ class WorkerLost(Exception):
 
 
 @contextlib.contextmanager
-def sigint_blocked():
-    """SIGINT blocked in this thread inside: a worker process started here keeps the mask,
-    so a Ctrl-C while it starts (its interpreter, its imports) is the main process's to act
-    on, not a KeyboardInterrupt traceback of the worker's, which then ignores SIGINT
-    (``initialize_worker``); here the signal waits until the block ends. The resource
-    tracker a first spawned process starts is started before: starting it unblocks SIGINT."""
-    from multiprocessing import resource_tracker
+def sigint_blocked(mp_context):
+    """SIGINT blocked in this thread inside: a worker process started here (by
+    ``mp_context``) keeps the mask, so a Ctrl-C while it starts (its interpreter, its
+    imports) is the main process's to act on, not a KeyboardInterrupt traceback of the
+    worker's, which then ignores SIGINT (``initialize_worker``); here the signal waits until
+    the block ends. The resource tracker that a first spawned (or forkserver) process starts
+    is started before: starting it unblocks SIGINT. A forked one starts none."""
+    if mp_context.get_start_method() != "fork":
+        from multiprocessing import resource_tracker
 
-    resource_tracker.ensure_running()
+        resource_tracker.ensure_running()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
@@ -148,7 +150,7 @@ class WorkerProcesses:
         index = len(self.processes) if worker_id is None else worker_id
         process = self.mp_context.Process(target=target, args=(handoff, worker_end), daemon=True,
                                           name=f"{self._name}-{index}")
-        with sigint_blocked():
+        with sigint_blocked(self.mp_context):
             process.start()
         handoff.clear()
         worker_end.close()

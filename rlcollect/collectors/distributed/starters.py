@@ -29,7 +29,7 @@ class ProcessStarter:
         for index, args in enumerate(args_per_worker):
             # not daemonic: a worker may run a multi-process collector of its own
             process = self._context.Process(target=target, args=args, name=f"rlcollect-distributed-{index}")
-            with sigint_blocked():  # a Ctrl-C while it starts is this process's, not a traceback of the worker's
+            with sigint_blocked(self._context):  # a Ctrl-C as it starts: this process's, no traceback of its own
                 process.start()
             self.processes.append(process)
 

@@ -150,7 +150,7 @@ def check_storage(sweeper: DictConfig, searched: dict, objective: str) -> None:
     study already in it searching the same kind of space for each key in the same
     direction (Optuna would fail once a trial had started, leaving it RUNNING for good).
     Read only: a storage not there yet is not made (a sqlite file), nor a study."""
-    from rlcollect.commands.sweep_study import sqlite_file
+    from rlcollect.commands.sweep_study import quiet_optuna, sqlite_file
     from rlcollect.errors import ConfigError
 
     storage = sweeper.get("storage")
@@ -162,18 +162,13 @@ def check_storage(sweeper: DictConfig, searched: dict, objective: str) -> None:
             raise ConfigError(f"hydra.sweeper.storage={storage}: no folder {where.absolute().parent} to make the "
                               "study's database in")
         return  # a new database: no study in it yet
-    import logging
-
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-    import optuna
+    optuna = quiet_optuna()
     from optuna.distributions import CategoricalDistribution
 
     try:
         study = optuna.load_study(study_name=sweeper.study_name, storage=str(storage))
-    except KeyError:  # no study of that name yet
-        return
-    except Exception:  # noqa: BLE001 - a storage that cannot be read: Optuna says why as the study starts
-        return
+    except Exception:  # noqa: BLE001 - no study of that name yet (KeyError), or a storage that cannot be read:
+        return  # Optuna makes the one, or says why not, as the study starts
     directions = [getattr(direction, "name", direction).lower() for direction in study.directions]
     wanted = sweeper.direction if isinstance(sweeper.direction, (list, ListConfig)) else [sweeper.direction]
     if [str(getattr(direction, "name", direction)).lower() for direction in wanted] != directions:

@@ -5,10 +5,10 @@ A study stopped by Ctrl-C (or a kill) leaves its trials that were training as RU
 its storage: the sweeper that would have told their values has stopped. Once the sweep's
 resume has trained them on, each such trial (found by its mark, ``TRIAL_JOB``, or in a
 study of an earlier version by its sampled values, the overrides of its run folder) is
-told its run's ``objective`` (``jobs.objective_value``, what the
-sweeper tells), or told failed where its run failed or returns no value; a trial whose run
-was stopped again stays RUNNING for the next resume. A study without storage lived in the
-stopped process: there is nothing to tell, and one line says so.
+told its run's ``objective`` (``jobs.objective_value``, what the sweeper tells), or told
+failed where its run failed or returns no value; a trial whose run was stopped again stays
+RUNNING for the next resume. A study without storage lived in the stopped process: there
+is nothing to tell, and one line says so.
 """
 from __future__ import annotations
 
@@ -56,9 +56,7 @@ def tell_study(sweeper: DictConfig, members: list[Resumed], sweep_dir: Path) -> 
         log.info("the sweep's Optuna study was kept in memory (hydra.sweeper.storage=null) and ended with the "
                  "stopped sweep: the resumed trials' values are in their runs, no study takes them")
         return
-    logging.getLogger("alembic").setLevel(logging.WARNING)  # its plugins' setup as optuna loads, its schema checks
-    import optuna
-
+    optuna = quiet_optuna()
     where = sqlite_file(sweeper.storage)
     if where is not None and not where.is_file():  # a relative path, resumed from another folder: not made anew
         log.warning("the sweep's study storage %s is not there from %s: the resumed trials' values are in their "
@@ -102,6 +100,15 @@ def tell_study(sweeper: DictConfig, members: list[Resumed], sweep_dir: Path) -> 
         log.warning("the study %r (%s) keeps the value%s %s had when %s ended first: a study's told values stay, "
                     "so it does not know the runs trained on (their run folders do)", sweeper.study_name,
                     sweeper.storage, "s" if len(kept) > 1 else "", jobs_named(kept), "they" if len(kept) > 1 else "it")
+
+
+def quiet_optuna():
+    """The optuna module, with alembic's INFO lines off (its plugins' setup as optuna loads,
+    a storage's schema checks)."""
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    import optuna
+
+    return optuna
 
 
 def jobs_named(numbers: list[int]) -> str:

@@ -23,7 +23,7 @@ from rlcollect.choices import WANDB_MODES
 from rlcollect.errors import disk_full
 from rlcollect.logging.runs import json_lines
 from rlcollect.logging.wandb_start import wait_for_wandb
-from rlcollect.run_files import METRICS_FILE
+from rlcollect.run_files import METRICS_FILE, WANDB_DIR
 from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo
 
 
@@ -218,7 +218,7 @@ class WandbLogger(RunLogger):
 
         this_part = Path(self._run.settings.sync_file).resolve()
         steps = [-1]
-        for part in find_offline_runs(self.run_dir / "wandb"):
+        for part in find_offline_runs(self.run_dir / WANDB_DIR):
             if part.name != f"run-{self._run.id}.wandb" or part.resolve() == this_part:
                 continue
             try:

@@ -80,6 +80,7 @@ def checkpoint_name(run_dir: Path, checkpoint: str, source: Path) -> str:
         return resolved.name
     return f"{source.name}@{hashlib.sha1(str(resolved).encode()).hexdigest()[:8]}"
 
+
 def read_checkpoint(path: Path) -> dict:
     """A checkpoint's state (the policy's weights under "policy"), or a ConfigError."""
     if torchscript_file(path):

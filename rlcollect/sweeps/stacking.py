@@ -88,15 +88,20 @@ class StackedTanh(nn.Module):
             return torch.tanh(x)
         if x.requires_grad and torch.is_grad_enabled():
             return NumpyTanh.apply(x)
-        return torch.from_numpy(np.tanh(x.detach().numpy()))
+        return numpy_tanh(x)
+
+
+def numpy_tanh(x: torch.Tensor) -> torch.Tensor:
+    """tanh of a CPU float tensor by numpy's vectorised kernel (no autograd)."""
+    return torch.from_numpy(np.tanh(x.detach().numpy()))
 
 
 class NumpyTanh(torch.autograd.Function):
-    """tanh of a CPU tensor by numpy, with tanh's gradient (``aten.tanh_backward`` of its output)."""
+    """``numpy_tanh`` with tanh's gradient (``aten.tanh_backward`` of its output)."""
 
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        y = torch.from_numpy(np.tanh(x.detach().numpy()))
+        y = numpy_tanh(x)
         ctx.save_for_backward(y)
         return y
 
@@ -228,7 +233,7 @@ def stack_modules(modules: Sequence[nn.Module]) -> nn.Module:
     if refusal is not None:
         raise ConfigError(f"stack_modules stacks policies of Linear, Conv2d, GRU and LSTM layers; {refusal}")
     for name, module in stacked.named_modules():  # the policy's own parameters (e.g. log_std): [S, 1, *shape]
-        if isinstance(module, (StackedLinear, StackedConv2d, MemberRunningNorm, StackedRNN, StackedTanh)):
+        if isinstance(module, (StackedLinear, StackedConv2d, MemberRunningNorm, StackedRNN)):
             continue
         for key, _ in list(module.named_parameters(recurse=False)):
             full = f"{name}.{key}" if name else key

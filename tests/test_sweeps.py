@@ -189,6 +189,39 @@ def test_stacked_layers_compute_each_member_with_its_own_weights():
         stack_modules([torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.LayerNorm(5))])
 
 
+@pytest.mark.parametrize("rows, features, out, bias", [(256, 64, 2, True), (256, 64, 1, True), (256, 4, 64, True),
+                                                     (256, 64, 64, False), (10, 3136, 16, True)],
+                         ids=["actor_head", "critic_head", "first_layer", "hidden_no_bias", "rows_under_inputs"])
+def test_a_learning_stacked_layer_gets_the_gradients_of_its_batched_product(rows, features, out, bias):
+    """A stacked layer that learns (StackedLinearFunction, several members) computes each
+    member's output and its gradients (input, weight, bias) as autograd computes them for
+    the layer's batched product, in whichever orientation its backward takes each product."""
+    torch.manual_seed(0)
+    members = 3
+    weight, offset = torch.randn(members, out, features), torch.randn(members, out) if bias else None
+    layer = StackedLinear(weight.clone(), None if offset is None else offset.clone())
+    x, grad = torch.randn(members, rows, features, requires_grad=True), torch.randn(members, rows, out)
+    y = layer(x)
+    assert type(y.grad_fn).__name__ == "StackedLinearFunctionBackward"
+    y.backward(grad)
+    weight.requires_grad_()
+    x_again = x.detach().clone().requires_grad_()
+    expected = torch.bmm(x_again, weight.transpose(1, 2))
+    if offset is not None:
+        offset.requires_grad_()
+        expected = expected + offset.unsqueeze(1)
+    expected.backward(grad)
+    tight = dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(y.detach(), expected.detach(), **tight)
+    torch.testing.assert_close(x.grad, x_again.grad, **tight)
+    torch.testing.assert_close(layer.weight.grad, weight.grad, **tight)
+    assert layer.weight.grad.shape == (members, out, features) and layer.weight.grad.is_contiguous()
+    if offset is not None:
+        torch.testing.assert_close(layer.bias.grad, offset.grad, **tight)
+    with torch.no_grad():  # acting: the batched product itself, no autograd node
+        assert layer(x).grad_fn is None and torch.equal(layer(x), y.detach())
+
+
 def test_a_model_of_several_members_computes_tanh_within_one_ulp_of_torch_and_its_gradient_from_its_output():
     """StackedTanh (several members, on a CPU): numpy's tanh, each float32 within one ulp of
     torch.tanh's, some of them not equal (else it would be torch's); its gradient is tanh's

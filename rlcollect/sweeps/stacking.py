@@ -63,16 +63,45 @@ class StackedLinear(nn.Module):
             return F.linear(x[0], weight[0], None if bias is None else bias[0]).unsqueeze(0)
         stacked = x.dim() == 3  # [S, N, in], the usual input: no reshape in or out (nor their autograd nodes)
         rows = x if stacked else x.reshape(members, -1, x.shape[-1])
-        if weight.requires_grad and torch.is_grad_enabled() and rows.shape[1] < weight.shape[2]:
-            # learning on fewer rows than input features (a CNN encoder's head: 3,136 in): (W x^T)^T, whose weight
-            # gradient (grad^T x) comes out [S, out, in] as the weight is stored, so it lands in .grad without a
-            # transposing copy of the whole weight (3x faster there); its output made contiguous, as x W^T gives it
-            out = (torch.bmm(weight, rows.transpose(1, 2)) if bias is None else
-                   torch.baddbmm(bias.unsqueeze(2), weight, rows.transpose(1, 2))).transpose(1, 2).contiguous()
+        if weight.requires_grad and torch.is_grad_enabled():
+            out = StackedLinearFunction.apply(rows, weight, bias)
         else:
             out = torch.bmm(rows, weight.transpose(1, 2)) if bias is None else \
                 torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
         return out if stacked else out.reshape(*x.shape[:-1], out.shape[-1])
+
+
+class StackedLinearFunction(torch.autograd.Function):
+    """``x [S, N, in] -> x W^T + b`` for weights ``[S, out, in]``, its backward pass taking
+    each batched product in the orientation that runs fast on a CPU. MKL's batched product
+    is slow when its output's last dim is short: autograd's own backward computes the
+    weight's gradient as ``x^T g`` (``[S, in, out]``, then copied transposed into the
+    weight's layout), 2-5x slower than ``g^T x`` for an output layer of 1 or 2 units, and
+    for a layer of one unit the input's gradient as a product over one term. This one
+    computes the weight's gradient in whichever orientation has the longer last dim (in
+    the weight's own layout when that is ``in``), the input's as a broadcast product when
+    ``out`` is 1. Each gradient element is the same sum, in the same order, as autograd's
+    (bit-equal on the shapes measured, docs/sweeps.md "How members are stacked")."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return torch.bmm(x, weight.transpose(1, 2)) if bias is None else \
+            torch.baddbmm(bias.unsqueeze(1), x, weight.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_x = grad * weight if weight.shape[1] == 1 else torch.bmm(grad, weight)
+        grad_weight = None
+        if ctx.needs_input_grad[1]:
+            grad_weight = torch.bmm(grad.transpose(1, 2), x) if weight.shape[2] >= weight.shape[1] else \
+                torch.bmm(x.transpose(1, 2), grad).transpose(1, 2)
+        grad_bias = grad.sum(1) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return grad_x, grad_weight, grad_bias
 
 
 class StackedTanh(nn.Module):

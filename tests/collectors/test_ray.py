@@ -157,6 +157,25 @@ def test_bad_arguments_raise_before_any_actor_starts(kwargs, error, match):
         RayCollector(**arguments)
 
 
+def test_an_address_where_nothing_listens_is_the_users_one_line_not_an_endless_retry():
+    """ray.init retries a host:port that nobody listens on for good: RayCollector (and the
+    distributed collector's Ray starter) refuse it in one line naming the key, and no Ray
+    is started or joined."""
+    from rlcollect.collectors.distributed.starters import RayStarter
+    from rlcollect.errors import ConfigError
+
+    assert not ray.is_initialized()
+    line = ("collector.ray_address=127.0.0.1:1: nothing answers at that address (Connection refused); start a Ray "
+            "head there (ray start --head --port=1) or leave collector.ray_address=null for a local one")
+    with pytest.raises(ConfigError) as refused:
+        RayCollector(create_env_fn=worker_envs(1)[0], num_workers=1, frames_per_batch=8, ray_address="127.0.0.1:1")
+    assert str(refused.value) == line
+    with pytest.raises(ConfigError) as refused:
+        RayStarter("127.0.0.1:1")
+    assert str(refused.value) == line
+    assert not ray.is_initialized()
+
+
 def test_num_collectors_is_num_workers_s_old_name_kept_for_a_release():
     """The actors' count was num_collectors; it still counts them, with a DeprecationWarning
     pointed at the caller, and may not disagree with num_workers (checked before any actor

@@ -102,7 +102,7 @@ class RayStarter:
     at ``ray_address``, or (None) on a Ray started here bound to loopback, stopped at the end."""
 
     def __init__(self, ray_address: str | None = None) -> None:
-        from rlcollect.collectors.ray.startup import import_ray, start_local_ray
+        from rlcollect.collectors.ray.startup import import_ray, join_ray, start_local_ray
 
         self._ray = import_ray()
         self._started = False
@@ -111,7 +111,7 @@ class RayStarter:
                 start_local_ray()
                 self._started = True
             else:
-                self._ray.init(address=ray_address)
+                join_ray(self._ray, ray_address)
         self.tasks: list = []
 
     def start(self, target: Callable, args_per_worker: list[tuple]) -> None:

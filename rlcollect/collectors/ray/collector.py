@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import logging
 import math
 import time
 import uuid
@@ -50,13 +49,7 @@ from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.processes import WorkerError, WorkerLost
 from rlcollect.collectors.ray.actor import MAX_LIVES, ActorSpec, CollectorActor
 from rlcollect.collectors.ray.replay_buffer import RayReplayBuffer
-from rlcollect.collectors.ray.startup import (
-    import_ray,
-    is_loopback_address,
-    loopback_node_ip,
-    remote_class,
-    start_local_ray,
-)
+from rlcollect.collectors.ray.startup import import_ray, join_ray, remote_class, start_local_ray
 from rlcollect.collectors.ray.wire import batch_from_wire, stack_from_wire
 from rlcollect.collectors.restarts import Restarts
 from rlcollect.collectors.worker import resolve_model
@@ -267,14 +260,7 @@ class RayCollector(HostedCollector):
         if ray.is_initialized():
             return False
         if ray_address is not None:
-            # joining a head bound to loopback: keep 127.0.0.1 (Ray would swap in the external IP)
-            with loopback_node_ip(ray) if is_loopback_address(ray_address) else contextlib.nullcontext():
-                try:
-                    ray.init(address=ray_address, logging_level=logging.WARNING)
-                except ConnectionError as error:  # no Ray there ("auto" with none running, a head not up)
-                    raise ConfigError(f"collector.ray_address={ray_address}: no running Ray to join there "
-                                      f"({str(error).splitlines()[0]}); start one (ray start --head) or leave "
-                                      "collector.ray_address=null for a local one") from None
+            join_ray(ray, ray_address)
             return False
         start_local_ray(math.ceil(self.num_workers * self.remote_config["num_cpus"]))
         return True

@@ -14,12 +14,13 @@ import functools
 import logging
 import os
 import signal
+import socket
 import sys
 import time
 import uuid
 
 from rlcollect.collectors.ray import watchdog
-from rlcollect.errors import MissingDependencyError
+from rlcollect.errors import ConfigError, MissingDependencyError
 
 INSTALL_HINT = "RayCollector needs Ray: pip install 'rlcollect[ray]' (or pip install ray)"
 
@@ -82,6 +83,28 @@ def loopback_environment(ray):
 def is_loopback_address(address: str) -> bool:
     host = address.rsplit(":", 1)[0].strip("[]") if ":" in address else address
     return host in ("localhost", "127.0.0.1", "::1")
+
+
+def join_ray(ray, address: str, key: str = "collector.ray_address") -> None:
+    """Connect this process to the running Ray at ``address`` (``"auto"``, ``host:port``,
+    ``ray://...``), keeping 127.0.0.1 as this node's IP when the address is loopback. Where
+    nothing answers, a one-line ConfigError naming ``key``: ``ray.init`` would wait on a
+    ``host:port`` that nobody listens on for good, retrying, so such an address is first
+    tried with a plain TCP connection (5 s)."""
+    host, _, port = address.rpartition(":")
+    if host and port.isdigit() and "://" not in address:
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=5.0).close()
+        except OSError as error:
+            raise ConfigError(f"{key}={address}: nothing answers at that address ({error.strerror or error}); "
+                              f"start a Ray head there (ray start --head --port={port}) or leave {key}=null for "
+                              "a local one") from None
+    with loopback_node_ip(ray) if is_loopback_address(address) else contextlib.nullcontext():
+        try:
+            ray.init(address=address, logging_level=logging.WARNING)
+        except ConnectionError as error:  # no Ray there ("auto" with none running, a head not up)
+            raise ConfigError(f"{key}={address}: no running Ray to join there ({str(error).splitlines()[0]}); "
+                              f"start one (ray start --head) or leave {key}=null for a local one") from None
 
 
 def import_ray():

@@ -292,16 +292,22 @@ def test_a_resume_tells_each_trial_of_its_own_sweep_not_another_sweeps_with_the_
 
 
 @pytest.mark.parametrize("option, line", [
-    ("hydra.sweeper.n_trials=0", "hydra.sweeper.n_trials must be a positive int, got 0"),
-    ("hydra.sweeper.direction=sideways", "hydra.sweeper.direction=sideways: choose one of minimize, maximize"),
+    ("hydra.sweeper.n_trials=0", "invalid configuration: hydra.sweeper.n_trials must be a positive int, got 0"),
+    ("hydra.sweeper.direction=sideways",
+     "invalid configuration: hydra.sweeper.direction=sideways: choose one of minimize, maximize"),
+    ("hydra.sweeper.sampler.seed=abc",
+     "invalid override hydra.sweeper.sampler.seed: Value 'abc' of type 'str' could not be converted to Integer"),
+    ("+hydra.sweeper.sampler.bogus=1", "invalid configuration: hydra.sweeper.sampler: TPESampler.__init__() got an "
+                                       "unexpected keyword argument 'bogus'"),
 ])
 def test_a_bad_sweeper_option_is_one_line_exit_2_before_any_trial(tmp_path, option, line):
     """Optuna itself would fail with a traceback: n_trials=0 once the study ends, a bad
-    direction once it starts."""
+    direction once it starts, a sampler's bad option (a seed that is not an int, an option
+    it does not take) as Hydra makes the sweeper."""
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     result = cli(tmp_path, "train", "--multirun", "hydra/sweeper=tune_ppo", option, *TINY, "hydra.sweep.dir=sweep")
     assert result.returncode == 2
-    assert result.stderr.splitlines() == [f"rlcollect train: invalid configuration: {line}"]
+    assert result.stderr.splitlines() == [f"rlcollect train: {line}"]
     assert not (tmp_path / "sweep").exists()
 
 

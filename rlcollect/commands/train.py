@@ -270,9 +270,10 @@ def compose_and_train() -> int:
         leave_unswept()  # a sweep's job that does not compose: found after Hydra wrote the sweep's multirun.yaml
         return 2
     except InstantiationException as error:  # the sweeper or launcher refused its own options
-        if not isinstance(error.__cause__, ConfigError):
+        refusal = plugin_option_refused(error)
+        if refusal is None:
             raise
-        print(f"rlcollect train: invalid configuration: {error.__cause__}", file=sys.stderr)
+        print(f"rlcollect train: invalid configuration: {refusal}", file=sys.stderr)
         leave_unswept()
         return 2
     finally:
@@ -281,6 +282,19 @@ def compose_and_train() -> int:
         else:
             os.environ["HYDRA_FULL_ERROR"] = previous
     return sweep_end()
+
+
+def plugin_option_refused(error: InstantiationException) -> str | None:
+    """The line for a sweeper or launcher (or a part of one, such as the tuning sweeper's
+    sampler) that Hydra could not make from the user's options: its own ConfigError, or
+    the TypeError of an option the part does not take, named by its key; None for any
+    other failure (ours, reported as it is)."""
+    if isinstance(error.__cause__, ConfigError):
+        return str(error.__cause__)
+    key = next((line.split(":", 1)[1].strip() for line in str(error).splitlines() if line.startswith("full_key:")), "")
+    if isinstance(error.__cause__, TypeError) and key.startswith(("hydra.sweeper", "hydra.launcher")):
+        return f"{key}: {str(error.__cause__).splitlines()[0]}"
+    return None
 
 
 def sweep_end() -> int:

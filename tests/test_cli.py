@@ -215,7 +215,7 @@ BAD_OVERRIDES = [
     ("sed=1", "invalid override sed: Key 'sed' not in 'TrainConfig' (did you mean seed?)"),
     ("collector.total_frames=5",
      "invalid override collector.total_frames: Key 'total_frames' not in 'SyncCollectorConfig' (did you mean "
-     "total_frames?)"),
+     "total_frames (a top-level key)?)"),
     ("env.nmu_envs=3", "invalid override env.nmu_envs: Key 'nmu_envs' not in 'EnvConfig' (did you mean env.num_envs?)"),
     ("zzz=1", "invalid override zzz: Key 'zzz' not in 'TrainConfig' (`rlcollect train --cfg job` lists the keys)"),
     ("env.num_envs=many",

@@ -390,6 +390,34 @@ def test_a_non_finite_observation_is_named_with_its_index_and_value():
         check_env_values(nested, frames=10)
 
 
+def test_a_non_finite_next_observation_is_named_at_its_own_step_an_episode_s_last_one_included():
+    """A step's next observation is what the env returned at that step: named at its frame,
+    not at the next step's (which reads it as its observation); an episode's last one, which
+    no later step reads, is checked as well (PPO's value of it would make every loss NaN)."""
+    import torch
+    from tensordict import TensorDict
+
+    from rlcollect.pipeline.loop import NonFiniteEnvError, check_env_values
+
+    def batch():  # [envs 2, time 3], frames 7..12
+        return TensorDict({"observation": torch.ones(2, 3, 4), ("next", "observation"): torch.ones(2, 3, 4),
+                           ("next", "reward"): torch.zeros(2, 3, 1)}, batch_size=[2, 3])
+
+    read_next = batch()
+    read_next["next", "observation"][0, 1, 3] = float("nan")  # env 0's step 1 returned it, its step 2 reads it
+    read_next["observation"][0, 2, 3] = float("nan")
+    with pytest.raises(NonFiniteEnvError) as raised:
+        check_env_values(read_next, frames=12)
+    assert str(raised.value).startswith("the env returned a non-finite next/observation (next/observation[3] = nan) "
+                                        "at frame 9, env index 0: check the env")
+    last = batch()
+    last["next", "observation"][1, 2, 0] = float("inf")  # an episode's last observation: read by no later step
+    with pytest.raises(NonFiniteEnvError, match=r"non-finite next/observation \(next/observation\[0\] = inf\) at "
+                                                r"frame 12, env index 1"):
+        check_env_values(last, frames=12)
+    check_env_values(batch(), frames=12)  # all finite: nothing said
+
+
 def test_a_missing_optional_package_is_one_line_naming_what_to_install(tmp_path):
     pytest.importorskip("gymnasium")
     try:

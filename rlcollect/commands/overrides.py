@@ -110,6 +110,8 @@ def override_error_line(error: Exception) -> str:
     if "not in" not in line:
         return line
     similar = similar_keys(getattr(cause, "parent_node", None), full_key)  # an unknown key: what it may have meant
+    if "." in full_key:  # a top-level key of the unknown one's name: said as such, not as its own name again
+        similar = [key if "." in key else f"{key} (a top-level key)" for key in similar]
     hint = f"did you mean {' or '.join(similar)}?" if similar else "`rlcollect train --cfg job` lists the keys"
     return f"{line} ({hint})"
 

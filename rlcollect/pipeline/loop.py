@@ -155,12 +155,12 @@ class Session:
         p, cfg, progress = self.p, self.p.cfg, self.p.progress
         summary, phases = progress.summary, self.phases
         phases.end("collect")
+        if batch is not None:  # what the env returned, before anything learns from it or logs it
+            check_env_values(batch if batch.names[-1] != ROLLOUT_DIM else transition_view(batch), frames)
         # the episodes the batch completed: what the post-collect hook returned, wherever it ran
         p.logger.log_collection(frames, [info for infos in p.collector.hook_results() for info in infos])
         for restart in p.collector.pop_worker_restarts():  # workers replaced during this batch
             p.logger.log_event(restart.as_event(), step=frames)
-        if batch is not None:  # what the env returned, before anything learns from it
-            check_env_values(batch if batch.names[-1] != ROLLOUT_DIM else transition_view(batch), frames)
         metrics = p.learner.learn(batch, frames)
         p.logger.log({f"train/{k}": v for k, v in metrics.items()}, step=frames)
         check_finite(p, metrics, frames, batch)  # before any checkpoint of this batch: none is poisoned
@@ -358,13 +358,18 @@ class NonFiniteEnvError(FloatingPointError):
     """The env returned a non-finite observation or reward."""
 
 
-ENV_VALUES = ("observation", ("next", "reward"))  # what an env writes into a batch that must be finite
+# what an env writes into a batch that must be finite: the next observation (an episode's last one included,
+# which no later step reads) and reward of each step, and the observation it steps from (a reset's)
+ENV_VALUES = (("next", "observation"), ("next", "reward"), "observation")
 
 
 def check_env_values(transitions: TensorDictBase, frames: int) -> None:
     """A NonFiniteEnvError naming the entry, the frame and the env index where the env
     returned a NaN or infinite observation or reward (floating entries; nested
-    observations included): a batch ``[*envs, T]`` (or ``[T]``) that ends at ``frames``."""
+    observations included): a batch ``[*envs, T]`` (or ``[T]``) that ends at ``frames``.
+    Of several, the first the env returned: a step's next observation is named at that
+    step's frame, not at the next step's, which reads it as its observation."""
+    found = None  # (frame, env, message)
     for key in ENV_VALUES:
         value = transitions.get(key, None)
         entries = value.items(True, True) if isinstance(value, TensorDictBase) else [((), value)]
@@ -374,16 +379,21 @@ def check_env_values(transitions: TensorDictBase, frames: int) -> None:
             finite = torch.isfinite(entry.reshape(*transitions.batch_size, -1)).all(-1)
             if bool(finite.all()):
                 continue
-            where = (~finite).nonzero()[0].tolist()  # the first bad step: (env, time) or (time,)
-            env, time = (where[0], where[-1]) if len(where) > 1 else (0, where[0])
-            envs = transitions.batch_size[:-1].numel() if len(where) > 1 else 1
+            # the first bad step in time order: (time, env) of a [*envs, T] batch, (time,) of a [T] one
+            by_time = (~finite).reshape(-1, finite.shape[-1]).transpose(0, 1).nonzero()[0].tolist()
+            time, env = by_time[0], by_time[1] if len(by_time) > 1 and finite.dim() > 1 else 0
+            envs = transitions.batch_size[:-1].numel() if finite.dim() > 1 else 1
             frame = frames - transitions.numel() + time * envs + env + 1
+            if found is not None and found[0] <= frame:
+                continue
+            where = (*torch.unravel_index(torch.tensor(env), finite.shape[:-1]), time) if finite.dim() > 1 else (time,)
             label = key if isinstance(key, str) else "/".join(key)
             label += "".join(f"/{part}" for part in (name if isinstance(name, tuple) else (name,)))
-            shown = first_non_finite(entry[tuple(where)], label)
-            raise NonFiniteEnvError(f"the env returned a non-finite {label} ({shown}) at frame {frame}, env index "
-                                    f"{env}: check the env (a reward or observation wrapper can clip or replace such "
-                                    "values)")
+            shown = first_non_finite(entry[tuple(int(i) for i in where)], label)
+            found = (frame, env, f"the env returned a non-finite {label} ({shown}) at frame {frame}, env index {env}: "
+                                 "check the env (a reward or observation wrapper can clip or replace such values)")
+    if found is not None:
+        raise NonFiniteEnvError(found[2])
 
 
 def first_non_finite(step: torch.Tensor, label: str) -> str:

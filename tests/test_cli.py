@@ -198,6 +198,10 @@ BAD_OPTIONS = [
      "env.backend=vector: 'Acrobot-v1' has no vector entry point: use the sync or async backend"),
     ("collector=distributed weight_sync=shared_mem",
      "collector=distributed sends the weights over its process group itself: use weight_sync=none"),
+    # the new key given at its default (2): told from one not set by the command line alone
+    ("collector=ray collector.num_collectors=3 collector.num_workers=2",
+     "collector.num_collectors=3 and collector.num_workers=2: num_collectors is the old name of num_workers; set "
+     "collector.num_workers only"),
     ("algo=dqn algo.prioritized=true buffer/sampler=slice",
      "algo.prioritized=true draws single transitions in proportion to their priorities: it replaces "
      "buffer/sampler=random, not buffer/sampler=slice"),

@@ -184,6 +184,7 @@ def test_collector_ray_num_collectors_composes_and_moves_to_num_workers_with_a_w
     """num_collectors was collector=ray's name of what collector=distributed calls num_workers:
     for a release it still composes, and the pipeline moves its value to num_workers (the
     config the run saves and builds from), with a warning naming the new key."""
+    from rlcollect.config.fields import rename_keys
     from rlcollect.errors import ConfigError
     from rlcollect.pipeline.checks import batch_frames, check_config
 
@@ -201,6 +202,12 @@ def test_collector_ray_num_collectors_composes_and_moves_to_num_workers_with_a_w
         check_config(compose_train(["collector=ray", "collector.num_collectors=3", "collector.num_workers=4"]))
     with pytest.raises(ConfigError, match=r"^collector\.num_collectors=0: must be >= 1$"):
         check_config(compose_train(["collector=ray", "collector.num_collectors=0"]))
+    # the new key set to its default (2): a conflict where the command line names it, the old key's value otherwise
+    default_too = compose_train(["collector=ray", "collector.num_collectors=3", "collector.num_workers=2"])
+    with pytest.raises(ConfigError, match=r"^collector\.num_collectors=3 and collector\.num_workers=2: "):
+        rename_keys(default_too.copy(), given={"collector.num_workers"})
+    rename_keys(default_too)
+    assert default_too.collector.num_workers == 3
 
 
 def test_collector_distributed_launcher_composes_and_moves_to_start_workers_with(caplog):

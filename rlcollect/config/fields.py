@@ -111,11 +111,12 @@ def renamable_nodes(node: DictConfig, path: str) -> Iterator[tuple[str, DictConf
             yield from renamable_nodes(child, f"{path}.{key}" if path else str(key))
 
 
-def rename_keys(cfg: DictConfig) -> list[str]:
+def rename_keys(cfg: DictConfig, given: Collection[str] = ()) -> list[str]:
     """Move the value of every renamed key that is set (``renamed``) to its new key, in
     ``cfg`` itself (the old key is left None); one message per key moved, for the caller to
-    warn with. A ConfigError when the new key was set too, to another value than its
-    default and the old key's."""
+    warn with. A ConfigError when the new key was set too, to another value than the old
+    key's: set to another value than its default, or named in ``given`` (the keys the
+    command line sets: one set to its default is told from one not set only there)."""
     messages = []
     for path, node, schema in renamable_nodes(cfg, ""):
         prefix = f"{path}." if path else ""
@@ -127,7 +128,7 @@ def rename_keys(cfg: DictConfig) -> list[str]:
             value = node[old]
             default = fields[new].default
             current = node[new] if new in node else None
-            if current is not None and current != default and current != value:
+            if current is not None and current != value and (current != default or f"{prefix}{new}" in given):
                 raise ConfigError(f"{prefix}{old}={value!r} and {prefix}{new}={current!r}: {old} is the old name of "
                                   f"{new}; set {prefix}{new} only")
             node[new] = value

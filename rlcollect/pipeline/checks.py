@@ -117,9 +117,18 @@ def check_config(cfg: DictConfig) -> None:
     collector.launcher) has its value moved to its new key here, in ``cfg``, with a warning."""
     check_keys(cfg)
     check_ranges(cfg)  # the choices of the options too (objective, env.backend, collector.reset_policy, ...)
-    for message in rename_keys(cfg):
+    for message in rename_keys(cfg, command_line_keys()):
         log.warning(message)
     check_combination(cfg)
+
+
+def command_line_keys() -> set[str]:
+    """The config keys the command line of the Hydra job running now sets (none outside one)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return set()
+    return {override.split("=", 1)[0].lstrip("+~") for override in HydraConfig.get().overrides.task}
 
 
 # ---------------------------------------------------------------------------- combinations

@@ -49,7 +49,13 @@ def test_a_tuning_study_tells_failed_trials_goes_on_persists_and_resumes(tmp_pat
     second = tune("sweep2")
     assert second.returncode in (0, 1), second.stderr
     assert "Using an existing study with name 'tiny'" in second.stdout + second.stderr
-    assert len(optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'study.db'}").trials) == 6
+    # seeded 3 again, the sampler would ask trials 0-2's values again: it is seeded past them
+    assert ("rlcollect train: the study 'tiny' holds 3 trial(s): its sampler is seeded 3 + 3 = 6 for this command's "
+            "trials (seeded 3, it would ask the first trials again)") in second.stderr.splitlines()
+    trials = optuna.load_study(study_name="tiny", storage=f"sqlite:///{tmp_path / 'study.db'}").trials
+    assert len(trials) == 6
+    asked = [(trial.params["algo.lr"], trial.params["algo.epochs"]) for trial in trials]
+    assert asked[3:] != asked[:3]
 
     compared = cli(tmp_path, "compare", "sweep1")
     assert compared.returncode == 0, compared.stderr

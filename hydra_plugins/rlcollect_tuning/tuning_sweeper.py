@@ -79,6 +79,7 @@ class TuningSweeper(Sweeper):
         from rlcollect.run_files import SWEEP_FILE
 
         self.check_a_trial(arguments)  # before the study is made or opened: a refused command leaves the storage be
+        self.seed_past_earlier_trials()
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / SWEEP_FILE)
@@ -91,6 +92,24 @@ class TuningSweeper(Sweeper):
             print("rlcollect train: no trial of the study completed, so it has no best trial to write "
                   "(optimization_results.yaml)", file=sys.stderr)
             return None
+
+    def seed_past_earlier_trials(self) -> None:
+        """A seeded sampler of a study that holds N trials already is seeded ``seed + N``:
+        with its own seed it would ask the trials the study's first command asked, again (a
+        sampler's first draws depend on its seed alone). A study continued from the same
+        state still asks the same trials each time."""
+        from hydra.utils import instantiate
+
+        sampler = self.config.hydra.sweeper.sampler
+        seed = sampler.get("seed")
+        earlier = trials_in_study(self.config.hydra.sweeper)
+        impl = getattr(self.sweeper, "sweeper", None)
+        if seed is None or not earlier or impl is None or not hasattr(impl, "sampler"):
+            return
+        impl.sampler = instantiate(sampler, seed=seed + earlier)
+        print(f"rlcollect train: the study {self.config.hydra.sweeper.study_name!r} holds {earlier} trial(s): its "
+              f"sampler is seeded {seed} + {earlier} = {seed + earlier} for this command's trials (seeded {seed}, it "
+              "would ask the first trials again)", file=sys.stderr)
 
     def check_a_trial(self, arguments: List[str]) -> None:
         """The config of a trial as the study would ask for it (each searched key at the
@@ -132,6 +151,22 @@ class TuningSweeper(Sweeper):
             check_storage(self.config.hydra.sweeper, searched, config.objective)
         except ConfigError as error:
             raise RefusedBeforeStart(error) from None
+
+
+def trials_in_study(sweeper: DictConfig) -> int:
+    """How many trials the study the sweep opens holds already (0 without storage, or for
+    a study not made yet). Read only."""
+    from rlcollect.commands.sweep_study import quiet_optuna, sqlite_file
+
+    storage = sweeper.get("storage")
+    where = None if storage is None else sqlite_file(str(storage))
+    if storage is None or (where is not None and not where.is_file()):
+        return 0
+    optuna = quiet_optuna()
+    try:
+        return len(optuna.load_study(study_name=sweeper.study_name, storage=str(storage)).get_trials(deepcopy=False))
+    except Exception:  # noqa: BLE001 - no study of that name yet (KeyError), or a storage that cannot be read:
+        return 0  # Optuna makes the one, or says why not, as the study starts
 
 
 def check_objective(config: DictConfig) -> None:

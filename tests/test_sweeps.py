@@ -526,6 +526,18 @@ def test_a_bad_launcher_option_is_one_line_exit_2_before_any_job(tmp_path, optio
     assert sorted(path.relative_to(tmp_path).as_posix() for path in tmp_path.rglob("*")) == ["notes", "notes/todo.txt"]
 
 
+def test_hydra_s_joblib_launcher_with_no_jobs_at_a_time_is_one_line_exit_2(tmp_path):
+    """joblib takes n_jobs=0 and fails with its own traceback once the sweep starts, after
+    Hydra wrote the sweep's multirun.yaml: refused before, nothing left."""
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    result = cli(tmp_path, "train", "--multirun", "seed=0,1", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0",
+                 "logger=none", "hydra.sweep.dir=runs/sweep")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == ["rlcollect train: invalid configuration: hydra.launcher.n_jobs=0: the jobs "
+                                          "joblib runs at a time: a positive int, or -1 for one per CPU"]
+    assert not (tmp_path / "runs").exists()
+
+
 def tens(members: list[int], share: int) -> list[int]:
     return [member * 10 + share for member in members]
 

@@ -88,6 +88,7 @@ class RunFolders(Callback):
         STARTING.job = Job(folder, False, list(config.hydra.overrides.task), hydra_files(config.hydra, folder))
 
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        check_joblib_jobs(config.hydra.launcher)
         folder = Path(config.hydra.sweep.dir)
         refuse_a_run_in(folder, "hydra.sweep.dir", "sweep into")
         jobs = sweep_runs(folder)
@@ -105,6 +106,17 @@ class RunFolders(Callback):
             hold_run_folder(folder, f"hydra.sweep.dir={folder}", "the sweep")
         except ConfigError as error:
             raise RefusedBeforeStart(error) from None
+
+
+def check_joblib_jobs(launcher: DictConfig) -> None:
+    """Hydra's joblib launcher (hydra/launcher=joblib) takes ``n_jobs=0`` and fails with
+    joblib's traceback once the sweep starts: a RefusedBeforeStart naming the key instead."""
+    if not str(launcher.get("_target_", "")).endswith(".JoblibLauncher"):
+        return
+    n_jobs = launcher.get("n_jobs")
+    if not isinstance(n_jobs, int) or isinstance(n_jobs, bool) or n_jobs == 0:
+        raise RefusedBeforeStart(ConfigError(f"hydra.launcher.n_jobs={n_jobs}: the jobs joblib runs at a time: a "
+                                             "positive int, or -1 for one per CPU"))
 
 
 def leave_unswept() -> None:

@@ -233,6 +233,7 @@ def test_members_at_two_frames_resume_as_two_models_at_once(tmp_path):
     started = [line.split(" - ", 1)[1] for line in resumed.stdout.splitlines() if line.endswith(": starting it")]
     assert [line.split(" (")[0] + " " + line.rsplit(") ", 1)[1] for line in started] == [
         "job #4 never started: starting it", "job #5 stopped before its run started: starting it"]
+    assert all("total_frames=768" in line and "total_frames=512" not in line for line in started)  # as they run
     assert "jobs #4, #5 train as 2 batched models (1 + 1 members), each in a process of its own" in resumed.stdout
     now = job_dirs(tmp_path / "sw")
     assert [folder.name for folder in now[4:]] == [member.name.replace("total_frames=512", "total_frames=768")

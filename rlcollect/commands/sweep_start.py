@@ -50,8 +50,9 @@ class NewJob:
     overrides: list[str]
     folder: Path | None
 
-    def describe(self) -> str:
-        return f"job #{self.number} ({' '.join(self.overrides)})"
+    def describe(self, run_args: list[str] = ()) -> str:
+        """``job #N (its overrides)``, with ``run_args`` in place of its own value of their keys."""
+        return f"job #{self.number} ({' '.join(with_args(self.overrides, list(run_args)))})"
 
 
 def jobs_to_start(folder: Path, hydra: DictConfig) -> tuple[list[NewJob], list[str]]:
@@ -144,7 +145,7 @@ def start_jobs(folder: Path, hydra: DictConfig, jobs: list[NewJob], run_args: li
     try:
         for run in consecutive(jobs):
             for job in run:
-                log.info("%s %s: starting it", job.describe(), "never started" if job.folder is None else
+                log.info("%s %s: starting it", job.describe(run_args), "never started" if job.folder is None else
                          "stopped before its run started")
                 if job.folder is not None:  # Hydra's records of a job that never ran: written anew
                     shutil.rmtree(job.folder)

@@ -614,6 +614,37 @@ gym.register("Interrupted-v0", entry_point=Interrupted)
 """
 
 
+@pytest.mark.timeout(180)
+def test_ctrl_c_to_a_run_with_async_envs_stops_it_after_its_batch_with_its_env_processes_alive_till_then(tmp_path):
+    """Ctrl-C reaches every process of the terminal's group, env.backend=async's env
+    processes too: they start with SIGINT blocked, so the run ends its batch, evaluates and
+    checkpoints as any run does (they died of KeyboardInterrupt, and the run failed with a
+    BrokenPipeError, its last checkpoint batches back)."""
+    import signal
+
+    from processes import wait_for
+
+    from rlcollect.checkpoint import load_checkpoint
+
+    process = start_rlcollect(tmp_path, "train", "env.backend=async", "env.num_envs=2", "logger=none",
+                              "progress=false", "total_frames=10000000", "env.solved_return=100000",
+                              "eval.episodes=2", "hydra.run.dir=run", start_new_session=True)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    wait_for(lambda: process.poll() is not None or (metrics.exists() and metrics.read_text().count("\n") >= 2),
+             timeout=120)
+    assert process.poll() is None, process.communicate()
+    env_processes = _children(process.pid)
+    assert len(env_processes) >= 2
+    os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr and "failed" not in stderr, stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["checkpoint_frames"] == summary["frames"] > 0
+    assert int(load_checkpoint(tmp_path / "run" / "checkpoint.pt")["frames"]) == summary["frames"]
+    assert all(not Path(f"/proc/{pid}").exists() for pid in env_processes), "orphan env process"
+
+
 def test_ctrl_c_while_starting_exits_130_with_one_line_and_leaves_no_folder(tmp_path):
     """The envs being made: the run folder held only what Hydra wrote, and goes with it."""
     (tmp_path / "my_interrupted_envs.py").write_text(INTERRUPTING_ENV)

@@ -462,3 +462,19 @@ def test_a_memmap_replay_run_resumes_with_its_files_and_refuses_without_them(tmp
     assert len(resumed.learner.replay_buffer) == 256  # its 256 transitions, from replay/
     run(resumed)
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["frames"] == 384
+
+
+def test_a_resumed_run_goes_on_without_the_error_that_ended_its_earlier_part():
+    """A run that failed after a checkpoint was written (its envs' processes died, say) and is
+    resumed is not failed: its progress comes back without the earlier part's error, so a
+    resume that finishes does not leave summary.json saying finished and an error at once.
+    Everything else of the summary comes back as it was saved."""
+    from rlcollect.pipeline.progress import Progress
+
+    progress = Progress.start(env_id="CartPole-v1", solved_return=475.0, eval_every_frames=1024,
+                              checkpoint_every_frames=None)
+    progress.summary.update({"frames": 2048, "status": "failed", "error": "BrokenPipeError: [Errno 32] Broken pipe"})
+    back = Progress.from_state_dict(progress.state_dict())
+    assert "error" not in back.summary
+    assert back.summary == {key: value for key, value in progress.summary.items() if key != "error"}
+    assert (back.next_eval, back.next_checkpoint) == (1024, None)

@@ -14,7 +14,6 @@ killed it), so nothing is left running behind the error.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import signal
@@ -24,6 +23,8 @@ from typing import Callable, Iterable, Iterator, NoReturn, Sequence
 
 import numpy as np
 import torch
+
+from rlcollect.child_processes import sigint_blocked
 
 WAIT_SLICE_SECONDS = 0.5  # how often a waiting main process checks that its workers live
 
@@ -45,25 +46,6 @@ class WorkerLost(Exception):
         super().__init__(f"collector worker {worker_id}: {message}")
         self.worker_id, self.kind, self.message = worker_id, kind, message
         self.found: list = []  # WorkerProcesses.ready: the other workers' messages
-
-
-@contextlib.contextmanager
-def sigint_blocked(mp_context):
-    """SIGINT blocked in this thread inside: a worker process started here (by
-    ``mp_context``) keeps the mask, so a Ctrl-C while it starts (its interpreter, its
-    imports) is the main process's to act on, not a KeyboardInterrupt traceback of the
-    worker's, which then ignores SIGINT (``initialize_worker``); here the signal waits until
-    the block ends. The resource tracker that a first spawned (or forkserver) process starts
-    is started before: starting it unblocks SIGINT. A forked one starts none."""
-    if mp_context.get_start_method() != "fork":
-        from multiprocessing import resource_tracker
-
-        resource_tracker.ensure_running()
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def raised_message(traceback_text: str) -> str:

@@ -33,6 +33,7 @@ first value of each key (envs/staging.py's ``info_dtype`` turns it into the stor
 """
 from __future__ import annotations
 
+import multiprocessing
 from typing import Any, Callable, Sequence
 
 import gymnasium as gym
@@ -41,6 +42,7 @@ from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
 
+from rlcollect.child_processes import sigint_blocked
 from rlcollect.choices import ENV_BACKENDS as BACKENDS
 from rlcollect.envs.spaces import is_nested, subspaces, tree_map, writer
 from rlcollect.errors import ConfigError, MissingDependencyError
@@ -433,10 +435,11 @@ def without_next_step_autoreset(vector_env: gym.vector.VectorEnv) -> gym.vector.
                                            autoreset_mode=AutoresetMode.DISABLED)
     elif kind is gym.vector.AsyncVectorEnv and vector_env.worker is None:
         vector_env.close()
-        rebuilt = gym.vector.AsyncVectorEnv(
-            vector_env.env_fns, shared_memory=vector_env.shared_memory, copy=vector_env.copy,
-            context=vector_env.context, daemon=vector_env.daemon, observation_mode=vector_env.observation_mode,
-            autoreset_mode=AutoresetMode.DISABLED, max_concurrency=vector_env.max_concurrency)
+        with sigint_blocked(multiprocessing.get_context(vector_env.context)):
+            rebuilt = gym.vector.AsyncVectorEnv(
+                vector_env.env_fns, shared_memory=vector_env.shared_memory, copy=vector_env.copy,
+                context=vector_env.context, daemon=vector_env.daemon, observation_mode=vector_env.observation_mode,
+                autoreset_mode=AutoresetMode.DISABLED, max_concurrency=vector_env.max_concurrency)
     elif kind in PARTIAL_RESET_VECTOR_ENVS:
         rebuilt = PARTIAL_RESET_VECTOR_ENVS[kind].like(vector_env)
         vector_env.close()
@@ -620,9 +623,10 @@ def make_backend(env, backend: str, makers: Sequence[Callable[[], gym.Env]],
     if backend == "sync":
         return VectorBackend(gym.vector.SyncVectorEnv(list(makers), copy=False,
                                                       autoreset_mode=AutoresetMode.DISABLED), "sync")
-    if backend == "async":
-        return VectorBackend(gym.vector.AsyncVectorEnv(list(makers), copy=False,
-                                                       autoreset_mode=AutoresetMode.DISABLED), "async")
+    if backend == "async":  # its processes leave a Ctrl-C to this one, which stops after its batch
+        with sigint_blocked(multiprocessing.get_context()):
+            return VectorBackend(gym.vector.AsyncVectorEnv(list(makers), copy=False,
+                                                           autoreset_mode=AutoresetMode.DISABLED), "async")
     if backend == "vector":
         return VectorBackend(_vector_entry_point(env, len(makers), vector_kwargs), "vector")
     if backend == "envpool":

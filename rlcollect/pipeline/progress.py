@@ -31,7 +31,12 @@ class Progress:
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "Progress":
+        """The progress a checkpoint saved, for the run to go on from: without the error that
+        ended its earlier part (a run that failed after this checkpoint was written, and is
+        resumed, is not failed; its summary.json says so again if it fails again)."""
         next_checkpoint = int(state["next_checkpoint"])
-        return cls(json.loads(state["summary"]), int(state["next_eval"]),
+        summary = json.loads(state["summary"])
+        summary.pop("error", None)
+        return cls(summary, int(state["next_eval"]),
                    None if next_checkpoint < 0 else next_checkpoint, float(state["seconds_before"]),
                    {phase: float(seconds) for phase, seconds in state.get("phase_seconds", {}).items()})

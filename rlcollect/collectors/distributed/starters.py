@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from rlcollect.child_processes import sigint_blocked
 from rlcollect.choices import DISTRIBUTED_WORKER_STARTERS as STARTERS
-from rlcollect.collectors.processes import sigint_blocked
 from rlcollect.errors import MissingDependencyError
 
 

@@ -354,3 +354,30 @@ def test_the_ray_launcher_runs_a_sweep_s_jobs_on_a_local_ray_bound_to_loopback(t
     summaries = sorted((tmp_path / "sweep").glob("*/summary.json"))
     assert [json.loads(path.read_text())["frames"] for path in summaries] == [256, 256]
     assert "'_node_ip_address': '127.0.0.1'" in result.stdout + result.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_study_stopped_before_its_trials_jobs_started_tells_them_failed(tmp_path):
+    """Ctrl-C after the study asked for a batch of trials and before the launcher made their
+    jobs' folders (here: as the batched launcher groups them): the trials are told failed,
+    where they stayed RUNNING in the study's storage for good (the sweep's resume continues
+    jobs from their folders, and these have none)."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    import optuna
+    from test_cli import CTRL_C_AT
+
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text(CTRL_C_AT)
+    (tmp_path / "ctrl_c_at.txt").write_text("import rlcollect.sweeps.grouping")
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    [stopped] = cli_all(tmp_path, [(["train", "--multirun", "hydra/sweeper=tune_ppo", "hydra/launcher=batched",
+                                     "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2",
+                                     f"hydra.sweeper.storage={storage}", "hydra.sweeper.study_name=stopped", *TINY,
+                                     "hydra.sweep.dir=sweep"], tmp_path / "hooks")])
+    assert stopped.returncode == 130, stopped.stderr
+    assert stopped.stderr.splitlines()[-2:] == [
+        "rlcollect train: the study 'stopped' was told trial(s) #0, #1 failed: stopped before their jobs started",
+        "rlcollect train: interrupted"]
+    study = optuna.load_study(study_name="stopped", storage=storage)
+    assert [trial.state.name for trial in study.trials] == ["FAIL", "FAIL"]
+    assert sorted(path.name for path in (tmp_path / "sweep").iterdir()) == ["multirun.yaml"]

@@ -85,6 +85,9 @@ class TuningSweeper(Sweeper):
         OmegaConf.save(self.config, sweep_dir / SWEEP_FILE)
         try:
             return self.sweeper.sweep(arguments)
+        except KeyboardInterrupt:
+            self.fail_unstarted_trials()
+            raise
         except ValueError as error:  # Optuna's study.best_trial, for the results file, once the trials are over
             # in memory: "No trials are completed yet"; in a database storage (sqlite ...): "Record does not exist."
             if "No trials are completed yet" not in str(error) and "Record does not exist" not in str(error):
@@ -110,6 +113,36 @@ class TuningSweeper(Sweeper):
         print(f"rlcollect train: the study {self.config.hydra.sweeper.study_name!r} holds {earlier} trial(s): its "
               f"sampler is seeded {seed} + {earlier} = {seed + earlier} for this command's trials (seeded {seed}, it "
               "would ask the first trials again)", file=sys.stderr)
+
+    def fail_unstarted_trials(self) -> None:
+        """A stop (Ctrl-C, SIGTERM) after the study asked for trials and before their jobs'
+        folders were made: those trials are told failed. Left RUNNING, they would stay so for
+        good (the sweep's resume continues jobs from their folders, and these have none);
+        the trials whose jobs started are the resume's to tell. A study in memory ends here."""
+        from rlcollect.commands.sweep_study import TRIAL_JOB, quiet_optuna
+        from rlcollect.run_files import job_folders
+
+        storage = self.config.hydra.sweeper.get("storage")
+        if storage is None:
+            return
+        optuna = quiet_optuna()
+        try:
+            study = optuna.load_study(study_name=self.config.hydra.sweeper.study_name, storage=str(storage))
+        except Exception:  # noqa: BLE001 - no study made yet: nothing asked
+            return
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        started = {int(folder.name.split("_", 1)[0]) for folder in job_folders(sweep_dir)}
+        where = str(sweep_dir.resolve())
+        unstarted = [trial.number for trial in study.get_trials(deepcopy=False,
+                                                                 states=(optuna.trial.TrialState.RUNNING,))
+                     if (trial.user_attrs.get(TRIAL_JOB) or {}).get("sweep") == where
+                     and trial.user_attrs[TRIAL_JOB].get("job") not in started]
+        for number in unstarted:
+            study.tell(number, state=optuna.trial.TrialState.FAIL)
+        if unstarted:
+            print(f"rlcollect train: the study {self.config.hydra.sweeper.study_name!r} was told trial(s) "
+                  f"{', '.join(f'#{number}' for number in unstarted)} failed: stopped before their jobs started",
+                  file=sys.stderr)
 
     def check_a_trial(self, arguments: List[str]) -> None:
         """The config of a trial as the study would ask for it (each searched key at the

@@ -115,7 +115,7 @@ class TuningSweeper(Sweeper):
               "would ask the first trials again)", file=sys.stderr)
 
     def fail_unstarted_trials(self) -> None:
-        """A stop (Ctrl-C, SIGTERM) after the study asked for trials and before their jobs'
+        """A Ctrl-C after the study asked for trials and before their jobs'
         folders were made: those trials are told failed. Left RUNNING, they would stay so for
         good (the sweep's resume continues jobs from their folders, and these have none);
         the trials whose jobs started are the resume's to tell. A study in memory ends here."""

@@ -183,3 +183,23 @@ def test_members_whose_rows_are_idle_or_stopped_are_not_called():
     policy.rows_idle(())  # the first member called stands in for the stopped one
     assert policy(rows.clone())["action"].tolist() == [0, 1, 102, 103, 0, 1]
     assert [len(recorder.calls) for recorder in policies] == [2, 4, 2]
+
+
+@pytest.mark.timeout(300)
+def test_a_lockstep_sweep_resumes_in_lockstep_and_says_so(tmp_path):
+    """The members of a model that does not stack resume as they trained, in lockstep, and
+    the resume's line says that (not 'as one batched model')."""
+    from pathlib import Path
+
+    overrides, _ = KINDS["own_dqn"]
+    tests = Path(__file__).parent
+    first = cli(tmp_path, "train", "--multirun", "seed=3,4", "hydra/launcher=batched", *QUIET, *overrides,
+                "total_frames=256", "hydra.sweep.dir=sw", pythonpath=tests)
+    assert first.returncode == 0, first.stderr
+    resumed = cli(tmp_path, "train", "resume=sw", "total_frames=384", pythonpath=tests)
+    assert resumed.returncode == 0, resumed.stderr
+    lines = [line.split(" - ", 1)[-1] for line in resumed.stdout.splitlines()]
+    assert ("jobs #0, #1 at frame 256 resume in lockstep in one process, each member its own model "
+            "(model=own_q_value_policy does not stack)") in lines, resumed.stdout
+    for folder in (tmp_path / "sw").glob("*_*"):
+        assert json.loads((folder / "summary.json").read_text())["frames"] == 384

@@ -880,3 +880,26 @@ def test_a_log_line_names_consecutive_jobs_as_a_range():
     assert job_numbers(list(range(1024))) == "#0-#1023"
     assert job_numbers([0, 1, 2, 3, 7, 9, 10]) == "#0-#3, #7, #9, #10"
     assert job_numbers([5]) == "#5" and job_numbers([0, 1, 2]) == "#0, #1, #2"
+
+
+@pytest.mark.timeout(300)
+def test_the_launcher_s_group_lines_count_only_the_jobs_that_train_and_name_why_one_trains_alone(tmp_path):
+    """A job refused for its values (algo.lr=-1) is no member of its group's model: the line
+    counts the others. A job that max_members cut from its group runs alone, and its line
+    says so, not that no other job could share its model."""
+    tiny = ["total_frames=256", "collector.frames_per_batch=128", "algo.minibatch_size=64", "env.num_envs=4",
+            "eval.episodes=2", "logger=none", "progress=false", "hydra/launcher=batched"]
+    refused, cut = cli_all(tmp_path, [
+        ["train", "--multirun", "seed=0,1", "algo.lr=0.001,-1", *tiny, "hydra.sweep.dir=refused"],
+        ["train", "--multirun", "seed=0,1,2", "hydra.launcher.max_members=2", *tiny, "hydra.sweep.dir=cut"]])
+    assert refused.returncode == 1, refused.stderr  # two jobs refused, listed
+    lines = [line.split("] ", 1)[-1] for line in refused.stdout.splitlines()]
+    assert "jobs #0, #2 train as one batched model of 2 members" in lines
+    assert refused.stderr.count("rlcollect train: invalid configuration: algo.lr=-1.0: must be > 0") == 2
+    statuses = [json.loads((folder / "summary.json").read_text())["status"]
+                for folder in sorted((tmp_path / "refused").glob("*_*"), key=lambda path: int(path.name[0]))]
+    assert statuses == ["finished", "refused", "finished", "refused"]
+    assert cut.returncode == 0, cut.stderr
+    lines = [line.split("] ", 1)[-1] for line in cut.stdout.splitlines()]
+    assert "jobs #0, #1 train as one batched model of 2 members" in lines
+    assert "job #2 runs as a solo run (hydra.launcher.max_members=2 cut it from its group)" in lines

@@ -28,6 +28,8 @@ from typing import Callable, Sequence
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, run_job, setup_globals
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rlcollect.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -48,17 +50,32 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
             config.hydra.job.id = config.hydra.job.num = initial_job_idx + offset
         configs.append(config)
     results: list[JobReturn | None] = [None] * len(configs)
-    groups = group_jobs([task_config(config) for config in configs], launcher.max_members)
+    tasks = [task_config(config) for config in configs]
+    groups = group_jobs(tasks, launcher.max_members)
+    cut = {index for group in group_jobs(tasks) if len(group) > (launcher.max_members or len(group))
+           for index in group}  # the jobs of a group that max_members cut
     pbt = launcher.pbt if launcher.pbt is not None and launcher.pbt.on else None
     train = train_members
     if pbt is not None:
         refuse_pbt([[configs[index] for index in group] for group in groups])
         train = functools.partial(train_members, pbt=pbt, sweep_dir=sweep_dir)
-    for group in groups:
+    for whole_group in groups:
+        # a job whose values are out of range is refused as its folder is made: not a member, nor counted as one
+        out_of_range = {index: error for index in whole_group
+                        if (error := range_error(tasks[index])) is not None}
+        for index, error in out_of_range.items():
+            results[index] = run_one(launcher, configs[index], functools.partial(refuse_job, error=error))
+        group = [index for index in whole_group if index not in out_of_range]
+        if not group:
+            continue
         numbers = job_numbers([configs[index].hydra.job.num for index in group])
-        refusal = None if len(group) == 1 else batch_refusal(task_config(configs[group[0]]))
+        # (a job alone in its group is asked too, for its line, where it is rlcollect train's: not Hydra's test apps')
+        refusal = batch_refusal(tasks[group[0]]) if len(group) > 1 or "collector" in tasks[group[0]] else None
         if len(group) == 1:
-            log.info("job %s runs as a solo run (no other job of the sweep can share its model)", numbers)
+            why = (refusal or ("the other jobs that could share its model are refused" if len(whole_group) > 1 else
+                               f"hydra.launcher.max_members={launcher.max_members} cut it from its group"
+                               if group[0] in cut else "no other job of the sweep can share its model"))
+            log.info("job %s runs as a solo run (%s)", numbers, why)
         elif refusal is not None:
             log.info("jobs %s run one by one: %s", numbers, refusal)
         if len(group) == 1 or refusal is not None:
@@ -67,7 +84,7 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
             continue
         parts = shares(len(group), launcher.processes)
         sizes = " + ".join(str(len(part)) for part in parts)
-        lockstep = lockstep_reason(task_config(configs[group[0]]))
+        lockstep = lockstep_reason(tasks[group[0]])
         if lockstep is not None:
             where = "one process" if len(parts) == 1 else f"{len(parts)} processes ({sizes} members)"
             log.info("jobs %s train in lockstep in %s, each member its own model (%s does not stack)", numbers,
@@ -90,6 +107,24 @@ def launch(launcher, job_overrides: Sequence[Sequence[str]], initial_job_idx: in
                 results[index].return_value = value
         configure_log(launcher.config.hydra.hydra_logging, launcher.config.hydra.verbose)
     return results
+
+
+def range_error(cfg: DictConfig) -> ConfigError | None:
+    """The ConfigError of a job's values out of their ranges (``check_ranges``), else None."""
+    from rlcollect.config import check_ranges
+
+    try:
+        check_ranges(cfg)
+    except ConfigError as error:
+        return error
+    return None
+
+
+def refuse_job(cfg: DictConfig, error: ConfigError) -> None:
+    """The task of a job refused before its group trains: its folder keeps the refusal."""
+    from rlcollect.commands.jobs import Job, refused
+
+    refused(Job.current(cfg), error)
 
 
 def job_numbers(numbers: Sequence[int]) -> str:

@@ -236,9 +236,16 @@ def resume_models(folder: Path, members: list[Member], pbt: PBTOptions, processe
             ordered += model
         described = "; ".join(f"job{'s' if len(model) > 1 else ''} {numbers_of(model)} at frame {model[0].frames}"
                               for model in wave)
+        from rlcollect.sweeps.grouping import lockstep_reason
+
+        lockstep = lockstep_reason(ordered[0].cfg)
         if len(ordered) == 1:
             log.info("job %s resumes at frame %d (no other member can share its model)", numbers_of(ordered),
                      ordered[0].frames)
+        elif lockstep is not None:
+            where = "one process" if len(parts) == 1 else f"{len(parts)} processes"
+            log.info("%s resume in lockstep in %s, each member its own model (%s does not stack)", described, where,
+                     lockstep)
         elif len(parts) == 1:
             log.info("jobs %s resume at frame %d as one batched model of %d members", numbers_of(ordered),
                      ordered[0].frames, len(ordered))

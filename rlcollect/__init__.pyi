@@ -107,6 +107,7 @@ from rlcollect.acting import actions_only as actions_only, set_actions_only as s
 # rlpyt's sampler interface over the collectors (docs/rlpyt.md), at home in rlcollect.rlpyt
 from rlcollect.rlpyt import (
     AlternatingSampler as AlternatingSampler,
+    BaseSampler as BaseSampler,
     CpuResetCollector as CpuResetCollector,
     CpuSampler as CpuSampler,
     CpuWaitResetCollector as CpuWaitResetCollector,
@@ -114,6 +115,7 @@ from rlcollect.rlpyt import (
     GpuSampler as GpuSampler,
     GpuWaitResetCollector as GpuWaitResetCollector,
     NoOverlapAlternatingSampler as NoOverlapAlternatingSampler,
+    SamplerCollector as SamplerCollector,
     SerialSampler as SerialSampler,
 )
 
@@ -139,9 +141,10 @@ from rlcollect.sweeps.run import Sweep as Sweep, build_sweep as build_sweep
 from rlcollect.logging.run_logger import RunLogger as RunLogger, WandbLogger as WandbLogger
 
 # Trained runs and errors: a run's policy from its folder and checkpoint (acting
-#   deterministically unless deterministic=False); ConfigError (a user's mistake, one line) and
-#   MissingDependencyError
+#   deterministically unless deterministic=False); ConfigError (a user's mistake, one line),
+#   MissingDependencyError, and NonFiniteActionError (a policy wrote a NaN or infinite action)
 from rlcollect.errors import ConfigError as ConfigError, MissingDependencyError as MissingDependencyError
+from rlcollect.envs.gym_env import NonFiniteActionError as NonFiniteActionError
 from rlcollect.pipeline.saved import load_policy as load_policy
 
 # Names for users who migrate, at home in rlcollect.compat (each the rlcollect class, or builds

@@ -431,6 +431,10 @@ class MultiSyncCollector(_MultiCollector):
             self._preempt_flag = torch.zeros(1, dtype=torch.uint8).share_memory_()
         if cat_results not in CAT_RESULTS:
             raise ValueError(f"cat_results must be one of {CAT_RESULTS}, got {cat_results!r}")
+        if cat_results == "stack" and not isinstance(frames_per_batch, int) and len(set(frames_per_batch)) > 1:
+            raise ValueError(f"frames_per_batch={list(frames_per_batch)}: cat_results='stack' stacks the workers' "
+                             "batches, which needs them of one length: give each worker the same frames, or "
+                             "concatenate along time with cat_results=-1")
         if cat_results == 0:
             warnings.warn("MultiSyncCollector with cat_results=0 stacks along the batch dimension with batched "
                           "envs but along time with single envs, which is confusing when swapping one for the "

@@ -154,8 +154,9 @@ class BaseSampler:
                             f"CpuWaitResetCollector, GpuResetCollector, GpuWaitResetCollector; got {cls!r}")
         if cls.agent_in_workers != self.agent_in_workers:
             wanted = "Cpu" if self.agent_in_workers else "Gpu"
-            raise TypeError(f"{name} runs the agent {'in its workers' if self.agent_in_workers else 'in this process'}"
-                            f": it takes {wanted}ResetCollector or {wanted}WaitResetCollector, not {cls.__name__}")
+            where = "beside its envs" if self.agent_in_workers else "in this process, its envs in workers"
+            raise TypeError(f"{name} runs the agent {where}: it takes {wanted}ResetCollector or "
+                            f"{wanted}WaitResetCollector, not {cls.__name__}")
         return cls
 
     # ------------------------------------------------------------------ rlpyt's interface

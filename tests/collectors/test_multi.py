@@ -66,6 +66,10 @@ class _nothing:
 def test_bad_cat_results_and_model_ids_raise(no_leftovers):
     with pytest.raises(ValueError, match="cat_results must be one of"):
         MultiSyncCollector(worker_envs(), frames_per_batch=4, cat_results=1)
+    # stacked batches of two lengths: refused before any worker starts (no_leftovers), not at the first batch
+    with pytest.raises(ValueError, match=r"^frames_per_batch=\[128, 64\]: cat_results='stack' stacks the workers' "
+                                         r"batches, which needs them of one length"):
+        MultiSyncCollector("CartPole-v1", num_workers=2, envs_per_worker=4, frames_per_batch=[128, 64])
     with pytest.raises(ValueError, match="model id 'value_net' resolves to nothing"):
         MultiSyncCollector(worker_envs(), WeightProbe(), frames_per_batch=4, start_method="fork",
                            weight_sync_schemes={"value_net": SharedMemWeightSyncScheme()})

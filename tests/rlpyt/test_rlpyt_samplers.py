@@ -257,7 +257,10 @@ def test_collector_classes_and_worker_counts_follow_the_sampler(start):
 
 @pytest.mark.parametrize("build, error, message", [
     (lambda: CpuSampler(gym.make, {"id": "CartPole-v1"}, 4, 2, CollectorCls=GpuResetCollector), TypeError,
-     "CpuSampler runs the agent in its workers: it takes CpuResetCollector or CpuWaitResetCollector"),
+     "CpuSampler runs the agent beside its envs: it takes CpuResetCollector or CpuWaitResetCollector"),
+    (lambda: SerialSampler(gym.make, {"id": "CartPole-v1"}, 4, 2, CollectorCls=GpuResetCollector), TypeError,
+     "SerialSampler runs the agent beside its envs: it takes CpuResetCollector or CpuWaitResetCollector, not "
+     "GpuResetCollector"),
     (lambda: GpuSampler(gym.make, {"id": "CartPole-v1"}, 4, 2, CollectorCls=CpuWaitResetCollector), TypeError,
      "takes GpuResetCollector or GpuWaitResetCollector, not CpuWaitResetCollector"),
     (lambda: SerialSampler(gym.make, {"id": "CartPole-v1"}, 4, 2, CollectorCls=MultiSyncCollector), TypeError,

@@ -666,3 +666,38 @@ def test_a_run_that_fails_while_learning_keeps_the_training_time_of_its_batches(
     assert (summary["status"], summary["frames"], [row["step"] for row in rows]) == ("failed", 256, [128, 256])
     assert summary["seconds"] == rows[0]["time"] > 0
     assert summary["checkpoint_frames"] == int(load_checkpoint(tmp_path / "run" / "checkpoint.pt")["frames"]) == 128
+
+
+SIGNAL_INSIDE_THE_STOP = """
+import os, signal, threading
+from rlcollect.commands.jobs import stop_on_signals
+setting = threading.Condition.notify_all
+def notify_all(self):  # a second signal lands while the first one's handler sets the stop (inside Event.set)
+    os.kill(os.getpid(), signal.SIGTERM)
+    sum(range(1000))
+    return setting(self)
+threading.Condition.notify_all = notify_all
+with stop_on_signals() as stop:
+    os.kill(os.getpid(), signal.SIGINT)
+    sum(range(10 ** 6))
+print("the stop was asked and nothing more:", stop.is_set())
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_second_signal_inside_the_first_ones_handler_stops_at_once_and_never_hangs(tmp_path):
+    """The first SIGINT asks the run to stop after its batch; a SIGTERM landing while that
+    handler sets the stop used to call the handler again inside Event.set, which then waited
+    for good on the lock its first call held (neither signal ended the run). The handlers
+    before are back first, so the second signal does what they do: SIGTERM's ends the
+    process."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "second_signal.py"
+    script.write_text(SIGNAL_INSIDE_THE_STOP)
+    ended = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60,
+                           start_new_session=True)
+    assert ended.returncode == -signal.SIGTERM, (ended.returncode, ended.stdout, ended.stderr)
+    assert "the stop was asked and nothing more" not in ended.stdout

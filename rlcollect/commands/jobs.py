@@ -69,10 +69,12 @@ def defer_signals(launcher: DictConfig) -> None:
         return
 
     def request(number, frame) -> None:
-        STOPPED.signal_number = number
-        STOPPED.set()
+        # the default handlers back first: a second signal, even one that lands while this one is taken (inside
+        # Event.set, whose lock a second call of this handler would wait on for good), stops the command at once
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        STOPPED.signal_number = number
+        STOPPED.set()
         try:
             print(f"\nrlcollect train: {signal.Signals(number).name}: the jobs under way stop after their batch and no "
                   "other starts (again to stop now)", file=sys.stderr)
@@ -91,11 +93,13 @@ def stop_on_signals():
     previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
 
     def request(number, frame) -> None:
+        # the handlers before back first: a second signal, even one that lands while this one is taken (inside
+        # Event.set, whose lock a second call of this handler would wait on for good), stops the run at once
+        for restored, handler in previous.items():
+            signal.signal(restored, handler)
         stop.signal_number = STOPPED.signal_number = number
         stop.set()
         STOPPED.set()
-        for restored, handler in previous.items():
-            signal.signal(restored, handler)
         try:
             print(f"\nrlcollect train: {signal.Signals(number).name}: stopping after this batch (again to stop now)",
                   file=sys.stderr)

@@ -478,3 +478,18 @@ def test_a_resumed_run_goes_on_without_the_error_that_ended_its_earlier_part():
     assert "error" not in back.summary
     assert back.summary == {key: value for key, value in progress.summary.items() if key != "error"}
     assert (back.next_eval, back.next_checkpoint) == (1024, None)
+
+
+@pytest.mark.timeout(300)
+def test_a_background_run_resumed_for_more_frames_logs_each_new_batch_once(tmp_path):
+    """algo.background=true learns one batch's worth at a time from the replay buffer the
+    collector fills; resumed for more frames, it counts from its checkpoint's frame (it
+    counted from 0 again, logging every batch of the first part a second time)."""
+    common = ["algo=dqn", "algo.background=true", "algo.gradient_steps_per_batch=4", "algo.learning_starts=256",
+              "logger=none", "progress=false", "eval.episodes=2", "env.solved_return=null"]
+    first = rlcollect(tmp_path, "train", *common, "total_frames=1024", "hydra.run.dir=run")
+    assert first.returncode == 0, first.stderr
+    resumed = rlcollect(tmp_path, "train", "resume=run", "total_frames=1536")
+    assert resumed.returncode == 0, resumed.stderr
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(256, 1536 + 1, 256))

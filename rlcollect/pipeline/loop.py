@@ -46,11 +46,14 @@ def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
             yield from caught_up(frames, p.collector.frames, p.collector.frames_per_batch)
         return
     replay_buffer = p.learner.replay_buffer
+    # from where the run stands (a resumed run: its checkpoint's frames, its buffer's writes so far)
+    start_frames, start_writes = p.collector.frames, replay_buffer.write_count
     p.collector.start()
-    next_frames = p.collector.frames_per_batch
+    next_frames = start_frames + p.collector.frames_per_batch
     while True:
         p.collector.check_background()
-        if replay_buffer.write_count >= next_frames:  # one learn() per batch's worth, even when behind
+        # one learn() per batch's worth, even when behind
+        if replay_buffer.write_count - start_writes >= next_frames - start_frames:
             yield None, next_frames
             next_frames += p.collector.frames_per_batch
         elif not p.collector.running:

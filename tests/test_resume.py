@@ -493,3 +493,32 @@ def test_a_background_run_resumed_for_more_frames_logs_each_new_batch_once(tmp_p
     assert resumed.returncode == 0, resumed.stderr
     steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(256, 1536 + 1, 256))
+
+
+@pytest.mark.timeout(300)
+def test_a_multiasync_replay_run_stopped_and_resumed_says_its_checkpoint_s_frame_and_logs_every_batch_once(tmp_path):
+    """A MultiAsyncCollector's checkpoint waits for the batches in flight (their frames in its
+    state, their steps in the buffer) after the learner's frame. summary.json's
+    checkpoint_frames is the checkpoint's own frame (it said the collector's, two batches
+    on), and the resume learns from those batches first: every batch has its row once (their
+    rows were missing)."""
+    import signal as signals
+
+    from processes import wait_for
+
+    process = start_rlcollect(tmp_path, "train", "algo=dqn", "collector=multiasync", "collector.start_method=fork",
+                              "algo.gradient_steps_per_batch=16", "total_frames=6144", "logger=none",
+                              "progress=false", "eval.episodes=2", "env.solved_return=null", "hydra.run.dir=run")
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    wait_for(lambda: process.poll() is not None or (metrics.exists() and metrics.read_text().count("\n") >= 8),
+             timeout=120)
+    process.send_signal(signals.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode in (0, 130), stderr  # 0: it had finished before the signal
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["checkpoint_frames"] == int(load_checkpoint(tmp_path / "run" / CHECKPOINT_FILE)["frames"])
+    resumed = rlcollect(tmp_path, "train", "resume=run", "total_frames=6144" if process.returncode else
+                        "total_frames=6400")
+    assert resumed.returncode == 0, resumed.stderr
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert steps == list(range(steps[0], steps[-1] + 1, steps[0])) and steps[-1] >= 6144, steps

@@ -142,8 +142,11 @@ class Pipeline:
         # until the file is saved: a full replay buffer is saved as it is, not copied (twice its memory) first
         quiet = not self.background and not getattr(self.collector, "writes_between_batches", True)
         with saved_in_place() if quiet else contextlib.nullcontext():
-            save_checkpoint(self.run_dir / CHECKPOINT_FILE, self.state_dict(seconds, phase_seconds))
-        self.checkpoint_frames = self.collector.frames
+            state = self.state_dict(seconds, phase_seconds)
+            save_checkpoint(self.run_dir / CHECKPOINT_FILE, state)
+        # the frame it was taken at, which its resume continues from: the collector's may have moved on while its
+        # state was taken (a MultiAsyncCollector waits for the batches in flight)
+        self.checkpoint_frames = int(state["frames"])
 
     def save_best(self, frames: int, eval_return: float) -> None:
         """best.pt: the policy of the best evaluation so far, with its frame and return (and

@@ -36,6 +36,10 @@ def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
             return
         writes_replay = p.collector.replay_buffer is not None
         frames = p.collector.frames
+        if writes_replay and p.checkpoint_frames is not None and p.checkpoint_frames < frames:
+            # resumed from a checkpoint that waited for batches in flight (counted in the collector's state,
+            # written into the buffer) after its frame: the learner catches up on them first
+            yield from caught_up(p.checkpoint_frames, frames, p.collector.frames_per_batch)
         for batch in p.collector:
             if writes_replay:
                 yield from caught_up(frames, p.collector.frames - p.collector.frames_per_batch,

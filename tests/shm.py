@@ -26,7 +26,19 @@ def leaked_since(before: set[str]) -> set[str]:
             inodes[(SHM / name).stat().st_ino] = name
         except FileNotFoundError:  # removed meanwhile
             continue
-    return set(inodes.values()) - {inodes[inode] for inode in held_by_others(set(inodes))}
+    return set(inodes.values()) - {inodes[inode] for inode in held_by_others(set(inodes))} - others_joblib_folders(
+        set(inodes.values()))
+
+
+def others_joblib_folders(names: set[str]) -> set[str]:
+    """Those of ``names`` that are joblib's memmapping folders of a process outside this
+    process's tree (joblib names each ``joblib_memmapping_folder_<pid>_...`` after the process
+    that made it; a folder is held open by nothing, so held_by_others cannot tell whose it is:
+    another worker's joblib sweep removes it as its workers end)."""
+    ours = descendants(os.getpid()) | {os.getpid()}
+    prefix = "joblib_memmapping_folder_"
+    return {name for name in names if name.startswith(prefix)
+            and name[len(prefix):].split("_", 1)[0].isdigit() and int(name[len(prefix):].split("_", 1)[0]) not in ours}
 
 
 def held_by_others(inodes: set[int]) -> set[int]:

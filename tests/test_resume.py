@@ -496,17 +496,20 @@ def test_a_background_run_resumed_for_more_frames_logs_each_new_batch_once(tmp_p
 
 
 @pytest.mark.timeout(300)
-def test_a_multiasync_replay_run_stopped_and_resumed_says_its_checkpoint_s_frame_and_logs_every_batch_once(tmp_path):
-    """A MultiAsyncCollector's checkpoint waits for the batches in flight (their frames in its
-    state, their steps in the buffer) after the learner's frame. summary.json's
-    checkpoint_frames is the checkpoint's own frame (it said the collector's, two batches
-    on), and the resume learns from those batches first: every batch has its row once (their
-    rows were missing)."""
+@pytest.mark.parametrize("collection", [["collector=multiasync", "collector.start_method=fork"],
+                                        ["algo.background=true"]], ids=["multiasync", "background"])
+def test_a_replay_run_stopped_and_resumed_says_its_checkpoint_s_frame_and_logs_every_batch_once(tmp_path, collection):
+    """A collector that writes the replay buffer ahead of the learner: a MultiAsyncCollector's
+    checkpoint waits for the batches in flight (their frames in its state, their steps in the
+    buffer), a background one collects on while the learner learns. A checkpoint is at the
+    learner's frame, summary.json's checkpoint_frames says that frame (it said the
+    collector's), and the resume learns from the frames past it first: every batch has its
+    row once (a multiasync run's rows had a gap, a background run's restarted from 256)."""
     import signal as signals
 
     from processes import wait_for
 
-    process = start_rlcollect(tmp_path, "train", "algo=dqn", "collector=multiasync", "collector.start_method=fork",
+    process = start_rlcollect(tmp_path, "train", "algo=dqn", *collection,
                               "algo.gradient_steps_per_batch=16", "total_frames=6144", "logger=none",
                               "progress=false", "eval.episodes=2", "env.solved_return=null", "hydra.run.dir=run")
     metrics = tmp_path / "run" / "metrics.jsonl"

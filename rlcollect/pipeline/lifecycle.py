@@ -83,6 +83,9 @@ class Pipeline:
     video: EvalVideo | None = None  # eval.video: an evaluation episode recorded at each evaluation
     resumed_frames: int | None = None  # a resumed run: the frames of the checkpoint it continues from
     checkpoint_frames: int | None = None  # the frames of the run's last complete checkpoint.pt
+    # a background run: the frames of the last batch's worth learnt from (its collector runs ahead of it), what its
+    # checkpoints say they are at (a resume learns from the frames past it first)
+    learnt_frames: int | None = None
     opened: bool = False  # open() ran: the run writes to its folder
     # where the run's torch draws come from: torch's global generator (None), or a CPU generator
     # of its own (a member of a batched sweep), whose state its checkpoints keep as the global one's
@@ -99,7 +102,8 @@ class Pipeline:
         rng = rng_state()
         if self.generator is not None:
             rng["torch"] = self.generator.get_state()
-        state = {"frames": self.collector.frames, "policy": self.policy.state_dict(),
+        frames = self.learnt_frames if self.background and self.learnt_frames is not None else self.collector.frames
+        state = {"frames": frames, "policy": self.policy.state_dict(),
                  "learner": self.learner.state_dict(), "collector": self.collector.state_dict(),
                  "rng": rng, "progress": progress.state_dict(), "wandb_run_id": self.logger.run_id or "",
                  "run_names": {key: value or "" for key, value in (self.names or {}).items()}}
@@ -116,7 +120,7 @@ class Pipeline:
         set_rng_state(state["rng"])
         if self.generator is not None:  # its draws come from its own stream, saved where torch's global one is
             self.generator.set_state(state["rng"]["torch"])
-        self.checkpoint_frames = int(state["frames"])
+        self.checkpoint_frames = self.learnt_frames = int(state["frames"])
         self.best = state.get("best")  # absent from a checkpoint written before any evaluation (or by an old version)
 
     def open(self) -> None:

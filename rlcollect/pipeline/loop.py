@@ -50,8 +50,10 @@ def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
             yield from caught_up(frames, p.collector.frames, p.collector.frames_per_batch)
         return
     replay_buffer = p.learner.replay_buffer
-    # from where the run stands (a resumed run: its checkpoint's frames, its buffer's writes so far)
-    start_frames, start_writes = p.collector.frames, replay_buffer.write_count
+    # from where the run stands: a resumed run at its checkpoint's frame, which its collector, running ahead of the
+    # learner, may have passed (the buffer holds those frames: they are learnt from first)
+    start_frames = p.collector.frames if p.checkpoint_frames is None else min(p.checkpoint_frames, p.collector.frames)
+    start_writes = replay_buffer.write_count - (p.collector.frames - start_frames)
     p.collector.start()
     next_frames = start_frames + p.collector.frames_per_batch
     while True:
@@ -172,7 +174,7 @@ class Session:
         p.logger.log({f"train/{k}": v for k, v in metrics.items()}, step=frames)
         check_finite(p, metrics, frames, batch)  # before any checkpoint of this batch: none is poisoned
         p.collector.update_policy_weights_()
-        self.completed = frames
+        self.completed = p.learnt_frames = frames
         phases.end("train")
         self.bar.update(frames - self.bar.n)
         postfix = {"fps": f"{frames / self.seconds():.0f}"}

@@ -207,7 +207,8 @@ def test_frames_per_batch_per_worker_and_cat_results_none(no_leftovers):
     assert sizes == {0: (2, 2), 1: (2, 4)}
     with pytest.raises(ValueError, match="frames_per_batch lists 3 values for 2 workers"):
         MultiSyncCollector([counting_factory(5)] * 2, frames_per_batch=[4, 4, 4], start_method="fork")
-    with pytest.raises(ValueError, match=r"cat_results='stack' needs every worker's batch to have the same shape"):
+    with pytest.raises(ValueError, match=r"^frames_per_batch=\[4, 8\]: cat_results='stack' stacks the workers' "
+                                         r"batches, which needs them of one length"):
         MultiSyncCollector([counting_factory(5)] * 2, frames_per_batch=[4, 8], start_method="fork")
     stacked = MultiSyncCollector([counting_factory(5)] * 2, frames_per_batch=8, cat_results=None, start_method="fork")
     no_leftovers(stacked)

@@ -78,8 +78,9 @@ class TuningSweeper(Sweeper):
     def sweep(self, arguments: List[str]) -> Any:
         from rlcollect.run_files import SWEEP_FILE
 
-        self.check_a_trial(arguments)  # before the study is made or opened: a refused command leaves the storage be
-        self.seed_past_earlier_trials()
+        study = existing_study(self.config.hydra.sweeper)  # read once, as the sweep found it (None: not made yet)
+        self.check_a_trial(arguments, study)  # before the study is made or opened: a refused command leaves it be
+        self.seed_past_earlier_trials(0 if study is None else len(study.get_trials(deepcopy=False)))
         sweep_dir = Path(self.config.hydra.sweep.dir)
         sweep_dir.mkdir(parents=True, exist_ok=True)
         OmegaConf.save(self.config, sweep_dir / SWEEP_FILE)
@@ -96,16 +97,15 @@ class TuningSweeper(Sweeper):
                   "(optimization_results.yaml)", file=sys.stderr)
             return None
 
-    def seed_past_earlier_trials(self) -> None:
-        """A seeded sampler of a study that holds N trials already is seeded ``seed + N``:
-        with its own seed it would ask the trials the study's first command asked, again (a
-        sampler's first draws depend on its seed alone). A study continued from the same
-        state still asks the same trials each time."""
+    def seed_past_earlier_trials(self, earlier: int) -> None:
+        """A seeded sampler of a study that holds ``earlier`` (N) trials already is seeded
+        ``seed + N``: with its own seed it would ask the trials the study's first command
+        asked, again (a sampler's first draws depend on its seed alone). A study continued
+        from the same state still asks the same trials each time."""
         from hydra.utils import instantiate
 
         sampler = self.config.hydra.sweeper.sampler
         seed = sampler.get("seed")
-        earlier = trials_in_study(self.config.hydra.sweeper)
         impl = getattr(self.sweeper, "sweeper", None)
         if seed is None or not earlier or impl is None or not hasattr(impl, "sampler"):
             return
@@ -120,18 +120,14 @@ class TuningSweeper(Sweeper):
         good (the sweep's resume continues jobs from their folders, and these have none);
         the trials whose jobs started are the resume's to tell. A study in memory ends here."""
         from rlcollect.commands.sweep_study import TRIAL_JOB, quiet_optuna
-        from rlcollect.run_files import job_folders
+        from rlcollect.run_files import job_folders, job_number
 
-        storage = self.config.hydra.sweeper.get("storage")
-        if storage is None:
+        study = existing_study(self.config.hydra.sweeper)
+        if study is None:  # in memory, or not made yet: nothing asked that outlives this command
             return
         optuna = quiet_optuna()
-        try:
-            study = optuna.load_study(study_name=self.config.hydra.sweeper.study_name, storage=str(storage))
-        except Exception:  # noqa: BLE001 - no study made yet: nothing asked
-            return
         sweep_dir = Path(self.config.hydra.sweep.dir)
-        started = {int(folder.name.split("_", 1)[0]) for folder in job_folders(sweep_dir)}
+        started = {job_number(sweep_dir, folder) for folder in job_folders(sweep_dir)}
         where = str(sweep_dir.resolve())
         unstarted = [trial.number for trial in study.get_trials(deepcopy=False,
                                                                  states=(optuna.trial.TrialState.RUNNING,))
@@ -144,7 +140,7 @@ class TuningSweeper(Sweeper):
                   f"{', '.join(f'#{number}' for number in unstarted)} failed: stopped before their jobs started",
                   file=sys.stderr)
 
-    def check_a_trial(self, arguments: List[str]) -> None:
+    def check_a_trial(self, arguments: List[str], study) -> None:
         """The config of a trial as the study would ask for it (each searched key at the
         middle of its space, ``middle``; the fixed ones as given), composed, and its fixed
         values range-checked: a key the config does not have (a preset's key of another
@@ -181,25 +177,25 @@ class TuningSweeper(Sweeper):
         try:  # the searched keys are each trial's own: a value out of range fails that trial alone
             check_ranges(config, skip=set(searched))  # the root (objective, ...) keeps its schema here
             check_objective(config)
-            check_storage(self.config.hydra.sweeper, searched, config.objective)
+            check_storage(self.config.hydra.sweeper, study, searched, config.objective)
         except ConfigError as error:
             raise RefusedBeforeStart(error) from None
 
 
-def trials_in_study(sweeper: DictConfig) -> int:
-    """How many trials the study the sweep opens holds already (0 without storage, or for
-    a study not made yet). Read only."""
+def existing_study(sweeper: DictConfig):
+    """The study the sweep opens, as its storage holds it now, else None (no storage, a
+    sqlite file not there yet, no study of that name, a storage that cannot be read: Optuna
+    makes the one, or says why not, as the study starts). Read only: no sqlite file is made."""
     from rlcollect.commands.sweep_study import quiet_optuna, sqlite_file
 
     storage = sweeper.get("storage")
     where = None if storage is None else sqlite_file(str(storage))
     if storage is None or (where is not None and not where.is_file()):
-        return 0
-    optuna = quiet_optuna()
+        return None
     try:
-        return len(optuna.load_study(study_name=sweeper.study_name, storage=str(storage)).get_trials(deepcopy=False))
-    except Exception:  # noqa: BLE001 - no study of that name yet (KeyError), or a storage that cannot be read:
-        return 0  # Optuna makes the one, or says why not, as the study starts
+        return quiet_optuna().load_study(study_name=sweeper.study_name, storage=str(storage))
+    except Exception:  # noqa: BLE001 - no study of that name yet (KeyError), or a storage that cannot be read
+        return None
 
 
 def check_objective(config: DictConfig) -> None:
@@ -213,30 +209,24 @@ def check_objective(config: DictConfig) -> None:
                           "so every trial's value would be infinite: set env.solved_return, or tune another objective")
 
 
-def check_storage(sweeper: DictConfig, searched: dict, objective: str) -> None:
-    """The study's storage as the sweep would open it: a sqlite file's folder there, and a
-    study already in it searching the same kind of space for each key in the same
-    direction (Optuna would fail once a trial had started, leaving it RUNNING for good).
-    Read only: a storage not there yet is not made (a sqlite file), nor a study."""
-    from rlcollect.commands.sweep_study import quiet_optuna, sqlite_file
+def check_storage(sweeper: DictConfig, study, searched: dict, objective: str) -> None:
+    """The study's storage as the sweep would open it: a sqlite file's folder there, and the
+    study already in it (``study``, ``existing_study``'s; None: none yet) searching the same
+    kind of space for each key in the same direction (Optuna would fail once a trial had
+    started, leaving it RUNNING for good). Read only: a storage not there yet is not made (a
+    sqlite file), nor a study."""
+    from rlcollect.commands.sweep_study import sqlite_file
     from rlcollect.errors import ConfigError
 
     storage = sweeper.get("storage")
-    if storage is None:
+    where = None if storage is None else sqlite_file(str(storage))
+    if where is not None and not where.is_file() and not where.absolute().parent.is_dir():
+        raise ConfigError(f"hydra.sweeper.storage={storage}: no folder {where.absolute().parent} to make the "
+                          "study's database in")
+    if study is None:
         return
-    where = sqlite_file(str(storage))
-    if where is not None and not where.is_file():
-        if not where.absolute().parent.is_dir():
-            raise ConfigError(f"hydra.sweeper.storage={storage}: no folder {where.absolute().parent} to make the "
-                              "study's database in")
-        return  # a new database: no study in it yet
-    optuna = quiet_optuna()
     from optuna.distributions import CategoricalDistribution
 
-    try:
-        study = optuna.load_study(study_name=sweeper.study_name, storage=str(storage))
-    except Exception:  # noqa: BLE001 - no study of that name yet (KeyError), or a storage that cannot be read:
-        return  # Optuna makes the one, or says why not, as the study starts
     directions = [getattr(direction, "name", direction).lower() for direction in study.directions]
     wanted = sweeper.direction if isinstance(sweeper.direction, (list, ListConfig)) else [sweeper.direction]
     if [str(getattr(direction, "name", direction)).lower() for direction in wanted] != directions:

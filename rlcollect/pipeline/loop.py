@@ -36,10 +36,8 @@ def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
             return
         writes_replay = p.collector.replay_buffer is not None
         frames = p.collector.frames
-        if writes_replay and p.checkpoint_frames is not None and p.checkpoint_frames < frames:
-            # resumed from a checkpoint that waited for batches in flight (counted in the collector's state,
-            # written into the buffer) after its frame: the learner catches up on them first
-            yield from caught_up(p.checkpoint_frames, frames, p.collector.frames_per_batch)
+        if writes_replay:  # a resume whose checkpoint waited for batches in flight: the learner catches up on them
+            yield from caught_up(learner_frames(p), frames, p.collector.frames_per_batch)
         for batch in p.collector:
             if writes_replay:
                 yield from caught_up(frames, p.collector.frames - p.collector.frames_per_batch,
@@ -50,9 +48,7 @@ def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
             yield from caught_up(frames, p.collector.frames, p.collector.frames_per_batch)
         return
     replay_buffer = p.learner.replay_buffer
-    # from where the run stands: a resumed run at its checkpoint's frame, which its collector, running ahead of the
-    # learner, may have passed (the buffer holds those frames: they are learnt from first)
-    start_frames = p.collector.frames if p.checkpoint_frames is None else min(p.checkpoint_frames, p.collector.frames)
+    start_frames = learner_frames(p)  # the frames past it, in the buffer, are learnt from first
     start_writes = replay_buffer.write_count - (p.collector.frames - start_frames)
     p.collector.start()
     next_frames = start_frames + p.collector.frames_per_batch
@@ -67,6 +63,14 @@ def collected(p: Pipeline) -> Iterator[tuple[TensorDictBase | None, int]]:
             return
         else:
             time.sleep(0.001)
+
+
+def learner_frames(p: Pipeline) -> int:
+    """Where the learner stands as a session starts: the collector's frames, or a resumed
+    run's checkpoint frame where its collector stands past it (its checkpoint waited for
+    batches in flight, or its collector ran ahead in the background: those frames are in
+    the replay buffer, not learnt from)."""
+    return p.collector.frames if p.checkpoint_frames is None else min(p.checkpoint_frames, p.collector.frames)
 
 
 def caught_up(frames: int, collected: int, frames_per_batch: int) -> Iterator[tuple[None, int]]:
@@ -378,7 +382,7 @@ def check_env_values(transitions: TensorDictBase, frames: int) -> None:
     observations included): a batch ``[*envs, T]`` (or ``[T]``) that ends at ``frames``.
     Of several, the first the env returned: a step's next observation is named at that
     step's frame, not at the next step's, which reads it as its observation."""
-    found = None  # (frame, env, message)
+    found = None  # (frame, message)
     for key in ENV_VALUES:
         value = transitions.get(key, None)
         entries = value.items(True, True) if isinstance(value, TensorDictBase) else [((), value)]
@@ -399,10 +403,10 @@ def check_env_values(transitions: TensorDictBase, frames: int) -> None:
             label = key if isinstance(key, str) else "/".join(key)
             label += "".join(f"/{part}" for part in (name if isinstance(name, tuple) else (name,)))
             shown = first_non_finite(entry[tuple(int(i) for i in where)], label)
-            found = (frame, env, f"the env returned a non-finite {label} ({shown}) at frame {frame}, env index {env}: "
-                                 "check the env (a reward or observation wrapper can clip or replace such values)")
+            found = (frame, f"the env returned a non-finite {label} ({shown}) at frame {frame}, env index {env}: "
+                            "check the env (a reward or observation wrapper can clip or replace such values)")
     if found is not None:
-        raise NonFiniteEnvError(found[2])
+        raise NonFiniteEnvError(found[1])
 
 
 def first_non_finite(step: torch.Tensor, label: str) -> str:

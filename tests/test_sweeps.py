@@ -448,6 +448,65 @@ def test_a_frozen_member_costs_no_update_and_the_others_update_as_before(own):
     assert metrics[2]["loss_value"] == pytest.approx(every[2]["loss_value"], rel=1e-5)
 
 
+@pytest.mark.parametrize("members", [[0, 2], [1]], ids=["two_of_three", "one_of_three"])
+def test_some_members_compute_and_learn_as_their_rows_given_to_functional_call(members):
+    from tensordict import TensorDict
+
+    from rlcollect.sweeps.stacking import SomeMembers
+
+    class Evaluating(torch.nn.Module):
+        def __init__(self, module):
+            super().__init__()
+            self.module = module
+
+        def forward(self, minibatch):
+            return self.module.evaluate(minibatch)
+
+    stacked = stack_modules(cartpole_solos())
+    learning = torch.tensor(members)
+    torch.manual_seed(5)
+    minibatch = TensorDict({"observation": torch.randn(len(members), 16, 4),
+                            "action": torch.randint(0, 2, (len(members), 16))}, [len(members), 16])
+    results = []
+    for call in ("functional_call", "SomeMembers"):
+        stacked.zero_grad(set_to_none=True)
+        if call == "functional_call":
+            rows = {f"module.{name}": value.index_select(0, learning) for name, value in stacked.named_parameters()}
+            outputs = torch.func.functional_call(Evaluating(stacked), rows, (minibatch,))
+        else:
+            outputs = SomeMembers(stacked)(learning, "evaluate", minibatch)
+        sum(output.sum() for output in outputs).backward()
+        results.append((outputs, [parameter.grad.clone() for parameter in stacked.parameters()]))
+    (expected, expected_grads), (outputs, grads) = results
+    assert all(torch.equal(a, b) for a, b in zip(outputs, expected))
+    assert all(torch.equal(a, b) for a, b in zip(grads, expected_grads))
+    others = [member for member in range(3) if member not in members]
+    assert all(torch.count_nonzero(grad[others]) == 0 for grad in grads)  # the others' rows get no gradient
+
+
+@pytest.mark.parametrize("members", [3, 1])
+def test_a_stacked_layer_without_gradients_computes_with_its_parameters_as_they_are_now(members):
+    torch.manual_seed(0)
+    layer = stack_modules([torch.nn.Sequential(torch.nn.Linear(4, 5)) for _ in range(members)])[0]
+    x = torch.randn(members, 6, 4)
+
+    def agree() -> torch.Tensor:
+        with torch.no_grad():
+            acting = layer(x)
+        torch.testing.assert_close(acting, layer(x), atol=0, rtol=0)  # as the learning call computes it
+        return acting
+
+    first = agree()
+    with torch.no_grad():
+        layer.weight.add_(1.0)  # an optimizer's step: in place
+    assert not torch.equal(agree(), first)
+    layer.double()  # parameters replaced by tensors of another dtype
+    x = x.double()
+    assert agree().dtype == torch.float64
+    layer.load_state_dict({"weight": torch.zeros(members, 5, 4), "bias": torch.ones(members, 5)})
+    assert torch.equal(agree(), torch.ones(members, 6, 5, dtype=torch.float64))
+
+
 def test_an_evaluation_result_names_each_episodes_env():
     """Env row i's episode is the one a one-env evaluation seeded seed + i plays."""
     env = GymEnv("CartPole-v1", 3, seed=5)

@@ -118,7 +118,14 @@ class ActorCritic(TensorDictModuleBase):
         return self.evaluate_actions(tensordict.get(self.observation_key), tensordict.get("action"))
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        observation = self.features(tensordict.get(self.observation_key))
+        for key, value in self.act(tensordict.get(self.observation_key)).items():
+            tensordict.set(key, value)
+        return tensordict
+
+    def act(self, observation: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What ``forward`` writes for ``observation`` (a tensor), by key: the action, and
+        unless ``actions_only()`` its log-prob and the state value."""
+        observation = self.features(observation)
         head = self.actor(observation)
         deterministic = interaction_type() in DETERMINISTIC
         if self.discrete:
@@ -126,16 +133,13 @@ class ActorCritic(TensorDictModuleBase):
             action = index + self.action_offset if self.action_offset else index
         else:
             action = head if deterministic else D.normal_sample(head, self.log_std, self.generators)
-        tensordict.set("action", action)
         if actions_only():  # an evaluation: neither the log-prob nor the critic is read
-            return tensordict
+            return {"action": action}
         if self.discrete:
             log_prob = D.categorical_log_prob(head, index)
         else:
             log_prob = D.normal_log_prob(head, self.log_std, action)
-        tensordict.set("action_log_prob", log_prob)
-        tensordict.set("state_value", self.critic(observation).squeeze(-1))
-        return tensordict
+        return {"action": action, "action_log_prob": log_prob, "state_value": self.critic(observation).squeeze(-1)}
 
     def evaluate_actions(self, observation: torch.Tensor, action: torch.Tensor
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

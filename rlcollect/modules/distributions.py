@@ -20,9 +20,10 @@ def noise(like: torch.Tensor, normal: bool, generators=None) -> torch.Tensor:
     batched sweep: each samples from its own stream, docs/sweeps.md)."""
     if generators is None:
         return torch.randn_like(like) if normal else torch.rand_like(like)
-    draw = torch.randn if normal else torch.rand
-    return torch.stack([draw(like.shape[1:], generator=generator, dtype=like.dtype, device=like.device)
-                        for generator in generators])
+    out = torch.empty(like.shape, dtype=like.dtype, device=like.device)
+    for row, generator in zip(out.unbind(0), generators):  # the very draws of torch.randn / torch.rand, in place
+        row.normal_(generator=generator) if normal else row.uniform_(generator=generator)
+    return out
 
 
 def categorical_sample(logits: torch.Tensor, generators=None) -> torch.Tensor:

@@ -29,7 +29,7 @@ from rlcollect.algos.optim import Adam
 from rlcollect.algos.ppo import PPO
 from rlcollect.algos.reward_scaling import RewardScaler
 from rlcollect.buffers.rollout import RolloutBuffer, sequence_starts, sequence_steps, transition_view
-from rlcollect.modules.actor_critic import RecurrentActorCritic
+from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
 from rlcollect.modules.encoders import RunningNorm
 from rlcollect.primers import policy_primers
 from rlcollect.sweeps.optim import (
@@ -40,7 +40,7 @@ from rlcollect.sweeps.optim import (
     member_optimizer_state,
     step_members,
 )
-from rlcollect.sweeps.stacking import member_state_dict, padded_rows, zero_member
+from rlcollect.sweeps.stacking import SomeMembers, member_state_dict, padded_rows, zero_member
 
 
 class MemberPolicy(TensorDictModuleBase):
@@ -58,6 +58,8 @@ class MemberPolicy(TensorDictModuleBase):
             raise ValueError(f"MemberPolicy: one generator per member ({members}), got {len(generators)}")
         stacked.generators = generators  # where the stacked ActorCritic samples from
         self.in_keys, self.out_keys = list(stacked.in_keys), list(stacked.out_keys)
+        # a feed-forward ActorCritic's key (its outputs are ``act`` of it alone); None: a recurrent model
+        self.observation_key = stacked.observation_key if isinstance(stacked, ActorCritic) else None
         # what the model writes: its outputs, and a recurrent one's states after the step
         self.written_keys = [*self.out_keys, *(("next", *key) if isinstance(key, tuple) else ("next", key)
                                                for primer in policy_primers(stacked) for key in primer.keys)]
@@ -73,6 +75,10 @@ class MemberPolicy(TensorDictModuleBase):
                                               *tensordict.shape[1:]], device=tensordict.device)
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self.observation_key is not None:  # a feed-forward ActorCritic: its outputs from the observation alone
+            for key, value in self.stacked.act(self.split(tensordict.get(self.observation_key))).items():
+                tensordict.set(key, value.flatten(0, 1))
+            return tensordict
         rows = self.member_rows(tensordict)
         self.stacked(rows)
         for key in self.written_keys:
@@ -213,6 +219,7 @@ class MemberPPO(PPO):
         if normalize_reward:
             self.reward_scaler = MemberRewardScaler(self.gamma, self.members)
         self.active = torch.ones(self.members, device=device)
+        self.some_members: SomeMembers | None = None  # the model computing for some members (made when first asked)
         self.frozen_rows = FrozenRows(self.members)  # torch's Adam: the frozen members' rows, kept
 
     @property
@@ -385,10 +392,9 @@ class MemberPPO(PPO):
     def _evaluate_some(self, minibatch, learning: torch.Tensor):
         """``evaluate`` with the weights of the members ``learning`` alone (their rows of
         every parameter and buffer), on their minibatch ``[len(learning), N]``."""
-        stacked = self.actor_critic.stacked
-        state = {f"module.{name}": value.index_select(0, learning)
-                 for name, value in (*stacked.named_parameters(), *stacked.named_buffers())}
-        return torch.func.functional_call(Evaluating(stacked), state, (minibatch,))
+        if self.some_members is None:
+            self.some_members = SomeMembers(self.actor_critic.stacked)
+        return self.some_members(learning, "evaluate", minibatch)
 
     def load_member_state_dict(self, member: int, state: dict, rows_per_member: int) -> None:
         """The inverse of ``member_state_dict`` (a resumed member's checkpoint): its Adam
@@ -447,17 +453,6 @@ def normalized_advantage(advantage: torch.Tensor, sample_mask: torch.Tensor | No
     centred = advantage - (advantage * weight).sum(1, keepdim=True) / count
     std = ((centred.pow(2) * weight).sum(1, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
     return torch.where(count > 1, centred / (std + 1e-8), advantage)
-
-
-class Evaluating(torch.nn.Module):
-    """``module.evaluate`` as a forward pass (what ``torch.func.functional_call`` calls)."""
-
-    def __init__(self, module: torch.nn.Module) -> None:
-        super().__init__()
-        self.module = module
-
-    def forward(self, tensordict):
-        return self.module.evaluate(tensordict)
 
 
 @torch.no_grad()

@@ -464,6 +464,36 @@ def test_a_memmap_replay_run_resumes_with_its_files_and_refuses_without_them(tmp
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["frames"] == 384
 
 
+@pytest.mark.timeout(300)
+def test_a_resume_checkpoints_at_the_cadence_it_is_given(tmp_path):
+    """Its next frame checkpoint is the earlier of the one its checkpoint scheduled and the new
+    cadence's: a resume that checkpoints more often does so from its first frames."""
+    from rlcollect.checkpoint import previous_path
+    from rlcollect.pipeline.progress import Progress
+
+    tiny = ["collector.frames_per_batch=256", "eval.every_frames=256", "eval.episodes=1",
+            "env.solved_return=1000000", "logger=none", "progress=false"]
+    first = rlcollect(tmp_path, "train", "total_frames=512", "checkpoint_every_frames=100000", *tiny,
+                      "hydra.run.dir=run", timeout=120)
+    assert first.returncode == 0, first.stderr
+    run_dir = tmp_path / "run"
+    result = rlcollect(tmp_path, "train", f"resume={run_dir}", "total_frames=1280", "checkpoint_every_frames=256",
+                       timeout=120)
+    assert result.returncode == 0, result.stderr
+    # checkpoints at 768, 1024 and the final one at 1280 (before: none between 512 and the final one)
+    assert int(load_checkpoint(previous_path(run_dir / CHECKPOINT_FILE))["frames"]) == 1024
+    assert int(load_checkpoint(run_dir / CHECKPOINT_FILE)["frames"]) == 1280
+    progress = Progress.start(env_id="CartPole-v1", solved_return=None, eval_every_frames=1024,
+                              checkpoint_every_frames=100_000)
+    for every, expected in ((256, 2048 + 256), (200_000, 100_000), (None, None)):
+        progress.next_checkpoint = 100_000
+        progress.checkpoint_every(2048, every)
+        assert progress.next_checkpoint == expected
+    progress.next_checkpoint = None  # the run checkpointed by seconds alone
+    progress.checkpoint_every(2048, 512)
+    assert progress.next_checkpoint == 2560
+
+
 def test_a_resumed_run_goes_on_without_the_error_that_ended_its_earlier_part():
     """A run that failed after a checkpoint was written (its envs' processes died, say) and is
     resumed is not failed: its progress comes back without the earlier part's error, so a

@@ -121,6 +121,7 @@ class Pipeline:
         if self.generator is not None:  # its draws come from its own stream, saved where torch's global one is
             self.generator.set_state(state["rng"]["torch"])
         self.checkpoint_frames = self.learnt_frames = int(state["frames"])
+        self.progress.checkpoint_every(self.checkpoint_frames, self.cfg.checkpoint_every_frames)
         self.best = state.get("best")  # absent from a checkpoint written before any evaluation (or by an old version)
 
     def open(self) -> None:

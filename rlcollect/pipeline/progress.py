@@ -24,6 +24,15 @@ class Progress:
                             "seconds_to_solve": None, "final_eval_return": None, "best_eval_return": None},
                    next_eval=eval_every_frames, next_checkpoint=checkpoint_every_frames)
 
+    def checkpoint_every(self, frames: int, every_frames: int | None) -> None:
+        """A resumed run at ``frames`` checkpointing every ``every_frames`` frames now (None:
+        not by frames): its next frame checkpoint is the one its checkpoint scheduled, or
+        the new cadence's, whichever comes first (a resume may change the cadence)."""
+        if every_frames is None:
+            self.next_checkpoint = None
+        elif self.next_checkpoint is None or frames + every_frames < self.next_checkpoint:
+            self.next_checkpoint = frames + every_frames
+
     def state_dict(self) -> dict:
         return {"summary": json.dumps(self.summary), "next_eval": self.next_eval,
                 "next_checkpoint": -1 if self.next_checkpoint is None else self.next_checkpoint,

@@ -36,21 +36,32 @@ def output_path(option: str, path: str | os.PathLike[str]) -> Path:
     return path
 
 
-def make_folder(option: str, path: Path) -> None:
-    """The folder ``path`` goes in, created with its parents if missing; one that cannot be
-    is a ConfigError naming ``option``."""
+@contextlib.contextmanager
+def folder_made(option: str, path: Path):
+    """The folder ``path`` goes in, created with its parents if missing, for the block; one
+    that cannot be is a ConfigError naming ``option``. A block that fails removes the
+    folders it made again (those still empty): a refused command leaves nothing behind."""
+    made = [folder for folder in path.parents if not folder.exists()]  # the nearest first
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise ConfigError(f"{option} {path}: cannot create its folder {path.parent} "
                           f"({error.strerror or error})") from None
+    try:
+        yield
+    except BaseException:
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (another process wrote there meanwhile), or gone
+                break
+        raise
 
 
 def write_text_whole(option: str, path: Path, text: str) -> None:
     """``text`` to ``path`` (its folder made), through a partial file renamed over it: a
     failed write leaves any earlier file as it was."""
-    make_folder(option, path)
-    with written_whole(option, path) as partial:
+    with folder_made(option, path), written_whole(option, path) as partial:
         partial.write_text(text)
 
 

@@ -52,6 +52,9 @@ FAILED = "failed"  # failed while building or training (its error, and error.log
 REFUSED = "refused"  # a sweep job whose config was refused before it was built
 # ended as asked: compare counts them, a study is told their value, a resume extends them only with more total_frames
 ENDED_STATUSES = (FINISHED, SOLVED)
+# not written: a run whose summary.json says it ended while metrics.jsonl goes past its frames (a resume killed
+# with SIGKILL: its rows are written, its summary.json is not)
+RESUME_KILLED = "killed while resumed (metrics.jsonl goes past summary.json's frames)"
 RUNNING = "running"  # not written: a run folder that a process holds now (``held``), whatever its summary.json says
 
 

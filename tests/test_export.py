@@ -254,3 +254,21 @@ def test_onnx_export_without_onnxscript_names_the_extra(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxscript", None)  # import onnxscript now raises ImportError
     with pytest.raises(MissingDependencyError, match=r"pip install 'rlcollect\[export\]'"):
         export_onnx(ActorCritic(CARTPOLE, gym.spaces.Discrete(2)), tmp_path / "p.onnx", torch.zeros(2, 4))
+
+
+@pytest.mark.timeout(60)
+def test_a_refused_export_leaves_no_folder_it_made(tmp_path, monkeypatch):
+    """export --out in folders not there yet makes them for the file, and a refusal found
+    while exporting (a policy it cannot export, a missing extra) removes them again."""
+    from rlcollect.outputs import folder_made
+
+    (tmp_path / "there").mkdir()
+    monkeypatch.setitem(sys.modules, "onnxscript", None)
+    out = tmp_path / "there" / "a" / "b" / "p.onnx"
+    with pytest.raises(MissingDependencyError):
+        with folder_made("--out", out):
+            export_onnx(ActorCritic(CARTPOLE, gym.spaces.Discrete(2)), out, torch.zeros(2, 4))
+    assert [path.name for path in tmp_path.rglob("*")] == ["there"]
+    with folder_made("--out", out):
+        out.write_text("exported")
+    assert out.read_text() == "exported"

@@ -61,7 +61,7 @@ def load_wandb_runs(root: str | os.PathLike[str]) -> list[RunRecord]:
         first, last = offline_parts[0], offline_parts[-1]
         history = [_wandb_row(row) for row in resumed_history([part.history for part in offline_parts])]
         config = last.config
-        status = summary_status(folder) or _exit_status(last.exit_code)
+        status = summary_status(folder, history) or _exit_status(last.exit_code)
         choices = hydra_choices(folder) or ({"collector": first.job_type} if first.job_type else {})
         runs.append(RunRecord(path=folder, overrides=parse_override_dirname(first.name), config=config,
                               summary=summarize_history(history, solved_return_of(config)), history=history,

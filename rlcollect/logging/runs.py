@@ -30,6 +30,7 @@ from rlcollect.run_files import (
     HYDRA_FILE,
     METRICS_FILE,
     OVERRIDES_FILE,
+    RESUME_KILLED,
     RUN_FILES,
     RUNNING,
     SUMMARY_FILE,
@@ -192,7 +193,8 @@ def load_run_dir(run_dir: Path) -> RunRecord:
     overrides = [str(item) for item in _load_yaml(overrides_file) or []] if overrides_file.is_file() else None
     return RunRecord(path=run_dir, overrides=overrides, config=config,
                      summary=summarize_history(history, solved_return_of(config)), history=history,
-                     status=summary_status(run_dir), choices=hydra_choices(run_dir), error=summary_error(run_dir))
+                     status=summary_status(run_dir, history), choices=hydra_choices(run_dir),
+                     error=summary_error(run_dir))
 
 
 def hydra_choices(run_dir: Path) -> dict[str, str]:
@@ -207,13 +209,21 @@ def hydra_choices(run_dir: Path) -> dict[str, str]:
             and value is not None}
 
 
-def summary_status(run_dir: Path) -> str | None:
+def summary_status(run_dir: Path, history: list[dict[str, Any]] | None = None) -> str | None:
     """summary.json's ``status``, or None without the file (or the key); ``running`` for a
     run that a process trains or resumes now (its summary.json says how its last part
-    ended, not how this one will)."""
+    ended, not how this one will). A run said to have ended (``finished``, ``solved``)
+    whose ``history`` (its metric rows) goes past summary.json's frames was resumed, and
+    that part was killed: ``RESUME_KILLED`` (the rows are not the run summary.json
+    describes)."""
     if held(run_dir):
         return RUNNING
-    return _summary_entry(run_dir, "status")
+    status = _summary_entry(run_dir, "status")
+    if status in ENDED_STATUSES and history:
+        frames = _summary_entry(run_dir, "frames")
+        if frames is not None and history[-1]["step"] > float(frames):
+            return RESUME_KILLED
+    return status
 
 
 def summary_error(run_dir: Path) -> str | None:

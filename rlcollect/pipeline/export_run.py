@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.export import export_policy
-from rlcollect.outputs import make_folder, output_path, written_whole
+from rlcollect.outputs import folder_made, output_path, written_whole
 from rlcollect.pipeline.builders import make_env
 from rlcollect.pipeline.saved import checkpoint_file, checkpoint_name, load_run_config, read_checkpoint, rebuild_policy
 
@@ -45,9 +45,8 @@ def export_run(run_dir: str | Path, format: str, *, out: str | Path | None = Non
     else:
         out = output_path("--out", out)
     policy = rebuild_policy(cfg, read_checkpoint(source), source=source)
-    make_folder("--out", out)
     example = example_observation(cfg)
-    with written_whole("--out", out) as partial:
+    with folder_made("--out", out), written_whole("--out", out) as partial:  # a refusal leaves no folder made
         partial.touch()  # a path the system will not write is an OSError here (torch's writer says it otherwise)
         export_policy(policy, partial, format, example)
     return out

@@ -63,13 +63,16 @@ def test_kill_9_then_resume_continues_frames_and_metrics_without_gap_or_duplicat
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("lost", ["rows", "folder"])
+@pytest.mark.parametrize("lost", ["rows", "folder", "replaced"])
 def test_a_resumed_wandb_run_gets_the_rows_its_killed_writer_had_not_written(tmp_path, lost):
     """W&B writes its rows a little after metrics.jsonl: a run killed with SIGKILL can leave
     its W&B file short of rows the checkpoint counts. Here the file is cut back (as the kill
     would leave it) to the rows up to 2,048 of a run checkpointed at 4,096; the resume logs
     the rows after 2,048 from metrics.jsonl, so the W&B run read back holds every row of the
-    folder, with its values. A run whose wandb/ folder was deleted gets every row again."""
+    folder, with its values. A run whose wandb/ folder was deleted gets every row again, an
+    event row as its count. Rows that a later part wrote again (it resumed from an earlier
+    checkpoint and was killed before its W&B writer wrote them) are logged again from the
+    first that W&B holds with other values."""
     run_dir = tmp_path / "run"
     options = [*RUN[1:], "hydra.run.dir=run"]
     result = rlcollect(tmp_path, "train", "total_frames=4096", *options, timeout=240)
@@ -77,10 +80,31 @@ def test_a_resumed_wandb_run_gets_the_rows_its_killed_writer_had_not_written(tmp
     [part] = find_offline_runs(run_dir)
     if lost == "folder":
         shutil.rmtree(run_dir / "wandb")
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
+        event = {"step": 1024, "event": "worker_restart", "worker": 0, "cause": "exit code -9", "frames_lost": 0}
+        lines.insert(4, json.dumps(event) + "\n")  # after the row of 1,024, as the collector's restart writes it
+        (run_dir / "metrics.jsonl").write_text("".join(lines))
         result = rlcollect(tmp_path, "train", "resume=run", "total_frames=6144", timeout=240)
         assert result.returncode == 0, result.stderr
         [from_wandb] = load_wandb_runs(run_dir)
         assert [row["step"] for row in from_wandb.history] == list(range(256, 6144 + 1, 256))
+        [at_1024] = [row for row in from_wandb.history if row["step"] == 1024]
+        assert at_1024["event/worker_restart"] == 1 and "event" not in at_1024 and "worker" not in at_1024
+        return
+    if lost == "replaced":  # a part resumed from 2,048 wrote these rows again, its W&B file empty
+        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        for row in rows:
+            if row["step"] > 2048:
+                row["train/loss_value"] += 1.0
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        result = rlcollect(tmp_path, "train", "resume=run", "total_frames=6144", timeout=240)
+        assert result.returncode == 0, result.stderr
+        folder_rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+        [from_wandb] = load_wandb_runs(run_dir)
+        assert [row["step"] for row in from_wandb.history] == [row["step"] for row in folder_rows]
+        for wandb_row, row in zip(from_wandb.history, folder_rows):
+            assert {key: wandb_row[key] for key in row} == row
+        assert read_offline_run(find_offline_runs(run_dir)[-1]).history[0]["_step"] == 2048 + 256
         return
     data = part.read_bytes()
     low, high = 0, len(data)  # the longest prefix whose rows end at 2,048 (a later record cut short is not read)

@@ -25,7 +25,7 @@ from rlcollect.logging.runs import (
     summary_error,
     summary_status,
 )
-from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run
+from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run, resumed_history
 
 __all__ = ["load_wandb_runs", "parse_override_dirname", "resumed_history"]
 
@@ -67,19 +67,6 @@ def load_wandb_runs(root: str | os.PathLike[str]) -> list[RunRecord]:
                               summary=summarize_history(history, solved_return_of(config)), history=history,
                               status=status, choices=choices, error=summary_error(folder)))
     return sorted(runs, key=lambda run: run.path)
-
-
-def resumed_history(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One history from the parts of a resumed W&B run (in the order they ran): each part
-    replaces the rows of the earlier ones from its first ``_step`` on, as the run folder's
-    metrics.jsonl is cut back to the checkpoint on resume, so no step counts twice."""
-    history: list[dict[str, Any]] = []
-    for part in parts:
-        if part:
-            first = part[0].get("_step")
-            history = [row for row in history if first is None or (row.get("_step") or 0) < first]
-        history.extend(part)
-    return history
 
 
 def parse_override_dirname(name: str | None) -> list[str] | None:

@@ -207,33 +207,54 @@ class WandbLogger(RunLogger):
             self._run = wandb.init(**self._init, settings=wandb.Settings(
                 console="off", save_code=False, disable_git=True, x_disable_stats=True, init_timeout=60, silent=True))
             if self._start_frames:  # a resumed run
-                self._log_rows_after(self._last_logged_step())
+                self._catch_up()
 
-    def _last_logged_step(self) -> int:
-        """The last step the earlier parts of this W&B run hold (-1: none): online, the one
-        before the step W&B resumes it at; offline, the last of their files' rows."""
+    def _catch_up(self) -> None:
+        """A resumed run's W&B part, before its first row: metrics.jsonl (already cut back to
+        the checkpoint) holds every row of the run so far; those from the first one the
+        earlier parts do not hold as it is are logged again (never written: their writer was
+        killed first; or rows of a part that a later resume replaced, which W&B still holds),
+        an event row as its count (``event/<name>``), and the events count on from the file's."""
+        rows = [row for _, row in json_lines(self.run_dir / METRICS_FILE)]
+        start = self._first_unlogged_step(rows)
+        for row in rows:
+            if "event" in row:
+                self._events[row["event"]] = self._events.get(row["event"], 0) + 1
+            if start is None or row["step"] < start:
+                continue
+            if "event" in row:
+                self._run.log({f"event/{row['event']}": self._events[row["event"]]}, step=row["step"])
+            else:
+                self._run.log({key: value for key, value in row.items() if key != "step"}, step=row["step"])
+
+    def _first_unlogged_step(self, rows: list[dict[str, Any]]) -> int | None:
+        """The step of the first metrics row (``rows``) the earlier parts of this W&B run do
+        not hold with its values (None: they hold every one). Online, the step W&B resumes
+        the run at (it takes no earlier one); offline, from their files, joined as
+        ``resumed_history`` joins them."""
         if self._init["mode"] == "online":
-            return self._run.starting_step - 1
-        from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run
+            return self._run.starting_step
+        from rlcollect.logging.wandb_offline import find_offline_runs, read_offline_run, resumed_history
 
         this_part = Path(self._run.settings.sync_file).resolve()
-        steps = [-1]
+        parts = []
         for part in find_offline_runs(self.run_dir / WANDB_DIR):
             if part.name != f"run-{self._run.id}.wandb" or part.resolve() == this_part:
                 continue
             try:
-                steps += [row.get("_step", -1) for row in read_offline_run(part).history]
+                parts.append(read_offline_run(part).history)
             except ValueError:  # a damaged part (compare --wandb names it): the rows of the others
                 continue
-        return max(steps)
-
-    def _log_rows_after(self, step: int) -> None:
-        """Log to W&B the metrics.jsonl rows after ``step``: those the run's earlier parts do
-        not hold because their writer had not written them when the process was killed
-        (metrics.jsonl, already cut back to the checkpoint, holds every row)."""
-        for _, row in json_lines(self.run_dir / METRICS_FILE):
-            if row["step"] > step:
-                self._run.log({key: value for key, value in row.items() if key != "step"}, step=row["step"])
+        logged: dict[int, dict[str, Any]] = {}
+        for row in resumed_history(parts):
+            logged.setdefault(row.get("_step"), {}).update(row)
+        for row in rows:
+            if "event" in row:  # in W&B as a count at its step
+                continue
+            held = logged.get(row["step"])
+            if held is None or any(held.get(key) != value for key, value in row.items() if key != "step"):
+                return row["step"]
+        return None
 
     @property
     def run_id(self) -> str | None:

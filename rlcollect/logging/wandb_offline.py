@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from wandb.proto import wandb_internal_pb2 as pb
 
-__all__ = ["OfflineRun", "find_offline_runs", "read_offline_run"]
+__all__ = ["OfflineRun", "find_offline_runs", "read_offline_run", "resumed_history"]
 
 _FILE_HEADER = struct.Struct("<4sHB")  # ident, magic, version
 _FILE_IDENT = b":W&B"
@@ -325,3 +325,16 @@ def _merge(target: dict[str, Any], update: dict[str, Any]) -> None:
             _merge(target[key], value)
         else:
             target[key] = value
+
+
+def resumed_history(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One history from the parts of a resumed W&B run (in the order they ran): each part
+    replaces the rows of the earlier ones from its first ``_step`` on, as the run folder's
+    metrics.jsonl is cut back to the checkpoint on resume, so no step counts twice."""
+    history: list[dict[str, Any]] = []
+    for part in parts:
+        if part:
+            first = part[0].get("_step")
+            history = [row for row in history if first is None or (row.get("_step") or 0) < first]
+        history.extend(part)
+    return history

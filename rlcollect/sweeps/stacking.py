@@ -62,8 +62,8 @@ class StackedLinear(nn.Module):
         if members == 1:  # the solo layer's own call: a run of one member is bit-equal to its solo run
             if x.shape[0] != 1:  # its rows flattened (a CNN encoder's [S * N, in]): as they are
                 return F.linear(x, weight[0], None if bias is None else bias[0])
-            if learning:
-                return F.linear(x[0], weight[0], None if bias is None else bias[0]).unsqueeze(0)
+            if learning:  # squeezed, not indexed: a view's backward passes the gradient on, an index's copies it
+                return F.linear(x.squeeze(0), weight.squeeze(0), None if bias is None else bias.squeeze(0)).unsqueeze(0)
             weight, bias = self.acting_views(weight, bias)
             return F.linear(x[0], weight, bias).unsqueeze(0)
         stacked = x.dim() == 3  # [S, N, in], the usual input: no reshape in or out (nor their autograd nodes)

@@ -20,7 +20,9 @@ import numpy as np
 from rlcollect.analysis import stats as st
 from rlcollect.analysis.comparison import Comparison, final_scores, score_curve
 from rlcollect.analysis.grouping import Group
+from rlcollect.errors import ConfigError
 from rlcollect.logging.runs import EVAL_RETURN, CompareError
+from rlcollect.outputs import folder_made, written_whole
 
 __all__ = ["curves_figure", "figure_svgs", "improvement_figure", "plot_curves", "plot_report", "profile_figure",
            "save_figure"]
@@ -117,16 +119,19 @@ def improvement_figure(comparison: Comparison):
 
 
 def save_figure(figure, path: str | os.PathLike[str]) -> list[Path]:
-    """Write ``figure`` to ``path`` and, for a .png or .svg path, to the other of the two."""
+    """Write ``figure`` to ``path`` and, for a .png or .svg path, to the other of the two,
+    each whole or not at all (an earlier file stays as it was if a write fails; folders made
+    for them are removed again)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     paths = [path] + ([path.with_suffix(other) for other in FORMATS if other != path.suffix]
                       if path.suffix in FORMATS else [])
-    for target in paths:
-        try:
-            figure.savefig(target, dpi=100)
-        except OSError as error:  # a read-only or special filesystem: the user's path
-            raise CompareError(f"--plot {target}: cannot write it ({error.strerror or error})") from None
+    try:
+        with folder_made("--plot", path):
+            for target in paths:
+                with written_whole("--plot", target) as partial:
+                    figure.savefig(partial, dpi=100, format=target.suffix[1:] or None)
+    except ConfigError as error:  # a read-only or special filesystem: the user's path
+        raise CompareError(str(error)) from None
     return paths
 
 

@@ -60,12 +60,12 @@ class StackedLinear(nn.Module):
         members = weight.shape[0]  # fewer than self.members when called with some members' weights
         learning = weight.requires_grad and torch.is_grad_enabled()
         if members == 1:  # the solo layer's own call: a run of one member is bit-equal to its solo run
+            # learning, squeezed, not indexed: a view's backward passes the gradient on, an index's copies it
+            weight, bias = (weight.squeeze(0), None if bias is None else bias.squeeze(0)) if learning else \
+                self.acting_views(weight, bias)
             if x.shape[0] != 1:  # its rows flattened (a CNN encoder's [S * N, in]): as they are
-                return F.linear(x, weight[0], None if bias is None else bias[0])
-            if learning:  # squeezed, not indexed: a view's backward passes the gradient on, an index's copies it
-                return F.linear(x.squeeze(0), weight.squeeze(0), None if bias is None else bias.squeeze(0)).unsqueeze(0)
-            weight, bias = self.acting_views(weight, bias)
-            return F.linear(x[0], weight, bias).unsqueeze(0)
+                return F.linear(x, weight, bias)
+            return F.linear(x.squeeze(0), weight, bias).unsqueeze(0)
         stacked = x.dim() == 3  # [S, N, in], the usual input: no reshape in or out (nor their autograd nodes)
         rows = x if stacked else x.reshape(members, -1, x.shape[-1])
         if learning:
@@ -250,8 +250,7 @@ class SomeMembers:
         for name, _ in tensors:
             owner, _, key = name.rpartition(".")
             module = self.model.get_submodule(owner)
-            module._parameters.pop(key, None)
-            module._buffers.pop(key, None)
+            delattr(module, key)  # no longer a parameter or buffer of the copy: a plain attribute at each call
             self.slots.append((vars(module), stacked.get_submodule(owner), key))
 
     def __call__(self, members: torch.Tensor, method: str, *args):

@@ -338,6 +338,48 @@ def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):
     assert not (tmp_path / "link").exists() and (tmp_path / "link").is_symlink()
 
 
+@pytest.mark.timeout(300)
+def test_a_folder_another_process_holds_is_refused_before_anything_is_read_or_written(tmp_path):
+    """Two commands that start together into one folder: the one that holds it first trains,
+    and the other is one line, exit 2, whatever it finds there (the folder still empty, or
+    only the records Hydra writes as the first starts): nothing written, nothing removed,
+    and no advice to remove a folder that another process is starting a run in."""
+    import fcntl
+
+    for name in ("empty", "starting", "resumed", "swept"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "starting" / ".hydra").mkdir()  # what Hydra writes for the first before its run's files
+    (tmp_path / "starting" / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    (tmp_path / "resumed" / ".hydra").mkdir()
+    (tmp_path / "resumed" / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    held = []
+    for name in ("empty", "starting", "resumed", "swept"):  # as the first command holds its folder
+        handle = os.open(tmp_path / name, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        held.append(handle)
+    before = hashes(tmp_path)
+    try:
+        results = cli_all(tmp_path, [["train", *TINY, "logger=none", "hydra.run.dir=empty"],
+                                     ["train", *TINY, "logger=none", "hydra.run.dir=starting"],
+                                     ["train", "resume=resumed", "total_frames=1024"],
+                                     ["train", "--multirun", "seed=0,1", *TINY, "logger=none", "hydra.sweep.dir=swept"]])
+    finally:
+        for handle in held:
+            os.close(handle)
+    wait = "now; wait for it to end (or stop it) first"
+    assert [(result.returncode, result.stderr.splitlines()) for result in results] == [
+        (2, [f"rlcollect train: invalid configuration: hydra.run.dir=empty: another process is training or resuming "
+             f"the run in empty {wait}"]),
+        (2, [f"rlcollect train: invalid configuration: hydra.run.dir=starting: another process is training or "
+             f"resuming the run in starting {wait}"]),
+        (2, [f"rlcollect train: invalid configuration: resume=resumed: another process is training or resuming the "
+             f"run in resumed {wait}"]),
+        (2, [f"rlcollect train: invalid configuration: hydra.sweep.dir=swept: another process is training or "
+             f"resuming the sweep in swept {wait}"])]
+    assert hashes(tmp_path) == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["empty", "resumed", "starting", "swept"]
+
+
 # ---------------------------------------------------------------------------- errors said as whose they are
 @pytest.mark.timeout(300)
 def test_an_error_while_building_is_reported_as_what_it_is_with_its_traceback_kept(tmp_path, user_envs):

@@ -64,32 +64,41 @@ class RunFolders(Callback):
                 raise RefusedBeforeStart(ConfigError("resume=: name the run folder to continue (resume=<folder>)"))
             if not Path(resume).exists():
                 raise RefusedBeforeStart(ConfigError(f"resume={resume}: no such folder"))
-            if not (Path(resume) / CONFIG_FILE).is_file():
-                if run_files(resume) == [HYDRA_DIR]:  # killed before the run wrote anything of its own
-                    raise RefusedBeforeStart(ConfigError(
-                        f"resume={resume}: the run never started (the folder holds Hydra's records alone: "
-                        f"{HYDRA_DIR}/, no {CONFIG_FILE}): nothing to continue; train it anew in another folder, or "
-                        f"remove this one (rm -r {resume}) and train into it"))
-                raise RefusedBeforeStart(ConfigError(f"resume={resume}: not a run folder (no {CONFIG_FILE})"))
-            owner = owning_run(Path(resume) / CONFIG_FILE)
-            if owner is not None and owner[0] != Path(resume).absolute():  # a run's .hydra/ (Hydra's config.yaml)
-                run, record = owner
-                raise RefusedBeforeStart(ConfigError(
-                    f"resume={resume} is inside the run in {folder_label(run)} (its {record}): continue that run "
-                    f"with `{resume_command(folder_label(run))}`"))
+            # held before it is read: a run another process trains or starts in it now is that process's
+            held_while(Path(resume), f"resume={resume}", "the run", self.check_resumed, resume)
             return
         folder = Path(config.hydra.run.dir)
-        refuse_a_run_in(folder, "hydra.run.dir", "train a new run in")
-        if sweep_folder(folder):
-            raise RefusedBeforeStart(ConfigError(
-                f"hydra.run.dir={folder} holds a sweep (its {SWEEP_FILE}): continue it with "
-                f"`{resume_command(folder)}`, or train a new run in another folder (hydra.run.dir=<new folder>)"))
-        refuse_records_below(folder, "hydra.run.dir", "train a new run in")
+        if folder.is_dir():  # held before it is read: one that another process starts a run in now is refused
+            held_while(folder, f"hydra.run.dir={folder}", "the run", self.check_new, folder)
+        else:
+            self.check_new(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        try:  # made and held before Hydra writes into it: of two commands that start together, one trains
+            hold_run_folder(folder, f"hydra.run.dir={folder}")
+        except ConfigError as error:  # the other holds it (and whatever of it this one made): nothing removed
+            raise RefusedBeforeStart(error) from None
         STARTING.job = Job(folder, False, list(config.hydra.overrides.task), hydra_files(config.hydra, folder))
 
-    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
-        check_joblib_jobs(config.hydra.launcher)
-        folder = Path(config.hydra.sweep.dir)
+    @staticmethod
+    def check_resumed(resume: str) -> None:
+        """RefusedBeforeStart when ``resume`` is not a run folder to continue."""
+        if not (Path(resume) / CONFIG_FILE).is_file():
+            if run_files(resume) == [HYDRA_DIR]:  # killed before the run wrote anything of its own
+                raise RefusedBeforeStart(ConfigError(
+                    f"resume={resume}: the run never started (the folder holds Hydra's records alone: "
+                    f"{HYDRA_DIR}/, no {CONFIG_FILE}): nothing to continue; train it anew in another folder, or "
+                    f"remove this one (rm -r {resume}) and train into it"))
+            raise RefusedBeforeStart(ConfigError(f"resume={resume}: not a run folder (no {CONFIG_FILE})"))
+        owner = owning_run(Path(resume) / CONFIG_FILE)
+        if owner is not None and owner[0] != Path(resume).absolute():  # a run's .hydra/ (Hydra's config.yaml)
+            run, record = owner
+            raise RefusedBeforeStart(ConfigError(
+                f"resume={resume} is inside the run in {folder_label(run)} (its {record}): continue that run "
+                f"with `{resume_command(folder_label(run))}`"))
+
+    @staticmethod
+    def check_sweep(folder: Path) -> None:
+        """RefusedBeforeStart when a new sweep may not go into ``folder``."""
         refuse_a_run_in(folder, "hydra.sweep.dir", "sweep into")
         jobs = sweep_runs(folder)
         if jobs:
@@ -98,6 +107,24 @@ class RunFolders(Callback):
                 f"{'s' if len(jobs) > 1 else ''}): continue it with `{resume_command(folder)}` (one run: "
                 f"resume={folder}/<its folder>), or sweep into another folder (hydra.sweep.dir=<new folder>)"))
         refuse_records_below(folder, "hydra.sweep.dir", "sweep into")
+
+    @staticmethod
+    def check_new(folder: Path) -> None:
+        """RefusedBeforeStart when a new run may not be trained into ``folder``."""
+        refuse_a_run_in(folder, "hydra.run.dir", "train a new run in")
+        if sweep_folder(folder):
+            raise RefusedBeforeStart(ConfigError(
+                f"hydra.run.dir={folder} holds a sweep (its {SWEEP_FILE}): continue it with "
+                f"`{resume_command(folder)}`, or train a new run in another folder (hydra.run.dir=<new folder>)"))
+        refuse_records_below(folder, "hydra.run.dir", "train a new run in")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
+        check_joblib_jobs(config.hydra.launcher)
+        folder = Path(config.hydra.sweep.dir)
+        if folder.is_dir():  # held before it is read, as a single run's folder
+            held_while(folder, f"hydra.sweep.dir={folder}", "the sweep", self.check_sweep, folder)
+        else:
+            self.check_sweep(folder)
         STARTING.sweep_dir = folder
         STARTING.sweep_made = next((path for path in reversed([folder, *folder.parents]) if not path.exists()), None)
         STARTING.sweep_file_new = not (folder / SWEEP_FILE).exists()
@@ -137,6 +164,23 @@ def leave_unswept() -> None:
         path.rmdir()
         if path == made:
             break
+
+
+def held_while(folder: Path, key: str, what: str, check, *args) -> None:
+    """``check(*args)`` with ``folder`` held (``hold_run_folder``, named by ``key``, holding
+    ``what``): a folder another process holds is refused before anything of it is read, and
+    one that ``check`` refuses is let go again."""
+    held_before = str(folder.resolve()) in _HELD
+    try:
+        hold_run_folder(folder, key, what)
+    except ConfigError as error:
+        raise RefusedBeforeStart(error) from None
+    try:
+        check(*args)
+    except BaseException:
+        if not held_before:
+            release_run_folder(folder)
+        raise
 
 
 def refuse_a_run_in(folder: Path, key: str, what: str) -> None:

@@ -51,6 +51,12 @@ class DiskFullError(OSError):
         return self.strerror  # the one line, without OSError's "[Errno N]"
 
 
+class ResumeNotOpened(RuntimeError):
+    """A resumed run that failed as it opened its folder (a full disk as its config.yaml or
+    its metrics were written), before any of the run's files changed: they stay as they
+    were (no summary.json, no error.log is written); ``__cause__`` is what failed."""
+
+
 def disk_full(error: BaseException, path: Path, needed: int | None = None) -> DiskFullError | None:
     """``error``, raised while ``path`` was written, as a DiskFullError when a full disk, a full
     quota or the file size limit caused it: an OSError with one of FULL_DISK_ERRNOS, itself or

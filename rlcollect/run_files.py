@@ -17,6 +17,8 @@ import json
 import os
 from pathlib import Path
 
+from rlcollect.errors import disk_full
+
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -87,6 +89,23 @@ def sweep_folder(path: str | os.PathLike[str]) -> bool:
 def sweep_of(run_dir: str | os.PathLike[str]) -> Path | None:
     """The sweep folder a run folder lies in (its nearest ``sweep_folder`` above it), else None."""
     return next((folder for folder in Path(run_dir).resolve().parents if sweep_folder(folder)), None)
+
+
+def write_record(path: Path, text: str) -> None:
+    """``text`` to the run record ``path`` whole or not at all, through a partial file
+    renamed over it: a failed write leaves the earlier file as it was, never one cut short;
+    a full disk (or quota, or file size limit) is a DiskFullError naming the file."""
+    partial = path.with_name(path.name + ".partial")
+    try:
+        partial.write_text(text)
+        os.replace(partial, path)
+    except OSError as error:
+        full = disk_full(error, path)
+        if full is not None:
+            raise full from error
+        raise
+    finally:
+        partial.unlink(missing_ok=True)
 
 
 def read_summary(run_dir: str | os.PathLike[str]) -> dict:

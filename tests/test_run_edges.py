@@ -252,6 +252,43 @@ def test_a_checkpoint_the_disk_cannot_take_is_one_line_and_the_run_resumes_from_
     assert [row["step"] for row in read_jsonl(run / "metrics.jsonl")] == [128, 256, 384, 512]
 
 
+RESUME_DISK_FILLS_UP = """
+import resource, sys
+
+
+def disk_fills_up(event, args):
+    # the resume's config.yaml (written after its cut-back metrics.jsonl) meets the limit
+    if event == "open" and str(args[0]).endswith("config.yaml.partial") and "w" in str(args[1]):
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+sys.addaudithook(disk_fills_up)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_resume_the_disk_cannot_take_leaves_every_file_as_it_was(tmp_path):
+    """A resume writes the run's cut-back metrics.jsonl and its config.yaml whole, and renames
+    them over the run's files only once both are written: a full disk on the way is one line,
+    exit 1, and every file of the run byte-identical (no summary.json saying failed, no
+    error.log, no partial file); the same command, with room, resumes it."""
+    first = cli(tmp_path, "train", *TINY, "env.solved_return=null", "logger=none", "hydra.run.dir=run")
+    assert first.returncode == 0, first.stderr
+    before = hashes(tmp_path / "run")
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text(RESUME_DISK_FILLS_UP)
+    [full] = cli_all(tmp_path, [(["train", "resume=run", "total_frames=1024"], tmp_path / "hooks")])
+    assert full.returncode == 1
+    assert full.stderr.splitlines()[-1] == (
+        "rlcollect train: the resume could not start: DiskFullError: File too large: config.yaml in run could not be "
+        "written (the file size limit, `ulimit -f`, is 100 bytes); the run's files are as they were (raise the file "
+        "size limit, then run the same command again)")
+    assert hashes(tmp_path / "run") == before
+    resumed = cli(tmp_path, "train", "resume=run", "total_frames=1024")
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["frames"] == 1024
+
+
 # ---------------------------------------------------------------------------- a run folder holds one run
 @pytest.mark.timeout(300)
 def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):
@@ -362,7 +399,8 @@ def test_a_folder_another_process_holds_is_refused_before_anything_is_read_or_wr
         results = cli_all(tmp_path, [["train", *TINY, "logger=none", "hydra.run.dir=empty"],
                                      ["train", *TINY, "logger=none", "hydra.run.dir=starting"],
                                      ["train", "resume=resumed", "total_frames=1024"],
-                                     ["train", "--multirun", "seed=0,1", *TINY, "logger=none", "hydra.sweep.dir=swept"]])
+                                     ["train", "--multirun", "seed=0,1", *TINY, "logger=none",
+                                      "hydra.sweep.dir=swept"]])
     finally:
         for handle in held:
             os.close(handle)

@@ -24,8 +24,17 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from rlcollect.errors import ConfigError, DiskFullError, MissingDependencyError, causes, one_line
-from rlcollect.run_files import ERROR_LOG, FAILED, INTERRUPTED, REFUSED, SUMMARY_FILE, run_files, sweep_of
+from rlcollect.errors import ConfigError, DiskFullError, MissingDependencyError, ResumeNotOpened, causes, one_line
+from rlcollect.run_files import (
+    ERROR_LOG,
+    FAILED,
+    INTERRUPTED,
+    REFUSED,
+    SUMMARY_FILE,
+    run_files,
+    sweep_of,
+    write_record,
+)
 
 NO_VALUE = None  # what a sweep job that failed or was refused returns (Optuna records a failed trial, goes on)
 UNSTARTED = {"status": INTERRUPTED, "frames": 0}  # the summary.json of a sweep job stopped before its first batch
@@ -191,7 +200,7 @@ def leave_unstarted(job: Job) -> bool:
     if job.resume or set(run_files(job.run_dir)) - {path.name for path in job.hydra_files}:
         return False
     if job.multirun:
-        (job.run_dir / SUMMARY_FILE).write_text(json.dumps(UNSTARTED))
+        write_record(job.run_dir / SUMMARY_FILE, json.dumps(UNSTARTED))
         return True
     remove_hydra_files(job)
     remove_if_empty(job.run_dir)
@@ -200,15 +209,42 @@ def leave_unstarted(job: Job) -> bool:
 
 def run_failed(job: Job, error: BaseException, trace: str, checkpoint_frames: int | None = None) -> None:
     """A run that failed while training: one short block, the traceback in its error.log;
-    a full disk (``checkpoint_frames``: the run's last complete checkpoint) is one line."""
+    a full disk (``checkpoint_frames``: the run's last complete checkpoint) is one line. A
+    resume that could not open its run's files (ResumeNotOpened) leaves them as they were:
+    one line, its traceback in a file of its own."""
     full = next((link for link in causes(error) if isinstance(link, DiskFullError)), None)
+    if isinstance(error, ResumeNotOpened):
+        remedy = "" if full is None else \
+            (" (raise the file size limit" if full.errno == errno.EFBIG else " (free some space") + \
+            ", then run the same command again)"
+        kept = trace_file(trace) if full is None else None  # a full disk takes no traceback either
+        print(f"rlcollect train: {error}; the run's files are as they were{remedy}"
+              + ("" if kept is None else f" (traceback in {kept})"), file=sys.stderr)
+        return
     if full is not None:
         print(disk_full_line(job, full, checkpoint_frames), file=sys.stderr)
         return
     log_file = job.run_dir / ERROR_LOG
-    log_file.write_text(trace)
+    try:
+        write_record(log_file, trace)
+    except OSError:  # the folder takes no file (it was removed, or the disk is full): the traceback elsewhere
+        log_file = trace_file(trace)
     print(f"rlcollect train: the run failed: {one_line(error)}\n"
-          f"  full traceback: {log_file}\n  run status: failed (summary.json)", file=sys.stderr)
+          f"  full traceback: {log_file or 'not kept (no file could be written)'}\n"
+          f"  run status: failed (summary.json)", file=sys.stderr)
+
+
+def trace_file(trace: str) -> Path | None:
+    """A file of its own holding ``trace`` (a traceback that the run's folder does not keep);
+    None where none can be written (a full disk, a file size limit)."""
+    handle, name = tempfile.mkstemp(prefix="rlcollect-resume-", suffix=".log")
+    try:
+        with os.fdopen(handle, "w") as file:
+            file.write(trace)
+    except OSError:
+        Path(name).unlink(missing_ok=True)
+        return None
+    return Path(name)
 
 
 def disk_full_line(job: Job, error: DiskFullError, checkpoint_frames: int | None) -> str:
@@ -331,7 +367,7 @@ def refused(job: Job, error: ConfigError) -> float:
     if not job.multirun:
         remove_if_empty(job.run_dir)
         raise SystemExit(2) from None
-    (job.run_dir / SUMMARY_FILE).write_text(json.dumps(
+    write_record(job.run_dir / SUMMARY_FILE, json.dumps(
         {"status": REFUSED, "error": f"{what}: {error}", "overrides": job.overrides}, indent=2))
     return NO_VALUE
 
@@ -341,18 +377,16 @@ def failed_to_build(job: Job, error: Exception) -> float:
     for a resumed run, whose files stay as they were, in a file of its own)."""
     trace = traceback.format_exc()
     if job.resume:
-        handle, name = tempfile.mkstemp(prefix="rlcollect-resume-", suffix=".log")
-        with os.fdopen(handle, "w") as file:
-            file.write(trace)
-        log_file = Path(name)
+        log_file = trace_file(trace)
     else:
         log_file = job.run_dir / ERROR_LOG
-        log_file.write_text(trace)
-        (job.run_dir / SUMMARY_FILE).write_text(json.dumps(
+        write_record(log_file, trace)
+        write_record(job.run_dir / SUMMARY_FILE, json.dumps(
             {"status": FAILED, "frames": 0, "error": f"error while building the run: {one_line(error)}"}, indent=2))
     if FULL_ERROR.get("asked"):
         print(trace, file=sys.stderr, end="")
-    print(f"rlcollect train: error while building the run: {one_line(error)} (traceback in {log_file})",
+    print(f"rlcollect train: error while building the run: {one_line(error)} "
+          f"({'traceback not kept: no file could be written' if log_file is None else f'traceback in {log_file}'})",
           file=sys.stderr)
     if job.multirun:
         return NO_VALUE

@@ -27,18 +27,15 @@ from rlcollect.run_files import METRICS_FILE, WANDB_DIR
 from rlcollect.trajectories import EpisodeTracker, TrajectoryInfo
 
 
-def truncate_metrics(run_dir: str | Path, last_step: int) -> None:
-    """Drop the metrics.jsonl rows past ``last_step`` (a run resumed from a checkpoint at
-    that frame count writes them again), and a last row cut short (a crash or a full disk
-    while it was written); atomic. A damaged row before the last is a DamagedRowError
-    naming the file and the line, and the file stays as it was."""
+def metrics_up_to(run_dir: str | Path, last_step: int) -> str | None:
+    """metrics.jsonl's text without the rows past ``last_step`` (a run resumed from a
+    checkpoint at that frame count writes them again) and without a last row cut short (a
+    crash or a full disk while it was written); None without the file. A damaged row before
+    the last is a DamagedRowError naming the file and the line."""
     path = Path(run_dir) / METRICS_FILE
     if not path.exists():
-        return
-    kept = [line for line, row in json_lines(path) if row["step"] <= last_step]
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text("".join(line + "\n" for line in kept))
-    os.replace(partial, path)
+        return None
+    return "".join(line + "\n" for line, row in json_lines(path) if row["step"] <= last_step)
 
 
 class RunLogger:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,8 +33,8 @@ from rlcollect.checkpoint import (
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.config import eval_every_frames, typed_values
-from rlcollect.errors import ConfigError
-from rlcollect.logging.run_logger import RunLogger, truncate_metrics
+from rlcollect.errors import ConfigError, ResumeNotOpened, disk_full, one_line
+from rlcollect.logging.run_logger import RunLogger, metrics_up_to
 from rlcollect.logging.runs import DamagedRowError, json_lines, pbt_settings_at, solved_threshold
 from rlcollect.pipeline.builders import (
     algo_collection,
@@ -50,7 +51,7 @@ from rlcollect.pipeline.builders import (
 from rlcollect.pipeline.checks import check_config, warn_combination
 from rlcollect.pipeline.progress import Progress
 from rlcollect.pipeline.video import EvalVideo
-from rlcollect.run_files import CONFIG_FILE, ENDED_STATUSES, METRICS_FILE, VIDEO_DIR, read_summary
+from rlcollect.run_files import CONFIG_FILE, ENDED_STATUSES, METRICS_FILE, VIDEO_DIR, read_summary, write_record
 from rlcollect.seeding import eval_seed
 
 log = logging.getLogger(__name__)
@@ -129,17 +130,46 @@ class Pipeline:
         checkpoint (and best.pt back to the best up to it, where a later one was saved),
         config.yaml, then the logger's files (metrics.jsonl, the W&B run)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        if self.resumed_frames is not None:
-            truncate_metrics(self.run_dir, last_step=self.resumed_frames)
+        config = OmegaConf.to_yaml(self.cfg, resolve=True)
+        if self.resumed_frames is None:
+            write_record(self.run_dir / CONFIG_FILE, config)
+        else:
+            try:
+                self.open_resumed(config)
+            except Exception as error:
+                raise ResumeNotOpened(f"the resume could not start: {one_line(error)}") from error
+        self.opened = True
+        self.logger.open()
+
+    def open_resumed(self, config: str) -> None:
+        """A resumed run's files as it goes on from its checkpoint: metrics.jsonl cut back to
+        it, best.pt back to the best up to it, config.yaml with the resume's overrides. Each
+        is written to a partial file first and the partial files renamed over the run's once
+        all are written, so a failure on the way (a full disk) leaves every file as it was."""
+        staged = [(self.run_dir / METRICS_FILE, metrics_up_to(self.run_dir, last_step=self.resumed_frames)),
+                  (self.run_dir / CONFIG_FILE, config)]
+        partials = []
+        try:
+            for path, text in staged:
+                if text is not None:
+                    partials.append((path.with_name(path.name + ".partial"), path))
+                    try:
+                        partials[-1][0].write_text(text)
+                    except OSError as error:
+                        raise (disk_full(error, path) or error) from error
             best = self.run_dir / BEST_FILE
             if self.best is not None and best_frames(best) != self.best["frames"]:
                 # evaluated in the part the resumed run replays (or lost): the best up to the checkpoint again
                 save_checkpoint(best, self.best, keep_previous=False)
-            elif self.best is None and best.is_file() and best_frames(best) > self.resumed_frames:
-                best.unlink()  # evaluated in the part the resumed run replays, and none before it
-        (self.run_dir / CONFIG_FILE).write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
-        self.opened = True
-        self.logger.open()
+        except BaseException:
+            for partial, _ in partials:
+                partial.unlink(missing_ok=True)
+            raise
+        for partial, path in partials:
+            os.replace(partial, path)
+        best = self.run_dir / BEST_FILE
+        if self.best is None and best.is_file() and best_frames(best) > self.resumed_frames:
+            best.unlink()  # evaluated in the part the resumed run replays, and none before it
 
     def save_checkpoint(self, seconds: float, phase_seconds: dict[str, float] | None = None) -> None:
         self.logger.flush()  # metrics.jsonl holds every row the checkpoint counts
@@ -315,7 +345,7 @@ def resume_checks(run_dir: Path, overrides: dict | None = None, *, check_only: b
 
 def metric_rows(run_dir: Path) -> list[dict]:
     """The rows of the run's metrics.jsonl that a resume keeps (a last row cut short by a
-    crash is left out: ``truncate_metrics`` drops it); a damaged row before the last is a
+    crash is left out, as ``metrics_up_to`` leaves it); a damaged row before the last is a
     ConfigError naming the file and the line, found before any file changes."""
     path = run_dir / METRICS_FILE
     try:

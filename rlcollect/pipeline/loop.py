@@ -18,7 +18,7 @@ from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.config import eval_every_frames
 from rlcollect.errors import DiskFullError, one_line
 from rlcollect.logging.runs import SUMMARY_FILE
-from rlcollect.run_files import ENDED_STATUSES, FAILED, FINISHED, INTERRUPTED, SOLVED
+from rlcollect.run_files import ENDED_STATUSES, FAILED, FINISHED, INTERRUPTED, SOLVED, write_record
 
 if TYPE_CHECKING:
     from rlcollect.pipeline.lifecycle import Pipeline
@@ -265,8 +265,11 @@ class Session:
         summary["seconds"] = seconds
         summary["frames_per_second"] = summary["frames"] / seconds if seconds > 0 else None
         summary.update({f"seconds_{name}": value for name, value in self.phases.totals().items()})
-        (p.run_dir / SUMMARY_FILE).write_text(strict_json(summary))
-        p.close(exit_code=0 if self.status in ENDED_STATUSES else 1)
+        try:
+            if p.opened or p.resumed_frames is None:  # a resume that could not open leaves its files as they were
+                write_record(p.run_dir / SUMMARY_FILE, strict_json(summary))
+        finally:
+            p.close(exit_code=0 if self.status in ENDED_STATUSES else 1)
 
 
 class Phases:

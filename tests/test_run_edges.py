@@ -289,6 +289,41 @@ def test_a_resume_the_disk_cannot_take_leaves_every_file_as_it_was(tmp_path):
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["frames"] == 1024
 
 
+FOLDER_REMOVED = """
+import shutil, sys
+from pathlib import Path
+
+WRITES = []
+
+
+def folder_removed(event, args):
+    # the user removes the run's folder as its second checkpoint is about to be written
+    if event == "open" and str(args[0]).endswith("checkpoint.pt.partial") and "w" in str(args[1]):
+        WRITES.append(args[0])
+        if len(WRITES) == 2:
+            shutil.rmtree(Path(args[0]).parent)
+
+
+sys.addaudithook(folder_removed)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_run_whose_folder_is_removed_while_it_trains_says_so_in_one_line(tmp_path):
+    """Nothing of the run is left: no claim that a checkpoint stays, no traceback, nothing
+    made again."""
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text(FOLDER_REMOVED)
+    [result] = cli_all(tmp_path, [(["train", *TINY, "checkpoint_every_frames=128", "env.solved_return=null",
+                                    "logger=none", "hydra.run.dir=run"], tmp_path / "hooks")])
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert lines[-1].startswith(f"rlcollect train: the run failed: its folder {tmp_path / 'run'} was removed while "
+                                "it trained (") and "Traceback" not in result.stderr
+    assert not any("stays" in line for line in lines)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["hooks"]
+
+
 # ---------------------------------------------------------------------------- a run folder holds one run
 @pytest.mark.timeout(300)
 def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):

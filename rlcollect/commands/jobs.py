@@ -224,6 +224,10 @@ def run_failed(job: Job, error: BaseException, trace: str, checkpoint_frames: in
     if full is not None:
         print(disk_full_line(job, full, checkpoint_frames), file=sys.stderr)
         return
+    if not job.run_dir.is_dir():  # nothing of the run is left to write to, nor to resume from
+        print(f"rlcollect train: the run failed: its folder {job.run_dir} was removed while it trained "
+              f"({one_line(error)})", file=sys.stderr)
+        return
     log_file = job.run_dir / ERROR_LOG
     try:
         write_record(log_file, trace)

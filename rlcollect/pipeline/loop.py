@@ -13,6 +13,7 @@ from tensordict import TensorDictBase
 from tqdm import tqdm
 
 from rlcollect.buffers.rollout import ROLLOUT_DIM, RolloutBuffer, transition_view
+from rlcollect.checkpoint import CHECKPOINT_FILE, checkpoint_exists
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.config import eval_every_frames
@@ -358,12 +359,18 @@ def save_final_checkpoint(p: Pipeline, seconds: float, phase_seconds: dict[str, 
     except DiskFullError as full:
         return full
     except KeyboardInterrupt:
-        log.warning("interrupted while writing the final checkpoint: the last complete one (frame %s) stays",
-                    p.checkpoint_frames)
+        log.warning("interrupted while writing the final checkpoint: %s", last_checkpoint(p))
     except Exception as failure:  # e.g. a collector whose workers died cannot report its state
-        log.warning("could not write the final checkpoint (%s): the last complete one (frame %s) stays",
-                    one_line(failure), p.checkpoint_frames)
+        log.warning("could not write the final checkpoint (%s): %s", one_line(failure), last_checkpoint(p))
     return None
+
+
+def last_checkpoint(p: Pipeline) -> str:
+    """Where a run whose final checkpoint was not written stands: its last complete one, if
+    its folder still holds it."""
+    if p.checkpoint_frames is not None and checkpoint_exists(p.run_dir / CHECKPOINT_FILE):
+        return f"the last complete one (frame {p.checkpoint_frames}) stays"
+    return f"no checkpoint is left in {p.run_dir} to continue from"
 
 
 class DivergedError(FloatingPointError):

@@ -45,6 +45,7 @@ __all__ = ["CompareError", "DamagedRowError", "ENDED_STATUSES", "RUN_FILES", "Ru
            "summary_status", "wall_clock"]
 
 EVAL_RETURN = "eval/episode_return"
+DAMAGED_SUMMARY = "summary.json does not read (not a JSON object)"  # a run's status, where its summary is damaged
 PBT_PREFIX = "pbt/"  # a population-based training member's rows: the settings it trained with (pbt/algo.lr)
 _SKIPPED_DIRS = {HYDRA_DIR, WANDB_DIR, "__pycache__"}
 
@@ -215,10 +216,12 @@ def summary_status(run_dir: Path, history: list[dict[str, Any]] | None = None) -
     ended, not how this one will). A run said to have ended (``finished``, ``solved``)
     whose ``history`` (its metric rows) goes past summary.json's frames was resumed, and
     that part was killed: ``RESUME_KILLED`` (the rows are not the run summary.json
-    describes)."""
+    describes); a summary.json that does not read: ``DAMAGED_SUMMARY``."""
     if held(run_dir):
         return RUNNING
     status = _summary_entry(run_dir, "status")
+    if status is None and _summary_damaged(run_dir):
+        return DAMAGED_SUMMARY
     if status in ENDED_STATUSES and history:
         frames = _summary_entry(run_dir, "frames")
         if frames is not None and history[-1]["step"] > float(frames):
@@ -229,6 +232,16 @@ def summary_status(run_dir: Path, history: list[dict[str, Any]] | None = None) -
 def summary_error(run_dir: Path) -> str | None:
     """summary.json's ``error`` (a failed or refused run's one line), or None."""
     return _summary_entry(run_dir, "error")
+
+
+def _summary_damaged(run_dir: Path) -> bool:
+    """Whether the run's summary.json is there and does not read as a JSON object."""
+    try:
+        return not isinstance(json.loads((run_dir / SUMMARY_FILE).read_text()), dict)
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):
+        return True
 
 
 def _summary_entry(run_dir: Path, key: str) -> str | None:
@@ -315,4 +328,5 @@ def _load_yaml(path: Path) -> Any:
     try:
         return yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except (OSError, yaml.YAMLError) as error:
-        raise CompareError(f"cannot read {path}: {error}") from None
+        what = " ".join(str(error).split())  # a YAML error's lines (the problem, its line and column) as one
+        raise CompareError(f"cannot read {path}: {what}") from None

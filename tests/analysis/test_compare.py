@@ -386,6 +386,8 @@ def test_only_finished_or_solved_runs_count_the_others_are_listed_with_their_sta
     # finished at 100 frames, then resumed and killed with SIGKILL at 300: its rows are not the run it summarises
     resumed = write_run(four_seeds, "h_resume_killed", ["algo.lr=0.001"], [10.0, 90.0, 100.0], lr=0.001, seed=5)
     (resumed / "summary.json").write_text(json.dumps({"status": "finished", "frames": 100}))
+    damaged = write_run(four_seeds, "i_damaged", ["algo.lr=0.001"], [100.0], lr=0.001, seed=6)
+    (damaged / "summary.json").write_text("garbage{")
     assert [run.status for run in load_runs([four_seeds / "f_running"])] == ["finished"]
     holding = os.open(four_seeds / "f_running", os.O_RDONLY | os.O_DIRECTORY)  # as `rlcollect train resume=` holds it
     fcntl.flock(holding, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -399,9 +401,10 @@ def test_only_finished_or_solved_runs_count_the_others_are_listed_with_their_sta
     assert [(item.path.name, item.reason) for item in comparison.excluded] == [
         ("c_failed", "failed"), ("d_stopped", "interrupted"),
         ("h_resume_killed", "killed while resumed (metrics.jsonl goes past summary.json's frames)"),
-        ("e_killed", "no status (no summary.json: still running, or killed)"), ("f_running", "running")]
+        ("e_killed", "no status (no summary.json: still running, or killed)"), ("f_running", "running"),
+        ("i_damaged", "summary.json does not read (not a JSON object)")]
     text = render_comparison(comparison, "table")
-    assert "left out (5 runs)" in text and f"  {four_seeds / 'f_running'}: running" in text
+    assert "left out (6 runs)" in text and f"  {four_seeds / 'f_running'}: running" in text
 
 
 def test_json_report_has_the_issues_shape_and_is_the_same_every_time(four_seeds, capsys):

@@ -305,11 +305,25 @@ def test_a_resume_tells_each_trial_of_its_own_sweep_not_another_sweeps_with_the_
      "invalid override hydra.sweeper.sampler.seed: Value 'abc' of type 'str' could not be converted to Integer"),
     ("+hydra.sweeper.sampler.bogus=1", "invalid configuration: hydra.sweeper.sampler: TPESampler.__init__() got an "
                                        "unexpected keyword argument 'bogus'"),
-])
+    ("hydra.sweeper.sampler.seed=-1", "invalid configuration: hydra.sweeper.sampler: Seed must be between 0 and "
+                                      "2**32 - 1"),
+    ("hydra.sweeper.max_failure_rate=0.5",
+     "invalid configuration: hydra.sweeper.max_failure_rate=0.5: a failed or refused trial never stops the study here "
+     "(each is told failed and the study goes on): leave it at 1.0"),
+    ("hydra.sweeper.direction=[maximize,minimize]",
+     "invalid configuration: hydra.sweeper.direction=[maximize,minimize]: a run returns one objective (`objective`): "
+     "give one direction (minimize or maximize)"),
+    ("hydra/sweeper/sampler=nosuch", "invalid override: hydra/sweeper/sampler=nosuch: no such sampler (installed "
+                                     "samplers: cmaes, grid, motpe, nsgaii, random, tpe, tpe_seeded)"),
+], ids=["n_trials_0", "a_direction_sideways", "a_seed_not_an_int", "an_option_the_sampler_does_not_take",
+        "a_negative_seed", "a_max_failure_rate_below_1", "a_list_of_directions", "an_unknown_sampler"])
 def test_a_bad_sweeper_option_is_one_line_exit_2_before_any_trial(tmp_path, option, line):
     """Optuna itself would fail with a traceback: n_trials=0 once the study ends, a bad
-    direction once it starts, a sampler's bad option (a seed that is not an int, an option
-    it does not take) as Hydra makes the sweeper."""
+    direction once it starts, a sampler's bad option (a seed that is not an int or below 0,
+    an option it does not take) as Hydra makes the sweeper. A max_failure_rate below 1
+    would have no effect (a failed trial returns no value, which never stops Hydra's
+    sweeper), a list of directions would fail every trial (a run returns one value), and a
+    mistyped sampler is not a missing extra."""
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     result = cli(tmp_path, "train", "--multirun", "hydra/sweeper=tune_ppo", option, *TINY, "hydra.sweep.dir=sweep")
     assert result.returncode == 2
@@ -381,3 +395,214 @@ def test_a_study_stopped_before_its_trials_jobs_started_tells_them_failed(tmp_pa
     study = optuna.load_study(study_name="stopped", storage=storage)
     assert [trial.state.name for trial in study.trials] == ["FAIL", "FAIL"]
     assert sorted(path.name for path in (tmp_path / "sweep").iterdir()) == ["multirun.yaml"]
+
+
+KILL_AT_JOB_1S_SECOND_CHECKPOINT = """
+# SIGKILL (a crash, `kill -9`) as job 1 of the sweep writes a checkpoint once it has one: that one stays complete
+import os
+import signal
+import sys
+
+
+def kill_at(event, args):
+    path = str(args[0]) if event == "open" else ""
+    if "/1_" in path and path.endswith("checkpoint.pt.partial") and os.path.exists(path[:-len(".partial")]):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+sys.addaudithook(kill_at)
+"""
+
+
+def stopped_study_command(storage: str, *overrides: str) -> list[str]:
+    """A tiny tune_ppo study of 2 trials asked together (the basic launcher runs them one
+    after the other), kept in ``storage``, into the sweep folder sw."""
+    return ["train", "--multirun", "hydra/sweeper=tune_ppo", "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2",
+            f"hydra.sweeper.storage={storage}", "hydra.sweeper.study_name=stopped", *TINY,
+            "checkpoint_every_seconds=null", *overrides, "hydra.sweep.dir=sw"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("checkpoint_every, status, states", [(512, "finished", ["COMPLETE", "FAIL"]),
+                                                               (256, "interrupted", ["RUNNING", "FAIL"])])
+def test_ctrl_c_to_a_study_tells_an_ended_trial_and_fails_a_trial_that_never_started(tmp_path, checkpoint_every,
+                                                                                      status, states):
+    """Ctrl-C as job 0 (of 2 trials asked together, the basic launcher) writes a checkpoint:
+    its last batch's (it finishes, and the stop keeps job 1 from starting) or its first (it
+    stops there). The study is told job 0's value where its run finished (the sweeper that
+    would have told it stopped), or leaves it RUNNING for the resume, which tells it; job 1,
+    asked and never started, is told failed (RUNNING, it stayed so for good)."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    import optuna
+    from test_cli import CTRL_C_AT
+
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text(CTRL_C_AT)
+    (tmp_path / "ctrl_c_at.txt").write_text("open checkpoint.pt.partial")
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    [stopped] = cli_all(tmp_path, [(stopped_study_command(storage, "total_frames=512",
+                                                          f"checkpoint_every_frames={checkpoint_every}"),
+                                    tmp_path / "hooks")])
+    assert stopped.returncode == 130, stopped.stderr
+    assert ("rlcollect train: the study 'stopped' was told trial(s) #1 failed: stopped before their jobs started"
+            in stopped.stderr.splitlines())
+    [job] = job_dirs(tmp_path / "sw")
+    summary = json.loads((job / "summary.json").read_text())
+    assert summary["status"] == status
+    trials = optuna.load_study(study_name="stopped", storage=storage).trials
+    assert [trial.state.name for trial in trials] == states
+    if status == "finished":
+        assert trials[0].value == summary["final_eval_return"]
+        return
+    (tmp_path / "ctrl_c_at.txt").unlink()
+    resumed = cli(tmp_path, "train", "resume=sw")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"the study 'stopped' ({storage}) took the value of job #0" in resumed.stdout
+    trial = optuna.load_study(study_name="stopped", storage=storage).trials[0]
+    assert trial.state.name == "COMPLETE"
+    assert trial.value == json.loads((job / "summary.json").read_text())["final_eval_return"]
+
+
+@pytest.mark.timeout(300)
+def test_a_resume_tells_the_study_the_value_of_a_trial_that_ended_before_a_crash(tmp_path):
+    """A study killed (SIGKILL) while job 1 trains, job 0 finished and not told yet (the
+    sweeper tells a batch once it is over): both trials stay RUNNING. The sweep's resume
+    leaves job 0 as it is and trains job 1 on, and the study takes both values."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    import optuna
+
+    (tmp_path / "hooks").mkdir()
+    (tmp_path / "hooks" / "sitecustomize.py").write_text(KILL_AT_JOB_1S_SECOND_CHECKPOINT)
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    [killed] = cli_all(tmp_path, [(stopped_study_command(storage, "total_frames=1024", "checkpoint_every_frames=256"),
+                                   tmp_path / "hooks")])
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    study = optuna.load_study(study_name="stopped", storage=storage)
+    assert [trial.state.name for trial in study.trials] == ["RUNNING", "RUNNING"]
+    resumed = cli(tmp_path, "train", "resume=sw")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"the study 'stopped' ({storage}) took the values of jobs #0, #1" in resumed.stdout
+    trials = optuna.load_study(study_name="stopped", storage=storage).trials
+    for trial, job in zip(trials, job_dirs(tmp_path / "sw")):
+        summary = json.loads((job / "summary.json").read_text())
+        assert (summary["status"], summary["frames"]) == ("finished", 1024)
+        assert trial.state.name == "COMPLETE" and trial.value == summary["final_eval_return"]
+
+
+@pytest.mark.timeout(300)
+def test_ctrl_c_to_a_joblib_study_leaves_its_stopped_trials_running_and_the_resume_tells_them(tmp_path):
+    """hydra/launcher=joblib runs 2 trials in parallel processes: Ctrl-C (to the process
+    group, as a terminal sends it) once both have checkpointed stops each after its batch,
+    and their trials stay RUNNING (Hydra's sweeper would tell them failed: an interrupted
+    job returns no value); the sweep's resume trains both on and tells the study their values."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    pytest.importorskip("hydra_plugins.hydra_joblib_launcher")
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    command = [arg for arg in stopped_study_command(storage, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
+                                                    "total_frames=100000000") if arg != "total_frames=256"]
+    process = start_rlcollect(tmp_path, *command, start_new_session=True)
+    try:
+        wait_for(lambda: process.poll() is not None or len(list((tmp_path / "sw").glob("*/checkpoint.pt"))) == 2, 120)
+        assert process.poll() is None, process.communicate()
+        os.killpg(process.pid, signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert process.returncode == 130, stderr
+    assert "Return value must be float-castable" not in stderr
+    study = optuna.load_study(study_name="stopped", storage=storage)
+    assert [trial.state.name for trial in study.trials] == ["RUNNING", "RUNNING"]
+    jobs = job_dirs(tmp_path / "sw")
+    frames = max(json.loads((job / "summary.json").read_text())["frames"] for job in jobs)
+    resumed = cli(tmp_path, "train", "resume=sw", f"total_frames={frames + 256}")
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"the study 'stopped' ({storage}) took the values of jobs #0, #1" in resumed.stdout
+    trials = optuna.load_study(study_name="stopped", storage=storage).trials
+    for trial, job in zip(trials, jobs):
+        summary = json.loads((job / "summary.json").read_text())
+        assert trial.state.name == "COMPLETE" and trial.value == summary["final_eval_return"]
+
+
+@pytest.mark.parametrize("overrides, line", [
+    (["hydra.sweeper.storage=notaurl"], "hydra.sweeper.storage=notaurl: not a database URL (sqlite:///<file>, "
+                                        "postgresql://..., or null for a study in memory)"),
+    (["hydra.sweeper.storage=sqlite:///folder"], "hydra.sweeper.storage=sqlite:///folder: folder is a folder, not a "
+                                                 "sqlite database file"),
+    (["hydra.sweeper.storage=sqlite:///notes.txt"], "hydra.sweeper.storage=sqlite:///notes.txt: notes.txt is not a "
+                                                    "sqlite database (a file of another kind, left as it is)"),
+    (["objective=choice(final_eval_return,frames_to_solve)", "env.solved_return=100"],
+     "objective: searched per trial, but a study optimises one objective in one direction: give it one value "
+     "(objective=final_eval_return), or run a study per objective"),
+    (["hydra/sweeper=tune_sac", "algo=sac", "env=pendulum"],
+     "algo.learning_starts=5000: must be less than total_frames=2048 (algo=sac collects random actions and takes no "
+     "gradient step before algo.learning_starts frames); lower algo.learning_starts or raise total_frames"),
+], ids=["a_storage_that_is_not_a_url", "a_sqlite_storage_that_is_a_folder", "a_sqlite_storage_that_is_a_text_file",
+        "a_searched_objective", "a_fixed_combination_that_cannot_train"])
+def test_a_study_that_no_trial_could_train_in_is_refused_in_one_line_and_leaves_nothing(tmp_path, overrides, line):
+    """A storage Optuna cannot open, an objective searched per trial (a study has one
+    direction), fixed settings that cannot train together whatever is sampled: one line,
+    exit 2, before the study or the sweep folder is made; the folder and the text file
+    given as storage stay as they were."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "notes.txt").write_text("not a study")
+    result = cli(tmp_path, "train", "--multirun", "hydra/sweeper=tune_ppo", *overrides, "total_frames=2048",
+                 "logger=none", "progress=false", "hydra.sweep.dir=sw")
+    assert (result.returncode, result.stderr.splitlines()) == (2, [f"rlcollect train: invalid configuration: {line}"])
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["folder", "notes.txt"]
+    assert list((tmp_path / "folder").iterdir()) == [] and (tmp_path / "notes.txt").read_text() == "not a study"
+
+
+@pytest.mark.timeout(300)
+def test_a_grid_takes_a_preset_key_fixed_on_the_command_line_and_is_not_run_twice(tmp_path):
+    """hydra/sweeper/sampler=grid with the preset's intervals given fixed values and
+    algo.lr and algo.epochs searched: the fixed keys leave the search space (Hydra's sweeper
+    made a grid of the preset's interval first: a traceback), range(1,3) gives 1 and 2 on a
+    grid, and the study runs its 4 points once; the same grid continued is refused in one
+    line (Optuna would ask the points it ran again), the storage left as it was."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'grid.db'}"
+    grid = ["train", "--multirun", "hydra/sweeper=tune_ppo", "hydra/sweeper/sampler=grid",
+            "algo.lr=choice(0.002,0.0000001)", "algo.clip_epsilon=0.2", "algo.gae_lambda=0.9",
+            "algo.entropy_coef=0.001", "algo.epochs=range(1,3)", f"hydra.sweeper.storage={storage}", *TINY]
+    first = cli(tmp_path, *grid, "hydra.sweep.dir=sw1")
+    assert first.returncode == 0, first.stderr
+    trials = optuna.load_study(study_name="rlcollect", storage=storage).trials
+    assert sorted((trial.params["algo.lr"], trial.params["algo.epochs"]) for trial in trials) == [
+        (1e-7, 1), (1e-7, 2), (0.002, 1), (0.002, 2)]
+    assert all(trial.state.name == "COMPLETE" and "algo.clip_epsilon" not in trial.params for trial in trials)
+    before = (tmp_path / "grid.db").read_bytes()
+    again = cli(tmp_path, *grid, "hydra.sweep.dir=sw2")
+    assert (again.returncode, again.stderr.splitlines()) == (2, [
+        f"rlcollect train: invalid configuration: hydra/sweeper/sampler=grid: the study 'rlcollect' ({storage}) has "
+        "run every point of this grid (4): another trial would repeat one; search another grid, or start another "
+        "study (hydra.sweeper.study_name=<new name>)"])
+    assert (tmp_path / "grid.db").read_bytes() == before and not (tmp_path / "sw2").exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_study_continued_past_the_largest_seed_seeds_its_sampler_from_0_again(tmp_path):
+    """A study of 1 trial continued with hydra.sweeper.sampler.seed=4294967295 (2**32 - 1,
+    the largest a sampler takes): seed + 1 is past it, so the sampler is seeded modulo
+    2**32 (0), said in the seeding line, where it stopped with a traceback."""
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'tune.db'}"
+    study = optuna.create_study(study_name="rlcollect", storage=storage, direction="maximize")
+    study.add_trial(optuna.trial.create_trial(params={"algo.epochs": 5}, value=10.0, distributions={
+        "algo.epochs": optuna.distributions.IntUniformDistribution(4, 20)}))
+    result = cli(tmp_path, "train", "--multirun", "hydra/sweeper=tune_ppo", "hydra.sweeper.n_trials=1",
+                 "hydra.sweeper.sampler.seed=4294967295", f"hydra.sweeper.storage={storage}", *TINY,
+                 "hydra.sweep.dir=sw")
+    assert result.returncode == 0, result.stderr
+    assert ("rlcollect train: the study 'rlcollect' holds 1 trial(s): its sampler is seeded 4294967295 + 1 = "
+            "4294967296 modulo 2**32 = 0 for this command's trials (seeded 4294967295, it would ask the first trials "
+            "again)") in result.stderr.splitlines()
+    assert len(optuna.load_study(study_name="rlcollect", storage=storage).trials) == 2

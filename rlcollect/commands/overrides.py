@@ -99,6 +99,10 @@ def override_error_line(error: Exception) -> str:
             group, _, option = error.missing_cfg_file.rpartition("/")
             return (f"missing dependency: {group}={option} is a Hydra plugin of the {extra} extra, not installed: "
                     f"pip install 'rlcollect[{extra}]'{options.replace('options', 'installed options', 1)}")
+        group, _, option = (error.missing_cfg_file or "").rpartition("/")
+        if group == "hydra/sweeper/sampler":  # the Optuna sweeper's (installed: plugin_extra said None)
+            installed = ", ".join(error.options)
+            return f"invalid override: {group}={option}: no such sampler (installed samplers: {installed})"
         return f"invalid override: {first}{options}"
     if isinstance(error, OverrideParseException):
         return f"invalid override {error.override!r}: {str(error).splitlines()[0]}"
@@ -123,8 +127,17 @@ PLUGIN_EXTRAS = {"hydra/launcher/ray": "raylauncher", "hydra/launcher/joblib": "
 
 def plugin_extra(missing: str | None) -> str | None:
     """The extra whose Hydra plugin brings the config ``missing`` (``hydra/launcher/ray``:
-    raylauncher; hydra/sweeper=tune_ppo builds on the Optuna sweeper's), else None."""
-    return next((extra for prefix, extra in PLUGIN_EXTRAS.items() if missing and missing.startswith(prefix)), None)
+    raylauncher; hydra/sweeper=tune_ppo builds on the Optuna sweeper's), else None. A group
+    of the plugin's whose every option it brings (``hydra/sweeper/sampler/``) names its extra
+    only while the plugin is not installed: with it, ``hydra/sweeper/sampler=nosuch`` is an
+    unknown sampler, said with the installed ones."""
+    import importlib.util
+
+    extra = next((extra for prefix, extra in PLUGIN_EXTRAS.items() if missing and missing.startswith(prefix)), None)
+    if extra == "tune" and missing.startswith("hydra/sweeper/sampler/") and importlib.util.find_spec(
+            "hydra_plugins.hydra_optuna_sweeper") is not None:
+        return None
+    return extra
 
 
 def similar_keys(node, full_key: str) -> list[str]:

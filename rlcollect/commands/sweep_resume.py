@@ -31,7 +31,7 @@ from omegaconf import DictConfig
 from rlcollect.commands.jobs import Job
 from rlcollect.commands.sweep_record import batched_launcher, sweep_hydra
 from rlcollect.commands.sweep_start import jobs_to_start, start_jobs
-from rlcollect.commands.sweep_study import Resumed, tell_study
+from rlcollect.commands.sweep_study import Resumed, ended_member, tell_study
 from rlcollect.errors import ConfigError
 from rlcollect.run_files import CONFIG_FILE, ENDED_STATUSES, REFUSED, job_number, read_summary, sweep_runs
 from rlcollect.sweeps.pbt_options import PBTOptions, check_processes, pbt_options
@@ -82,6 +82,7 @@ def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictCon
     starting, unstartable = jobs_to_start(folder, hydra)
     restarted = [job.folder for job in starting if job.folder is not None]
     members, refusals, ended, reached = [], [], [], []
+    settled: list[Resumed] = []  # ended or refused before the stop: a tuning study whose sweep stopped is told them
     for member_dir in sweep_runs(folder):
         if any(member_dir == job_dir or job_dir in member_dir.parents for job_dir in restarted):
             continue  # it never trained: it starts again (sweep_start)
@@ -90,8 +91,10 @@ def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictCon
         if status in ENDED_STATUSES and "total_frames" not in overrides:
             frames = summary.get("frames")
             ended.append((member_dir, status, frames if isinstance(frames, int) else 0))
+            settled.append(ended_member(job_number(folder, member_dir), member_dir))
             continue
         if status == REFUSED:  # its config was refused before its run started
+            settled.append(ended_member(job_number(folder, member_dir), member_dir))
             why = summary.get("error")
             refusals.append(f"resume={member_dir}: the job was refused ({why}): nothing to resume; train it, mended, "
                             "in another folder")
@@ -115,6 +118,7 @@ def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictCon
     for line in refusals:
         print(f"rlcollect train: invalid configuration: {line}", file=sys.stderr)
     if not members and not starting:
+        tell_study(hydra.sweeper, settled, folder)
         if ended:  # beside a refused member too: the ended ones go on only with more frames
             who = "every member of the sweep has" if not refusals else "the sweep's other members have"
             print(f"rlcollect train: resume={folder}: {who} ended ({len(ended)} finished or solved); to train them on, "
@@ -134,7 +138,7 @@ def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictCon
         if starting:  # after the members that had started: the sweep's order
             failed |= start_jobs(folder, hydra, starting, run_args, processes, task_function, told)
     finally:  # stopped again too: what did finish reaches a tuning sweep's study
-        tell_study(hydra.sweeper, told, folder)
+        tell_study(hydra.sweeper, [*settled, *told], folder)
     return 1 if failed or refusals else 0
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from rlcollect.run_files import ENDED_STATUSES, INTERRUPTED, read_summary
+from rlcollect.run_files import CONFIG_FILE, ENDED_STATUSES, FAILED, INTERRUPTED, REFUSED, read_summary
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,17 @@ class Resumed:
     number: int
     folder: Path
     cfg: DictConfig
+    trained_on: bool = True  # False: a member that had ended (or was refused) before the stop, told as it is
+
+
+def ended_member(number: int, folder: Path) -> Resumed:
+    """A member the resume leaves as it is (it had finished, was solved or refused before the
+    sweep stopped): its trial, RUNNING where the sweep stopped before telling it, is told
+    its run's value (its config, to read the objective, from its folder; None where it has none)."""
+    from omegaconf import OmegaConf
+
+    config = folder / CONFIG_FILE
+    return Resumed(number, folder, OmegaConf.load(config) if config.is_file() else None, trained_on=False)
 
 
 def tuning_sweeper(sweeper: DictConfig) -> bool:
@@ -81,11 +92,12 @@ def tell_study(sweeper: DictConfig, members: list[Resumed], sweep_dir: Path) -> 
         trial = matching_trial(running, member, sweep)
         if trial is None:  # told already (trained on since: its value stays), or not a trial of this study
             earlier = marked_trial(trials, member.number, sweep)
-            if earlier is not None and earlier.state == optuna.trial.TrialState.COMPLETE and status in ENDED_STATUSES:
+            if (member.trained_on and earlier is not None and earlier.state == optuna.trial.TrialState.COMPLETE
+                    and status in ENDED_STATUSES):
                 kept.append(member.number)
             continue
         running.remove(trial)
-        value = trial_value(member, summary) if status in ENDED_STATUSES else None  # failed or refused: none
+        value = trial_value(member, summary) if status in ENDED_STATUSES and member.cfg is not None else None
         if value is None:
             study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
             failed.append(member.number)
@@ -100,6 +112,45 @@ def tell_study(sweeper: DictConfig, members: list[Resumed], sweep_dir: Path) -> 
         log.warning("the study %r (%s) keeps the value%s %s had when %s ended first: a study's told values stay, "
                     "so it does not know the runs trained on (their run folders do)", sweeper.study_name,
                     sweeper.storage, "s" if len(kept) > 1 else "", jobs_named(kept), "they" if len(kept) > 1 else "it")
+
+
+def settle_stopped_trials(study, sweep_dir: Path) -> dict[str, list[int]]:
+    """At a stop (Ctrl-C, SIGTERM) of the sweep in ``sweep_dir``: each trial of ``study``
+    still RUNNING and marked as one of its jobs (``TRIAL_JOB``) is told what its job's folder
+    says: its run's value where the run ended (finished or solved before the stop: the
+    sweeper that would have told it stopped), failed where the run failed or was refused,
+    or where the job has no folder (asked, never started: no resume could continue it).
+    A job stopped mid-run (interrupted) stays RUNNING: the sweep's resume tells it. The job
+    numbers told, by what they were told (``told``, ``failed``, ``unstarted``)."""
+    from rlcollect.run_files import job_folders, job_number, sweep_runs
+
+    optuna = quiet_optuna()
+    where = str(sweep_dir.resolve())
+    started = {job_number(sweep_dir, folder) for folder in job_folders(sweep_dir)}
+    runs = {job_number(sweep_dir, folder): folder for folder in sweep_runs(sweep_dir)}
+    settled: dict[str, list[int]] = {"told": [], "failed": [], "unstarted": []}
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        mark = trial.user_attrs.get(TRIAL_JOB) or {}
+        if mark.get("sweep") != where:
+            continue
+        number = mark.get("job")
+        if number not in started:
+            study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+            settled["unstarted"].append(trial.number)
+            continue
+        folder = runs.get(number)
+        status = read_summary(folder).get("status") if folder is not None else None
+        if status in ENDED_STATUSES:
+            member = ended_member(number, folder)
+            value = None if member.cfg is None else trial_value(member, read_summary(folder))
+            if value is not None:
+                study.tell(trial.number, value)
+                settled["told"].append(number)
+                continue
+        if status in (*ENDED_STATUSES, FAILED, REFUSED):
+            study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+            settled["failed"].append(number)
+    return settled
 
 
 def quiet_optuna():

@@ -287,12 +287,13 @@ def compose_and_train() -> int:
 def plugin_option_refused(error: InstantiationException) -> str | None:
     """The line for a sweeper or launcher (or a part of one, such as the tuning sweeper's
     sampler) that Hydra could not make from the user's options: its own ConfigError, or
-    the TypeError of an option the part does not take, named by its key; None for any
+    the TypeError of an option the part does not take (or the ValueError of a value it
+    does not take: a sampler's seed below 0), named by its key; None for any
     other failure (ours, reported as it is)."""
     if isinstance(error.__cause__, ConfigError):
         return str(error.__cause__)
     key = next((line.split(":", 1)[1].strip() for line in str(error).splitlines() if line.startswith("full_key:")), "")
-    if isinstance(error.__cause__, TypeError) and key.startswith(("hydra.sweeper", "hydra.launcher")):
+    if isinstance(error.__cause__, (TypeError, ValueError)) and key.startswith(("hydra.sweeper", "hydra.launcher")):
         return f"{key}: {str(error.__cause__).splitlines()[0]}"
     return None
 

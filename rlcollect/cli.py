@@ -52,11 +52,14 @@ def dispatch(argv: list[str]) -> int:
     if command not in COMMANDS:
         print(f"rlcollect: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
         return 2
+    from rlcollect.commands.terminated import interrupt_exit_code, take_sigterm_as_interrupt
+
+    take_sigterm_as_interrupt()
     try:
         return run_command(command, rest)
-    except KeyboardInterrupt:  # Ctrl-C while the command loads (its imports take seconds): one line, no traceback
+    except KeyboardInterrupt as error:  # Ctrl-C (or SIGTERM) while the command loads: one line, no traceback
         print(f"rlcollect {command}: interrupted", file=sys.stderr)
-        return 128 + signal.SIGINT
+        return interrupt_exit_code(error)
 
 
 def run_command(command: str, args: list[str]) -> int:

@@ -658,14 +658,14 @@ def test_ctrl_c_while_starting_exits_130_with_one_line_and_leaves_no_folder(tmp_
 
 CTRL_C_AT = """
 # Ctrl-C at the point ctrl_c_at.txt (in the working folder) names: an import, or the opening of a
-# file whose path ends so
+# file whose path ends so (a third word: another signal, SIGTERM)
 import os
 import signal
 import sys
 
 try:
     with open("ctrl_c_at.txt") as file:
-        EVENT, NAME = file.read().split()
+        EVENT, NAME, *SIGNAL = file.read().split()
 except OSError:
     EVENT = NAME = None
 SENT = []
@@ -674,7 +674,7 @@ SENT = []
 def ctrl_c_at(event, args):
     if not SENT and event == EVENT and (args[0] == NAME if event == "import" else str(args[0]).endswith(NAME)):
         SENT.append(True)
-        os.kill(os.getpid(), signal.SIGINT)
+        os.kill(os.getpid(), getattr(signal, SIGNAL[0]) if SIGNAL else signal.SIGINT)
 
 
 if EVENT:
@@ -684,10 +684,12 @@ if EVENT:
 
 
 @pytest.mark.timeout(300)
-def test_ctrl_c_at_any_point_of_the_start_is_one_line_exit_130_and_leaves_no_folder(tmp_path):
+@pytest.mark.parametrize("signal_name, code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_ctrl_c_at_any_point_of_the_start_is_one_line_exit_130_and_leaves_no_folder(tmp_path, signal_name, code):
     """Ctrl-C in the first seconds lands in imports or in Hydra's work, before the job's own
     handling: wherever it lands, one line, no traceback, exit 130, and the folder Hydra made
-    (if it got that far) is gone with what it wrote."""
+    (if it got that far) is gone with what it wrote. SIGTERM (a scheduler's, timeout's) the
+    same, exit 143."""
     (tmp_path / "hooks").mkdir()
     (tmp_path / "hooks" / "sitecustomize.py").write_text(CTRL_C_AT)
     starting = "rlcollect train: interrupted while starting, before the first batch"
@@ -699,11 +701,11 @@ def test_ctrl_c_at_any_point_of_the_start_is_one_line_exit_130_and_leaves_no_fol
     for number, point in enumerate(points):
         folders.append(tmp_path / str(number))
         folders[-1].mkdir()
-        (folders[-1] / "ctrl_c_at.txt").write_text(point)
+        (folders[-1] / "ctrl_c_at.txt").write_text(f"{point} {signal_name}")
     results = rlcollect_all(folders, [(["train", *TINY, "logger=none", "hydra.run.dir=run"], tmp_path / "hooks")]
                             * len(points))
     for folder, (point, line), result in zip(folders, points.items(), results):
-        assert result.returncode == 130, (point, result.stderr)
+        assert result.returncode == code, (point, result.stderr)
         assert result.stderr.splitlines() == [line], point
         assert sorted(path.name for path in folder.iterdir()) == ["ctrl_c_at.txt"], point
 

@@ -24,6 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from rlcollect.commands.terminated import Terminated, interrupt_exit_code, terminate_as_interrupt
 from rlcollect.errors import ConfigError, DiskFullError, MissingDependencyError, ResumeNotOpened, causes, one_line
 from rlcollect.run_files import (
     ERROR_LOG,
@@ -156,28 +157,34 @@ def hydra_files(hydra_cfg: DictConfig, run_dir: Path) -> list[Path]:
 
 @contextlib.contextmanager
 def ctrl_c_held():
-    """Ctrl-C (Python's own handler) held while the block runs, then raised as KeyboardInterrupt:
+    """Ctrl-C (Python's own handler; SIGTERM too, where it is taken as Ctrl-C) held while the
+    block runs, then raised as KeyboardInterrupt (``Terminated``):
     importing torch runs Python code from its C++ code, where a KeyboardInterrupt aborts the
     process (std::terminate) or marks it to die by SIGINT at its exit whatever it then does."""
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+    held = {number: handler for number, handler in ((signal.SIGINT, signal.default_int_handler),
+                                                     (signal.SIGTERM, terminate_as_interrupt))
+            if signal.getsignal(number) is handler}  # SIGTERM too, where it is taken as Ctrl-C (terminated.py)
+    if not held:
         yield
         return
     received = []
-    signal.signal(signal.SIGINT, lambda number, frame: received.append(number))
+    for number in held:
+        signal.signal(number, lambda number, frame: received.append(number))
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for number, handler in held.items():
+            signal.signal(number, handler)
     if received:
-        raise KeyboardInterrupt
+        raise Terminated if received[0] == signal.SIGTERM else KeyboardInterrupt
 
 
 INTERRUPTED_WHILE_STARTING = "rlcollect train: interrupted while starting, before the first batch"
 
 
 def interrupted_while_starting(*jobs: Job, stop_command: bool = True) -> float | None:
-    """Ctrl-C before the first batch: each job's folder left as ``leave_unstarted`` says,
-    one line, exit 130 (no traceback); ``stop_command`` False (a job in a launcher's
+    """Ctrl-C (or SIGTERM, ``terminated.py``) before the first batch: each job's folder left
+    as ``leave_unstarted`` says, one line, exit 130 (143) (no traceback); ``stop_command`` False (a job in a launcher's
     process, ``in_launcher_process``): ``NO_VALUE`` returned instead."""
     for job in jobs:
         leave_unstarted(job)
@@ -188,7 +195,7 @@ def interrupted_while_starting(*jobs: Job, stop_command: bool = True) -> float |
     line = sweep_resume_line(jobs[0].run_dir) if jobs and jobs[0].multirun else None  # it starts them again
     if line is not None:
         print(line, file=sys.stderr)
-    raise SystemExit(128 + signal.SIGINT) from None
+    raise SystemExit(interrupt_exit_code(sys.exc_info()[1])) from None  # in the handler of the Ctrl-C or SIGTERM
 
 
 def leave_unstarted(job: Job) -> bool:

@@ -4,6 +4,7 @@ file as it was; and no two processes train one run at once (``hold_run_folder``)
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -233,6 +234,9 @@ def refuse_records_below(folder: Path, key: str, what: str) -> None:
 
 
 _HELD: dict[str, int] = {}  # the run folders this process trains: resolved path -> the locked descriptor
+# how long a command waits for a folder another holds before it says so: a command that only checks the folder
+# (to refuse it, or before it trains there) holds it for milliseconds, one that trains there for the whole run
+LOCK_WAIT_SECONDS = 3.0
 
 
 def _not_held_in_a_forked_child() -> None:
@@ -253,22 +257,30 @@ def hold_run_folder(run_dir: Path, key: str, what: str = "the run") -> None:
     children do not hold it): an exclusive ``flock`` on the folder itself, nothing written
     into it. A second process that would train the same run (a resume while the run trains,
     or while another resume of it does) is refused with a ConfigError, before it reads or
-    changes anything. On a filesystem without locks the folder stays unlocked."""
+    changes anything, once it has waited ``LOCK_WAIT_SECONDS`` for the folder (another command
+    that only checks it lets it go by then). On a filesystem without locks the folder stays
+    unlocked."""
     import fcntl
 
     name = str(run_dir.resolve())
     if name in _HELD or not run_dir.is_dir():
         return
     handle = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(handle)
-        raise ConfigError(f"{key}: another process is training or resuming {what} in {run_dir} now; wait for it to "
-                          "end (or stop it) first") from None
-    except OSError:  # no locks here (some network filesystems)
-        os.close(handle)
-        return
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() < deadline:  # another command checking the folder lets it go in milliseconds
+                time.sleep(0.02)
+                continue
+            os.close(handle)
+            raise ConfigError(f"{key}: another process is training or resuming {what} in {run_dir} now; wait for it "
+                              "to end (or stop it) first") from None
+        except OSError:  # no locks here (some network filesystems)
+            os.close(handle)
+            return
     _HELD[name] = handle
 
 

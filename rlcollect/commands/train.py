@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
 import traceback
 from pathlib import Path
@@ -77,6 +76,7 @@ from rlcollect.commands.run_folders import (
     release_run_folder,
 )
 from rlcollect.commands.sweep_report import SWEEP, report_sweep
+from rlcollect.commands.terminated import interrupt_exit_code
 from rlcollect.config import HYDRA_VERSION_BASE, check_ranges, logs_to_wandb, register_configs
 from rlcollect.errors import ConfigError
 from rlcollect.logging.wandb_start import start_wandb
@@ -200,9 +200,9 @@ def run_train(args: list[str]) -> int:
 
         try:
             return resume_sweep(sweep, [arg for arg in args if not arg.startswith("resume=")], train)
-        except KeyboardInterrupt:  # before its members took Ctrl-C over: nothing of theirs changed
+        except KeyboardInterrupt as error:  # before its members took Ctrl-C over: nothing of theirs changed
             print("rlcollect train: interrupted", file=sys.stderr)
-            return 128 + signal.SIGINT
+            return interrupt_exit_code(error)
         finally:
             release_run_folder(sweep)  # held by resume_sweep while it resumed
     try:
@@ -219,9 +219,9 @@ def run_train(args: list[str]) -> int:
         print(f"rlcollect train: invalid configuration: {refusal.error}", file=sys.stderr)
         leave_unswept()
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as error:
         print(interrupted_outside_a_job(), file=sys.stderr)
-        return 128 + signal.SIGINT
+        return interrupt_exit_code(error)
     finally:
         if STARTING.sweep_dir is not None:  # held by RunFolders while the sweep ran
             release_run_folder(STARTING.sweep_dir)

@@ -78,7 +78,9 @@ def test_the_seed_rule_spans_the_workers():
 
 def test_async_batches_come_first_come_first_served_with_the_lag_recorded(make):
     policy = WeightProbe()
-    collector = make(counting((3,)), policy, num_workers=2, frames_per_batch=6, total_frames=60, sync=False)
+    # endless: read until both workers delivered (and at least 10 batches), not a fixed count, in which one
+    # worker could deliver every batch on a busy machine
+    collector = make(counting((3,)), policy, num_workers=2, frames_per_batch=6, total_frames=-1, sync=False)
     assert collector.batch_size == (1, 6)
     seen = []
     for batch in collector:
@@ -87,12 +89,13 @@ def test_async_batches_come_first_come_first_served_with_the_lag_recorded(make):
         with torch.no_grad():
             policy.weight.add_(1.0)
         collector.update_policy_weights_()
-    assert collector.frames == 60 and len(seen) == 10
-    assert {worker for worker, _, _ in seen} == {0, 1}
+        if len(seen) >= 10 and {worker for worker, _, _ in seen} == {0, 1}:
+            break
+    assert collector.frames == 6 * len(seen)
     for _, version, weight in seen:
         assert weight == version  # the version stamped is the one the weights came with
     assert seen[-1][1] >= 5  # new weights arrived while streaming
-    assert collector.state_dict()["frames"] == 60  # a call while the workers stream
+    assert collector.state_dict()["frames"] == 6 * len(seen)  # a call while the workers stream
 
 
 def test_a_worker_s_env_error_is_named_with_its_traceback(make):

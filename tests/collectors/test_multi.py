@@ -122,7 +122,6 @@ def test_multiasync_yields_worker_batches_until_total_frames(no_leftovers):
     assert len(batches) == 6 and collector.frames == 48
     assert all(list(b.batch_size) == [2, 4] for b in batches)
     assert all(b[WORKER_ID].unique().numel() == 1 for b in batches)  # one worker per batch
-    assert {int(b[WORKER_ID][0, 0]) for b in batches} == {0, 1}
     # Weights are pushed as each batch is consumed: batch k is yielded after k + 1 updates.
     # A worker's next batch starts after its previous one was consumed, so it runs with at
     # least the weights pushed then (the lag is bounded by one batch per worker).

@@ -12,7 +12,7 @@ import pytest
 from commands import rlcollect as cli
 from commands import start_rlcollect
 from omegaconf import OmegaConf
-from processes import descendants, wait_for
+from processes import ctrl_c_group_when, descendants, wait_for
 from run_states import assert_equal_states, assert_same_summary_and_checkpoint, hashes, job_dirs, metric_rows
 from train_configs import train_configs as configs
 
@@ -340,16 +340,7 @@ def test_ctrl_c_to_a_joblib_sweep_lets_every_job_checkpoint_and_the_resume_ends_
     def rows_of_the_first_two() -> list[int]:
         return [complete_rows(path.parent) for path in (tmp_path / "sw").glob("[01]_*/metrics.jsonl")]
 
-    try:
-        wait_for(lambda: command.poll() is not None or
-                 (len(rows_of_the_first_two()) == 2 and min(rows_of_the_first_two()) >= 2), 120)
-        assert command.poll() is None, command.communicate()
-        os.killpg(command.pid, signal.SIGINT)
-        _, stderr = command.communicate(timeout=120)
-    finally:
-        if command.poll() is None:
-            os.killpg(command.pid, signal.SIGKILL)
-        command.wait()
+    stderr = ctrl_c_group_when(command, lambda: len(rows_of_the_first_two()) == 2 and min(rows_of_the_first_two()) >= 2)
     assert command.returncode == 130, stderr
     assert stderr.count("rlcollect train: SIGINT: the jobs under way stop after their batch and no other starts "
                         "(again to stop now)") == 1  # the command's; each job says its own stop

@@ -8,7 +8,7 @@ import pytest
 from commands import rlcollect as cli
 from commands import rlcollect_all as cli_all
 from commands import start_rlcollect
-from processes import wait_for
+from processes import ctrl_c_group_when, wait_for
 from run_states import job_dirs
 
 TINY = ["total_frames=256", "collector.frames_per_batch=128", "algo.minibatch_size=64", "env.num_envs=4",
@@ -503,15 +503,7 @@ def test_ctrl_c_to_a_joblib_study_leaves_its_stopped_trials_running_and_the_resu
     command = [arg for arg in stopped_study_command(storage, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2",
                                                     "total_frames=100000000") if arg != "total_frames=256"]
     process = start_rlcollect(tmp_path, *command, start_new_session=True)
-    try:
-        wait_for(lambda: process.poll() is not None or len(list((tmp_path / "sw").glob("*/checkpoint.pt"))) == 2, 120)
-        assert process.poll() is None, process.communicate()
-        os.killpg(process.pid, signal.SIGINT)
-        _, stderr = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    stderr = ctrl_c_group_when(process, lambda: len(list((tmp_path / "sw").glob("*/checkpoint.pt"))) == 2)
     assert process.returncode == 130, stderr
     assert "Return value must be float-castable" not in stderr
     study = optuna.load_study(study_name="stopped", storage=storage)

@@ -324,6 +324,34 @@ def test_a_run_whose_folder_is_removed_while_it_trains_says_so_in_one_line(tmp_p
     assert sorted(path.name for path in tmp_path.iterdir()) == ["hooks"]
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(shutil.which("capsh") is None or os.geteuid() != 0,
+                    reason="a read-only folder binds root only without its file capabilities (capsh drops them)")
+def test_a_resume_of_a_read_only_run_is_one_line_exit_2_and_changes_nothing(tmp_path):
+    """A folder the user may not write into is the user's to mend, said as such: not an
+    error while building the run (a bug of ours) with a traceback file."""
+    first = cli(tmp_path, "train", *TINY, "logger=none", "hydra.run.dir=run")
+    assert first.returncode == 0, first.stderr
+    run = tmp_path / "run"
+    before = hashes(run)
+    paths = [run, *run.rglob("*")]
+    modes = {path: path.stat().st_mode for path in paths}
+    for path in paths:
+        path.chmod(modes[path] & ~0o222)
+    try:
+        result = subprocess.run(["capsh", "--drop=cap_dac_override,cap_dac_read_search,cap_fowner", "--", "-c",
+                                 f"{sys.executable} -m rlcollect.cli train resume=run total_frames=1024"],
+                                cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    finally:
+        for path in reversed(paths):
+            path.chmod(modes[path])
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        f"rlcollect train: invalid configuration: resume=run: the run's folder cannot be written (Permission denied: "
+        f"{run / 'train.log'}): make it writable to resume the run"]
+    assert hashes(run) == before
+
+
 # ---------------------------------------------------------------------------- a run folder holds one run
 @pytest.mark.timeout(300)
 def test_a_folder_that_holds_a_run_is_never_trained_into_again(tmp_path):

@@ -162,17 +162,23 @@ def build_job(cfg: DictConfig, job: Job):
         from rlcollect import pipeline  # torch, its first import
     if job.resume:
         built = pipeline.resume(job.resume, overrides=resume_overrides(hydra_cfg.overrides.task, cfg))
-        keep_log_in(job.run_dir, hydra_cfg.job.name)
+        keep_log_in(job.run_dir, hydra_cfg.job.name, f"resume={job.resume}")
         return built
     return pipeline.build(cfg, job.run_dir, name=hydra_cfg.job.override_dirname or None,
                           group=sweep_group(hydra_cfg) if job.multirun else None, job_type=pipeline.collector_name(cfg))
 
 
 
-def keep_log_in(run_dir: Path, job_name: str) -> None:
+def keep_log_in(run_dir: Path, job_name: str, key: str) -> None:
     """A resumed run logs to stdout until it is known to start (its folder stays untouched
-    by a resume that fails), then to its folder's job log too, as Hydra's default does."""
-    handler = logging.FileHandler(run_dir / f"{job_name}.log")
+    by a resume that fails), then to its folder's job log too, as Hydra's default does. A
+    folder the resume may not write into (read-only) is a ConfigError naming ``key`` (its
+    ``resume=``): nothing written."""
+    try:
+        handler = logging.FileHandler(run_dir / f"{job_name}.log")
+    except PermissionError as error:
+        raise ConfigError(f"{key}: the run's folder cannot be written ({error.strerror}: {error.filename}): make "
+                          "it writable to resume the run") from None
     handler.setFormatter(logging.Formatter("[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"))
     logging.getLogger().addHandler(handler)
 

@@ -92,20 +92,29 @@ def sweep_of(run_dir: str | os.PathLike[str]) -> Path | None:
 
 
 def write_record(path: Path, text: str) -> None:
-    """``text`` to the run record ``path`` whole or not at all, through a partial file
-    renamed over it: a failed write leaves the earlier file as it was, never one cut short;
-    a full disk (or quota, or file size limit) is a DiskFullError naming the file."""
+    """``text`` to the run record ``path`` whole or not at all (``staged_record``, renamed
+    over it): a failed write leaves the earlier file as it was, never one cut short."""
+    partial = staged_record(path, text)
+    try:
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def staged_record(path: Path, text: str) -> Path:
+    """``text`` written to the partial file beside the run record ``path`` (returned), for
+    the caller to rename over it; a failed write leaves no partial file, and a full disk (or
+    quota, or file size limit) is a DiskFullError naming ``path``."""
     partial = path.with_name(path.name + ".partial")
     try:
         partial.write_text(text)
-        os.replace(partial, path)
-    except OSError as error:
-        full = disk_full(error, path)
+    except BaseException as error:
+        partial.unlink(missing_ok=True)
+        full = disk_full(error, path) if isinstance(error, OSError) else None
         if full is not None:
             raise full from error
         raise
-    finally:
-        partial.unlink(missing_ok=True)
+    return partial
 
 
 def read_summary(run_dir: str | os.PathLike[str]) -> dict:

@@ -221,9 +221,7 @@ def run_failed(job: Job, error: BaseException, trace: str, checkpoint_frames: in
     one line, its traceback in a file of its own."""
     full = next((link for link in causes(error) if isinstance(link, DiskFullError)), None)
     if isinstance(error, ResumeNotOpened):
-        remedy = "" if full is None else \
-            (" (raise the file size limit" if full.errno == errno.EFBIG else " (free some space") + \
-            ", then run the same command again)"
+        remedy = "" if full is None else f" ({disk_remedy(full)}, then run the same command again)"
         kept = trace_file(trace) if full is None else None  # a full disk takes no traceback either
         print(f"rlcollect train: {error}; the run's files are as they were{remedy}"
               + ("" if kept is None else f" (traceback in {kept})"), file=sys.stderr)
@@ -258,10 +256,15 @@ def trace_file(trace: str) -> Path | None:
     return Path(name)
 
 
+def disk_remedy(error: DiskFullError) -> str:
+    """What lets a write that ``error`` refused go through."""
+    return "raise the file size limit" if error.errno == errno.EFBIG else "free some space"
+
+
 def disk_full_line(job: Job, error: DiskFullError, checkpoint_frames: int | None) -> str:
     """What a run stopped by a full disk says (its traceback would only repeat it, and the disk
     may not take an error.log): the disk, the folder, the free bytes, and how to go on."""
-    remedy = "raise the file size limit" if error.errno == errno.EFBIG else "free some space"
+    remedy = disk_remedy(error)
     if checkpoint_frames is None:
         then = f"it has no complete checkpoint to continue from: {remedy} and train it again in a new folder"
     else:

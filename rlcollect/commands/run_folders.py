@@ -69,15 +69,7 @@ class RunFolders(Callback):
             held_while(Path(resume), f"resume={resume}", "the run", self.check_resumed, resume)
             return
         folder = Path(config.hydra.run.dir)
-        if folder.is_dir():  # held before it is read: one that another process starts a run in now is refused
-            held_while(folder, f"hydra.run.dir={folder}", "the run", self.check_new, folder)
-        else:
-            self.check_new(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        try:  # made and held before Hydra writes into it: of two commands that start together, one trains
-            hold_run_folder(folder, f"hydra.run.dir={folder}")
-        except ConfigError as error:  # the other holds it (and whatever of it this one made): nothing removed
-            raise RefusedBeforeStart(error) from None
+        claim_folder(folder, f"hydra.run.dir={folder}", "the run", self.check_new)
         STARTING.job = Job(folder, False, list(config.hydra.overrides.task), hydra_files(config.hydra, folder))
 
     @staticmethod
@@ -122,18 +114,13 @@ class RunFolders(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         check_joblib_jobs(config.hydra.launcher)
         folder = Path(config.hydra.sweep.dir)
-        if folder.is_dir():  # held before it is read, as a single run's folder
-            held_while(folder, f"hydra.sweep.dir={folder}", "the sweep", self.check_sweep, folder)
-        else:
-            self.check_sweep(folder)
-        STARTING.sweep_dir = folder
-        STARTING.sweep_made = next((path for path in reversed([folder, *folder.parents]) if not path.exists()), None)
-        STARTING.sweep_file_new = not (folder / SWEEP_FILE).exists()
-        folder.mkdir(parents=True, exist_ok=True)
-        try:  # held while the sweep runs: a resume of it meanwhile would start the jobs it is about to start
-            hold_run_folder(folder, f"hydra.sweep.dir={folder}", "the sweep")
-        except ConfigError as error:
-            raise RefusedBeforeStart(error) from None
+        made = next((path for path in reversed([folder, *folder.parents]) if not path.exists()), None)
+        file_new = not (folder / SWEEP_FILE).exists()
+        # held while the sweep runs: a resume of it meanwhile would start the jobs it is about to start
+        claim_folder(folder, f"hydra.sweep.dir={folder}", "the sweep", self.check_sweep)
+        # what this command made, for leave_unswept: set once the folder is its own (one refused because another
+        # command holds the folder removes nothing of it, that command's multirun.yaml included)
+        STARTING.sweep_dir, STARTING.sweep_made, STARTING.sweep_file_new = folder, made, file_new
 
 
 def check_joblib_jobs(launcher: DictConfig) -> None:
@@ -165,6 +152,23 @@ def leave_unswept() -> None:
         path.rmdir()
         if path == made:
             break
+
+
+def claim_folder(folder: Path, key: str, what: str, check) -> None:
+    """``check(folder)``, then ``folder`` made and held for this command (``hold_run_folder``,
+    named by ``key``, holding ``what``) before anything is written into it; a folder that is
+    there is held before it is read (``held_while``). Of two commands that start into one
+    folder together, one goes on and the other is refused (RefusedBeforeStart) with nothing
+    made, written or removed of what the first holds."""
+    if folder.is_dir():
+        held_while(folder, key, what, check, folder)
+    else:
+        check(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        hold_run_folder(folder, key, what)
+    except ConfigError as error:  # the other holds it (and whatever of it this one made): nothing removed
+        raise RefusedBeforeStart(error) from None
 
 
 def held_while(folder: Path, key: str, what: str, check, *args) -> None:

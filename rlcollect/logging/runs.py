@@ -219,29 +219,23 @@ def summary_status(run_dir: Path, history: list[dict[str, Any]] | None = None) -
     describes); a summary.json that does not read: ``DAMAGED_SUMMARY``."""
     if held(run_dir):
         return RUNNING
-    status = _summary_entry(run_dir, "status")
-    if status is None and _summary_damaged(run_dir):
+    try:
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
         return DAMAGED_SUMMARY
-    if status in ENDED_STATUSES and history:
-        frames = _summary_entry(run_dir, "frames")
-        if frames is not None and history[-1]["step"] > float(frames):
-            return RESUME_KILLED
-    return status
+    if not isinstance(summary, dict):
+        return DAMAGED_SUMMARY
+    status, frames = summary.get("status"), summary.get("frames")
+    if status in ENDED_STATUSES and history and frames is not None and history[-1]["step"] > float(frames):
+        return RESUME_KILLED
+    return None if status is None else str(status)
 
 
 def summary_error(run_dir: Path) -> str | None:
     """summary.json's ``error`` (a failed or refused run's one line), or None."""
     return _summary_entry(run_dir, "error")
-
-
-def _summary_damaged(run_dir: Path) -> bool:
-    """Whether the run's summary.json is there and does not read as a JSON object."""
-    try:
-        return not isinstance(json.loads((run_dir / SUMMARY_FILE).read_text()), dict)
-    except FileNotFoundError:
-        return False
-    except (OSError, ValueError):
-        return True
 
 
 def _summary_entry(run_dir: Path, key: str) -> str | None:

@@ -33,7 +33,7 @@ from rlcollect.checkpoint import (
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.config import eval_every_frames, typed_values
-from rlcollect.errors import ConfigError, ResumeNotOpened, disk_full, one_line
+from rlcollect.errors import ConfigError, ResumeNotOpened, one_line
 from rlcollect.logging.run_logger import RunLogger, metrics_up_to
 from rlcollect.logging.runs import DamagedRowError, json_lines, pbt_settings_at, solved_threshold
 from rlcollect.pipeline.builders import (
@@ -51,7 +51,15 @@ from rlcollect.pipeline.builders import (
 from rlcollect.pipeline.checks import check_config, warn_combination
 from rlcollect.pipeline.progress import Progress
 from rlcollect.pipeline.video import EvalVideo
-from rlcollect.run_files import CONFIG_FILE, ENDED_STATUSES, METRICS_FILE, VIDEO_DIR, read_summary, write_record
+from rlcollect.run_files import (
+    CONFIG_FILE,
+    ENDED_STATUSES,
+    METRICS_FILE,
+    VIDEO_DIR,
+    read_summary,
+    staged_record,
+    write_record,
+)
 from rlcollect.seeding import eval_seed
 
 log = logging.getLogger(__name__)
@@ -146,17 +154,13 @@ class Pipeline:
         it, best.pt back to the best up to it, config.yaml with the resume's overrides. Each
         is written to a partial file first and the partial files renamed over the run's once
         all are written, so a failure on the way (a full disk) leaves every file as it was."""
-        staged = [(self.run_dir / METRICS_FILE, metrics_up_to(self.run_dir, last_step=self.resumed_frames)),
-                  (self.run_dir / CONFIG_FILE, config)]
+        texts = [(self.run_dir / METRICS_FILE, metrics_up_to(self.run_dir, last_step=self.resumed_frames)),
+                 (self.run_dir / CONFIG_FILE, config)]
         partials = []
         try:
-            for path, text in staged:
+            for path, text in texts:
                 if text is not None:
-                    partials.append((path.with_name(path.name + ".partial"), path))
-                    try:
-                        partials[-1][0].write_text(text)
-                    except OSError as error:
-                        raise (disk_full(error, path) or error) from error
+                    partials.append((staged_record(path, text), path))
             best = self.run_dir / BEST_FILE
             if self.best is not None and best_frames(best) != self.best["frames"]:
                 # evaluated in the part the resumed run replays (or lost): the best up to the checkpoint again

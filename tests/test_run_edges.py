@@ -202,22 +202,37 @@ def test_a_resume_drops_a_torn_last_metrics_row_and_names_a_damaged_one_without_
     assert hashes(tmp_path / "damaged") == damaged
 
 
-DISK_FILLS_UP = """
-import resource, sys
+def at_write(ending: str, nth: int, action: str) -> str:
+    """A sitecustomize.py that runs ``action`` (a Python statement, ``path`` the file) as the
+    command opens for writing the ``nth`` file whose path ends with ``ending``: a disk that
+    fills up, a folder removed, at a point of the run's own (no timing)."""
+    return f"""
+import resource, shutil, sys
+from pathlib import Path
 
 WRITES = []
 
 
-def disk_fills_up(event, args):
-    # the second checkpoint write meets the limit (`ulimit -f`, as a disk filling up would: no root needed)
-    if event == "open" and str(args[0]).endswith("checkpoint.pt.partial") and "w" in str(args[1]):
+def at_write(event, args):
+    if event == "open" and str(args[0]).endswith({ending!r}) and "w" in str(args[1]):
         WRITES.append(args[0])
-        if len(WRITES) == 2:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+        if len(WRITES) == {nth}:
+            path = Path(args[0])
+            {action}
 
 
-sys.addaudithook(disk_fills_up)
+sys.addaudithook(at_write)
 """
+
+
+def file_size_limit(size: int) -> str:
+    """``at_write``'s action: the file size limit (``ulimit -f``, as a disk filling up would:
+    no root needed) lowered to ``size`` bytes."""
+    return f"resource.setrlimit(resource.RLIMIT_FSIZE, ({size}, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))"
+
+
+# the second checkpoint write meets the limit
+DISK_FILLS_UP = at_write("checkpoint.pt.partial", 2, file_size_limit(100_000))
 
 
 @pytest.mark.timeout(300)
@@ -252,18 +267,8 @@ def test_a_checkpoint_the_disk_cannot_take_is_one_line_and_the_run_resumes_from_
     assert [row["step"] for row in read_jsonl(run / "metrics.jsonl")] == [128, 256, 384, 512]
 
 
-RESUME_DISK_FILLS_UP = """
-import resource, sys
-
-
-def disk_fills_up(event, args):
-    # the resume's config.yaml (written after its cut-back metrics.jsonl) meets the limit
-    if event == "open" and str(args[0]).endswith("config.yaml.partial") and "w" in str(args[1]):
-        resource.setrlimit(resource.RLIMIT_FSIZE, (100, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
-
-
-sys.addaudithook(disk_fills_up)
-"""
+# the resume's config.yaml (written after its cut-back metrics.jsonl) meets the limit
+RESUME_DISK_FILLS_UP = at_write("config.yaml.partial", 1, file_size_limit(100))
 
 
 @pytest.mark.timeout(300)
@@ -289,23 +294,8 @@ def test_a_resume_the_disk_cannot_take_leaves_every_file_as_it_was(tmp_path):
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["frames"] == 1024
 
 
-FOLDER_REMOVED = """
-import shutil, sys
-from pathlib import Path
-
-WRITES = []
-
-
-def folder_removed(event, args):
-    # the user removes the run's folder as its second checkpoint is about to be written
-    if event == "open" and str(args[0]).endswith("checkpoint.pt.partial") and "w" in str(args[1]):
-        WRITES.append(args[0])
-        if len(WRITES) == 2:
-            shutil.rmtree(Path(args[0]).parent)
-
-
-sys.addaudithook(folder_removed)
-"""
+# the user removes the run's folder as its second checkpoint is about to be written
+FOLDER_REMOVED = at_write("checkpoint.pt.partial", 2, "shutil.rmtree(path.parent)")
 
 
 @pytest.mark.timeout(300)

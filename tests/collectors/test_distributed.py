@@ -217,3 +217,26 @@ def test_a_port_in_use_is_the_users_one_line_naming_the_config_keys():
         with pytest.raises(ConfigError, match=rf"^collector.master_addr=127.0.0.1 collector.master_port={port}: the "
                                               r"trainer cannot listen there \(Address already in use"):
             Rendezvous("127.0.0.1", port)
+
+
+@pytest.mark.timeout(30)
+def test_what_gloo_writes_as_a_group_forms_is_held_back_only_when_the_trainer_is_gone(capfd):
+    """A worker joins the group with gloo's own stderr lines held: when the trainer stopped
+    while the group formed (a Ctrl-C as the command starts), they are not shown; any other
+    failure shows them."""
+    from rlcollect.collectors.distributed.worker import native_errors_held, trainer_gone
+
+    def fail(message):
+        with native_errors_held(keep=lambda error: not trainer_gone(error)):
+            os.write(2, b"[E] gloo: connectFullMesh failed\n")
+            raise RuntimeError(message)
+
+    with pytest.raises(RuntimeError):
+        fail("Connection closed by peer [127.0.0.1]:38836")
+    assert capfd.readouterr().err == ""
+    with pytest.raises(RuntimeError):
+        fail("Timed out waiting for the store")
+    assert capfd.readouterr().err == "[E] gloo: connectFullMesh failed\n"
+    with native_errors_held(keep=lambda error: True):
+        os.write(2, b"a warning\n")
+    assert capfd.readouterr().err == "a warning\n"

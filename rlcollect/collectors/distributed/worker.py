@@ -17,8 +17,12 @@ the trainer names it and its cause.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import os
 import pickle
+import sys
+import tempfile
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
@@ -202,7 +206,13 @@ def worker_main(spec: WorkerSpec, policy) -> None:
     a failure leaves its traceback in the store for the trainer."""
     initialize_worker(spec.seed, spec.torch_threads)
     store = connect_store(spec.group)
-    group = make_group(spec.group, store, spec.index + 1)  # first: the trainer waits for every rank
+    try:
+        with native_errors_held(keep=lambda error: not trainer_gone(error)):
+            group = make_group(spec.group, store, spec.index + 1)  # first: the trainer waits for every rank
+    except RuntimeError as error:
+        if trainer_gone(error):  # the command stopped while the group formed (Ctrl-C as it starts)
+            return
+        raise
     worker = None
     try:
         worker = Worker(spec, policy)
@@ -215,6 +225,30 @@ def worker_main(spec: WorkerSpec, policy) -> None:
     finally:
         if worker is not None:
             worker.close()
+
+
+@contextlib.contextmanager
+def native_errors_held(keep):
+    """Hold what C++ writes to stderr (file descriptor 2) while the block runs: gloo logs a
+    failed connection itself before it raises. Written out after the block, unless it raised
+    an error that ``keep(error)`` is false for (the trainer gone: nothing to say)."""
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as held:
+        saved = os.dup(2)
+        os.dup2(held.fileno(), 2)
+        shown = True
+        try:
+            yield
+        except BaseException as error:
+            shown = keep(error)
+            raise
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if shown:
+                held.seek(0)
+                sys.stderr.write(held.read().decode(errors="replace"))
+                sys.stderr.flush()
 
 
 def trainer_gone(error: BaseException) -> bool:

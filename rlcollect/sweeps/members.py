@@ -469,8 +469,7 @@ def clip_member_grad_norms(parameters: list[torch.Tensor], max_norm: float | tor
     total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(grad.reshape(members, -1), 2.0, dim=1)
                                                   for grad in grads]), 2.0, dim=0)
     coefficient = torch.clamp(max_norm / (total + 1e-6), max=1.0)
-    for grad in grads:
-        grad.mul_(coefficient.reshape(members, *([1] * (grad.dim() - 1))))
+    torch._foreach_mul_(grads, [coefficient.reshape(members, *([1] * (grad.dim() - 1))) for grad in grads])
     return total
 
 

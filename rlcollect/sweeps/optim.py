@@ -167,14 +167,16 @@ class FrozenRows:
     """The rows of stacked parameters ``[S, ...]`` of the members that learn no more, kept as
     they were when each froze: torch's Adam (one optimizer over every member) moves a row
     with no gradient through its momentum, so after each of its steps ``restore`` writes
-    the kept rows back (one select per parameter, however many are frozen). MemberAdam
-    needs none of this: it steps only the members it is given."""
+    the kept rows back (two foreach calls, however many are frozen: each parameter times
+    its learning rows' mask, plus its frozen rows' kept values). MemberAdam needs none of
+    this: it steps only the members it is given."""
 
     def __init__(self, members: int) -> None:
         self.members = members
         self.frozen: list[int] = []
-        self._kept: list[torch.Tensor] | None = None
-        self._mask: torch.Tensor | None = None
+        self._kept: list[torch.Tensor] | None = None  # every row of each parameter as it was when last frozen
+        self._learning: list[torch.Tensor] = []  # per parameter: 1 on the learning members' rows, 0 on the frozen
+        self._frozen_values: list[torch.Tensor] = []  # per parameter: the kept values on the frozen rows, 0 elsewhere
 
     @torch.no_grad()
     def freeze(self, parameters: Sequence[torch.Tensor] | None, member: int) -> None:
@@ -188,18 +190,21 @@ class FrozenRows:
         else:
             for kept, parameter in zip(self._kept, parameters):
                 kept[member].copy_(parameter[member])
-        device = self._kept[0].device
-        self._mask = torch.zeros(self.members, dtype=torch.bool, device=device)
-        self._mask[self.frozen] = True
+        learning = torch.ones(self.members, dtype=self._kept[0].dtype, device=self._kept[0].device)
+        learning[self.frozen] = 0.0
+        self._learning = [learning.reshape(self.members, *([1] * (kept.dim() - 1))).to(kept.dtype)
+                          for kept in self._kept]
+        self._frozen_values = [kept * (1.0 - mask) for kept, mask in zip(self._kept, self._learning)]
 
     @torch.no_grad()
     def restore(self, parameters: Sequence[torch.Tensor]) -> None:
-        """The frozen members' rows back to their kept values."""
+        """The frozen members' rows back to their kept values (the learning rows' values
+        unchanged: times 1, plus 0)."""
         if self._kept is None:
             return
-        for parameter, kept in zip(parameters, self._kept):
-            torch.where(self._mask.reshape(self.members, *([1] * (parameter.dim() - 1))), kept, parameter,
-                        out=parameter)
+        parameters = list(parameters)
+        torch._foreach_mul_(parameters, self._learning)
+        torch._foreach_add_(parameters, self._frozen_values)
 
 
 @torch.no_grad()

@@ -254,8 +254,13 @@ class SomeMembers:
             self.slots.append((vars(module), stacked.get_submodule(owner), key))
 
     def __call__(self, members: torch.Tensor, method: str, *args):
-        for attributes, source, key in self.slots:
-            attributes[key] = getattr(source, key).index_select(0, members)
+        if members.numel() == 1:  # one member (the last one training): its rows as views, whose backward is a copy
+            member = int(members)
+            for attributes, source, key in self.slots:
+                attributes[key] = getattr(source, key).narrow(0, member, 1)
+        else:
+            for attributes, source, key in self.slots:
+                attributes[key] = getattr(source, key).index_select(0, members)
         return getattr(self.model, method)(*args)
 
 

@@ -134,6 +134,22 @@ def test_a_failing_sweep_job_is_reported_and_the_others_still_run(tmp_path):
     assert summaries["0"]["status"] == "refused" and summaries["1"]["frames"] == 256
 
 
+@pytest.mark.timeout(300)
+def test_a_sweep_whose_job_folders_nest_under_a_group_override_reports_its_failed_jobs(tmp_path):
+    """``buffer/storage=memory`` in a job's overrides nests its run folder one level down
+    (``0_...,buffer/storage=memory,...``): the sweep's report finds it there."""
+    result = rlcollect(tmp_path, "train", "--multirun", "env.id=NoSuchEnv-v0,CartPole-v1", "algo=dqn",
+                       "buffer/storage=memory", "total_frames=256", "collector.frames_per_batch=128",
+                       "algo.learning_starts=128", "env.num_envs=4", "eval.episodes=2", "progress=false",
+                       "logger=none", "hydra.sweep.dir=sweep")
+    assert result.returncode == 1, result.stderr
+    report = result.stderr.splitlines()[-2:]
+    assert report[0] == "rlcollect train: 1 of 2 sweep jobs did not finish (job folders in sweep):"
+    assert report[1].startswith("  refused  job 0 (env.id=NoSuchEnv-v0,algo=dqn,buffer/storage=memory,")
+    summaries = sorted((tmp_path / "sweep").glob("*/*/summary.json"))
+    assert [json.loads(path.read_text())["status"] for path in summaries] == ["refused", "finished"]
+
+
 BAD_OPTIONS = [
     ("collector=nosuch", "Could not find 'collector/nosuch'"),
     ("algo.lrr=0.1", "Key 'lrr' not in 'PPOConfig'"),

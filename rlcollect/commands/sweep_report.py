@@ -10,12 +10,13 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from rlcollect.run_files import FAILED, OVERRIDES_FILE, REFUSED, SUMMARY_FILE
+from rlcollect.run_files import FAILED, OVERRIDES_FILE, REFUSED, SUMMARY_FILE, sweep_runs
 
 
 @dataclass
 class SweepOutcome:
-    """The jobs of the last sweep that did not finish: ``(status, overrides, message, folder)``."""
+    """The jobs of the last sweep that did not finish: ``(status, overrides, message, job
+    folder)``, the job folder being the one Hydra made in the sweep folder."""
 
     jobs: int = 0
     not_finished: list[tuple[str, str, str, Path]] = field(default_factory=list)
@@ -32,7 +33,10 @@ class SweepReport(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         sweep_dir = Path(config.hydra.sweep.dir)
         SWEEP.jobs, SWEEP.not_finished = 0, []
-        for summary_file in sorted(sweep_dir.glob(f"*/{SUMMARY_FILE}"), key=job_number):
+        for run_dir in sweep_runs(sweep_dir):  # nested where an override names a config group
+            summary_file = run_dir / SUMMARY_FILE
+            if not summary_file.is_file():
+                continue
             SWEEP.jobs += 1
             try:
                 summary = json.loads(summary_file.read_text())
@@ -40,14 +44,9 @@ class SweepReport(Callback):
                 continue
             if summary.get("status") in (FAILED, REFUSED):
                 overrides = summary.get("overrides") or read_overrides(summary_file.parent)
+                job_dir = sweep_dir / run_dir.relative_to(sweep_dir).parts[0]  # Hydra's <job number>_<overrides>
                 SWEEP.not_finished.append((summary["status"], ",".join(overrides) or "(no overrides)",
-                                           summary.get("error") or "", summary_file.parent))
-
-
-def job_number(summary_file: Path) -> tuple[int, str]:
-    """Sweep job folders in launch order (``<num>_<overrides>``)."""
-    number = summary_file.parent.name.split("_", 1)[0]
-    return (int(number) if number.isdigit() else 1 << 30, summary_file.parent.name)
+                                           summary.get("error") or "", job_dir))
 
 
 def read_overrides(job_dir: Path) -> list[str]:

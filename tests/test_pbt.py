@@ -277,6 +277,8 @@ def test_a_pbt_sweep_writes_its_events_settings_and_parents_and_repeats_exactly(
                          "starting ones of its config.yaml")
     resumed_summary = json.loads((members[replaced] / "summary.json").read_text())
     assert resumed_summary["frames"] == 2304 and resumed_summary["pbt_settings"] == {"algo.lr": lrs[replaced]}
+    rows_on = [json.loads(line) for line in (members[replaced] / "metrics.jsonl").read_text().splitlines()][8:]
+    assert [(row["step"], row["pbt/algo.lr"]) for row in rows_on] == [(2304, lrs[replaced])]  # what it trained with
     [unchanged] = [number for number in range(4) if lr_of[number] == lrs[number]][:1]
     resumed = cli(tmp_path / "a", "train", f"resume={members[unchanged]}", "total_frames=2560")
     assert resumed.returncode == 0 and "population-based training" not in resumed.stdout, resumed.stderr

@@ -67,6 +67,7 @@ class RunLogger:
         self._pending: dict[str, Any] = {}
         self.recent_episode_return: float | None = None
         self._events: dict[str, int] = {}  # how many events of each name were logged
+        self.every_row: dict[str, Any] = {}  # in each collection row (a PBT member resumed alone: its settings)
 
     @property
     def frames(self) -> int:
@@ -114,7 +115,7 @@ class RunLogger:
             metrics["collect/episode_discounted_return"] = sum(info.discounted_return for info in infos) / len(infos)
             for key in self.info_keys:  # the env's info at each episode's end, e.g. is_success
                 metrics[f"collect/{key}"] = sum(info.last[f"next/{key}"] for info in infos) / len(infos)
-        self.log(metrics, step=frames)
+        self.log({**metrics, **self.every_row}, step=frames)
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         """Add ``metrics`` to the row of ``step`` (a frame count; rows are written in

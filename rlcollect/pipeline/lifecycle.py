@@ -35,7 +35,7 @@ from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.config import eval_every_frames, typed_values
 from rlcollect.errors import ConfigError, ResumeNotOpened, one_line
 from rlcollect.logging.run_logger import RunLogger, metrics_up_to
-from rlcollect.logging.runs import DamagedRowError, json_lines, pbt_settings_at, solved_threshold
+from rlcollect.logging.runs import PBT_PREFIX, DamagedRowError, json_lines, pbt_settings_at, solved_threshold
 from rlcollect.pipeline.builders import (
     algo_collection,
     discount,
@@ -297,8 +297,9 @@ def resume(run_dir: str | Path, overrides: dict | None = None, **build_kwargs) -
         log.warning("resume=%s: population-based training had changed its settings by frame %d (%s); resumed alone, "
                     "it trains on with the starting ones of its %s", run_dir, frames,
                     ", ".join(f"{key} {start} -> {now}" for key, (start, now) in changed.items()), CONFIG_FILE)
-        # its settings at the end (summary.json): those it trains on with, not the population's at its checkpoint
+    if settings:  # its settings at the end (summary.json) and in each row: those it trains on with
         pipeline.progress.summary["pbt_settings"] = {key: float(value) for key, value in started.items()}
+        pipeline.logger.every_row = {f"{PBT_PREFIX}{key}": float(value) for key, value in started.items()}
     return pipeline
 
 

@@ -58,10 +58,27 @@ def save_checkpoint(path: str | Path, state: dict, *, keep_previous: bool = True
         partial.unlink(missing_ok=True)
         if full is not None:
             raise full from error
+        interrupt = wrapped_interrupt(error)
+        if interrupt is not None:  # a Ctrl-C while torch's writer ran: its "unexpected pos" RuntimeError wraps it
+            raise interrupt from None
         raise
     if keep_previous and path.exists():
         os.replace(path, previous_path(path))
     os.replace(partial, path)
+
+
+def wrapped_interrupt(error: BaseException) -> KeyboardInterrupt | None:
+    """The KeyboardInterrupt that ``error`` (an Exception) was raised while handling, if
+    any: torch.save turns a Ctrl-C that reaches its writer into a RuntimeError."""
+    if not isinstance(error, Exception):
+        return None
+    seen, cause = set(), error.__context__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__context__
+    return None
 
 
 def state_bytes(state) -> int:

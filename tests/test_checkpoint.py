@@ -212,3 +212,46 @@ def test_a_checkpoint_over_the_file_size_limit_is_said_as_such_and_the_last_chec
         str(errno.EFBIG), f"File too large: checkpoint.pt in {tmp_path} could not be written (the file size limit, "
         "`ulimit -f`, is 200000 bytes)", "1"]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["checkpoint.pt"]
+
+
+@pytest.mark.timeout(30)
+def test_a_ctrl_c_while_torch_writes_a_checkpoint_is_a_keyboard_interrupt_and_the_last_one_stays(tmp_path,
+                                                                                                  monkeypatch):
+    """torch.save turns a Ctrl-C that reaches its writer into "[enforce fail ...] unexpected
+    pos" (a RuntimeError): the save raises the KeyboardInterrupt it is, leaving the last
+    checkpoint as it was and no partial file."""
+    path = tmp_path / "checkpoint.pt"
+    save_checkpoint(path, {"frames": 1, "weights": torch.zeros(8)})
+    before = path.read_bytes()
+    writes = []
+    real_open = open
+
+    class InterruptedFile:
+        def __init__(self, file):
+            self.file = file
+
+        def write(self, data):
+            writes.append(len(data))
+            if len(writes) == 2:
+                raise KeyboardInterrupt
+            return self.file.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.file, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return self.file.__exit__(*exc)
+
+    def interrupted_open(file, mode="r", *args, **kwargs):
+        opened = real_open(file, mode, *args, **kwargs)
+        return InterruptedFile(opened) if str(file).endswith(".partial") else opened
+
+    import rlcollect.checkpoint as checkpoint_module
+    monkeypatch.setattr(checkpoint_module, "open", interrupted_open, raising=False)
+    with pytest.raises(KeyboardInterrupt):
+        save_checkpoint(path, {"frames": 2, "weights": torch.ones(100_000)})
+    assert path.read_bytes() == before
+    assert sorted(child.name for child in tmp_path.iterdir()) == ["checkpoint.pt"]

@@ -6,6 +6,7 @@ import json
 import math
 
 import pytest
+import torch
 from commands import rlcollect as cli
 from run_states import assert_member_is_its_solo_run, assert_members_near_solo_runs, assert_pbt_sweep, metric_rows
 from train_configs import train_configs
@@ -34,12 +35,61 @@ def configs(*overrides_per_member):
 def test_one_member_is_its_solo_run_bit_for_bit(tmp_path, overrides):
     """A stacked model of one member: the same metrics, evaluations, summary and checkpoint
     (actor, critics, target critics, the three Adams, alpha, replay buffer, RNG stream) as
-    the solo run."""
+    the solo run; with prioritized replay, the replay buffer's priorities too, which its
+    critics' TD errors set."""
     [cfg] = configs([*overrides, "seed=3"])
     sweep = build_sweep([cfg], [tmp_path / "member"], [NAMES])
     assert type(sweep.policy).__name__ == "MemberSACActor"
     sweep.run()
     assert_member_is_its_solo_run(cfg, tmp_path / "member", tmp_path / "solo", STEPS, "train/loss_q")
+    if "algo.prioritized=true" in overrides:  # the TD errors were fed back: not every priority the first max (1.0)
+        sampler = load_checkpoint(tmp_path / "member" / "checkpoint.pt")["learner"]["replay_buffer"]["sampler"]
+        stored = sampler["priority"][sampler["priority"] > 0]  # (p + eps) ** alpha per stored transition
+        assert len(stored) >= 500 and len(set(stored.tolist())) > 100 and sampler["max_priority"] > 1.0
+
+
+@pytest.mark.timeout(300)
+def test_each_member_gives_its_own_replay_buffer_its_own_td_errors_as_priorities(tmp_path):
+    """Two members with prioritized replay (seeds 3 and 4, batch sizes 16 and 12: the
+    second's samples padded to 16): after each batch's gradient steps, the transitions each
+    member sampled last (its real ones) hold its own TD errors as priorities in its own
+    replay buffer, (|TD error| + eps) ** alpha as PrioritizedSampler stores them."""
+    cfgs = configs(["seed=3", "algo.prioritized=true"], ["seed=4", "algo.prioritized=true", "algo.batch_size=12"])
+    sweep = build_sweep(cfgs, [tmp_path / f"m{seed}" for seed in (3, 4)], [NAMES] * 2)
+    try:
+        learner = sweep.learner
+        buffers = learner.replay_buffer.buffers
+        assert learner.prioritized and all(buffer.prioritized for buffer in buffers)
+        steps, update = [], learner.update
+
+        def recorded_update(batch):
+            metrics = update(batch)
+            steps.append((batch.get("index"), metrics["td_error"]))
+            return metrics
+
+        learner.update = recorded_update
+        for frames, batch in zip((64, 128, 192), sweep.collector):
+            learner.learn(batch, frames)
+            if frames < 128:  # algo.learning_starts
+                assert steps == []
+                continue
+            index, td_error = steps[-1]
+            assert index.shape == td_error.shape == (2, 16)
+            for member, (buffer, size) in enumerate(zip(buffers, (16, 12))):
+                sampler = buffer.sampler
+                priority = sampler.state_dict()["priority"]
+                ours, expected = index[member, :size], (td_error[member, :size].double() + sampler.eps) ** sampler.alpha
+                for position in ours.unique().tolist():  # a position drawn twice holds one of its two
+                    assert priority[position].item() in expected[ours == position].tolist(), (frames, member)
+                unique = [j for j in range(size) if int((ours == ours[j]).sum()) == 1]
+                assert len(unique) > size // 2
+                assert [priority[ours[j]].item() for j in unique] == [expected[j].item() for j in unique]
+        assert len(steps) == 8  # 4 gradient steps at 128 and at 192
+        priorities = [buffer.sampler.state_dict()["priority"][:len(buffer)] for buffer in buffers]
+        assert all(len(set(priority.tolist())) > 1 for priority in priorities)
+        assert not torch.equal(*priorities)
+    finally:
+        sweep.shutdown()
 
 
 @pytest.mark.timeout(300)

@@ -9,7 +9,10 @@ follow-up) for continuous (Box) actions, learning from a replay buffer.
 Per gradient step: one critic update on a sampled batch; every ``policy_frequency`` steps,
 ``policy_frequency`` actor (and alpha) updates, so that actor and critic take as many steps
 (the delayed update of cleanrl's sac_continuous_action); the targets move every
-``target_network_frequency`` steps. ``algo=sac`` (conf/algo/sac.yaml) and
+``target_network_frequency`` steps. With prioritized replay (a buffer with a
+PrioritizedSampler: ``algo.prioritized=true`` or ``buffer/sampler=prioritized``) each
+sampled transition's priority becomes its TD error, the mean over the twin critics of
+``|Q_i(s, a) - target|`` (before the step), as DQN's. ``algo=sac`` (conf/algo/sac.yaml) and
 ``experiment=mujoco_sac`` configure it; docs/configuration.md, "Algorithms".
 """
 from __future__ import annotations
@@ -26,7 +29,7 @@ from torch import nn
 from rlcollect.algos.learners import Learner, replay_state, sample_mean, update_observation_norm
 from rlcollect.algos.optim import Adam
 from rlcollect.buffers.transforms import or_next_flags
-from rlcollect.keys import SAMPLE_MASK, STEPS_TO_NEXT_OBS, WEIGHT
+from rlcollect.keys import INDEX, SAMPLE_MASK, STEPS_TO_NEXT_OBS, WEIGHT
 from rlcollect.modules import sac as networks
 from rlcollect.moved import moved_getattr
 
@@ -36,7 +39,9 @@ class SACLearner(Learner):
 
     Args:
         policy: the SACActor the collectors run.
-        buffer: the ReplayBuffer (sampling ``algo.batch_size`` transitions).
+        buffer: the ReplayBuffer (sampling ``algo.batch_size`` transitions); with a
+            PrioritizedSampler, every sampled transition's priority becomes its absolute TD
+            error (``critic_loss``), as DQN's.
         observation_space, action_space: the env's (the critics are built for them).
         gamma: discount. tau: Polyak step of the target critics.
         actor_lr, critic_lr: Adam learning rates (alpha's is actor_lr).
@@ -77,6 +82,7 @@ class SACLearner(Learner):
         self.log_alpha = torch.tensor(math.log(alpha), device=policy.action_scale.device, requires_grad=autotune)
         self.alpha_optimizer = Adam([self.log_alpha], lr=actor_lr) if autotune else None
         self.updates = 0  # critic steps so far
+        self.prioritized = bool(getattr(buffer, "prioritized", False))  # feed the TD errors back as priorities
 
     @property
     def alpha(self) -> float:
@@ -87,10 +93,13 @@ class SACLearner(Learner):
         norm = self.actor.obs_norm
         return observation if norm is None else norm(observation)
 
-    def critic_loss(self, batch: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
+    def critic_loss(self, batch: TensorDictBase, *, return_td_error: bool = False):
         """(the twin critics' TD loss, the mean Q of the taken actions); means over the
         sample dim, so a stacked batch ``[S, B]`` (rlcollect.sweeps.member_sac) gives one
-        of each per member."""
+        of each per member. With ``return_td_error``, also the per-sample absolute TD error,
+        the priorities of prioritized replay: the mean over the twin critics of
+        ``|Q_i(s, a) - target|``, from the same Q values and target as the loss, detached
+        (``[B]``, or ``[S, B]``)."""
         observation = self.normalized(batch.get("observation"))
         action = batch.get("action")
         with torch.no_grad():
@@ -110,7 +119,10 @@ class SACLearner(Learner):
         if weight is not None:
             per_sample = per_sample * weight.reshape(per_sample.shape).to(per_sample.dtype)
         sample_mask = batch.get(SAMPLE_MASK, None)  # a stacked sample of members of other batch sizes
-        return 0.5 * sample_mean(per_sample, sample_mask), sample_mean(q_values[0].detach(), sample_mask)
+        loss, q_mean = 0.5 * sample_mean(per_sample, sample_mask), sample_mean(q_values[0].detach(), sample_mask)
+        if return_td_error:
+            return loss, q_mean, sum((q.detach() - target).abs() for q in q_values) / len(q_values)
+        return loss, q_mean
 
     def actor_step(self, observation, sample_mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """One actor update (and one of alpha with autotune) on the batch's observations
@@ -146,13 +158,17 @@ class SACLearner(Learner):
             target.lerp_(online, self.tau)
 
     def update(self, batch: TensorDictBase) -> dict[str, torch.Tensor]:
-        """One critic step on ``batch``; the actor rounds and target updates when due."""
-        loss, q_mean = self.critic_loss(batch)
+        """One critic step on ``batch``; the actor rounds and target updates when due.
+        Returns detached metrics, and with prioritized replay ``"td_error"``, the
+        per-sample absolute TD errors (``critic_loss``'s, before the step)."""
+        loss, q_mean, *td_error = self.critic_loss(batch, return_td_error=self.prioritized)
         self.critic_optimizer.zero_grad(set_to_none=True)
         loss.sum().backward()
         self.step_optimizer(self.critic_optimizer)
         self.updates += 1
         metrics = {"loss_q": loss.detach(), "q_mean": q_mean}
+        if td_error:
+            metrics["td_error"] = td_error[0]
         if self.updates % self.policy_frequency == 0:
             for _ in range(self.policy_frequency):
                 metrics.update(self.actor_step(batch.get("observation"), batch.get(SAMPLE_MASK, None)))
@@ -176,17 +192,26 @@ class SACLearner(Learner):
         """``gradient_steps_per_batch`` updates, each on a sample of the replay buffer: each
         metric's sum over them and its count. ``learn_stats``: the first sample's
         observations go into the observation normaliser (the collector wrote the new data
-        straight into the buffer)."""
+        straight into the buffer). With prioritized replay, each sample's transitions get
+        their TD errors as priorities (``update_priorities``) before the next sample."""
         totals: dict[str, torch.Tensor] = {}
         counts: dict[str, int] = {}
         for step in range(self.gradient_steps):
             sample = self.replay_buffer.sample()
             if learn_stats and step == 0:
                 update_observation_norm(self.actor, sample.get("observation"), sample.get(SAMPLE_MASK, None))
-            for key, value in self.update(sample).items():
+            step_metrics = self.update(sample)
+            if self.prioritized:  # per sample: no metric to average
+                self.update_priorities(sample, step_metrics.pop("td_error"))
+            for key, value in step_metrics.items():
                 totals[key] = totals[key] + value if key in totals else value
                 counts[key] = counts.get(key, 0) + 1
         return totals, counts
+
+    def update_priorities(self, sample: TensorDictBase, td_error: torch.Tensor) -> None:
+        """Prioritized replay: the sampled transitions (``sample``'s ``"index"``) get their
+        absolute TD errors ``td_error`` as priorities, as DQNLearner gives its."""
+        self.replay_buffer.update_priority(sample.get(INDEX), td_error)
 
     def state_dict(self) -> dict:
         return {"critics": self.critics.state_dict(), "targets": self.targets.state_dict(),

@@ -526,7 +526,7 @@ class SliceSamplerWithoutReplacementConfig(SliceSamplerConfig):
 @schema("buffer_sampler", "prioritized")
 @dataclass
 class PrioritizedSamplerConfig:
-    """PrioritizedSampler: proportional prioritized replay; DQN gives the sampled transitions
+    """PrioritizedSampler: proportional prioritized replay; DQN and SAC give the sampled transitions
     their TD errors as priorities (max_capacity: the storage's max_size, set by the pipeline)."""
 
     _target_: str = "rlcollect.buffers.samplers.PrioritizedSampler"

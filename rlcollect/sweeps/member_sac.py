@@ -13,7 +13,8 @@ dim) runs on stacked batches ``[S, B]``:
                        parameter row gets its own member's gradient), Adam per member
                        (MemberAdam where their learning rates differ), each member's
                        discount, Polyak step and entropy weight; each member's replay
-                       buffer (member_dqn.MemberReplay), per member metrics and solo-shaped
+                       buffer (member_dqn.MemberReplay), with prioritized replay its
+                       priorities its own TD errors; per member metrics and solo-shaped
                        state; population-based training's member interface
 
 The settings the members may differ in are MEMBER_SAC_OPTIONS; a model of one member is
@@ -30,6 +31,7 @@ from tensordict import TensorDictBase
 from rlcollect.algos.learners import replay_state
 from rlcollect.algos.optim import Adam
 from rlcollect.algos.sac import SACLearner
+from rlcollect.keys import INDEX
 from rlcollect.sweeps.member_dqn import MemberReplay
 from rlcollect.sweeps.optim import (
     FrozenRows,
@@ -109,7 +111,7 @@ class MemberSACLearner(SACLearner):
         self.critics = stack_modules([learner.critics for learner in learners])
         self.targets = stack_modules([learner.targets for learner in learners]).requires_grad_(False)
         for key in ("policy_frequency", "target_network_frequency", "gradient_steps", "learning_starts",
-                    "terminal_keys", "target_entropy", "updates"):
+                    "terminal_keys", "target_entropy", "updates", "prioritized"):
             setattr(self, key, getattr(first, key))
         self.settings = {key: [solo_setting(learner, key) for learner in learners] for key in MEMBER_SAC_OPTIONS}
         self.differing = [key for key, values in self.settings.items() if len(set(values)) > 1]
@@ -161,6 +163,14 @@ class MemberSACLearner(SACLearner):
         sample padded to one size, members of other batch sizes: its real ones)."""
         with self.actor.drawing_rows(self.replay_buffer.batch_sizes):
             return super().update(batch)
+
+    def update_priorities(self, sample: TensorDictBase, td_error: torch.Tensor) -> None:
+        """Prioritized replay: each member's sampled transitions (its real ones: a padded
+        sample's first ``batch_size``) get its own TD errors ``td_error[member]`` as
+        priorities in its own replay buffer, as its solo run gives them."""
+        index, replay = sample.get(INDEX), self.replay_buffer
+        for member, (buffer, size) in enumerate(zip(replay.buffers, replay.batch_sizes)):
+            buffer.update_priority(index[member, :size], td_error[member, :size])
 
     @torch.no_grad()
     def update_targets(self) -> None:

@@ -12,6 +12,7 @@ from tensordict.nn import InteractionType, set_interaction_type
 
 from rlcollect import LazyTensorStorage, ReplayBuffer
 from rlcollect.algos.sac import SACLearner
+from rlcollect.buffers import PrioritizedSampler
 from rlcollect.errors import ConfigError
 from rlcollect.modules.sac import SACActor
 
@@ -63,9 +64,9 @@ def transitions(count: int, terminated: bool = False) -> TensorDict:
     }, [count])
 
 
-def learner(**options) -> SACLearner:
+def learner(sampler=None, **options) -> SACLearner:
     actor = SACActor(OBSERVATION, ACTION, hidden_sizes=(16,))
-    buffer = ReplayBuffer(LazyTensorStorage(64), batch_size=8)
+    buffer = ReplayBuffer(LazyTensorStorage(64), sampler, batch_size=8)
     return SACLearner(actor, buffer, observation_space=OBSERVATION, action_space=ACTION,
                       critic_hidden_sizes=(16,), learning_starts=0, **options)
 
@@ -84,6 +85,63 @@ def test_the_critic_target_is_the_soft_bellman_backup_and_stops_at_termination()
         expected = 0.5 * sum((critic(batch["observation"], batch["action"]) - target).pow(2)
                              for critic in sac.critics).mean()
         torch.testing.assert_close(loss, expected.detach())
+
+
+@pytest.mark.timeout(60)
+def test_the_td_error_is_the_mean_over_the_twin_critics_of_their_absolute_td_errors():
+    torch.manual_seed(0)
+    sac = learner(gamma=0.5, alpha=0.3, autotune=False)
+    batch = transitions(6)
+    torch.manual_seed(7)
+    loss, q_mean = sac.critic_loss(batch)
+    torch.manual_seed(7)  # the same next actions: the same loss, and the TD errors of its tensors
+    with_td_error = sac.critic_loss(batch, return_td_error=True)
+    assert len(with_td_error) == 3 and torch.equal(with_td_error[0], loss) and torch.equal(with_td_error[1], q_mean)
+    td_error = with_td_error[2]
+    assert td_error.shape == (6,) and not td_error.requires_grad
+    torch.manual_seed(7)
+    next_action, next_log_prob = sac.actor.sample(batch["next", "observation"])
+    next_q = torch.min(*(target(batch["next", "observation"], next_action) for target in sac.targets))
+    target = batch["next", "reward"] + 0.5 * (next_q - 0.3 * next_log_prob)
+    q1, q2 = (critic(batch["observation"], batch["action"]).detach() for critic in sac.critics)
+    torch.testing.assert_close(td_error, ((q1 - target).abs() + (q2 - target).abs()).detach() / 2)
+    assert not torch.equal(td_error, (q1 - target).abs().detach())  # both critics, not the first alone
+
+
+@pytest.mark.timeout(60)
+def test_prioritized_replay_gives_the_sampled_transitions_their_td_errors_as_priorities():
+    """With a PrioritizedSampler, every gradient step gives the transitions it sampled their
+    absolute TD errors (critic_loss's, before the step) as priorities: the sampler stores
+    (|TD error| + eps) ** alpha per position, the largest TD error becomes new ones' priority."""
+    torch.manual_seed(0)
+    sampler = PrioritizedSampler(64, alpha=0.6, beta=0.4, eps=1e-6)
+    sac = learner(sampler, gradient_steps_per_batch=3)
+    assert sac.prioritized and not learner().prioritized
+    sac.replay_buffer.extend(transitions(32))
+    steps, update = [], sac.update
+
+    def recorded_update(batch):
+        with torch.random.fork_rng():  # the TD errors the update computes, from the same next actions
+            _, _, expected = sac.critic_loss(batch, return_td_error=True)
+        metrics = update(batch)
+        assert torch.equal(metrics["td_error"], expected)
+        steps.append((batch.get("index"), metrics["td_error"]))
+        return metrics
+
+    sac.update = recorded_update
+    metrics = sac.learn(None, frames=32)
+    assert len(steps) == 3 and "td_error" not in metrics and math.isfinite(metrics["loss_q"])
+    priority = sampler.state_dict()["priority"][:32]  # (p + eps) ** alpha per stored position
+    assert len(set(priority.tolist())) > 1  # the TD errors fed back: not all the max priority (1.0) any more
+    index, td_error = steps[-1]  # the last sample's positions hold its TD errors
+    expected = (td_error.double() + 1e-6).pow(0.6)
+    for position in index.unique().tolist():
+        assert priority[position].item() in expected[index == position].tolist()  # a position drawn twice: one
+    unique = [j for j in range(8) if int((index == index[j]).sum()) == 1]
+    assert unique and all(priority[index[j]].item() == expected[j].item() for j in unique)
+    assert sampler.max_priority == max([1.0] + [float(error.max()) for _, error in steps])
+    never_sampled = sorted(set(range(32)) - {position for index, _ in steps for position in index.tolist()})
+    assert never_sampled and all(priority[position].item() == (1.0 + 1e-6) ** 0.6 for position in never_sampled)
 
 
 def test_actor_rounds_and_target_updates_follow_their_frequencies():

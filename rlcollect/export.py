@@ -19,6 +19,7 @@ from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
 from rlcollect.modules.encoders import Flatten, MultiInputEncoder, NatureCNN, OneHot
 from rlcollect.modules.q_network import QValuePolicy
 from rlcollect.modules.recurrent import GRUModule
+from rlcollect.modules.sac import SACActor
 
 __all__ = ["DeployedDictPolicy", "DeployedGRUPolicy", "DeployedLSTMPolicy", "DeployedPolicy", "FORMATS", "deployable",
            "export_onnx", "export_policy", "export_torchscript"]
@@ -32,7 +33,8 @@ def deployable(policy: nn.Module) -> DeployedPolicy:
     writes under a deterministic interaction type), normalisation and encoder inside:
     ``forward(observation, *states) -> (action, head, *next_states)``, see DeployedPolicy
     and its subclasses. It shares ``policy``'s parameters and buffers. Raises ConfigError
-    for a policy it cannot express."""
+    for a policy it cannot express (other than ActorCritic, RecurrentActorCritic,
+    QValuePolicy and SACActor)."""
     if isinstance(policy, RecurrentActorCritic):
         if isinstance(policy.encoder, MultiInputEncoder):
             raise ConfigError("export of a recurrent policy takes one observation tensor: a Dict / Tuple observation "
@@ -46,8 +48,11 @@ def deployable(policy: nn.Module) -> DeployedPolicy:
         encoder = _encoder(policy.q_net[0]) if has_encoder else _FloatFeatures()
         head = policy.q_net[1] if has_encoder else policy.q_net
         parts = (_with_norm(policy.obs_norm, encoder), head, True, policy.action_offset)
+    elif isinstance(policy, SACActor):  # head: the Gaussian mean; action: its tanh scaled to the bounds
+        parts = (_with_norm(policy.obs_norm, _encoder(policy.encoder)), _SACMean(policy.trunk), False, 0,
+                 _TanhSquash(policy.action_scale, policy.action_bias))
     else:
-        raise ConfigError(f"export supports ActorCritic, RecurrentActorCritic and QValuePolicy policies, "
+        raise ConfigError(f"export supports ActorCritic, RecurrentActorCritic, QValuePolicy and SACActor policies, "
                           f"got {type(policy).__name__}")
     deployed_class = DeployedDictPolicy if isinstance(parts[0], _DictFeatures) else DeployedPolicy
     return deployed_class(*parts)
@@ -126,13 +131,19 @@ def export_policy(policy: nn.Module, path: str | Path, format: str, example_obse
 
 class DeployedPolicy(nn.Module):
     """``forward(observation [batch, ...]) -> (action, head)``: the deterministic action
-    (int64 ``[batch]`` for Discrete, space.start added; the mean for Box) and the output
-    it is read from (logits, Gaussian mean or Q-values)."""
+    (int64 ``[batch]`` for Discrete, space.start added; the mean for Box; for SACActor
+    ``tanh(mean) * action_scale + action_bias``) and the output it is read from (logits,
+    Gaussian mean or Q-values; for SACActor the Gaussian mean before the tanh squash).
 
-    def __init__(self, features: nn.Module, actor: nn.Module, discrete: bool, action_offset: int) -> None:
+    ``squash``: None, or the module mapping a Box head to the action (SACActor's tanh
+    scaled to the action bounds)."""
+
+    def __init__(self, features: nn.Module, actor: nn.Module, discrete: bool, action_offset: int,
+                 squash: nn.Module | None = None) -> None:
         super().__init__()
         self.features, self.actor = features, actor
         self.discrete, self.action_offset = discrete, action_offset
+        self.squash = squash
         self.input_names = ["observation"]
         self.output_names = ["action", "head"]
 
@@ -143,7 +154,7 @@ class DeployedPolicy(nn.Module):
         """(action, head) from the encoded features."""
         head = self.actor(features)
         if not self.discrete:
-            return head, head
+            return (head if self.squash is None else self.squash(head)), head
         index = head.argmax(-1)
         return (index + self.action_offset if self.action_offset != 0 else index), head
 
@@ -152,8 +163,9 @@ class DeployedDictPolicy(DeployedPolicy):
     """``forward(observation: Dict[str, Tensor]) -> (action, head)`` for a Dict / Tuple
     observation: one ``[batch, ...]`` tensor per entry (Tuple entries named "0", "1", ...)."""
 
-    def __init__(self, features: _DictFeatures, actor: nn.Module, discrete: bool, action_offset: int) -> None:
-        super().__init__(features, actor, discrete, action_offset)
+    def __init__(self, features: _DictFeatures, actor: nn.Module, discrete: bool, action_offset: int,
+                 squash: nn.Module | None = None) -> None:
+        super().__init__(features, actor, discrete, action_offset, squash)
         self.input_names = list(features.names)
 
     def forward(self, observation: Dict[str, Tensor]) -> Tuple[Tensor, Tensor]:
@@ -271,6 +283,31 @@ class _FloatFeatures(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return x.float()
+
+
+class _SACMean(nn.Module):
+    """SACActor's Gaussian mean (before the squash) from the features: the first half of
+    its trunk's output, as ``SACActor.distribution`` reads it."""
+
+    def __init__(self, trunk: nn.Module) -> None:
+        super().__init__()
+        self.trunk = trunk
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.trunk(features).chunk(2, -1)[0]
+
+
+class _TanhSquash(nn.Module):
+    """SACActor's deterministic action from its mean: ``tanh(mean) * action_scale +
+    action_bias`` (the policy's buffers, shared)."""
+
+    def __init__(self, action_scale: Tensor, action_bias: Tensor) -> None:
+        super().__init__()
+        self.register_buffer("action_scale", action_scale)
+        self.register_buffer("action_bias", action_bias)
+
+    def forward(self, mean: Tensor) -> Tensor:
+        return torch.tanh(mean) * self.action_scale + self.action_bias
 
 
 def _actor_parts(policy: ActorCritic) -> tuple[nn.Module, nn.Module, bool, int]:

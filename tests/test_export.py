@@ -9,15 +9,18 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from commands import rlcollect as cli
 from tensordict import TensorDict
 from tensordict.nn import InteractionType, set_interaction_type
 from torch import nn
 
+import rlcollect
 from rlcollect.envs.spaces import subspaces, torch_dtype
 from rlcollect.errors import ConfigError, MissingDependencyError
 from rlcollect.export import deployable, export_onnx, export_policy, export_torchscript
 from rlcollect.modules.actor_critic import ActorCritic, RecurrentActorCritic
 from rlcollect.modules.q_network import QValuePolicy
+from rlcollect.modules.sac import SACActor
 
 N = 1000  # observations per policy
 ENVS, STEPS = 50, 20  # recurrent policies: N observations as STEPS steps of ENVS envs
@@ -33,9 +36,19 @@ TUPLE = gym.spaces.Tuple((gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Mu
                           gym.spaces.MultiBinary(3)))
 
 
+SAC_ACTIONS = gym.spaces.Box(np.array([-2, 0], np.float32), np.array([2, 1], np.float32), dtype=np.float32)
+
+
 def normalized_policy():
     policy = ActorCritic(CARTPOLE, gym.spaces.Discrete(3, start=-1), normalize_observation=True)
     policy.obs_norm.update(sample(CARTPOLE, 500, seed=1) * 3 + 1)
+    return policy
+
+
+def normalized_sac_actor():
+    """A SACActor whose action bounds are not symmetric (a bias as well as a scale)."""
+    policy = SACActor(PENDULUM, SAC_ACTIONS, hidden_sizes=(64, 64), normalize_observation=True)
+    policy.obs_norm.update(sample(PENDULUM, 500, seed=1) * 3 + 1)
     return policy
 
 
@@ -48,6 +61,9 @@ FEEDFORWARD = {
     "q_values": (lambda: QValuePolicy(CARTPOLE, gym.spaces.Discrete(2), hidden_sizes=(64, 64)), CARTPOLE),
     "dict": (lambda: ActorCritic(DICT, gym.spaces.Discrete(3)), DICT),
     "tuple_q_values": (lambda: QValuePolicy(TUPLE, gym.spaces.Discrete(4, start=1), hidden_sizes=(64,)), TUPLE),
+    # SAC: the action tanh(mean) scaled to the bounds, the head the mean before the squash
+    "sac": (normalized_sac_actor, PENDULUM),
+    "sac_dict": (lambda: SACActor(DICT, SAC_ACTIONS, hidden_sizes=(64, 64)), DICT),
 }
 RECURRENT = {
     "gru": (lambda: RecurrentActorCritic(CARTPOLE, gym.spaces.Discrete(3), rnn="gru", hidden_size=16, num_layers=2),
@@ -125,6 +141,8 @@ def library_steps(policy, observations, resets):
                 head = policy.heads.actor(out["features"])
             elif isinstance(policy, QValuePolicy):
                 head = out["action_value"]
+            elif isinstance(policy, SACActor):
+                head = policy.distribution(td["observation"])[0]  # the Gaussian mean before the squash
             else:
                 head = policy.actor(policy.features(td["observation"]))
         states = {key: out["next", key] for key in keys}
@@ -236,7 +254,7 @@ def test_unsupported_cases_are_refused_in_one_line(tmp_path):
     nested = gym.spaces.Dict(inner=DICT, speed=gym.spaces.Box(-1, 1, (1,), np.float32))
     policy = ActorCritic(CARTPOLE, gym.spaces.Discrete(2))
     cases = [
-        (lambda: deployable(nn.Linear(4, 2)), "supports ActorCritic, RecurrentActorCritic and QValuePolicy"),
+        (lambda: deployable(nn.Linear(4, 2)), "supports ActorCritic, RecurrentActorCritic, QValuePolicy and SACActor"),
         (lambda: deployable(ActorCritic(nested, gym.spaces.Discrete(2))), "nested"),
         (lambda: deployable(RecurrentActorCritic(DICT, gym.spaces.Discrete(2))), "recurrent policy takes one"),
         (lambda: export_policy(policy, tmp_path / "p", "tflite", torch.zeros(1, 4)), "format must be one of"),
@@ -272,3 +290,23 @@ def test_a_refused_export_leaves_no_folder_it_made(tmp_path, monkeypatch):
     with folder_made("--out", out):
         out.write_text("exported")
     assert out.read_text() == "exported"
+
+
+@pytest.mark.timeout(300)
+def test_export_of_a_sac_run_writes_a_file_that_acts_as_its_policy(tmp_path):
+    """`rlcollect export <SAC run> --format torchscript`: exit 0, the file written, and its
+    actions those of the run's policy (load_policy: deterministic)."""
+    trained = cli(tmp_path, "train", "algo=sac", "env=pendulum", "total_frames=512", "algo.learning_starts=256",
+                  "collector.frames_per_batch=128", "logger=none", "progress=false", "hydra.run.dir=run")
+    assert trained.returncode == 0, trained.stderr
+    exported = cli(tmp_path, "export", "run", "--format", "torchscript")
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout.strip() == "run/policy.pt"
+    policy = rlcollect.load_policy(tmp_path / "run")
+    assert isinstance(policy, SACActor)
+    observations = sample(PENDULUM, 200, seed=0)
+    with torch.no_grad():
+        expected = policy(TensorDict({"observation": observations}, [200]))["action"]
+        action, head = torch.jit.load(tmp_path / "run" / "policy.pt")(observations)
+    assert action.shape == (200, 1) and torch.equal(action, expected)
+    assert torch.equal(head, policy.distribution(observations)[0])

@@ -499,6 +499,46 @@ class FrameStore:
                 del records[traj]
 
     # ------------------------------------------------------------------ repair and state
+    def copy_touched_frames(self, kept: torch.Tensor, touched: torch.Tensor) -> int:
+        """Before the storage drops every time index but ``kept`` (its time indices kept):
+        a kept element that names the aligned frame of a ``touched`` slot (bool ``[capacity]``)
+        gets a spare copy of that frame and names it instead. That happens where the dropped
+        steps were written after the kept ones, which a pending run had continued into (a
+        memory-mapped storage whose files were written on after the checkpoint a resume
+        loads); never in a repair, which drops the oldest. Returns how many frames were copied."""
+        capacity, num_slots, copied = self.capacity, self.num_slots, 0
+        for key in self.layout.keys:
+            q = key.index
+            tables = [table.view(self.num_rows, capacity, key.stack)
+                      for table in (self._obs_ptr[q], self._next_ptr[q]) if table is not None]
+            named = [table[:, kept] for table in tables]  # copies: written back below
+            pointers = torch.cat([values.reshape(-1) for values in named])
+            aligned = pointers < num_slots
+            lost = pointers[aligned & touched[pointers % capacity]].unique()  # sorted
+            if lost.numel() == 0:
+                continue
+            spares = self.spares[q]
+            in_use = torch.zeros(spares.batch_size[0], dtype=torch.bool, device=pointers.device)
+            in_use[pointers[~aligned] - num_slots] = True
+            free = (~in_use).nonzero().squeeze(1)
+            if free.numel() < lost.numel():
+                size = spares.batch_size[0]
+                if self.grow_spares is None:
+                    raise RuntimeError(f"replay storage (dedup_observations=True): {key.key!r} needs "
+                                       f"{lost.numel() - free.numel()} more spare frames, and a storage shared with "
+                                       f"other processes cannot grow them: give spare_frames= at least {2 * size}")
+                spares = self.spares[q] = self.grow_spares(key, max(2 * size, size + lost.numel() - free.numel()),
+                                                           spares)
+                free = torch.cat([free, torch.arange(size, spares.batch_size[0], device=free.device)])
+            spare_ids = free[:lost.numel()]
+            spares.get("frames").index_copy_(0, spare_ids, self._aligned[q].index_select(0, lost))
+            for table, values in zip(tables, named):
+                hit = (values < num_slots) & torch.isin(values, lost)
+                values[hit] = num_slots + spare_ids[torch.searchsorted(lost, values[hit])]
+                table[:, kept] = values
+            copied += lost.numel()
+        return copied
+
     def after_repair(self, remap: torch.Tensor, kept: int, steps_written: int) -> None:
         """The storage moved its kept elements to time indices ``[0, kept)`` (``remap``: old
         time index -> new, -1 dropped): move what the pointers name, recount the spares."""

@@ -166,9 +166,13 @@ class ReplayBuffer:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        self.storage.load_state_dict(state["storage"])
+        """Load a ``state_dict``; where the storage moved its elements as it loaded (a
+        memory-mapped one whose files were written past the state), the priorities follow."""
+        kept = self.storage.load_state_dict(state["storage"])
         if "sampler" in state and isinstance(self.sampler, PrioritizedSampler):
             self.sampler.load_state_dict(state["sampler"])
+            if kept is not None:
+                self.sampler.elements_moved(kept)
 
     def __repr__(self) -> str:
         return (f"ReplayBuffer(storage={self.storage!r}, sampler={self.sampler!r}, batch_size={self.batch_size}, "

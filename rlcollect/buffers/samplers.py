@@ -483,6 +483,12 @@ class PrioritizedSampler(Sampler):
         return {"priority": self._priority.clone(), "max_priority": self._max_priority,
                 "seen_writes": self._seen_writes}
 
+    def elements_moved(self, kept: torch.Tensor) -> None:
+        """The storage moved its elements (a memory-mapped one, loading a state its files
+        were written past): element ``j`` was at position ``kept[j]``; its priority follows."""
+        kept = torch.as_tensor(kept).to("cpu", torch.int64)
+        self._priority[:kept.numel()] = self._priority[kept]
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         priority = torch.as_tensor(state["priority"], dtype=torch.float64)
         if priority.shape != self._priority.shape:

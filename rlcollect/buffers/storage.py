@@ -417,23 +417,39 @@ class LazyTensorStorage:
         time steps from ``start`` (counters not advanced): the stored steps that write had
         begun to overwrite are dropped (they may hold a mix of old and new keys); the others
         stay, moved to time indices ``[0, kept)`` oldest first. Returns how many were dropped."""
+        filled = self.position.filled
+        touched, kept = self._touched_and_kept(start, steps)
+        if kept.numel() == filled:  # the write had touched no stored step
+            return 0
+        self._keep_only(kept, touched)
+        return filled - kept.numel()
+
+    def _touched_and_kept(self, start: int, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``touched``: bool ``[capacity]``, the time indices ``start .. start + steps - 1``
+        (modulo capacity); ``kept``: the stored time indices not touched, oldest first."""
         capacity, filled, cursor = self._capacity, self.position.filled, self.position.cursor
         oldest = cursor if filled == capacity else 0
         in_time_order = (oldest + torch.arange(filled)) % capacity
         touched = torch.zeros(capacity, dtype=torch.bool)
-        touched[(start + torch.arange(steps)) % capacity] = True
-        kept = in_time_order[~touched[in_time_order]].to(self.device)
-        if kept.numel() == filled:  # the write had touched no stored step
-            return 0
-        time_dim = self.ndim - 1
-        for _, stored, _ in self._writers:
-            stored.narrow(time_dim, 0, kept.numel()).copy_(stored.index_select(time_dim, kept))
+        touched[(start + torch.arange(min(steps, capacity))) % capacity] = True
+        return touched.to(self.device), in_time_order[~touched[in_time_order]].to(self.device)
+
+    def _keep_only(self, kept: torch.Tensor, touched: torch.Tensor) -> None:
+        """Keep the stored time indices ``kept`` (oldest first), moved to ``[0, kept)``, and
+        drop every other one; the frames a kept element names in a ``touched`` slot are
+        copied to spares first (dedup_observations). Under the lock."""
+        capacity, count = self._capacity, kept.numel()
+        if self._frames is not None:
+            self._frames.copy_touched_frames(kept, touched)
+        if not torch.equal(kept, torch.arange(count, device=kept.device)):  # else every kept step is in place
+            time_dim = self.ndim - 1
+            for _, stored, _ in self._writers:
+                stored.narrow(time_dim, 0, count).copy_(stored.index_select(time_dim, kept))
         if self._frames is not None:
             remap = torch.full((capacity,), -1, dtype=torch.int64, device=self.device)
-            remap[kept] = torch.arange(kept.numel(), device=self.device)
-            self._frames.after_repair(remap, kept.numel(), self.position.write_count // self.num_rows)
-        self.position.set(kept.numel(), kept.numel(), self.position.write_count)
-        return filled - kept.numel()
+            remap[kept] = torch.arange(count, device=self.device)
+            self._frames.after_repair(remap, count, self.position.write_count // self.num_rows)
+        self.position.set(count, count, self.position.write_count)
 
     def _check_write(self, data: TensorDictBase) -> dict:
         """Validate a write's batch shape, keys and feature shapes; returns its tensors by key."""
@@ -583,9 +599,10 @@ class LazyTensorStorage:
                     state["frames"] = self._frames.state_dict(in_place=held)
         return state
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict) -> torch.Tensor | None:
         """Load a ``state_dict``: the position, and the data where the state holds it (its
-        written steps, or, from states saved before they were trimmed, every step)."""
+        written steps, or, from states saved before they were trimmed, every step). Returns
+        None (a LazyMemmapStorage that moved its elements: the time indices kept)."""
         with self.position.lock:
             if "data" in state:
                 shape = torch.Size(state["data_shape"])  # the storage's: [*rows, capacity]
@@ -741,6 +758,38 @@ class LazyMemmapStorage(LazyTensorStorage):
             storage._frames.spares = [TensorDict.load_memmap(scratch_dir / cls.SPARES / storage._spare_dirs[str(i)])
                                       for i in range(len(storage._layout.keys))]
         return storage
+
+    def load_state_dict(self, state: dict) -> torch.Tensor | None:
+        """Load a ``state_dict``. A state without data (a checkpoint's: the files outlast the
+        run) loaded onto files written on after it was taken (the run went on, then died
+        before its next checkpoint; a resume) gets back the checkpoint's buffer as far as it
+        still exists: the steps written after the checkpoint are dropped, and so are the
+        checkpoint's steps they overwrote; the rest moves to time indices ``[0, kept)``,
+        oldest first (a resumed run writes the dropped ones again). A warning says so.
+        Returns the time indices kept, oldest first (element ``j`` was at ``kept[j]``: a
+        PrioritizedSampler's priorities move with them), or None where nothing moved."""
+        if "data" in state or self._data is None:
+            super().load_state_dict(state)
+            return None
+        with self.position.lock:
+            files_count = self.position.write_count
+            super().load_state_dict(state)
+            ahead = files_count - self.position.write_count
+            if ahead < 0:
+                log.warning("replay buffer %s: its files hold %d transitions fewer than the checkpoint (%d written, "
+                            "the checkpoint's %d): the slots of the missing ones hold what the files had there",
+                            self.scratch_dir, -ahead, files_count, self.position.write_count)
+            if ahead <= 0:
+                return None
+            held = len(self)
+            touched, kept = self._touched_and_kept(self.position.cursor, -(-ahead // self.num_rows))
+            self._keep_only(kept, touched)
+            in_files = min(ahead, self.num_rows * self._capacity)  # the ring holds the last ones
+            log.warning("replay buffer %s: %d transitions in its files were written after the checkpoint (%d "
+                        "written, the checkpoint's %d): dropped, with the %d of the checkpoint's they had "
+                        "overwritten; the buffer resumes with the checkpoint's other %d", self.scratch_dir, in_files,
+                        files_count, self.position.write_count, held - len(self), len(self))
+            return kept
 
     def share_memory_(self) -> "LazyMemmapStorage":
         """A no-op: memory-mapped files are already shared between processes."""

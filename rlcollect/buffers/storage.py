@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -656,6 +657,9 @@ class LazyTensorStorage:
                 f"len={len(self)}, cursor={self.cursor})")
 
 
+TENSORDICT_META = "meta.json"  # what TensorDict.memmap writes beside a folder's tensors: their dtypes and shapes
+
+
 class LazyMemmapStorage(LazyTensorStorage):
     """A LazyTensorStorage on memory-mapped files, for buffers larger than RAM.
 
@@ -729,6 +733,41 @@ class LazyMemmapStorage(LazyTensorStorage):
         if previous:
             shutil.rmtree(self.scratch_dir / self.SPARES / previous, ignore_errors=True)
         return spares
+
+    @classmethod
+    def missing_files(cls, scratch_dir: str | os.PathLike) -> str | None:
+        """Which of the storage's files in ``scratch_dir`` (its position, its data/ and
+        spares/ folders) is missing or cut short, in words; None when every file is whole.
+        Checked before ``load`` opens them, which would make a missing position file anew,
+        and whose tensordict leaves out a tensor whose file is missing (the storage would
+        lack that key) and maps one cut short (reading past its end kills the process).
+        Each folder of a TensorDict.memmap is compared with its meta.json: as many tensor
+        files (and bytes) and sub-folders as it lists, whatever names they were given on
+        disk. Reads only."""
+        scratch_dir = Path(scratch_dir)
+        position = scratch_dir / cls.POSITION
+        if not position.is_file() or position.stat().st_size < 3 * 8:  # cursor, filled, write_count: int64
+            return cls.POSITION
+        metadata = json.loads((scratch_dir / cls.METADATA).read_text())
+        folders = [Path(cls.DATA), *(Path(cls.SPARES) / name for name in metadata.get("spares", {}).values())]
+        for folder in folders:
+            if not (scratch_dir / folder).is_dir():
+                return f"its folder {folder}/"
+            for path, subfolders, files in os.walk(scratch_dir / folder):
+                where = f"a file of its {Path(path).relative_to(scratch_dir)}/"
+                if TENSORDICT_META not in files:
+                    return where
+                entries = [entry for entry in json.loads(Path(path, TENSORDICT_META).read_text()).values()
+                           if isinstance(entry, dict)]
+                tensors = [(math.prod(entry["shape"]), getattr(torch, entry["dtype"].removeprefix("torch.")).itemsize)
+                           for entry in entries if "dtype" in entry and "shape" in entry]
+                memmaps = [name for name in files if name.endswith(".memmap")]
+                if (len(memmaps) < sum(1 for elements, _ in tensors if elements)
+                        or sum(os.path.getsize(Path(path, name)) for name in memmaps)
+                        < sum(elements * size for elements, size in tensors)
+                        or len(subfolders) < sum(1 for entry in entries if entry.get("type") is not None)):
+                    return where
+        return None
 
     @classmethod
     def load(cls, scratch_dir: str | os.PathLike) -> "LazyMemmapStorage":

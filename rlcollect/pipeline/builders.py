@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, read_write
 
 from rlcollect.algos.learners import Learner
 from rlcollect.buffers import LazyMemmapStorage, LazyTensorStorage, MultiStep, PrioritizedSampler
@@ -28,8 +29,9 @@ from rlcollect.config import option_node
 from rlcollect.envs.sources import make_env as make_env_source
 from rlcollect.envs.spaces import sample_shape, sample_shapes, torch_dtype, torch_dtypes
 from rlcollect.envs.staging import StagedEnv
-from rlcollect.errors import ConfigError
+from rlcollect.errors import ConfigError, one_line
 from rlcollect.logging.run_logger import EpisodeStatsHook, RunLogger, WandbLogger
+from rlcollect.pipeline.checks import check_scratch_dir
 from rlcollect.pipeline.targets import (
     COLLECTOR_RUNTIME_ARGUMENTS,
     PIPELINE_KEYS,
@@ -38,7 +40,7 @@ from rlcollect.pipeline.targets import (
     target_class,
 )
 from rlcollect.primers import policy_primers
-from rlcollect.run_files import REPLAY_DIR
+from rlcollect.run_files import REPLAY_DIR, sweep_of
 
 
 # ---------------------------------------------------------------------------- envs
@@ -178,19 +180,63 @@ def make_replay_buffer(cfg: DictConfig, run_dir: Path, *, reopen: bool = False):
 
 
 def make_storage(node: DictConfig, *, device: str, run_dir: Path, reopen: bool = False):
+    """``buffer.storage``'s class: a LazyMemmapStorage in its folder (``memmap_dir``), a
+    given scratch_dir checked first (``checks.check_scratch_dir``: never another run's
+    folder or files), or, for a resumed run (``reopen``), opened again from it
+    (``reopen_storage``); a LazyTensorStorage on the training device unless it names one."""
     cls = target_class(node, "buffer.storage")
     if issubclass(cls, LazyMemmapStorage):
-        scratch_dir = Path(node.get("scratch_dir") or run_dir / REPLAY_DIR)
+        scratch_dir = memmap_dir(node, run_dir)
         if reopen:  # a resumed run continues with its files, which its checkpoint does not hold
-            if not scratch_dir.is_dir():
-                raise ConfigError(f"resume={run_dir}: its memory-mapped replay buffer ({scratch_dir}) is not there "
-                                  "(moved, or cleaned away): the checkpoint's buffer cannot be restored; put the "
-                                  "folder back, or train the run again in a new folder")
-            return cls.load(scratch_dir)
+            return reopen_storage(cls, scratch_dir, run_dir)
+        if node.get("scratch_dir"):
+            check_scratch_dir(scratch_dir, run_dir)
         return build_node(node, "buffer.storage", scratch_dir=str(scratch_dir))
     if issubclass(cls, LazyTensorStorage):
         return build_node(node, "buffer.storage", device=node.get("device") or device)
     return build_node(node, "buffer.storage")
+
+
+def memmap_dir(node: DictConfig, run_dir: Path) -> Path:
+    """Where a LazyMemmapStorage's files are: the run folder's replay/ (``scratch_dir``
+    null), else ``scratch_dir``, made absolute in the config itself (config.yaml records
+    the absolute path, which a resume from another working directory finds), and, for a
+    job of a sweep, the job's folder path in the sweep below it (``<scratch_dir>/3_seed=1``):
+    the jobs of a sweep, given one scratch_dir, never share their files (a resumed job
+    finds its own again)."""
+    given = node.get("scratch_dir")
+    if not given:
+        return Path(run_dir) / REPLAY_DIR
+    scratch_dir = Path(os.path.abspath(given))
+    if str(scratch_dir) != given:
+        with read_write(node):
+            node.scratch_dir = str(scratch_dir)
+    sweep = sweep_of(run_dir)
+    if sweep is not None:
+        scratch_dir = scratch_dir / Path(run_dir).resolve().relative_to(sweep)
+    return scratch_dir
+
+
+def reopen_storage(cls: type[LazyMemmapStorage], scratch_dir: Path, run_dir: Path) -> LazyMemmapStorage:
+    """A resumed run's LazyMemmapStorage opened again from ``scratch_dir``; a folder that is
+    gone, empty, without its storage.json or with a data file missing or cut short is a
+    ConfigError naming the run's ``resume=`` and the folder, every file left as it was."""
+    storage = f"resume={run_dir}: its memory-mapped replay buffer ({scratch_dir})"
+    lost = ("the checkpoint's buffer cannot be restored; put the folder back, or train the run again in a new "
+            "folder")
+    if not scratch_dir.is_dir():
+        raise ConfigError(f"{storage} is not there (moved, or cleaned away): {lost}")
+    if not (scratch_dir / cls.METADATA).is_file():
+        state = "is empty" if not any(scratch_dir.iterdir()) else f"has no {cls.METADATA}"
+        raise ConfigError(f"{storage} {state} (cleaned away, or never written): {lost}")
+    try:
+        gap = cls.missing_files(scratch_dir)
+        reopened = None if gap is not None else cls.load(scratch_dir)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RuntimeError) as error:
+        raise ConfigError(f"{storage} cannot be opened ({one_line(error)}): {lost}") from None
+    if gap is not None:
+        raise ConfigError(f"{storage}: {gap} is missing or cut short (cleaned away in part): {lost}")
+    return reopened
 
 
 def make_rollout_buffer(cfg: DictConfig, policy, collector: CollectorBase, observation_space, action_space):

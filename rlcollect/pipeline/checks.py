@@ -15,12 +15,20 @@ import dataclasses
 import difflib
 import functools
 import logging
+from pathlib import Path
 
 import torch
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-from rlcollect.buffers import PrioritizedSampler, RandomSampler, ReplayBuffer, RolloutBuffer
+from rlcollect.buffers import (
+    LazyMemmapStorage,
+    PrioritizedSampler,
+    RandomSampler,
+    ReplayBuffer,
+    RolloutBuffer,
+    SliceSampler,
+)
 from rlcollect.collectors.base import CollectionPlan, CollectorBase
 from rlcollect.config import SCHEMAS, check_ranges, rename_keys, schema_nodes
 from rlcollect.envs.backends import check_vector_entry_point
@@ -28,6 +36,7 @@ from rlcollect.envs.gym_env import import_plugins, resolve_env_id
 from rlcollect.envs.sources import TORCH_ENVS
 from rlcollect.errors import ConfigError
 from rlcollect.pipeline.targets import RUNTIME_ARGUMENTS, named_arguments, target_callable, target_class
+from rlcollect.run_files import HYDRA_DIR, REPLAY_DIR, run_files
 from rlcollect.validation import check_positive_int
 
 log = logging.getLogger(__name__)
@@ -235,6 +244,126 @@ def check_values(cfg: DictConfig) -> None:
     if storage is not None and storage.get("ndim", 1) > 1 and prioritized:
         raise ConfigError(f"buffer/sampler=prioritized keeps one priority per stored transition: it needs "
                           f"buffer.storage.ndim=1, not {storage.ndim}")
+    check_replay_sizes(cfg)
+
+
+# ---------------------------------------------------------------------------- replay buffer sizes
+def check_replay_sizes(cfg: DictConfig) -> None:
+    """A replay buffer's sizes, as its storage and sampler would find them once the run is
+    under way (buffers/storage.py, buffers/samplers.py), checked with the config's numbers:
+    a storage keeping env rows (ndim > 1) holds ``max_size // rows`` steps of each of the
+    rows of a write, at least one (an ndim=1 storage takes any write: a longer one leaves
+    its last max_size steps); a sample of ``algo.batch_size`` comes from at most what the
+    storage holds; and a slice sampler's own conditions (``check_slices``)."""
+    storage = cfg.buffer.get("storage")
+    if storage is None or not target_class(cfg.algo, "algo").replay:
+        return
+    max_size, ndim = storage.max_size, storage.get("ndim", 1)
+    rows = 1
+    if ndim > 1 and cfg.buffer.get("trajs_per_batch") is None:
+        rows = write_rows(cfg)
+        if max_size < rows:
+            envs = f": env.num_envs={cfg.env.num_envs}" if rows == cfg.env.num_envs else ""
+            raise ConfigError(f"buffer.storage.max_size={max_size}: smaller than the {rows} env rows of each write "
+                              f"(buffer.storage.ndim={ndim} keeps one row per env{envs}, each of max_size // {rows} "
+                              f"steps); raise buffer.storage.max_size to {rows} or more, or use buffer.storage.ndim=1")
+    steps = max_size // rows  # of each row: the storage's capacity
+    held = steps * rows
+    batch_size = cfg.algo.get("batch_size")
+    if batch_size is not None and batch_size > held:
+        rounded = "" if held == max_size else (f" ({held} with buffer.storage.ndim={ndim}: {steps} steps of each "
+                                               f"of the {rows} env rows)")
+        raise ConfigError(f"algo.batch_size={batch_size}: must be at most buffer.storage.max_size={max_size}, the "
+                          f"transitions the replay buffer holds{rounded}; lower algo.batch_size or raise "
+                          "buffer.storage.max_size")
+    sampler = cfg.buffer.get("sampler")
+    if sampler is not None and issubclass(target_class(sampler, "buffer.sampler"), SliceSampler):
+        check_slices(cfg, steps, rows)
+
+
+def write_rows(cfg: DictConfig) -> int:
+    """The rows of each write into a storage that keeps env rows (ndim > 1): every env of a
+    batch (``CollectorBase.batch_envs``; env.num_envs for the sync collector)."""
+    collector_class = target_class(cfg.collector, "collector")
+    if issubclass(collector_class, CollectorBase):
+        return collector_class.batch_envs(collection_plan(cfg))
+    return cfg.env.num_envs or 1
+
+
+def check_slices(cfg: DictConfig, steps: int, rows: int) -> None:
+    """What SliceSampler (and SliceSamplerWithoutReplacement) refuse, found before the run
+    starts, not at its first sample: not exactly one of slice_len and num_slices,
+    pad_output with strict_length, a batch_size that is no multiple of the one given, and,
+    with strict_length, slices longer than any trajectory the storage can hold (``steps``
+    per row): the sampler would find none long enough."""
+    sampler = cfg.buffer.sampler
+    name = option_name(target_class(sampler, "buffer.sampler"), "buffer_sampler")
+    slice_len, num_slices = sampler.get("slice_len"), sampler.get("num_slices")
+    if (slice_len is None) == (num_slices is None):
+        given = (f"buffer.sampler.slice_len={_yaml(slice_len)} and buffer.sampler.num_slices={_yaml(num_slices)}")
+        advice = ("give one: slice_len, the steps of a slice, or num_slices, the slices of a sample"
+                  if slice_len is None else "set the other to null")
+        raise ConfigError(f"{given}: buffer/sampler={name} takes exactly one of them; {advice}")
+    if sampler.get("pad_output") and sampler.get("strict_length"):
+        raise ConfigError("buffer.sampler.pad_output=true and buffer.sampler.strict_length=true: pad_output pads "
+                          "short slices, strict_length leaves them out; use pad_output=true only with "
+                          "strict_length=false")
+    batch_size = cfg.algo.get("batch_size")
+    if batch_size is None:
+        return
+    if slice_len is not None:
+        key, length = f"buffer.sampler.slice_len={slice_len}", slice_len
+        if batch_size % slice_len:
+            raise ConfigError(f"algo.batch_size={batch_size}: must be a multiple of {key} (buffer/sampler={name} "
+                              "samples algo.batch_size // slice_len slices of slice_len steps)")
+    else:
+        key, length = f"buffer.sampler.num_slices={num_slices}", batch_size // num_slices
+        if batch_size % num_slices:
+            raise ConfigError(f"algo.batch_size={batch_size}: must be a multiple of {key} (buffer/sampler={name} "
+                              "samples num_slices slices of algo.batch_size // num_slices steps)")
+    if sampler.get("strict_length") and length > steps:
+        per_row = f" over {rows} env rows" if rows > 1 else ""
+        of = "" if slice_len is not None else f" (slices of algo.batch_size // num_slices = {length} steps)"
+        raise ConfigError(f"{key}{of}: with buffer.sampler.strict_length=true every slice is {length} steps of one "
+                          f"trajectory, and no trajectory the storage holds is longer than {steps} steps "
+                          f"(buffer.storage.max_size={cfg.buffer.storage.max_size}{per_row}); shorten the slices or "
+                          "use buffer.sampler.strict_length=false")
+
+
+def _yaml(value) -> str:
+    """A config value as the command line writes it (None: null)."""
+    return "null" if value is None else str(value)
+
+
+# the names a LazyMemmapStorage writes into its folder
+MEMMAP_FILES = (LazyMemmapStorage.METADATA, LazyMemmapStorage.POSITION, LazyMemmapStorage.DATA,
+                LazyMemmapStorage.SPARES)
+
+
+def check_scratch_dir(scratch_dir: Path, run_dir: Path) -> None:
+    """A new run's memory-mapped replay buffer (``buffer.storage.scratch_dir``) goes to a
+    folder of its own: not a file, not a folder of another run (``run_files.run_files``)
+    nor one inside it (its own run folder is fine), nor one holding a replay buffer's files
+    already (another run's, given the same scratch_dir). Reads only."""
+    key = f"buffer.storage.scratch_dir={scratch_dir}"
+    if scratch_dir.exists() and not scratch_dir.is_dir():
+        raise ConfigError(f"{key} is a file, not a folder: give the replay buffer's files a folder of their own")
+    own = Path(run_dir).resolve()
+    folder = scratch_dir.resolve()
+    for outer in (folder, *folder.parents):
+        if outer == own:
+            break
+        held = [] if outer.name == HYDRA_DIR else run_files(outer)
+        if held:
+            where = "is the folder of" if outer == folder else "is inside"
+            raise ConfigError(f"{key} {where} another run ({outer}: its {', '.join(held)}), whose files the replay "
+                              f"buffer would write among: give this run a scratch_dir outside every run's folder, or "
+                              f"leave it null (the run folder's {REPLAY_DIR}/)")
+    held = [name for name in MEMMAP_FILES if (scratch_dir / name).exists()]
+    if held:
+        raise ConfigError(f"{key} holds a replay buffer's files already ({', '.join(held)}: another run's, given the "
+                          f"same scratch_dir): give each run a scratch_dir of its own, or leave it null (the run "
+                          f"folder's {REPLAY_DIR}/)")
 
 
 def check_learning_starts(cfg: DictConfig) -> None:

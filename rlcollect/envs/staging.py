@@ -90,7 +90,8 @@ class Staging:
 
     def bind(self, device: torch.device) -> None:
         """Expose the arrays as tensors on ``device`` (aliases on CPU)."""
-        self.device = torch.device(device)
+        device = torch.device(device)
+        self.device = torch.device("cpu") if device.type == "cpu" else device  # "cpu:0" too: aliases, not copies
         cpu = tree_map(torch.from_numpy, self.arrays)
         if self.device.type != "cpu":
             self._cpu, self._device_tensors = cpu, tree_map(lambda t: t.to(self.device), cpu)

@@ -129,3 +129,22 @@ def test_close_is_idempotent():
     env = GymEnv("CartPole-v1", 2)
     env.close()
     env.close()
+
+
+@pytest.mark.timeout(60)
+def test_an_indexed_cpu_device_steps_as_the_cpu():
+    """``cpu:0`` is the CPU: the env's tensors alias its arrays as with ``cpu`` (they were
+    copies once, which the env never wrote into: every observation zero)."""
+    envs = {device: GymEnv("CartPole-v1", 2, seed=0, device=device) for device in ("cpu", "cpu:0")}
+    first = {device: env.reset() for device, env in envs.items()}
+    assert first["cpu:0"].device == torch.device("cpu")
+    assert torch.equal(first["cpu:0"]["observation"], first["cpu"]["observation"])
+    assert first["cpu"]["observation"].abs().sum() > 0
+    stepped = {}
+    for device, env in envs.items():
+        carrier = first[device].clone()
+        carrier["action"] = torch.tensor([0, 1])
+        stepped[device], _ = env.step_and_maybe_reset(carrier)
+    assert torch.equal(stepped["cpu:0"]["next", "observation"], stepped["cpu"]["next", "observation"])
+    for env in envs.values():
+        env.close()

@@ -36,17 +36,18 @@ def wait_for(condition, timeout: float = 60.0) -> None:
         time.sleep(0.01)
 
 
-def ctrl_c_group_when(process, ready, timeout: float = 120.0) -> str:
+def ctrl_c_group_when(process, ready, timeout: float = 120.0, signal_number: int | None = None) -> str:
     """Once ``ready()`` holds, Ctrl-C the process group of ``process`` (started with
     ``start_new_session=True``: a terminal's Ctrl-C reaches every process of the command)
-    while it still runs; its stderr once it has ended. A process left running is killed."""
+    while it still runs (``signal_number``: another signal, e.g. ``timeout``'s SIGTERM);
+    its stderr once it has ended. A process left running is killed."""
     import os
     import signal
 
     try:
         wait_for(lambda: process.poll() is not None or ready(), timeout)
         assert process.poll() is None, process.communicate()
-        os.killpg(process.pid, signal.SIGINT)
+        os.killpg(process.pid, signal.SIGINT if signal_number is None else signal_number)
         _, stderr = process.communicate(timeout=timeout)
     finally:
         if process.poll() is None:

@@ -672,6 +672,37 @@ def test_ctrl_c_while_starting_exits_130_with_one_line_and_leaves_no_folder(tmp_
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("collector", ["multisync", "distributed"])
+def test_sigterm_to_the_group_stops_a_run_of_worker_processes_after_its_batch_with_its_checkpoint(tmp_path, collector):
+    """``timeout`` (or a scheduler) sends SIGTERM to every process of the command's group:
+    the collector's workers leave it to the command, which ends its batch, checkpoints and
+    exits 143 (the workers died of it, and the run failed asking them for their state)."""
+    import signal
+
+    from processes import ctrl_c_group_when, wait_for
+
+    process = start_rlcollect(tmp_path, "train", f"collector={collector}", "collector.num_workers=2", "logger=none",
+                              "progress=false", "total_frames=10000000", "env.solved_return=null", "eval.episodes=2",
+                              "hydra.run.dir=run", start_new_session=True)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    workers = []
+
+    def running():
+        if metrics.exists() and metrics.read_text().count("\n") >= 2:
+            workers.extend(_children(process.pid))
+            return True
+        return False
+
+    stderr = ctrl_c_group_when(process, running, signal_number=signal.SIGTERM)
+    assert process.returncode == 143, stderr
+    assert "Traceback" not in stderr and "failed" not in stderr and "could not" not in stderr, stderr
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["checkpoint_frames"] == summary["frames"] > 0
+    assert len(workers) >= 2
+    wait_for(lambda: not [pid for pid in workers if Path(f"/proc/{pid}").exists()], timeout=30)  # none left behind
+
+
 CTRL_C_AT = """
 # Ctrl-C at the point ctrl_c_at.txt (in the working folder) names: an import, or the opening of a
 # file whose path ends so (a third word: another signal, SIGTERM)

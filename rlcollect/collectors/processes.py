@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Iterator, NoReturn, Sequence
 import numpy as np
 import torch
 
-from rlcollect.child_processes import sigint_blocked
+from rlcollect.child_processes import killed_at_exit, sigint_blocked
 
 WAIT_SLICE_SECONDS = 0.5  # how often a waiting main process checks that its workers live
 
@@ -57,11 +57,14 @@ def raised_message(traceback_text: str) -> str:
 
 def initialize_worker(seed: int | None = None, torch_threads: int | None = 1,
                       cpus: Sequence[int] | None = None) -> None:
-    """Set up a worker process (rlpyt's ``initialize_worker``): ignore SIGINT (the main
-    process decides when to stop), pin to ``cpus``, seed Python's, numpy's and torch's
-    RNGs (``None``: fresh OS entropy, so forked workers do not share their parent's
-    stream) and limit torch's intra-op threads. Arguments, never environment variables."""
+    """Set up a worker process (rlpyt's ``initialize_worker``): ignore SIGINT and SIGTERM
+    (the main process decides when to stop: a Ctrl-C or ``timeout``'s SIGTERM reaches the
+    whole process group; a collector stops its workers by a message, or kills them), pin
+    to ``cpus``, seed Python's, numpy's and torch's RNGs (``None``: fresh OS entropy, so
+    forked workers do not share their parent's stream) and limit torch's intra-op
+    threads. Arguments, never environment variables."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if cpus is not None:
         os.sched_setaffinity(0, cpus)
     seed_rngs(seed)
@@ -114,6 +117,7 @@ class WorkerProcesses:
         self.mp_context = mp_context
         self.processes: list = []
         self.connections: list = []
+        killed_at_exit(self, self.processes)
         self._on_failure = on_failure
         self._name = name
         self.recover = recover
@@ -132,7 +136,7 @@ class WorkerProcesses:
         index = len(self.processes) if worker_id is None else worker_id
         process = self.mp_context.Process(target=target, args=(handoff, worker_end), daemon=True,
                                           name=f"{self._name}-{index}")
-        with sigint_blocked(self.mp_context):
+        with sigint_blocked(self.mp_context, sigterm=True):
             process.start()
         handoff.clear()
         worker_end.close()
@@ -269,10 +273,7 @@ class WorkerProcesses:
         deadline = time.monotonic() + timeout
         for process in self.processes:
             process.join(timeout=max(0.0, deadline - time.monotonic()))
-        for process in self.processes:
-            if process.is_alive():
-                process.terminate()
-                process.join(timeout=1.0)
+        for process in self.processes:  # a worker ignores SIGTERM (initialize_worker): the rest are killed
             if process.is_alive():
                 process.kill()
                 process.join()

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from rlcollect.child_processes import sigint_blocked
+from rlcollect.child_processes import killed_at_exit, sigint_blocked
 from rlcollect.choices import DISTRIBUTED_WORKER_STARTERS as STARTERS
 from rlcollect.errors import MissingDependencyError
 
@@ -24,12 +24,13 @@ class ProcessStarter:
     def __init__(self, start_method: str = "spawn") -> None:
         self._context = multiprocessing.get_context(start_method)
         self.processes: list = []
+        killed_at_exit(self, self.processes)
 
     def start(self, target: Callable, args_per_worker: list[tuple]) -> None:
         for index, args in enumerate(args_per_worker):
             # not daemonic: a worker may run a multi-process collector of its own
             process = self._context.Process(target=target, args=args, name=f"rlcollect-distributed-{index}")
-            with sigint_blocked(self._context):  # a Ctrl-C as it starts: this process's, no traceback of its own
+            with sigint_blocked(self._context, sigterm=True):  # a Ctrl-C / SIGTERM as it starts: this process's
                 process.start()
             self.processes.append(process)
 

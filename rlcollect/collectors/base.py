@@ -9,11 +9,12 @@ import threading
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 from tensordict import TensorDict
 
+from rlcollect.choices import HOSTED_COLLECTOR_CLASSES
 from rlcollect.collectors.delivery import PENDING
 from rlcollect.collectors.options import BatchSpec, DeliveryOptions
 from rlcollect.collectors.restarts import Restarts, WorkerRestart
@@ -70,6 +71,44 @@ def check_worker_env_backend(plan: CollectionPlan) -> None:
         raise ConfigError(f"env.backend=async starts a process per env, which collector={plan.name}'s worker "
                           "processes cannot (they are daemonic): use env.backend=sync or list (the workers already "
                           "step in parallel), or a collector that steps its envs in this process")
+
+
+def check_hosted_options(plan: CollectionPlan, host: str, hosted_class: Callable[[str], type]) -> None:
+    """What a hosted collector (collector=ray, collector=distributed: each ``host`` runs the
+    collector ``hosted_class(collector_class)``, host_plan.hosted_class, with collector_kwargs)
+    would refuse once its hosts start: multisync/multiasync without
+    collector_kwargs.num_workers (the run's one env source is split over that many worker
+    processes), a collector_kwargs key the host's collector does not take (its
+    ``accepted_arguments``) and a worker_cpu_affinity without one list of CPU ids per worker
+    process. A null key is not passed on: not checked."""
+    collector_class = plan.options.get("collector_class", "sync")
+    if collector_class not in HOSTED_COLLECTOR_CLASSES:
+        return  # a choice outside them: check_ranges says so
+    kwargs = {key: value for key, value in (plan.options.get("collector_kwargs") or {}).items() if value is not None}
+    cls = hosted_class(collector_class)
+    unexpected = sorted(set(kwargs) - cls.accepted_arguments())
+    if unexpected:
+        given = ", ".join(f"collector.collector_kwargs.{key}={kwargs[key]}" for key in unexpected)
+        takers = [name for name in HOSTED_COLLECTOR_CLASSES
+                  if set(unexpected) <= hosted_class(name).accepted_arguments()]
+        them = "it" if len(unexpected) == 1 else "them"
+        where = (f"set collector.collector_class={' or '.join(takers)} (worker processes in each {host}), or leave "
+                 f"{them} null" if takers else f"leave {them} null")
+        raise ConfigError(f"{given}: not {'an argument' if len(unexpected) == 1 else 'arguments'} of "
+                          f"collector.collector_class={collector_class} ({cls.__name__}), the collector each {host} "
+                          f"runs: {where}")
+    if collector_class == "sync":
+        return
+    workers = kwargs.get("num_workers")
+    if workers is None:
+        raise ConfigError(f"collector.collector_class={collector_class} runs worker processes in each {host}: set "
+                          f"their number, collector.collector_kwargs.num_workers (null), e.g. "
+                          f"collector.collector_kwargs.num_workers=2")
+    affinity = kwargs.get("worker_cpu_affinity")
+    if affinity is not None and (len(affinity) != workers or not all(affinity)):
+        raise ConfigError(f"collector.collector_kwargs.worker_cpu_affinity={list(affinity)} "
+                          f"(collector.collector_kwargs.num_workers={workers}): must hold one non-empty list of CPU "
+                          f"ids per worker process of each {host}")
 
 
 class CollectorBase(ABC):

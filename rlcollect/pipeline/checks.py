@@ -30,6 +30,8 @@ from rlcollect.buffers import (
     SliceSampler,
 )
 from rlcollect.collectors.base import CollectionPlan, CollectorBase
+from rlcollect.collectors.options import DeviceOptions
+from rlcollect.collectors.processes import check_cpu_affinity
 from rlcollect.config import SCHEMAS, check_ranges, rename_keys, schema_nodes
 from rlcollect.envs.backends import check_vector_entry_point
 from rlcollect.envs.gym_env import import_plugins, resolve_env_id
@@ -227,12 +229,9 @@ def check_values(cfg: DictConfig) -> None:
         if frames is not None:
             check_positive_int("eval.every_frames" + (f".{env_id}" if env_id else ""), frames)
     storage = cfg.buffer.get("storage")
-    devices = {"device": cfg.device, **{f"collector.{key}": cfg.collector.get(key)
-                                        for key in ("policy_device", "env_device", "storing_device")},
-               "buffer.storage.device": storage.get("device") if storage is not None else None}
-    for key, device in devices.items():
-        if device is not None:
-            check_device(key, device)
+    for key, device in device_keys(cfg).items():
+        check_device(key, device)
+    check_worker_cpu_affinity(cfg)
     sampler = cfg.buffer.get("sampler")
     if cfg.algo.get("prioritized") and sampler is not None and not issubclass(
             target_class(sampler, "buffer.sampler"), (RandomSampler, PrioritizedSampler)):
@@ -245,6 +244,55 @@ def check_values(cfg: DictConfig) -> None:
         raise ConfigError(f"buffer/sampler=prioritized keeps one priority per stored transition: it needs "
                           f"buffer.storage.ndim=1, not {storage.ndim}")
     check_replay_sizes(cfg)
+
+
+# the device keys of a collector node (and of a hosted collector's collector_kwargs): DeviceOptions' fields
+COLLECTOR_DEVICE_KEYS = tuple(option.name for option in dataclasses.fields(DeviceOptions))
+
+
+def device_keys(cfg: DictConfig) -> dict[str, object]:
+    """``{full key: device}`` of every device the config sets (null ones left out): the
+    training device, the collector's (and its hosts' collector_kwargs, where the hosts run on
+    this machine: ``hosts_here``), the rollout buffer's and the replay storage's."""
+    collector = cfg.collector
+    devices = {"device": cfg.device, **{f"collector.{key}": collector.get(key) for key in COLLECTOR_DEVICE_KEYS}}
+    hosted = collector.get("collector_kwargs")
+    if hosted is not None and hosts_here(collector):
+        devices.update({f"collector.collector_kwargs.{key}": hosted.get(key) for key in COLLECTOR_DEVICE_KEYS})
+    storage = cfg.buffer.get("storage")
+    devices["buffer.device"] = cfg.buffer.get("device")
+    devices["buffer.storage.device"] = storage.get("device") if storage is not None else None
+    return {key: device for key, device in devices.items() if device is not None}
+
+
+def hosts_here(collector: DictConfig) -> bool:
+    """Whether a hosted collector's hosts (its collector_kwargs' collectors) run on this
+    machine, whose devices ``check_device`` can tell: a local Ray (``ray_address`` null),
+    local processes (``start_workers_with=mp``) or local submitit jobs (``cluster=local``).
+    The hosts of a Ray cluster or of SLURM jobs have their nodes' devices, not this one's."""
+    starter = collector.get("start_workers_with")
+    if starter == "mp":
+        return True
+    if starter == "submitit":
+        return collector.get("cluster") == "local"
+    return collector.get("ray_address") is None
+
+
+def check_worker_cpu_affinity(cfg: DictConfig) -> None:
+    """collector.worker_cpu_affinity: one non-empty list of CPU ids per worker process
+    (collector.num_workers), each a CPU this process may use (``check_cpu_affinity``, what
+    the collector's workers are pinned with), found before any worker starts."""
+    affinity = cfg.collector.get("worker_cpu_affinity")
+    if affinity is None or "num_workers" not in cfg.collector:
+        return
+    workers = cfg.collector.num_workers
+    value = OmegaConf.to_container(affinity) if OmegaConf.is_config(affinity) else affinity
+    try:
+        check_cpu_affinity(value, workers)
+    except (ValueError, TypeError) as error:
+        reason = str(error).removeprefix("worker_cpu_affinity ")
+        raise ConfigError(f"collector.worker_cpu_affinity={value} (collector.num_workers={workers}): {reason}"
+                          ) from None
 
 
 # ---------------------------------------------------------------------------- replay buffer sizes
@@ -378,17 +426,58 @@ def check_learning_starts(cfg: DictConfig) -> None:
 
 
 def check_device(key: str, device) -> None:
-    """A device this machine and this torch build have."""
+    """A device this machine and this torch build have, that a run can train on: not the
+    meta device (its tensors hold no values), not a CPU with an index (``cpu``: torch has
+    one CPU device), and an accelerator only where torch says it is available (its own
+    ``is_available()``; for a type without one, where a tensor can be made there)."""
     try:
         device = torch.device(device)
-    except RuntimeError as error:
-        raise ConfigError(f"{key}={device}: not a device ({error})") from None
+    except (RuntimeError, TypeError) as error:
+        raise ConfigError(f"{key}={device}: not a device ({' '.join(str(error).split())})") from None
+    if device.type == "meta":
+        raise ConfigError(f"{key}={device}: the meta device holds tensors without values, so nothing is computed "
+                          f"there and a run cannot train on it; use {key}=cpu (or an accelerator's device)")
+    if device.type == "cpu":
+        if device.index is not None:
+            raise ConfigError(f"{key}={device}: a CPU device has no index here (torch has one CPU device); use "
+                              f"{key}=cpu")
+        return
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError(f"{key}={device}: this machine or this torch build has no CUDA "
                               f"(torch.cuda.is_available() is False); use {key}=cpu")
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise ConfigError(f"{key}={device}: there are {torch.cuda.device_count()} CUDA devices")
+        return
+    check_accelerator(key, device)
+
+
+def check_accelerator(key: str, device: torch.device) -> None:
+    """An accelerator other than CUDA (mps, xpu, mtia, hpu, xla, ...) this machine and this
+    torch build have: ``torch.backends.mps.is_available()`` for mps, ``torch.<type>.is_available()``
+    where torch has that module, else a tensor made there (what a plugin's device needs)."""
+    backend = getattr(torch.backends, device.type, None) if device.type == "mps" else None
+    module = getattr(torch, device.type, None)
+    available = getattr(backend, "is_available", None) or getattr(module, "is_available", None)
+    if callable(available):
+        where = f"torch.{'backends.' if backend is not None else ''}{device.type}.is_available()"
+        try:
+            usable = bool(available())
+        except Exception:  # a backend that fails to initialize: not available either
+            usable = False
+        if not usable:
+            raise ConfigError(f"{key}={device}: this machine or this torch build has no {device.type} device "
+                              f"({where} is False); use {key}=cpu")
+        count = getattr(module, "device_count", None)
+        if device.index is not None and callable(count) and device.index >= count():
+            raise ConfigError(f"{key}={device}: there are {count()} {device.type} devices")
+        return
+    try:
+        torch.empty(0, device=device)
+    except Exception as error:
+        reason = " ".join(str(error).split(". ")[0].split()) or type(error).__name__
+        raise ConfigError(f"{key}={device}: this torch build cannot make tensors on the {device.type} device "
+                          f"({reason}); use {key}=cpu") from None
 
 
 def warn_combination(cfg: DictConfig) -> None:

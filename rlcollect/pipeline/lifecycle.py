@@ -318,10 +318,7 @@ def resume_checks(run_dir: Path, overrides: dict | None = None, *, check_only: b
     if not checkpoint_exists(run_dir / CHECKPOINT_FILE):
         raise ConfigError(f"resume={run_dir}: no {CHECKPOINT_FILE} to continue from: {stopped_before(rows)}; "
                           "train it again in a new folder")
-    refused = [key for key in overrides if key not in RESUME_OVERRIDES]
-    if refused:
-        raise ConfigError(f"resume={run_dir}: {', '.join(refused)} cannot change on resume (the run's config is "
-                          f"built into its checkpoint); a resumed run takes only {', '.join(RESUME_OVERRIDES)}")
+    check_resume_keys(run_dir, overrides)
     overrides = typed_values(overrides)
     try:
         cfg = OmegaConf.load(run_dir / CONFIG_FILE)
@@ -346,6 +343,16 @@ def resume_checks(run_dir: Path, overrides: dict | None = None, *, check_only: b
     for key, value in overrides.items():
         OmegaConf.update(cfg, key, value)
     return cfg, checkpoint
+
+
+def check_resume_keys(run_dir: Path, keys) -> None:
+    """The ConfigError of a resume of the run in ``run_dir`` given config ``keys`` it cannot
+    change (any but ``RESUME_OVERRIDES``): whatever the key, of the run's own config or
+    not, a resumed run keeps the config it was built with. Reads nothing."""
+    refused = [key for key in keys if key not in RESUME_OVERRIDES]
+    if refused:
+        raise ConfigError(f"resume={run_dir}: {', '.join(refused)} cannot change on resume (the run's config is "
+                          f"built into its checkpoint); a resumed run takes only {', '.join(RESUME_OVERRIDES)}")
 
 
 def metric_rows(run_dir: Path) -> list[dict]:

@@ -12,7 +12,7 @@ import torch.distributed as dist
 from tensordict import TensorDict, TensorDictBase
 
 from rlcollect.choices import DISTRIBUTED_BACKENDS as BACKENDS
-from rlcollect.collectors.base import CollectionPlan
+from rlcollect.collectors.base import CollectionPlan, check_hosted_options
 from rlcollect.collectors.delivery import Delivery
 from rlcollect.collectors.distributed.group import (
     ANSWER_TAG,
@@ -39,7 +39,7 @@ from rlcollect.collectors.distributed.worker import (
     weight_tensors,
     worker_main,
 )
-from rlcollect.collectors.host_plan import host_collector_kwargs
+from rlcollect.collectors.host_plan import host_collector_kwargs, hosted_class
 from rlcollect.collectors.hosted_collector import HostedCollector
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.processes import WorkerError
@@ -104,12 +104,14 @@ class DistributedCollector(HostedCollector):
 
     @classmethod
     def check_plan(cls, plan: CollectionPlan) -> None:
-        """It sends the weights over its own process group: no other weight sync."""
+        """It sends the weights over its own process group: no other weight sync; and what
+        each worker's collector would refuse (``check_hosted_options``)."""
         from rlcollect.weight_sync import NoWeightSyncScheme
 
         if plan.weight_sync is not None and not issubclass(plan.weight_sync, NoWeightSyncScheme):
             raise ConfigError(f"collector={plan.name} sends the weights over its process group itself: use "
                               f"weight_sync=none (what it selects), not weight_sync={plan.weight_sync_name}")
+        check_hosted_options(plan, cls.host, hosted_class)
 
     @classmethod
     def lags_policy(cls, options) -> bool:

@@ -42,8 +42,8 @@ import torch
 from tensordict import TensorDictBase
 
 from rlcollect.buffers.replay import ReplayBuffer
-from rlcollect.collectors.base import CollectionPlan
-from rlcollect.collectors.host_plan import HostPlan, host_collector_kwargs
+from rlcollect.collectors.base import CollectionPlan, check_hosted_options
+from rlcollect.collectors.host_plan import HostPlan, host_collector_kwargs, hosted_class
 from rlcollect.collectors.hosted_collector import HostedCollector
 from rlcollect.collectors.options import DeliveryOptions
 from rlcollect.collectors.processes import WorkerError, WorkerLost
@@ -137,11 +137,13 @@ class RayCollector(HostedCollector):
 
     @classmethod
     def check_plan(cls, plan: CollectionPlan) -> None:
-        """Its actors share no memory with the trainer: Ray's weight sync, or none."""
+        """Its actors share no memory with the trainer: Ray's weight sync, or none; and what
+        each actor's collector would refuse (``check_hosted_options``)."""
         if plan.weight_sync is not None and not issubclass(plan.weight_sync, (RayWeightSyncScheme,
                                                                               NoWeightSyncScheme)):
             raise ConfigError(f"collector={plan.name} shares no memory with its actors: use weight_sync=ray (or "
                               f"none), not weight_sync={plan.weight_sync_name}")
+        check_hosted_options(plan, cls.host, hosted_class)
 
     @classmethod
     def lags_policy(cls, options) -> bool:

@@ -195,6 +195,20 @@ def test_the_hosted_collectors_check_their_plans_in_plain_values():
                                                        "collector_kwargs": {"num_workers": 2, "cat_results": 0}}))
 
 
+@pytest.mark.timeout(30)
+def test_actors_asking_for_more_gpus_than_the_ray_this_run_starts_has_are_refused():
+    """A Ray the run starts (ray_address null) has this machine's GPUs: an actor asking for
+    more would wait for them forever (Ray's autoscaler says so every half minute)."""
+    more = torch.cuda.device_count() + 1
+    with pytest.raises(ConfigError, match=rf"^collector\.remote_config\.num_gpus={more}: the Ray this run starts "
+                                          rf"\(collector\.ray_address=null\) has this machine's "
+                                          rf"{torch.cuda.device_count()} GPUs"):
+        RayCollector.check_plan(CollectionPlan("ray", {"remote_config": {"num_gpus": more}}))
+    RayCollector.check_plan(CollectionPlan("ray", {"remote_config": {"num_gpus": more},
+                                                   "ray_address": "ray://cluster:10001"}))  # a cluster's own GPUs
+    RayCollector.check_plan(CollectionPlan("ray", {"remote_config": {"num_gpus": torch.cuda.device_count()}}))
+
+
 # ---------------------------------------------------------------------------- worker CPU affinity
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("collector", ["multisync", "multiasync", "action_server", "pool"])

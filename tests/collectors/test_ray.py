@@ -415,7 +415,7 @@ def test_every_ray_listener_binds_loopback(make, ray_head):
 
 
 LOCAL_RAY_SCRIPT = """
-import functools, json, os, subprocess, sys
+import functools, json, os, signal, subprocess, sys
 from pathlib import Path
 import ray
 from rlcollect.collectors.ray import RayCollector
@@ -424,8 +424,13 @@ from rlcollect.testing import CountingEnv
 
 {descendants}
 
+def stop(number, frame):  # a run's own handler (rlcollect/commands/jobs.py)
+    pass
+
+signal.signal(signal.SIGTERM, stop)
 collector = RayCollector(functools.partial(GymEnv, CountingEnv), num_workers=1, frames_per_batch=4)
 batch = next(iter(collector))
+assert signal.getsignal(signal.SIGTERM) is stop  # ray.init's own handler does not stay
 ss = subprocess.run(["ss", "-H", "-l", "-t", "-u", "-n", "-p"], capture_output=True, text=True).stdout
 report = {{"shape": list(batch.batch_size), "ss": ss, "pids": sorted(descendants(os.getpid()) | {{os.getpid()}}),
           "node_ip": ray.util.get_node_ip_address(), "proxy_after_start": os.environ.get("http_proxy")}}

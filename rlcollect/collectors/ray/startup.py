@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 import uuid
 
@@ -204,6 +205,23 @@ def session_marker(token: str):
             os.environ[watchdog.SESSION_VARIABLE] = saved
 
 
+@contextlib.contextmanager
+def own_stop_signals():
+    """This process's SIGINT and SIGTERM handlers as they were before the block: ray.init
+    puts its own on SIGTERM (``sys.exit``), where rlcollect's stop the run after its batch
+    (rlcollect/commands/jobs.py), or, while a run starts, end it in one line."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handlers = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in handlers.items():
+            if handler is not None:  # None: set outside Python, left as it is
+                signal.signal(number, handler)
+
+
 def start_local_ray(num_cpus: int | None = None) -> None:
     """Start a Ray instance on this machine, bound to loopback (``loopback_ray_env()``), no
     dashboard, and connect this process to it (``ray.shutdown()`` stops it). ``num_cpus``
@@ -220,7 +238,7 @@ def start_local_ray(num_cpus: int | None = None) -> None:
     token = uuid.uuid4().hex
     guard = start_watchdog(token)  # before the token is in os.environ: the watchdog is no part of the session
     try:
-        with loopback_environment(ray), session_marker(token):
+        with loopback_environment(ray), session_marker(token), own_stop_signals():
             ray.init(address="local", num_cpus=max(os.cpu_count() or 1, num_cpus or 0), include_dashboard=False,
                      _node_ip_address="127.0.0.1", logging_level=logging.WARNING)
     except BaseException:

@@ -15,9 +15,9 @@ from train_configs import train_configs
 from rlcollect.collectors.base import CollectionPlan
 from rlcollect.collectors.distributed.collector import DistributedCollector
 from rlcollect.collectors.ray.collector import RayCollector
+from rlcollect.config.values import RESUME_OVERRIDES, check_resume_keys
 from rlcollect.errors import ConfigError
 from rlcollect.pipeline.checks import check_config, check_device, device_keys
-from rlcollect.pipeline.lifecycle import RESUME_OVERRIDES, check_resume_keys
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 META = ("the meta device holds tensors without values, so nothing is computed there and a run cannot train on it; "

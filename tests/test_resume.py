@@ -235,6 +235,8 @@ def test_a_resumed_run_takes_a_longer_total_frames_and_refuses_other_changes(tmp
     run_dir = tmp_path / "run"
     refusals = [(["collector=multisync"], "collector cannot change on resume"),
                 (["algo.lr=0.1"], "algo.lr cannot change on resume"),
+                # a key of another collector's config: said so, not as a key the default collector lacks
+                (["collector.num_workers=3"], "collector.num_workers cannot change on resume"),
                 (["total_frames=512"], f"total_frames=512: the run in {run_dir} has 512 frames already; resume it "
                                        "with total_frames > 512"),
                 (["torch_threads=0", "total_frames=1024"], "torch_threads=0: must be >= 1"),  # was a build error

@@ -4,6 +4,7 @@ folder, the overrides a resumed run takes, and one line for an override Hydra ca
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 
 from hydra.errors import (
     MissingConfigException,
@@ -11,7 +12,9 @@ from hydra.errors import (
 )
 from omegaconf import DictConfig, OmegaConf
 
+from rlcollect.config.values import check_resume_keys
 from rlcollect.errors import ConfigError
+from rlcollect.run_files import CONFIG_FILE
 
 
 def resume_overrides(task_overrides, cfg: DictConfig) -> dict:
@@ -41,7 +44,8 @@ def in_resumed_run_folder(args: list[str]) -> list[str]:
     leaving its .hydra/ as the first part wrote it and logging to its job log only once the
     resume is known to start (``keep_log_in``). The folder is passed quoted, so any folder
     name works (a sweep member's ``multirun/.../algo.lr=0.001,seed=1`` included). An
-    override that would move where it writes (``RESUME_FOLDER_KEYS``) is a ConfigError."""
+    override that would move where it writes (``RESUME_FOLDER_KEYS``), or of a key a resume
+    cannot change (``check_resume_keys``), is a ConfigError."""
     resume = [index for index, arg in enumerate(args) if arg.startswith("resume=")]
     if not resume:
         return args
@@ -51,6 +55,10 @@ def in_resumed_run_folder(args: list[str]) -> list[str]:
     if moved:  # Hydra would write its records (.hydra/, the job log) there: another run's folder, or a new one
         raise ConfigError(f"resume={folder}: {moved[0]}: a resumed run continues in its own folder; leave "
                           f"{moved[0].split('=', 1)[0]} out")
+    if (Path(folder) / CONFIG_FILE).is_file():  # a run's (what else it is, is said later)
+        # keys of the run's own config (collector.num_workers of a multisync run) before Hydra composes the default one
+        check_resume_keys(folder, [arg.split("=", 1)[0].lstrip("+~") for arg in args if "=" in arg and not
+                                   arg.startswith(("-", "resume=", "hydra.", "hydra/", "+hydra", "~hydra"))])
     return [*args, f"hydra.run.dir={quoted(folder)}", "hydra.output_subdir=null", "hydra/job_logging=stdout"]
 
 

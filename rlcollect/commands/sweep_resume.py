@@ -144,10 +144,10 @@ def resume_sweep(folder: Path, args: list[str], task_function: Callable[[DictCon
 
 def parse_overrides(folder: Path, args: list[str]) -> tuple[dict, int | None]:
     """The ``key=value`` arguments besides ``resume=`` (YAML values): the keys a resumed run
-    may change (lifecycle.RESUME_OVERRIDES), typed, and ``hydra.launcher.processes`` (None:
+    may change (config.values.RESUME_OVERRIDES), typed, and ``hydra.launcher.processes`` (None:
     not given)."""
     from rlcollect.config import typed_values
-    from rlcollect.pipeline.lifecycle import RESUME_OVERRIDES
+    from rlcollect.config.values import RESUME_OVERRIDES
 
     overrides = {}
     for arg in args:

@@ -94,8 +94,8 @@ def jobs_to_start(folder: Path, hydra: DictConfig) -> tuple[list[NewJob], list[s
 
 def identity(overrides: list[str]) -> list[str]:
     """What tells a job of a sweep from the others: its overrides, in any order, but those a
-    resume may give every job anew (lifecycle.RESUME_OVERRIDES: total_frames ...)."""
-    from rlcollect.pipeline.lifecycle import RESUME_OVERRIDES
+    resume may give every job anew (config.values.RESUME_OVERRIDES: total_frames ...)."""
+    from rlcollect.config.values import RESUME_OVERRIDES
 
     return sorted(override for override in overrides if override.split("=", 1)[0].lstrip("+~") not in RESUME_OVERRIDES)
 

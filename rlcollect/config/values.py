@@ -9,6 +9,19 @@ from rlcollect.config.fields import check_ranges
 from rlcollect.config.schemas import EnvConfig, TrainConfig
 from rlcollect.errors import ConfigError
 
+# the keys a resumed run may change: the rest of its config is built into its checkpoint
+RESUME_OVERRIDES = ("total_frames", "checkpoint_every_frames", "checkpoint_every_seconds", "progress", "torch_threads")
+
+
+def check_resume_keys(run_dir, keys) -> None:
+    """The ConfigError of a resume of the run in ``run_dir`` given config ``keys`` it cannot
+    change (any but ``RESUME_OVERRIDES``): whatever the key, of the run's own config or
+    not, a resumed run keeps the config it was built with. Reads nothing."""
+    refused = [key for key in keys if key not in RESUME_OVERRIDES]
+    if refused:
+        raise ConfigError(f"resume={run_dir}: {', '.join(refused)} cannot change on resume (the run's config is "
+                          f"built into its checkpoint); a resumed run takes only {', '.join(RESUME_OVERRIDES)}")
+
 
 def typed_values(overrides: dict) -> dict:
     """``overrides`` (``{config key: value}``, keys of ``TrainConfig``'s schema: a resume's,

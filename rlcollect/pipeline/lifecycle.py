@@ -33,6 +33,7 @@ from rlcollect.checkpoint import (
 from rlcollect.collectors.base import CollectorBase
 from rlcollect.collectors.evaluation import EvalCollector
 from rlcollect.config import eval_every_frames, typed_values
+from rlcollect.config.values import check_resume_keys
 from rlcollect.errors import ConfigError, ResumeNotOpened, one_line
 from rlcollect.logging.run_logger import RunLogger, metrics_up_to
 from rlcollect.logging.runs import PBT_PREFIX, DamagedRowError, json_lines, pbt_settings_at, solved_threshold
@@ -63,11 +64,6 @@ from rlcollect.run_files import (
 from rlcollect.seeding import eval_seed
 
 log = logging.getLogger(__name__)
-
-# What a resumed run may change (`rlcollect train resume=<run> total_frames=N`): everything
-# else was built into its checkpoint (weights, buffers, collector state, seeds).
-RESUME_OVERRIDES = ("total_frames", "checkpoint_every_frames", "checkpoint_every_seconds", "progress", "torch_threads")
-
 
 class FramesAlready(ConfigError):
     """A resume's ``total_frames`` that the run has reached already (its checkpoint's ``frames``)."""
@@ -343,16 +339,6 @@ def resume_checks(run_dir: Path, overrides: dict | None = None, *, check_only: b
     for key, value in overrides.items():
         OmegaConf.update(cfg, key, value)
     return cfg, checkpoint
-
-
-def check_resume_keys(run_dir: Path, keys) -> None:
-    """The ConfigError of a resume of the run in ``run_dir`` given config ``keys`` it cannot
-    change (any but ``RESUME_OVERRIDES``): whatever the key, of the run's own config or
-    not, a resumed run keeps the config it was built with. Reads nothing."""
-    refused = [key for key in keys if key not in RESUME_OVERRIDES]
-    if refused:
-        raise ConfigError(f"resume={run_dir}: {', '.join(refused)} cannot change on resume (the run's config is "
-                          f"built into its checkpoint); a resumed run takes only {', '.join(RESUME_OVERRIDES)}")
 
 
 def metric_rows(run_dir: Path) -> list[dict]:

@@ -263,3 +263,29 @@ def test_the_command_line_refuses_them_in_one_line_exit_2_leaving_nothing(tmp_pa
         assert result.returncode == 2, (overrides, result.stderr)
         assert result.stderr.splitlines() == [f"rlcollect train: invalid configuration: {message}"], overrides
         assert not (folder / "run").exists() and list(folder.iterdir()) == [], overrides
+
+
+# ---------------------------------------------------------------------------- combinations that train, warned
+@pytest.mark.timeout(60)
+def test_workers_left_with_their_first_weights_are_warned_of(caplog):
+    """weight_sync=none with a collector that sends its workers weights (multisync,
+    multiasync, ray): every batch comes from the first weights; a collector whose policy
+    runs in the training process, or that sends weights itself (distributed), is not."""
+    import logging
+
+    from rlcollect.pipeline.checks import warn_combination
+
+    def warnings(*overrides):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="rlcollect.pipeline.checks"):
+            warn_combination(composed(*overrides))
+        return [record.getMessage() for record in caplog.records]
+
+    assert warnings("collector=multisync", "weight_sync=none") == [
+        "weight_sync=none: the workers of collector=multisync keep the policy's first weights, so every batch is "
+        "collected with them whatever ppo learns; leave weight_sync at its default to send them the new weights"]
+    assert warnings("collector=multisync", "weight_sync=none", "algo=dqn")[0].startswith(
+        "weight_sync=none: the workers of collector=multisync keep the policy's first weights")
+    assert warnings("collector=multisync") == []
+    assert warnings("weight_sync=none") == []  # the sync collector's policy is the trainer's
+    assert warnings("collector=distributed") == []  # weight_sync=none: it sends the weights itself

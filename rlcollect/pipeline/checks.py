@@ -481,11 +481,21 @@ def check_accelerator(key: str, device: torch.device) -> None:
 
 
 def warn_combination(cfg: DictConfig) -> None:
-    """Log the combinations that train, but not as one may expect: an on-policy learner fed
-    by a collector whose batches may come from older weights (``CollectorBase.lags_policy``)."""
+    """Log the combinations that train, but not as one may expect: workers that keep their
+    first weights (weight_sync=none with a collector that sends its workers weights), and an
+    on-policy learner fed by a collector whose batches may come from older weights
+    (``CollectorBase.lags_policy``)."""
+    from rlcollect.weight_sync import NoWeightSyncScheme
+
+    collector_class = target_class(cfg.collector, "collector")
+    if (issubclass(target_class(cfg.weight_sync, "weight_sync"), NoWeightSyncScheme)
+            and issubclass(collector_class, CollectorBase)
+            and "weight_sync_schemes" in collector_class.accepted_arguments()):
+        log.warning("weight_sync=none: the workers of collector=%s keep the policy's first weights, so every batch is "
+                    "collected with them whatever %s learns; leave weight_sync at its default to send them the new "
+                    "weights", collector_name(cfg), algo_name(cfg))
     if target_class(cfg.algo, "algo").replay:
         return
-    collector_class = target_class(cfg.collector, "collector")
     if issubclass(collector_class, CollectorBase) and collector_class.lags_policy(cfg.collector):
         what = f"collector={collector_name(cfg)}" + (" with collector.sync=false" if "sync" in cfg.collector else "")
         advice = "prefer collector.sync=true" if "sync" in cfg.collector else "prefer collector=multisync"

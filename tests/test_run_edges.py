@@ -585,6 +585,20 @@ def test_a_value_out_of_range_is_one_line_naming_the_key_and_leaves_no_folder(tm
     assert list(tmp_path.iterdir()) == []  # no outputs/<date>/<time>/ left behind
 
 
+@pytest.mark.timeout(120)
+def test_a_refused_run_removes_the_folders_it_made_and_not_an_empty_one_it_was_given(tmp_path):
+    """A refused run leaves what it found: the folders it made for itself go (new/run, new),
+    an empty folder the user made for it stays, as do its parents."""
+    (tmp_path / "mine" / "runs").mkdir(parents=True)
+    results = cli_all(tmp_path, [["train", "algo.minibatch_size=512", "logger=none", "progress=false",
+                                        f"hydra.run.dir={folder}"] for folder in ("new/run", "mine/runs")])
+    for result in results:
+        assert result.returncode == 2
+        assert result.stderr.splitlines() == ["rlcollect train: invalid configuration: algo.minibatch_size=512: must "
+                                              "be at most the frames of a batch (collector.frames_per_batch=256)"]
+    assert sorted(str(path.relative_to(tmp_path)) for path in tmp_path.rglob("*")) == ["mine", "mine/runs"]
+
+
 # ---------------------------------------------------------------------------- sweeps
 @pytest.mark.timeout(300)
 def test_a_sweep_runs_every_job_and_lists_each_one_that_did_not_finish(tmp_path):

@@ -416,11 +416,22 @@ def remove_hydra_files(job: Job) -> None:
             path.unlink(missing_ok=True)
 
 
+# a single run's folder -> the outermost folder this command made for it (RunFolders, before Hydra wrote there)
+MADE_FOLDERS: dict[Path, Path] = {}
+
+
 def remove_if_empty(folder: Path) -> None:
-    """Remove ``folder`` if it is empty, then each parent left empty (up to the working folder)."""
-    folder, stop = folder.resolve(), Path.cwd().resolve()
-    while folder != stop and stop in folder.parents and folder.is_dir() and not any(folder.iterdir()):
+    """Remove ``folder`` if it is empty, then each parent left empty, as far as the folders
+    this command made for it go (``MADE_FOLDERS``): a folder that was there (an empty one a
+    user made for the run) stays."""
+    folder = folder.resolve()
+    made = MADE_FOLDERS.get(folder)
+    if made is None:
+        return
+    while folder.is_dir() and not any(folder.iterdir()):
         folder.rmdir()
+        if folder == made:
+            break
         folder = folder.parent
 
 

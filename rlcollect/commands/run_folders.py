@@ -11,7 +11,7 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from rlcollect.commands.jobs import Job, folder_label, hydra_files, resume_command
+from rlcollect.commands.jobs import MADE_FOLDERS, Job, folder_label, hydra_files, resume_command
 from rlcollect.errors import ConfigError
 from rlcollect.run_files import (
     CONFIG_FILE,
@@ -69,7 +69,10 @@ class RunFolders(Callback):
             held_while(Path(resume), f"resume={resume}", "the run", self.check_resumed, resume)
             return
         folder = Path(config.hydra.run.dir)
+        made = next((path for path in reversed([folder, *folder.parents]) if not path.exists()), None)
         claim_folder(folder, f"hydra.run.dir={folder}", "the run", self.check_new)
+        if made is not None:  # what a run refused or stopped as it starts may remove again (remove_if_empty)
+            MADE_FOLDERS[folder.resolve()] = made.resolve()
         STARTING.job = Job(folder, False, list(config.hydra.overrides.task), hydra_files(config.hydra, folder))
 
     @staticmethod

@@ -14,7 +14,7 @@ import yaml
 from commands import rlcollect_all
 from run_states import hashes
 from tensordict import TensorDict
-from train_configs import train_configs
+from train_configs import composed, refusal, train_configs
 
 from rlcollect.buffers import LazyMemmapStorage, LazyTensorStorage, SliceSampler
 from rlcollect.errors import ConfigError
@@ -26,17 +26,6 @@ C = ["algo=dqn", "total_frames=2048", "collector.frames_per_batch=256", "algo.le
      "algo.gradient_steps_per_batch=8", "logger=none", "progress=false"]
 SAC = ["algo=sac", "env=pendulum", "total_frames=2048", "collector.frames_per_batch=256", "algo.learning_starts=256",
        "logger=none", "progress=false"]
-
-
-def composed(*overrides):
-    [cfg] = train_configs(list(overrides))
-    return cfg
-
-
-def refusal(*overrides) -> str:
-    with pytest.raises(ConfigError) as refused:
-        check_config(composed(*overrides))
-    return str(refused.value)
 
 
 # ---------------------------------------------------------------------------- sizes

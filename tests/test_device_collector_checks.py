@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from commands import rlcollect_all
-from train_configs import train_configs
+from train_configs import composed, refusal
 
 from rlcollect.collectors.base import CollectionPlan
 from rlcollect.collectors.distributed.collector import DistributedCollector
@@ -22,17 +22,6 @@ from rlcollect.pipeline.checks import check_config, check_device, device_keys
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 META = ("the meta device holds tensors without values, so nothing is computed there and a run cannot train on it; "
         "use {key}=cpu (or an accelerator's device)")
-
-
-def composed(*overrides):
-    [cfg] = train_configs(list(overrides))
-    return cfg
-
-
-def refusal(*overrides) -> str:
-    with pytest.raises(ConfigError) as refused:
-        check_config(composed(*overrides))
-    return str(refused.value)
 
 
 def device_refusal(key: str, device) -> str:

@@ -12,6 +12,7 @@ blocked: they keep the mask (a collector's worker then ignores the signals,
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import weakref
 
@@ -42,10 +43,12 @@ def killed_at_exit(owner, processes: list) -> None:
     (and start with it blocked), so multiprocessing's own clean-up at exit, which
     terminates them, would not end a worker its collector never got to stop (a command
     interrupted while they start). Registered after multiprocessing's, it runs before it."""
-    weakref.finalize(owner, _kill_alive, processes)
+    weakref.finalize(owner, _kill_alive, processes, os.getpid())
 
 
-def _kill_alive(processes: list) -> None:
+def _kill_alive(processes: list, parent: int) -> None:
+    if os.getpid() != parent:  # a forked child holds a copy of the finalizer: the processes are not its own
+        return
     for process in processes:
         if process.pid is not None and process.is_alive():
             process.kill()

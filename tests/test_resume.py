@@ -551,9 +551,12 @@ def test_a_background_run_resumed_for_more_frames_logs_each_new_batch_once(tmp_p
     assert steps == list(range(256, 1536 + 1, 256))
 
 
+MULTIASYNC = ["collector=multiasync", "collector.start_method=fork"]
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("collection", [["collector=multiasync", "collector.start_method=fork"],
-                                        ["algo.background=true"]], ids=["multiasync", "background"])
+@pytest.mark.parametrize("collection", [MULTIASYNC, ["algo.background=true"], [*MULTIASYNC, "algo.background=true"]],
+                         ids=["multiasync", "background", "multiasync_background"])
 def test_a_replay_run_stopped_and_resumed_says_its_checkpoint_s_frame_and_logs_every_batch_once(tmp_path, collection):
     """A collector that writes the replay buffer ahead of the learner: a MultiAsyncCollector's
     checkpoint waits for the batches in flight (their frames in its state, their steps in the

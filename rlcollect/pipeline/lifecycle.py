@@ -108,10 +108,13 @@ class Pipeline:
         if self.generator is not None:
             rng["torch"] = self.generator.get_state()
         frames = self.learnt_frames if self.background and self.learnt_frames is not None else self.collector.frames
-        state = {"frames": frames, "policy": self.policy.state_dict(),
-                 "learner": self.learner.state_dict(), "collector": self.collector.state_dict(),
-                 "rng": rng, "progress": progress.state_dict(), "wandb_run_id": self.logger.run_id or "",
-                 "run_names": {key: value or "" for key, value in (self.names or {}).items()}}
+        # background collection paused meanwhile: the collector's state is asked of its workers over the pipes its
+        # thread reads, and the replay buffer and the collector are taken at one moment
+        with self.collector.pause() if self.background else contextlib.nullcontext():
+            state = {"frames": frames, "policy": self.policy.state_dict(),
+                     "learner": self.learner.state_dict(), "collector": self.collector.state_dict(),
+                     "rng": rng, "progress": progress.state_dict(), "wandb_run_id": self.logger.run_id or "",
+                     "run_names": {key: value or "" for key, value in (self.names or {}).items()}}
         if self.best is not None:
             state["best"] = self.best
         return state

@@ -238,7 +238,38 @@ CLI_REFUSALS = [
     (["collector=multisync", "collector.worker_cpu_affinity=[[0]]"],
      "collector.worker_cpu_affinity=[[0]] (collector.num_workers=2): must hold one non-empty list of CPU ids per "
      "worker (2), got [[0]]"),
+    # Hydra's own ERROR lines about the failed import were printed before this one
+    (["env.wrappers=[{_target_:nosuchpkg.Wrap}]"],
+     "env.wrappers[0]._target_=nosuchpkg.Wrap: not an importable callable (No module named 'nosuchpkg')"),
+    # failed in gym.make as a build error (exit 1, a traceback file, the folder left)
+    (["+env.make_kwargs.nosuch=1"],
+     "make kwarg nosuch=1: CartPole-v1 takes no such argument (CartPoleEnv.__init__() got an unexpected keyword "
+     "argument 'nosuch' was raised from the environment creator for CartPole-v1 with kwargs ({'nosuch': 1}))"),
 ]
+
+
+# ---------------------------------------------------------------------------- what only list-stepped envs do
+@pytest.mark.timeout(60)
+def test_what_only_list_stepped_envs_do_is_refused_on_the_other_backends():
+    """docs/envs.md's limits, said before the run (they failed in its first batches, or in a
+    worker as it started)."""
+    assert refusal("env.backend=sync", "collector.reset_when_done=false") == (
+        "collector.reset_when_done=false leaves finished envs unreset, which needs env.backend=list (got "
+        "env.backend=sync: it cannot step a finished env)")
+    assert refusal("env.backend=vector", "collector=action_server", "collector.max_decorrelation_steps=10") == (
+        "collector.max_decorrelation_steps=10: random steps per env need env.backend=list (got env.backend=vector: "
+        "it steps all its envs at once)")
+    check_config(composed("collector.reset_when_done=false"))
+    check_config(composed("collector=action_server", "collector.max_decorrelation_steps=10"))
+
+
+@pytest.mark.timeout(60)
+def test_a_solved_return_is_a_number_or_null():
+    assert refusal("env.solved_return=abc") == "env.solved_return=abc: a return (a number), or null for no threshold"
+    assert refusal("env.solved_return={CartPole-v1: abc}") == (
+        "env.solved_return.CartPole-v1=abc: a return (a number), or null for no threshold")
+    check_config(composed("env.solved_return=100"))
+    check_config(composed("env.solved_return=null"))
 
 
 @pytest.mark.timeout(300)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
+import re
 from typing import Any, Callable, Mapping, Sequence, Union
 
 import gymnasium as gym
@@ -75,6 +76,12 @@ def make_gym_env(env: EnvSource, max_episode_steps: int | None = None, *, wrappe
             instance = gym.make(env_id, max_episode_steps=max_episode_steps, **make_kwargs)
         except gym.error.DependencyNotInstalled as error:  # e.g. Box2D, mujoco: one line naming what to install
             raise MissingDependencyError(f"{env_id}: {' '.join(str(error).split())}") from None
+        except TypeError as error:  # a make kwarg the env does not take: the caller's, said so
+            unknown = re.search(r"unexpected keyword argument '(\w+)'", str(error))
+            if unknown is None or unknown.group(1) not in make_kwargs:
+                raise
+            raise ConfigError(f"make kwarg {unknown.group(1)}={make_kwargs[unknown.group(1)]!r}: {env_id} takes no "
+                              f"such argument ({' '.join(str(error).split())})") from None
     else:
         if not callable(env):
             raise TypeError(f"env must be a gymnasium id or a zero-argument callable, got {env!r}")
@@ -86,7 +93,10 @@ def make_gym_env(env: EnvSource, max_episode_steps: int | None = None, *, wrappe
         if max_episode_steps is not None:
             instance = gym.wrappers.TimeLimit(instance, max_episode_steps=max_episode_steps)
     for wrapper in wrappers:
-        instance = wrapper(instance)
+        try:
+            instance = wrapper(instance)
+        except gym.error.DependencyNotInstalled as error:  # e.g. AtariPreprocessing's opencv
+            raise MissingDependencyError(f"{wrapper!r}: {' '.join(str(error).split())}") from None
         if not isinstance(instance, gym.Env):
             raise TypeError(f"env wrapper {wrapper!r} returned {type(instance).__name__}, not a gymnasium.Env")
     return instance

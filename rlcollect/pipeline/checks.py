@@ -219,6 +219,7 @@ def check_values(cfg: DictConfig) -> None:
         except ConfigError as error:
             raise ConfigError(f"env.backend=vector: {error}") from None
     check_reset_policy(cfg)
+    check_solved_return(cfg.env.solved_return)
     unknown = [key for key in cfg.algo.get("terminal_keys") or [] if key not in (cfg.env.info_keys or [])]
     if unknown:
         raise ConfigError(f"algo.terminal_keys={unknown}: each must also be in env.info_keys (the flag is read "
@@ -414,6 +415,17 @@ def check_scratch_dir(scratch_dir: Path, run_dir: Path) -> None:
                           f"folder's {REPLAY_DIR}/)")
 
 
+def check_solved_return(solved) -> None:
+    """env.solved_return: null, a number, or ``{env id: number or null}``."""
+    entries = solved.items() if hasattr(solved, "items") else [(None, solved)]
+    for env_id, value in entries:
+        if value is None:
+            continue
+        key = "env.solved_return" + (f".{env_id}" if env_id is not None else "")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}={value}: a return (a number), or null for no threshold")
+
+
 def check_learning_starts(cfg: DictConfig) -> None:
     """An off-policy learner (``Learner.replay``) takes its first gradient step once
     ``algo.learning_starts`` frames are in: a run whose ``total_frames`` does not go past
@@ -509,7 +521,16 @@ def _warn_policy_lag(cfg: DictConfig, what: str, advice: str) -> None:
 
 def check_reset_policy(cfg: DictConfig) -> None:
     """collector.reset_policy: "wait" pads batches (("collector", "mask") False), which PPO
-    skips and a replay buffer would store; only list-stepped gymnasium envs can wait."""
+    skips and a replay buffer would store; only list-stepped gymnasium envs can wait. And
+    what else only they can do (docs/envs.md, "Limits"): leave a finished env unreset
+    (collector.reset_when_done=false), take random steps per env (max_decorrelation_steps)."""
+    backend = cfg.env.backend
+    if backend != "list" and cfg.collector.get("reset_when_done", True) is False:
+        raise ConfigError(f"collector.reset_when_done=false leaves finished envs unreset, which needs "
+                          f"env.backend=list (got env.backend={backend}: it cannot step a finished env)")
+    if backend != "list" and (cfg.collector.get("max_decorrelation_steps") or 0) > 0:
+        raise ConfigError(f"collector.max_decorrelation_steps={cfg.collector.max_decorrelation_steps}: random steps "
+                          f"per env need env.backend=list (got env.backend={backend}: it steps all its envs at once)")
     policy = cfg.collector.get("reset_policy", "immediate")  # one of its choices (check_ranges)
     if policy != "wait":
         return

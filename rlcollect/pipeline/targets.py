@@ -5,7 +5,9 @@ runtime ones (``RUNTIME_ARGUMENTS``) when it builds the object, so a node never 
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
+import logging
 from typing import Any, Callable
 
 from hydra.utils import get_class, get_method, instantiate
@@ -64,11 +66,24 @@ def located_target(node: DictConfig, path: str, locate: Callable[[str], Any], ki
         given = "" if isinstance(node, DictConfig) else f"={node!r}"
         raise ConfigError(f"{path}{given} has no _target_ (the {kind} to build)")
     try:
-        return locate(target)
+        with hydra_utils_quiet():  # Hydra logs a failed lookup as an ERROR of its own before it raises
+            return locate(target)
     except Exception as error:  # Hydra's message spans lines, its cause says why: keep the cause's first line
         cause = error.__cause__ or error
         reason = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
         raise ConfigError(f"{path}._target_={target}: not an importable {kind} ({reason})") from None
+
+
+@contextlib.contextmanager
+def hydra_utils_quiet():
+    """hydra.utils' logger silent inside: its ERROR lines about a ``_target_`` that does not
+    import repeat, over several lines, what the one-line ConfigError says."""
+    logger = logging.getLogger("hydra.utils")
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
 
 
 def build_node(node: DictConfig, path: str, *args: Any, drop: tuple[str, ...] = (), **runtime: Any) -> Any:

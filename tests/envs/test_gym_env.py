@@ -148,3 +148,24 @@ def test_an_indexed_cpu_device_steps_as_the_cpu():
     assert torch.equal(stepped["cpu:0"]["next", "observation"], stepped["cpu"]["next", "observation"])
     for env in envs.values():
         env.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_wrapper_whose_package_is_missing_names_it_as_a_missing_dependency():
+    """A wrapper that needs a package not installed (AtariPreprocessing's opencv) is a
+    MissingDependencyError naming it, as gym.make's own are (it was a build error)."""
+    from rlcollect.errors import MissingDependencyError
+
+    def needs_opencv(env):
+        raise gym.error.DependencyNotInstalled('opencv-python package not installed, run `pip install "gymnasium[x]"`')
+
+    with pytest.raises(MissingDependencyError, match=r"opencv-python package not installed, run `pip install"):
+        GymEnv("CartPole-v1", 2, wrappers=[needs_opencv])
+
+
+@pytest.mark.timeout(60)
+def test_a_make_kwarg_the_env_does_not_take_is_the_caller_s_config_error():
+    from rlcollect.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^make kwarg nosuch=1: CartPole-v1 takes no such argument"):
+        GymEnv("CartPole-v1", 2, nosuch=1)

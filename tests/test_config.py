@@ -789,3 +789,18 @@ def test_the_config_checks_ranges_and_choices_without_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("collector.cat_results=1: choose one of stack, 0, -1")
+
+
+@pytest.mark.timeout(60)
+def test_an_envpool_run_builds_its_model_for_the_spaces_envpool_steps():
+    """EnvPool's Blackjack-v1 observes a Box where gymnasium's observes a Tuple: the model is
+    built for what the run steps (it was built for gymnasium's, and failed on the Box)."""
+    pytest.importorskip("envpool")
+    import gymnasium as gym
+    from train_configs import composed
+
+    from rlcollect.pipeline.builders import probe_spaces
+
+    observation_space, action_space = probe_spaces(composed("env.backend=envpool", "env.id=Blackjack-v1"))
+    assert observation_space == gym.spaces.Box(0, 31, (3,), "int32") and action_space == gym.spaces.Discrete(2)
+    assert isinstance(probe_spaces(composed("env.id=Blackjack-v1"))[0], gym.spaces.Tuple)  # gymnasium's own

@@ -66,8 +66,10 @@ def make_env(cfg: DictConfig, *, num_envs: int | None, seed: int) -> StagedEnv:
 
 def probe_spaces(cfg: DictConfig) -> tuple:
     """``(observation_space, action_space)`` of the configured env, from one env made and
-    closed again (an unknown id or a missing package fails here, before any part is built)."""
-    probe = make_env(cfg, num_envs=None, seed=cfg.seed)
+    closed again (an unknown id or a missing package fails here, before any part is built).
+    With env.backend=envpool, one of EnvPool's: it steps its own implementation of the task,
+    whose spaces may differ from gymnasium's (Blackjack-v1: a Box, not a Tuple)."""
+    probe = make_env(cfg, num_envs=1 if cfg.env.backend == "envpool" else None, seed=cfg.seed)
     try:
         return probe.observation_space, probe.action_space
     finally:

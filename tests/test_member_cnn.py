@@ -69,3 +69,20 @@ def test_stacked_convolutions_compute_each_member_with_its_own_weights():
     out[5:10].sum().backward()  # member 1's outputs alone: only its rows get a gradient
     grad = stacked[0].weight.grad
     assert grad[1].abs().sum() > 0 and not grad[0].any() and not grad[2].any()
+
+
+@pytest.mark.timeout(300)
+def test_a_batched_atari_sweep_ends_with_its_envs_let_go(tmp_path):
+    """The members' parts reference one another: the launcher lets them go once the members
+    ended, their ALE interfaces with them (the interpreter's clean-up reported every one of
+    them as leaked, 40 lines after the sweep's own)."""
+    pytest.importorskip("ale_py")
+    from commands import rlcollect
+
+    result = rlcollect(tmp_path, "train", "--multirun", "seed=0,1", "hydra/launcher=batched", "env=pong",
+                       "total_frames=256", "collector.frames_per_batch=128", "env.num_envs=2", "algo.minibatch_size=64",
+                       "algo.epochs=1", "eval.episodes=1", "eval.max_steps=100", "logger=none", "progress=false",
+                       "hydra.sweep.dir=sw")
+    assert result.returncode == 0, result.stderr
+    assert "jobs #0, #1 train as one batched model of 2 members" in result.stdout + result.stderr
+    assert "leaked" not in result.stderr, result.stderr

@@ -3,6 +3,7 @@ trained as the members of one batched model (rlcollect.sweeps), each ending as a
 would (commands/jobs.py)."""
 from __future__ import annotations
 
+import gc
 import sys
 from pathlib import Path
 
@@ -112,6 +113,10 @@ def train_held_members(members: list[tuple[DictConfig, Job, dict, int]], share: 
         else:
             print(finished_lines(job, summary))
             values[index] = objective_value(members[index][0], summary, job.run_dir)
+    # the members' parts reference one another: collected now, with their envs (ALE's interfaces outlived the
+    # interpreter's own clean-up, which reported each as leaked)
+    del sweep
+    gc.collect()
     if interrupted:
         line = sweep_resume_line(jobs[0].run_dir)
         if share == 0 and line is not None:  # once per command, where its shares are several processes

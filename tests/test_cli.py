@@ -169,6 +169,8 @@ BAD_OPTIONS = [
     ("+env.foo=1", "Key 'foo' not in 'EnvConfig' (env.foo is not a key of its schema; an argument of gymnasium.make "
                    "goes under env.make_kwargs: +env.make_kwargs.foo)\n"),
     ("collector._target_=nosuch.Collector", "collector._target_=nosuch.Collector: not an importable class"),
+    ("env.solved_return.Acrobot-v1=-100", "Key 'Acrobot-v1' is not in struct (env.solved_return is a mapping: a key "
+                                          "new to it is added with a +, +env.solved_return.Acrobot-v1=...)"),
     ("algo=dqn model=actor_critic", "algo=dqn trains model=q_network, not model=actor_critic"),
     # q_network's epsilon interpolates ${algo.eps_start}, which PPO's config lacks
     ("algo=ppo model=q_network", "algo=ppo trains model=actor_critic or recurrent_actor_critic, not model=q_network"),

@@ -121,7 +121,12 @@ def override_error_line(error: Exception) -> str:
     line = f"invalid override {full_key}: {str(cause).splitlines()[0]}"
     if "not in" not in line:
         return line
-    similar = similar_keys(getattr(cause, "parent_node", None), full_key)  # an unknown key: what it may have meant
+    parent = getattr(cause, "parent_node", None)
+    if isinstance(parent, DictConfig) and OmegaConf.get_type(parent) is dict and "." in full_key:
+        # a key new to a mapping of the config's own (a preset's {env id: value}), not a schema's: added with a +
+        mapping = full_key.rpartition(".")[0]
+        return f"{line} ({mapping} is a mapping: a key new to it is added with a +, +{full_key}=...)"
+    similar = similar_keys(parent, full_key)  # an unknown key: what it may have meant
     if "." in full_key:  # a top-level key of the unknown one's name: said as such, not as its own name again
         similar = [key if "." in key else f"{key} (a top-level key)" for key in similar]
     hint = f"did you mean {' or '.join(similar)}?" if similar else "`rlcollect train --cfg job` lists the keys"

@@ -423,6 +423,31 @@ def test_member_adam_moves_only_the_members_that_step_each_as_torch_adam_on_its_
             assert all(torch.equal(value, mine["state"][index][key]) for key, value in entry.items())
 
 
+@pytest.mark.timeout(30)
+def test_frozen_rows_come_back_and_the_learning_rows_stay_bit_for_bit_whatever_the_frozen_hold():
+    """After torch's Adam moved every row, the frozen member's rows are its kept values again;
+    the learning members' rows are left exactly as the step made them (a zero's sign, a
+    non-finite value), even where the frozen member's kept values are not finite (a
+    diverged SAC member's critics): they reach no other member's rows."""
+    from rlcollect.sweeps.optim import FrozenRows
+
+    weight = torch.tensor([[[1.0, -0.0], [0.0, 3.0]], [[float("inf"), float("nan")], [-2.0, 5.0]],
+                           [[-0.0, -7.0], [float("-inf"), 0.5]]])
+    bias = torch.tensor([[0.25, -0.0], [float("nan"), 1.0], [-0.0, 2.0]])
+    frozen = FrozenRows(3)
+    frozen.freeze([weight, bias], 1)  # member 1 keeps its non-finite values
+    kept = [weight[1].clone(), bias[1].clone()]
+    stepped = [value.clone() for value in (weight, bias)]
+    stepped[0][1] = 9.0  # Adam moved the frozen member's rows
+    stepped[1][1] = -9.0
+    before = [value.clone() for value in stepped]
+    frozen.restore(stepped)
+    for after, was, kept_rows in zip(stepped, before, kept):
+        assert torch.equal(after[[0, 2]].view(torch.int32), was[[0, 2]].view(torch.int32))  # bits, signs of zero too
+        finite = kept_rows.isfinite()
+        assert torch.equal(after[1][finite], kept_rows[finite])
+
+
 @pytest.mark.parametrize("own", [{"clip_epsilon": [0.1, 0.2, 0.3]},
                                  {"lr": [1e-3, 3e-4, 3e-3], "clip_epsilon": [0.1, 0.2, 0.3]},
                                  {"epochs": [2, 3, 1], "gae_lambda": [0.8, 0.9, 0.95]}],

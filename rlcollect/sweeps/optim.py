@@ -168,15 +168,16 @@ class FrozenRows:
     they were when each froze: torch's Adam (one optimizer over every member) moves a row
     with no gradient through its momentum, so after each of its steps ``restore`` writes
     the kept rows back (two foreach calls, however many are frozen: each parameter times
-    its learning rows' mask, plus its frozen rows' kept values). MemberAdam needs none of
-    this: it steps only the members it is given."""
+    its learning rows' mask, plus its frozen rows' kept values and -0.0 on the learning
+    rows, which leaves them bit for bit as they are). MemberAdam needs none of this: it
+    steps only the members it is given."""
 
     def __init__(self, members: int) -> None:
         self.members = members
         self.frozen: list[int] = []
         self._kept: list[torch.Tensor] | None = None  # every row of each parameter as it was when last frozen
         self._learning: list[torch.Tensor] = []  # per parameter: 1 on the learning members' rows, 0 on the frozen
-        self._frozen_values: list[torch.Tensor] = []  # per parameter: the kept values on the frozen rows, 0 elsewhere
+        self._frozen_values: list[torch.Tensor] = []  # per parameter: kept on frozen rows, -0.0 elsewhere
 
     @torch.no_grad()
     def freeze(self, parameters: Sequence[torch.Tensor] | None, member: int) -> None:
@@ -190,16 +191,18 @@ class FrozenRows:
         else:
             for kept, parameter in zip(self._kept, parameters):
                 kept[member].copy_(parameter[member])
-        learning = torch.ones(self.members, dtype=self._kept[0].dtype, device=self._kept[0].device)
-        learning[self.frozen] = 0.0
-        self._learning = [learning.reshape(self.members, *([1] * (kept.dim() - 1))).to(kept.dtype)
-                          for kept in self._kept]
-        self._frozen_values = [kept * (1.0 - mask) for kept, mask in zip(self._kept, self._learning)]
+        frozen = torch.zeros(self.members, dtype=torch.bool, device=self._kept[0].device)
+        frozen[self.frozen] = True
+        rows = [frozen.reshape(self.members, *([1] * (kept.dim() - 1))) for kept in self._kept]
+        self._learning = [(~row).to(kept.dtype) for row, kept in zip(rows, self._kept)]
+        # -0.0 on the learning rows, never kept * 0: x + -0.0 is x bit for bit (a zero's sign too), and a frozen
+        # member's non-finite values (a diverged SAC member's critics) reach no other member's rows
+        self._frozen_values = [torch.where(row, kept, -0.0) for row, kept in zip(rows, self._kept)]
 
     @torch.no_grad()
     def restore(self, parameters: Sequence[torch.Tensor]) -> None:
         """The frozen members' rows back to their kept values (the learning rows' values
-        unchanged: times 1, plus 0)."""
+        unchanged: times 1, plus -0.0)."""
         if self._kept is None:
             return
         parameters = list(parameters)

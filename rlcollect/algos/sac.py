@@ -193,7 +193,7 @@ class SACLearner(Learner):
         metric's sum over them and its count. ``learn_stats``: the first sample's
         observations go into the observation normaliser (the collector wrote the new data
         straight into the buffer). With prioritized replay, each sample's transitions get
-        their TD errors as priorities (``update_priorities``) before the next sample."""
+        their TD errors as priorities before the next sample, as DQNLearner's."""
         totals: dict[str, torch.Tensor] = {}
         counts: dict[str, int] = {}
         for step in range(self.gradient_steps):
@@ -201,17 +201,12 @@ class SACLearner(Learner):
             if learn_stats and step == 0:
                 update_observation_norm(self.actor, sample.get("observation"), sample.get(SAMPLE_MASK, None))
             step_metrics = self.update(sample)
-            if self.prioritized:  # per sample: no metric to average
-                self.update_priorities(sample, step_metrics.pop("td_error"))
+            if self.prioritized:  # per sample, no metric to average (a batched model's: MemberReplay's, per member)
+                self.replay_buffer.update_priority(sample.get(INDEX), step_metrics.pop("td_error"))
             for key, value in step_metrics.items():
                 totals[key] = totals[key] + value if key in totals else value
                 counts[key] = counts.get(key, 0) + 1
         return totals, counts
-
-    def update_priorities(self, sample: TensorDictBase, td_error: torch.Tensor) -> None:
-        """Prioritized replay: the sampled transitions (``sample``'s ``"index"``) get their
-        absolute TD errors ``td_error`` as priorities, as DQNLearner gives its."""
-        self.replay_buffer.update_priority(sample.get(INDEX), td_error)
 
     def state_dict(self) -> dict:
         return {"critics": self.critics.state_dict(), "targets": self.targets.state_dict(),

@@ -112,6 +112,12 @@ class MemberReplay:
     def sizes(self) -> list[int]:
         return [len(buffer) for buffer in self.buffers]
 
+    def update_priority(self, index: torch.Tensor, priority: torch.Tensor) -> None:
+        """ReplayBuffer.update_priority for a stacked sample ``[S, B]``: each member's real
+        samples (a padded one's first ``batch_size``) in its own buffer."""
+        for member, (buffer, size) in enumerate(zip(self.buffers, self.batch_sizes)):
+            buffer.update_priority(index[member, :size], priority[member, :size])
+
 
 class MemberDQN(DQN):
     """DQN (its arguments) on a MemberQPolicy: each member's update is its solo run's on its
@@ -268,11 +274,8 @@ class MemberDQNLearner(Learner):
                 update_observation_norm(self.policy, sample.get("observation"), sample.get(SAMPLE_MASK, None))
             step_metrics = self.dqn.update(sample)
             td_error = step_metrics.pop("td_error")
-            if self.prioritized:  # each member's real samples (a padded one's first batch_size)
-                index = sample.get(INDEX)
-                replay = self.replay_buffer
-                for member, (buffer, size) in enumerate(zip(replay.buffers, replay.batch_sizes)):
-                    buffer.update_priority(index[member, :size], td_error[member, :size])
+            if self.prioritized:  # each member's in its own buffer (MemberReplay.update_priority)
+                self.replay_buffer.update_priority(sample.get(INDEX), td_error)
             for key, value in step_metrics.items():
                 totals[key] = totals[key] + value if key in totals else value
         values = {key: value.tolist() for key, value in totals.items()}  # one sync; then as a solo run divides

@@ -31,7 +31,6 @@ from tensordict import TensorDictBase
 from rlcollect.algos.learners import replay_state
 from rlcollect.algos.optim import Adam
 from rlcollect.algos.sac import SACLearner
-from rlcollect.keys import INDEX
 from rlcollect.sweeps.member_dqn import MemberReplay
 from rlcollect.sweeps.optim import (
     FrozenRows,
@@ -163,14 +162,6 @@ class MemberSACLearner(SACLearner):
         sample padded to one size, members of other batch sizes: its real ones)."""
         with self.actor.drawing_rows(self.replay_buffer.batch_sizes):
             return super().update(batch)
-
-    def update_priorities(self, sample: TensorDictBase, td_error: torch.Tensor) -> None:
-        """Prioritized replay: each member's sampled transitions (its real ones: a padded
-        sample's first ``batch_size``) get its own TD errors ``td_error[member]`` as
-        priorities in its own replay buffer, as its solo run gives them."""
-        index, replay = sample.get(INDEX), self.replay_buffer
-        for member, (buffer, size) in enumerate(zip(replay.buffers, replay.batch_sizes)):
-            buffer.update_priority(index[member, :size], td_error[member, :size])
 
     @torch.no_grad()
     def update_targets(self) -> None:

@@ -17,6 +17,7 @@ from tensordict import TensorDict
 from rlcollect.choices import HOSTED_COLLECTOR_CLASSES
 from rlcollect.collectors.delivery import PENDING
 from rlcollect.collectors.options import BatchSpec, DeliveryOptions
+from rlcollect.collectors.processes import one_set_per_worker
 from rlcollect.collectors.restarts import Restarts, WorkerRestart
 from rlcollect.errors import ConfigError
 from rlcollect.keys import MASK
@@ -105,7 +106,7 @@ def check_hosted_options(plan: CollectionPlan, host: str, hosted_class: Callable
                           f"their number, collector.collector_kwargs.num_workers (null), e.g. "
                           f"collector.collector_kwargs.num_workers=2")
     affinity = kwargs.get("worker_cpu_affinity")
-    if affinity is not None and (len(affinity) != workers or not all(affinity)):
+    if affinity is not None and not one_set_per_worker(affinity, workers):  # which CPUs: the hosts' machines'
         raise ConfigError(f"collector.collector_kwargs.worker_cpu_affinity={list(affinity)} "
                           f"(collector.collector_kwargs.num_workers={workers}): must hold one non-empty list of CPU "
                           f"ids per worker process of each {host}")

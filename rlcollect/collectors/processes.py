@@ -85,13 +85,18 @@ def seed_rngs(seed: int | None) -> None:
         random.seed(seed)
 
 
+def one_set_per_worker(cpu_affinity, num_workers: int) -> bool:
+    """Whether ``cpu_affinity`` holds one non-empty set of CPU ids per worker."""
+    return len(cpu_affinity) == num_workers and all(cpu_affinity)
+
+
 def check_cpu_affinity(cpu_affinity, num_workers: int) -> list[tuple[int, ...]] | None:
     """``None``, or one non-empty set of CPU ids per worker, each available to this process."""
     if cpu_affinity is None:
         return None
     available = os.sched_getaffinity(0)
     sets = [tuple(int(cpu) for cpu in cpus) for cpus in cpu_affinity]
-    if len(sets) != num_workers or not all(sets):
+    if not one_set_per_worker(sets, num_workers):
         raise ValueError(f"worker_cpu_affinity must hold one non-empty list of CPU ids per worker "
                          f"({num_workers}), got {cpu_affinity!r}")
     unknown = sorted({cpu for cpus in sets for cpu in cpus} - available)

@@ -225,10 +225,9 @@ def check_values(cfg: DictConfig) -> None:
         raise ConfigError(f"algo.terminal_keys={unknown}: each must also be in env.info_keys (the flag is read "
                           "from ('next', key) of the batch), e.g. env.info_keys=[life_lost] with "
                           "rlcollect.envs.atari.LifeLoss")
-    every = cfg.eval.every_frames
-    for env_id, frames in (every.items() if hasattr(every, "items") else [(None, every)]):
+    for key, frames in per_env_values("eval.every_frames", cfg.eval.every_frames):
         if frames is not None:
-            check_positive_int("eval.every_frames" + (f".{env_id}" if env_id else ""), frames)
+            check_positive_int(key, frames)
     storage = cfg.buffer.get("storage")
     for key, device in device_keys(cfg).items():
         check_device(key, device)
@@ -415,14 +414,18 @@ def check_scratch_dir(scratch_dir: Path, run_dir: Path) -> None:
                           f"folder's {REPLAY_DIR}/)")
 
 
+def per_env_values(key: str, value) -> list[tuple[str, object]]:
+    """``[(key, value)]``, or, for a value given per env id (``{env id: value}``, e.g.
+    env.solved_return, eval.every_frames), ``(key.<env id>, its value)`` for each."""
+    if hasattr(value, "items"):
+        return [(f"{key}.{env_id}", entry) for env_id, entry in value.items()]
+    return [(key, value)]
+
+
 def check_solved_return(solved) -> None:
     """env.solved_return: null, a number, or ``{env id: number or null}``."""
-    entries = solved.items() if hasattr(solved, "items") else [(None, solved)]
-    for env_id, value in entries:
-        if value is None:
-            continue
-        key = "env.solved_return" + (f".{env_id}" if env_id is not None else "")
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+    for key, value in per_env_values("env.solved_return", solved):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
             raise ConfigError(f"{key}={value}: a return (a number), or null for no threshold")
 
 

@@ -145,10 +145,10 @@ class RayCollector(HostedCollector):
                               f"none), not weight_sync={plan.weight_sync_name}")
         check_hosted_options(plan, cls.host, hosted_class)
         gpus = (plan.options.get("remote_config") or {}).get("num_gpus") or 0
-        if plan.options.get("ray_address") is None and gpus > torch.cuda.device_count():
+        if gpus and plan.options.get("ray_address") is None and gpus > (here := torch.cuda.device_count()):
             # a Ray this run starts has this machine's GPUs: an actor asking for more would wait forever
             raise ConfigError(f"collector.remote_config.num_gpus={gpus}: the Ray this run starts "
-                              f"(collector.ray_address=null) has this machine's {torch.cuda.device_count()} GPUs "
+                              f"(collector.ray_address=null) has this machine's {here} GPUs "
                               "(torch.cuda.device_count()); lower it, or give collector.ray_address of a cluster "
                               "with them")
 
